@@ -1,0 +1,90 @@
+"""Plain records that suites produce and the store, bundles and reports consume.
+
+No I/O here: suites yield `CaseResult`s, `regress.store` persists them, `regress.bundle` serialises them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["pass", "fail", "error", "skip"]
+Layout = Literal["bshd", "bhsd"]
+Rounding = Literal["rtne", "rtna", "rtz"]
+
+ROUNDING_MODES: tuple[Rounding, ...] = ("rtne", "rtna", "rtz")
+LAYOUTS: tuple[Layout, ...] = ("bshd", "bhsd")
+# AITER's how_v3_bf16_cvt numbering, also the C ABI's ra_rounding.
+ROUNDING_CODE: dict[str, int] = {"rtne": 0, "rtna": 1, "rtz": 2}
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """What was measured. `params` holds the shape (b, h, sq, sk, d), layout, mode and any extras.
+
+    The identity of a case is (kernel, suite, name, params); `key` hashes it so a series is
+    (case key, stack digest) across runs.
+    """
+
+    suite: str
+    name: str
+    params: dict[str, Any]
+    kernel: str = "attention_fwd"
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps(
+            {"kernel": self.kernel, "suite": self.suite, "name": self.name, "params": self.params},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+@dataclass
+class CaseResult:
+    """The outcome of one case in one run.
+
+    metrics: summary numbers (p50_ms, tflops, max_scaled_ulp, ...).
+    samples: raw series by name (e.g. "time_ms", "baseline:sdpa_flash:time_ms"), stored verbatim.
+    """
+
+    case: CaseSpec
+    status: Status
+    metrics: dict[str, Any] = field(default_factory=dict)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    message: str = ""
+    device: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.case.kernel,
+            "suite": self.case.suite,
+            "name": self.case.name,
+            "params": self.case.params,
+            "case_key": self.case.key,
+            "status": self.status,
+            "metrics": self.metrics,
+            "samples": self.samples,
+            "message": self.message,
+            "device": self.device,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
+        spec = CaseSpec(
+            suite=data["suite"],
+            name=data["name"],
+            params=dict(data["params"]),
+            kernel=data.get("kernel", "attention_fwd"),
+        )
+        return cls(
+            case=spec,
+            status=data["status"],
+            metrics=dict(data.get("metrics", {})),
+            samples={k: list(v) for k, v in data.get("samples", {}).items()},
+            message=data.get("message", ""),
+            device=dict(data.get("device", {})),
+        )

@@ -1,0 +1,47 @@
+"""Shared ORM base: naming convention, column shorthands, time-sortable ids."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, MetaData
+from sqlalchemy.orm import DeclarativeBase, mapped_column
+
+# Stable constraint names, so migrations can address them on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        list[float]: JSON,
+        list[str]: JSON,
+    }
+
+
+def NotNull(*args: Any, **kwargs: Any) -> Any:
+    return mapped_column(*args, nullable=False, **kwargs)
+
+
+def Nullable(*args: Any, **kwargs: Any) -> Any:
+    return mapped_column(*args, nullable=True, **kwargs)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def new_run_id() -> str:
+    """Time-sortable id: 12 hex digits of milliseconds, then 12 random hex digits."""
+    return f"{int(time.time() * 1000):012x}{os.urandom(6).hex()}"

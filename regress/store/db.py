@@ -1,0 +1,116 @@
+"""Engines, sessions and schema upgrades. SQLite file by default, PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+ENV_URL = "REGRESS_DATABASE_URL"
+DEFAULT_SQLITE = Path(".regress") / "regress.db"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+class DatabaseError(RuntimeError):
+    """A database that cannot be used as asked (bad URL, schema behind, unreachable)."""
+
+
+def database_url(url: str | None = None) -> str:
+    """The URL to use: explicit, else $REGRESS_DATABASE_URL, else ./.regress/regress.db."""
+    chosen = url or os.environ.get(ENV_URL) or f"sqlite:///{DEFAULT_SQLITE.resolve()}"
+    # Plain postgresql:// means psycopg2 to SQLAlchemy; we ship psycopg 3.
+    if chosen.startswith("postgresql://") or chosen.startswith("postgres://"):
+        chosen = "postgresql+psycopg://" + chosen.split("://", 1)[1]
+    if "://" not in chosen:
+        raise DatabaseError(f"not a database URL: {chosen!r} (expected sqlite:///PATH or postgresql://...)")
+    return chosen
+
+
+def make_engine(url: str | None = None) -> Engine:
+    resolved = database_url(url)
+    kwargs: dict[str, Any] = {"future": True}
+    if resolved.startswith("sqlite"):
+        path = resolved.split("sqlite:///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 30}
+    else:
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = create_engine(resolved, **kwargs)
+    except Exception as exc:  # bad driver names, malformed URLs
+        raise DatabaseError(f"cannot open database {resolved!r}: {exc}") from exc
+    if resolved.startswith("sqlite"):
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA journal_mode=WAL")  # readers (the site) never block the nightly writer
+    cur.close()
+
+
+def alembic_config(engine: Engine) -> Config:
+    if not (MIGRATIONS_DIR / "env.py").exists():
+        raise DatabaseError(f"migrations not found at {MIGRATIONS_DIR}")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    return cfg
+
+
+def head_revision(engine: Engine) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+def ensure_schema(engine: Engine, *, auto_upgrade: bool = True) -> None:
+    """Brings a new or old database to head (auto_upgrade), or refuses if it is behind."""
+    current, head = current_revision(engine), head_revision(engine)
+    if current == head:
+        return
+    if not auto_upgrade:
+        raise DatabaseError(
+            f"database schema is at {current or 'empty'}, head is {head}: run `regress db upgrade`"
+        )
+    upgrade(engine)
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """One unit of work: committed whole or rolled back whole."""
+    with factory() as session, session.begin():
+        yield session

@@ -1,0 +1,46 @@
+"""Result and its raw samples: one case in one run, written together in one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Float, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, relationship
+
+from .base import Base, NotNull, Nullable
+
+
+class Result(Base):
+    __tablename__ = "results"
+    __table_args__ = (
+        UniqueConstraint("run_id", "case_id"),
+        Index("ix_results_case_run", "case_id", "run_id"),
+    )
+
+    id: Mapped[int] = NotNull(primary_key=True)
+    run_id: Mapped[str] = NotNull(ForeignKey("runs.id", ondelete="CASCADE"))
+    case_id: Mapped[int] = NotNull(ForeignKey("cases.id"))
+    status: Mapped[str] = NotNull(String(8))
+    # The headline number of the case (p50_ms for perf, max scaled ULP for ulp...), for trend queries.
+    value: Mapped[float | None] = Nullable(Float)
+    metrics: Mapped[dict[str, Any]] = NotNull()
+    device: Mapped[dict[str, Any]] = NotNull()
+    message: Mapped[str] = NotNull(Text, default="")
+
+    samples: Mapped[list[Sample]] = relationship(
+        back_populates="result", cascade="all, delete-orphan", lazy="selectin"
+    )
+
+
+class Sample(Base):
+    """Raw series of one result, stored verbatim (every timing, in milliseconds)."""
+
+    __tablename__ = "samples"
+    __table_args__ = (UniqueConstraint("result_id", "name"),)
+
+    id: Mapped[int] = NotNull(primary_key=True)
+    result_id: Mapped[int] = NotNull(ForeignKey("results.id", ondelete="CASCADE"))
+    name: Mapped[str] = NotNull(String(128))
+    values: Mapped[list[float]] = NotNull()
+
+    result: Mapped[Result] = relationship(back_populates="samples")
