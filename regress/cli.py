@@ -1,0 +1,56 @@
+"""The `regress` command line.
+
+Each subcommand is a thin shell over a library function (tests call those directly). Commands live
+in regress/commands/<area>.py, each exporting COMMANDS; this module only collects them and turns
+user errors into one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from . import __version__
+from .errors import UserError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="regress")
+def cli() -> None:
+    """Nightly proof that a bf16 flash-attention kernel stays fast, exact and deterministic."""
+
+
+def _register() -> None:
+    from . import commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        for command in getattr(module, "COMMANDS", []):
+            cli.add_command(command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        rv = cli.main(args=argv, prog_name="regress", standalone_mode=False)
+    except UserError as err:
+        click.echo(f"regress: error: {err}", err=True)
+        return err.exit_code
+    except click.exceptions.Exit as ex:
+        return int(ex.exit_code or 0)
+    except click.ClickException as err:
+        err.show()
+        return 2
+    except click.Abort:
+        click.echo("regress: aborted", err=True)
+        return 2
+    return rv if isinstance(rv, int) else 0
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,408 @@
+"""Store operations: the only code that writes rows. Each public writer is one transaction."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION, validate_bundle
+from ..results import CaseResult, CaseSpec
+from .base import new_run_id, utcnow
+from .build import Build
+from .case import Case
+from .db import ensure_schema, make_engine, session_factory
+from .result import Result, Sample
+from .run import Run
+from .stack import Stack
+
+# Which metric is the headline `value` of a result, per suite (used by trend queries).
+HEADLINE_METRIC = {
+    "perf": "p50_ms",
+    "e2e": "p50_ms",
+    "ulp": "max_scaled_ulp",
+    "determinism": "distinct_hashes",
+}
+
+
+class BundleConflict(Exception):
+    """A run id that is already stored with different content."""
+
+
+@dataclass
+class Store:
+    engine: Engine
+    sessions: sessionmaker[Session]
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self.sessions() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def reader(self) -> Iterator[Session]:
+        with self.sessions() as session:
+            yield session
+
+
+def open_store(url: str | None = None, *, upgrade: bool = True) -> Store:
+    """Opens (and, by default, migrates to head) the database at `url` or the default."""
+    engine = make_engine(url)
+    ensure_schema(engine, auto_upgrade=upgrade)
+    return Store(engine, session_factory(engine))
+
+
+def _get_or_create(session: Session, model: type[Any], lookup: dict[str, Any], **values: Any) -> Any:
+    """Select, else insert in a savepoint; a concurrent insert of the same key wins and is re-read."""
+    found = session.scalars(select(model).filter_by(**lookup)).first()
+    if found is not None:
+        return found
+    try:
+        with session.begin_nested():
+            row = model(**lookup, **values)
+            session.add(row)
+            session.flush()
+            return row
+    except IntegrityError:
+        return session.scalars(select(model).filter_by(**lookup)).one()
+
+
+def get_or_create_stack(
+    session: Session, *, digest: str, keys: dict[str, Any], schema_version: int, name: str | None
+) -> Stack:
+    stack: Stack = _get_or_create(
+        session, Stack, {"digest": digest}, keys=keys, schema_version=schema_version, name=name
+    )
+    if name and not stack.name:
+        stack.name = name
+    return stack
+
+
+def get_or_create_case(session: Session, spec: CaseSpec) -> Case:
+    p = spec.params
+    return _get_or_create(
+        session,
+        Case,
+        {"key": spec.key},
+        kernel=spec.kernel,
+        suite=spec.suite,
+        name=spec.name,
+        params=p,
+        b=p.get("b"),
+        h=p.get("h"),
+        sq=p.get("sq"),
+        sk=p.get("sk"),
+        d=p.get("d"),
+        layout=p.get("layout"),
+        mode=p.get("mode"),
+    )
+
+
+def record_build(session: Session, stack: Stack, build: dict[str, Any]) -> Build:
+    """`build` is BuildArtifact-shaped: backend, source_hash, git_commit, compiler, ... as a dict."""
+    row: Build = _get_or_create(
+        session,
+        Build,
+        {"stack_id": stack.id, "backend": build["backend"], "artifact_hash": build["artifact_hash"]},
+        source_hash=build["source_hash"],
+        git_commit=build.get("git_commit"),
+        git_dirty=bool(build.get("git_dirty", False)),
+        compiler=build["compiler"],
+        compiler_version=build["compiler_version"],
+        flags=list(build["flags"]),
+        compile_only=bool(build.get("compile_only", False)),
+        stats=dict(build.get("stats") or {}),
+        inject=dict(build.get("inject") or {}),
+    )
+    return row
+
+
+def start_run(
+    store: Store,
+    *,
+    stack_id: int,
+    build_id: int | None,
+    backend: str,
+    suites: Sequence[str],
+    trigger: str = "manual",
+    is_drill: bool = False,
+    kernel_commit: str | None = None,
+    source_hash: str | None = None,
+    runner: str | None = None,
+    host: dict[str, Any] | None = None,
+    ci: dict[str, Any] | None = None,
+    gpu_state: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> str:
+    """Creates the run row, committed at once with status 'running' (so a crash leaves a trace)."""
+    rid = run_id or new_run_id()
+    with store.transaction() as session:
+        session.add(
+            Run(
+                id=rid,
+                stack_id=stack_id,
+                build_id=build_id,
+                status="running",
+                trigger=trigger,
+                is_drill=is_drill,
+                backend=backend,
+                kernel_commit=kernel_commit,
+                source_hash=source_hash,
+                suites=list(suites),
+                runner=runner,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                host=host or {},
+                ci=ci or {},
+                gpu_state=gpu_state or {},
+                summary={},
+                message="",
+            )
+        )
+    return rid
+
+
+def _add_result_rows(session: Session, run_id: str, result: CaseResult) -> Result:
+    case = get_or_create_case(session, result.case)
+    headline = result.metrics.get(HEADLINE_METRIC.get(result.case.suite, ""), None)
+    row = Result(
+        run_id=run_id,
+        case_id=case.id,
+        status=result.status,
+        value=float(headline) if isinstance(headline, int | float) else None,
+        metrics=result.metrics,
+        device=result.device,
+        message=result.message,
+    )
+    row.samples = [
+        Sample(name=name, values=[float(v) for v in values]) for name, values in result.samples.items()
+    ]
+    session.add(row)
+    session.flush()
+    return row
+
+
+def add_result(store: Store, run_id: str, result: CaseResult) -> int:
+    """Stores one result with all its samples in one transaction: whole or not at all."""
+    with store.transaction() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise KeyError(f"run {run_id} does not exist")
+        if run.status != "running":
+            raise ValueError(f"run {run_id} is {run.status}; results can only be added while it runs")
+        return _add_result_rows(session, run_id, result).id
+
+
+def finish_run(
+    store: Store,
+    run_id: str,
+    *,
+    status: str,
+    summary: dict[str, Any] | None = None,
+    exit_code: int | None = None,
+    message: str = "",
+    gpu_state: dict[str, Any] | None = None,
+) -> None:
+    with store.transaction() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise KeyError(f"run {run_id} does not exist")
+        run.status = status
+        run.summary = summary or {}
+        run.exit_code = exit_code
+        run.message = message
+        run.finished_at = utcnow()
+        if gpu_state is not None:
+            run.gpu_state = {**run.gpu_state, **gpu_state}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale_runs(store: Store) -> list[str]:
+    """Marks 'running' runs of this host whose process is gone as 'incomplete'. Returns their ids."""
+    host = socket.gethostname()
+    reaped: list[str] = []
+    with store.transaction() as session:
+        for run in session.scalars(select(Run).where(Run.status == "running", Run.hostname == host)):
+            if run.pid is None or run.pid == os.getpid() or not _pid_alive(run.pid):
+                if run.pid == os.getpid():
+                    continue
+                run.status = "incomplete"
+                run.finished_at = utcnow()
+                run.message = (run.message + " process ended before the run finished").strip()
+                reaped.append(run.id)
+    return reaped
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def export_bundle(session: Session, run_id: str) -> dict[str, Any]:
+    """The run as a schema-versioned bundle (the same document a runner uploads)."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise KeyError(f"run {run_id} does not exist")
+    stack = session.get(Stack, run.stack_id)
+    assert stack is not None
+    build = session.get(Build, run.build_id) if run.build_id else None
+    rows = session.execute(
+        select(Result, Case)
+        .join(Case, Case.id == Result.case_id)
+        .where(Result.run_id == run_id)
+        .order_by(Result.id)
+    ).all()
+    results = []
+    for res, case in rows:
+        cr = CaseResult(
+            case=CaseSpec(suite=case.suite, name=case.name, params=case.params, kernel=case.kernel),
+            status=res.status,  # type: ignore[arg-type]
+            metrics=res.metrics,
+            samples={s.name: s.values for s in res.samples},
+            message=res.message,
+            device=res.device,
+        )
+        results.append(cr.to_dict())
+    return {
+        "schema": BUNDLE_SCHEMA,
+        "schema_version": BUNDLE_VERSION,
+        "run": {
+            "id": run.id,
+            "status": run.status,
+            "trigger": run.trigger,
+            "is_drill": run.is_drill,
+            "backend": run.backend,
+            "kernel_commit": run.kernel_commit,
+            "source_hash": run.source_hash,
+            "suites": run.suites,
+            "runner": run.runner,
+            "hostname": run.hostname,
+            "host": run.host,
+            "ci": run.ci,
+            "gpu_state": run.gpu_state,
+            "summary": run.summary,
+            "message": run.message,
+            "exit_code": run.exit_code,
+            "started_at": _iso(run.started_at),
+            "finished_at": _iso(run.finished_at),
+        },
+        "stack": {
+            "digest": stack.digest,
+            "name": stack.name,
+            "schema_version": stack.schema_version,
+            "keys": stack.keys,
+        },
+        "build": None
+        if build is None
+        else {
+            "backend": build.backend,
+            "source_hash": build.source_hash,
+            "git_commit": build.git_commit,
+            "git_dirty": build.git_dirty,
+            "compiler": build.compiler,
+            "compiler_version": build.compiler_version,
+            "flags": build.flags,
+            "artifact_hash": build.artifact_hash,
+            "compile_only": build.compile_only,
+            "stats": build.stats,
+            "inject": build.inject,
+        },
+        "results": results,
+    }
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(str(value))
+    return (
+        parsed.replace(tzinfo=None)
+        if parsed.tzinfo is None
+        else parsed.astimezone(tz=None).replace(tzinfo=None)
+    )
+
+
+def import_bundle(session: Session, bundle: dict[str, Any], *, runner: str | None = None) -> tuple[str, bool]:
+    """Stores a bundle inside the caller's transaction. Returns (run id, created).
+
+    Idempotent by run id: the same bundle again is a no-op (created=False); a different bundle under
+    a stored run id raises BundleConflict.
+    """
+    validate_bundle(bundle)
+    run_doc = bundle["run"]
+    existing = session.get(Run, run_doc["id"])
+    if existing is not None:
+        if bundle_fingerprint(export_bundle(session, existing.id)) == bundle_fingerprint(bundle):
+            return existing.id, False
+        raise BundleConflict(f"run {existing.id} is already stored with different content")
+    st = bundle["stack"]
+    stack = get_or_create_stack(
+        session,
+        digest=st["digest"],
+        keys=st["keys"],
+        schema_version=st["schema_version"],
+        name=st.get("name"),
+    )
+    build_id = record_build(session, stack, bundle["build"]).id if bundle.get("build") else None
+    session.add(
+        Run(
+            id=run_doc["id"],
+            stack_id=stack.id,
+            build_id=build_id,
+            status=run_doc["status"],
+            trigger=run_doc.get("trigger") or "upload",
+            is_drill=bool(run_doc.get("is_drill", False)),
+            backend=run_doc["backend"],
+            kernel_commit=run_doc.get("kernel_commit"),
+            source_hash=run_doc.get("source_hash"),
+            suites=list(run_doc["suites"]),
+            runner=runner or run_doc.get("runner"),
+            hostname=run_doc.get("hostname"),
+            pid=None,
+            host=run_doc.get("host") or {},
+            ci=run_doc.get("ci") or {},
+            gpu_state=run_doc.get("gpu_state") or {},
+            summary=run_doc.get("summary") or {},
+            message=run_doc.get("message") or "",
+            exit_code=run_doc.get("exit_code"),
+            origin="upload",
+            started_at=_parse_time(run_doc["started_at"]) or utcnow(),
+            finished_at=_parse_time(run_doc.get("finished_at")),
+        )
+    )
+    session.flush()
+    for res in bundle["results"]:
+        _add_result_rows(session, run_doc["id"], CaseResult.from_dict(res))
+    return run_doc["id"], True
+
+
+def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for two bundles to be 'the same run': identity and every result's numbers."""
+    run = bundle["run"]
+    results = sorted(
+        (
+            r["suite"],
+            r["name"],
+            r["status"],
+            repr(sorted(r["samples"].items())),
+            repr(sorted(r["metrics"].items())),
+        )
+        for r in bundle["results"]
+    )
+    return (run["id"], run["status"], run["backend"], bundle["stack"]["digest"], tuple(results))
