@@ -1,0 +1,182 @@
+"""Baseline attention kernels behind one interface, for comparison and as the back-out path.
+
+Every baseline takes q, k, v in the kernel's layouts ([B,S,H,D] "bshd" or [B,H,S,D] "bhsd", bf16,
+head_dim 128) and returns the output in q's layout (a view where the library's native layout
+differs; no copies of the inputs).
+
+  sdpa_cpu    torch SDPA on CPU                      rtne (torch rounds its fp32 result to nearest even)
+  sdpa_flash  torch SDPA, FlashAttention-2 backend   NVIDIA, rtne
+  sdpa_cudnn  torch SDPA, cuDNN backend              NVIDIA, rtne
+  aiter       aiter.flash_attn_func (fmha v3)        ROCm, rtne / rtna / rtz via how_v3_bf16_cvt
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import torch
+
+from regress.results import ROUNDING_CODE
+
+Layout = Literal["bshd", "bhsd"]
+
+
+class Baseline:
+    """One baseline kernel: a name, a device type, the rounding modes it implements, and a call."""
+
+    def __init__(self, name: str, device: str, modes: tuple[str, ...]) -> None:
+        self.name = name
+        self.device = device
+        self.modes = modes
+
+    def __repr__(self) -> str:
+        return f"Baseline({self.name!r}, device={self.device!r})"
+
+    def supports(self, rounding: str) -> bool:
+        return rounding in self.modes
+
+    def version(self) -> str:
+        return torch.__version__
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        layout: Layout = "bshd",
+        rounding: str = "rtne",
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        if not self.supports(rounding):
+            raise ValueError(f"baseline {self.name} does not implement rounding {rounding!r}")
+        if layout not in ("bshd", "bhsd"):
+            raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
+        return self._run(q, k, v, layout, rounding, scale)
+
+    def _run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layout: Layout,
+        rounding: str,
+        scale: float | None,
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _to_bhsd(t: torch.Tensor, layout: Layout) -> torch.Tensor:
+    return t.transpose(1, 2) if layout == "bshd" else t
+
+
+def _to_bshd(t: torch.Tensor, layout: Layout) -> torch.Tensor:
+    return t.transpose(1, 2) if layout == "bhsd" else t
+
+
+class SdpaBaseline(Baseline):
+    """torch.nn.functional.scaled_dot_product_attention, optionally pinned to one SDPA backend."""
+
+    def __init__(self, name: str, device: str, backend: Any | None) -> None:
+        super().__init__(name, device, ("rtne",))
+        self._backend = backend
+
+    def _context(self) -> contextlib.AbstractContextManager[Any]:
+        if self._backend is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import sdpa_kernel
+
+        return sdpa_kernel([self._backend])
+
+    def _run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layout: Layout,
+        rounding: str,
+        scale: float | None,
+    ) -> torch.Tensor:
+        with self._context():
+            o = torch.nn.functional.scaled_dot_product_attention(
+                _to_bhsd(q, layout), _to_bhsd(k, layout), _to_bhsd(v, layout), scale=scale
+            )
+        return o.transpose(1, 2) if layout == "bshd" else o
+
+
+class AiterBaseline(Baseline):
+    """AMD AITER fmha v3 forward; BSHD-shaped, so BHSD goes in as a strided view."""
+
+    def __init__(self) -> None:
+        super().__init__("aiter", "cuda", ("rtne", "rtna", "rtz"))
+        import aiter  # noqa: F401 — probe only; imported again where used
+
+    def version(self) -> str:
+        import aiter
+
+        return str(getattr(aiter, "__version__", "unknown"))
+
+    def _run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layout: Layout,
+        rounding: str,
+        scale: float | None,
+    ) -> torch.Tensor:
+        import aiter
+
+        kwargs: dict[str, Any] = {"causal": False, "how_v3_bf16_cvt": ROUNDING_CODE[rounding]}
+        if scale is not None:
+            kwargs["softmax_scale"] = scale
+        o = aiter.flash_attn_func(_to_bshd(q, layout), _to_bshd(k, layout), _to_bshd(v, layout), **kwargs)
+        if isinstance(o, tuple):  # some versions also return the log-sum-exp
+            o = o[0]
+        return o.transpose(1, 2) if layout == "bhsd" else o
+
+
+def _candidates(device: str) -> Iterator[Callable[[], Baseline]]:
+    if device == "cpu":
+        yield lambda: SdpaBaseline("sdpa_cpu", "cpu", None)
+        return
+    if device != "cuda" or not torch.cuda.is_available():
+        return
+    if torch.version.hip:
+        yield AiterBaseline
+        return
+    from torch.nn.attention import SDPBackend
+
+    yield lambda: SdpaBaseline("sdpa_flash", "cuda", SDPBackend.FLASH_ATTENTION)
+    yield lambda: SdpaBaseline("sdpa_cudnn", "cuda", SDPBackend.CUDNN_ATTENTION)
+
+
+def _runs(bl: Baseline) -> bool:
+    """A tiny call in both layouts; a baseline that imports but cannot run is not available."""
+    dev = torch.device(bl.device)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    shape = (1, 130, 2, 128)  # > 128 rows so AITER takes its v3 path
+    q, k, v = (torch.randn(shape, generator=g).to(dev, torch.bfloat16) for _ in range(3))
+    mode = bl.modes[0]
+    for layout, args in (("bshd", (q, k, v)), ("bhsd", tuple(t.transpose(1, 2) for t in (q, k, v)))):
+        o = bl(*args, layout=layout, rounding=mode)  # type: ignore[arg-type]
+        if o.shape != args[0].shape or not torch.isfinite(o.float()).all():
+            return False
+    return True
+
+
+@functools.cache
+def available_baselines(device: str) -> list[Baseline]:
+    """The baselines that import and run on this device type ("cpu" or "cuda"), best first."""
+    found: list[Baseline] = []
+    for make in _candidates(device.split(":")[0]):
+        try:
+            bl = make()
+            if _runs(bl):
+                found.append(bl)
+        except Exception:  # an unavailable backend raises anything from ImportError to RuntimeError
+            continue
+    return found

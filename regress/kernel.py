@@ -1,0 +1,278 @@
+"""Load a built kernel library through its C ABI and call it on torch tensors.
+
+`attention()` is the public entry point; `KernelLibrary` wraps one shared library built by
+`regress.build.build_kernel` (see kernel/include/regress_attn.h for the contract).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from regress.results import ROUNDING_CODE
+
+Layout = Literal["bshd", "bhsd"]
+Rounding = Literal["rtne", "rtna", "rtz"]
+
+RA_ABI_VERSION = 1
+RA_HEAD_DIM = 128
+_ERR_LEN = 512
+
+
+class KernelError(RuntimeError):
+    """The kernel refused or failed a call; `.code` is the C ABI's ra_status."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+_Strides = ctypes.c_int64 * 4
+
+
+class _Params(ctypes.Structure):
+    # Mirrors ra_attention_params field for field; ctypes applies the C alignment rules.
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32),
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("q_stride", _Strides),
+        ("k_stride", _Strides),
+        ("v_stride", _Strides),
+        ("o_stride", _Strides),
+        ("scale", ctypes.c_float),
+        ("rounding", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+def _bhsd_strides(t: torch.Tensor, layout: Layout) -> tuple[int, int, int, int]:
+    """Element strides in (batch, head, seq, dim) order; size-1 dims get stride 0 because torch
+    gives them arbitrary strides and they are never stepped over."""
+    st = t.stride()
+    order = (0, 2, 1, 3) if layout == "bshd" else (0, 1, 2, 3)
+    return tuple(0 if t.shape[i] == 1 and i != 3 else st[i] for i in order)  # type: ignore[return-value]
+
+
+def _bhsd_shape(t: torch.Tensor, layout: Layout) -> tuple[int, int, int, int]:
+    b, x, y, d = t.shape
+    return (b, y, x, d) if layout == "bshd" else (b, x, y, d)
+
+
+class KernelLibrary:
+    """One loaded kernel library (`libregress_attn_<backend>.so`)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lib = ctypes.CDLL(str(self.path))
+        self._lib.ra_backend_name.restype = ctypes.c_char_p
+        self._lib.ra_backend_name.argtypes = []
+        self._lib.ra_build_info.restype = ctypes.c_char_p
+        self._lib.ra_build_info.argtypes = []
+        self._lib.ra_attention_fwd.restype = ctypes.c_int
+        self._lib.ra_attention_fwd.argtypes = [ctypes.POINTER(_Params), ctypes.c_char_p, ctypes.c_size_t]
+        self.backend: str = self._lib.ra_backend_name().decode()
+        self.device_type = "cpu" if self.backend == "cpu" else "cuda"
+
+    def __repr__(self) -> str:
+        return f"KernelLibrary(backend={self.backend!r}, path={str(self.path)!r})"
+
+    def build_info(self) -> dict[str, Any]:
+        return json.loads(self._lib.ra_build_info().decode())
+
+    @property
+    def raw(self) -> ctypes.CDLL:
+        """The ctypes handle, for test hooks such as the CPU backend's ra_cpu_round_f32."""
+        return self._lib
+
+    def _check(self, name: str, t: torch.Tensor) -> None:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.bfloat16:
+            raise TypeError(
+                f"{name} has dtype {str(t.dtype).removeprefix('torch.')}, the kernel takes bfloat16"
+            )
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D ([B,S,H,D] or [B,H,S,D]), got shape {tuple(t.shape)}")
+        if t.device.type != self.device_type:
+            raise ValueError(
+                f"{name} is on {t.device}, the {self.backend} kernel takes {self.device_type} tensors"
+            )
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        layout: Layout = "bshd",
+        rounding: Rounding = "rtna",
+        scale: float | None = None,
+        out: torch.Tensor | None = None,
+        stream: int | None = None,
+    ) -> torch.Tensor:
+        """O = softmax(scale · Q Kᵀ) V, bf16 in and out, output in q's layout.
+
+        q is [B,Sq,H,D] (bshd) or [B,H,Sq,D] (bhsd), k and v likewise with Sk; any strides whose last
+        dim is contiguous. Raises KernelError (with the kernel's message) when the kernel refuses.
+        """
+        if layout not in ("bshd", "bhsd"):
+            raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
+        if rounding not in ROUNDING_CODE:
+            raise ValueError(f"rounding {rounding!r} is not one of {', '.join(ROUNDING_CODE)}")
+        if scale is not None and not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be positive and finite, got {scale}")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            self._check(name, t)
+        if not (q.device == k.device == v.device):
+            raise ValueError(f"q, k, v are on different devices: {q.device}, {k.device}, {v.device}")
+        b, h, sq, d = _bhsd_shape(q, layout)
+        kb, kh, sk, kd = _bhsd_shape(k, layout)
+        if _bhsd_shape(v, layout) != (kb, kh, sk, kd):
+            raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
+        if (kb, kh, kd) != (b, h, d):
+            raise ValueError(
+                f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree in batch, heads or head_dim ({layout})"
+            )
+        if out is None:
+            out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+        else:
+            self._check("out", out)
+            if out.shape != q.shape or out.device != q.device:
+                raise ValueError(f"out {tuple(out.shape)} on {out.device} must match q {tuple(q.shape)}")
+
+        p = _Params()
+        p.abi_version = RA_ABI_VERSION
+        p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+        p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim = b, h, sq, sk, d
+        p.q_stride = _Strides(*_bhsd_strides(q, layout))
+        p.k_stride = _Strides(*_bhsd_strides(k, layout))
+        p.v_stride = _Strides(*_bhsd_strides(v, layout))
+        p.o_stride = _Strides(*_bhsd_strides(out, layout))
+        p.scale = 0.0 if scale is None else float(scale)  # 0 selects 1/sqrt(head_dim) in the kernel
+        p.rounding = ROUNDING_CODE[rounding]
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        if self.device_type == "cuda":
+            with torch.cuda.device(q.device):
+                p.stream = stream if stream is not None else torch.cuda.current_stream().cuda_stream
+                rc = self._lib.ra_attention_fwd(ctypes.byref(p), err, _ERR_LEN)
+        else:
+            p.stream = None
+            rc = self._lib.ra_attention_fwd(ctypes.byref(p), err, _ERR_LEN)
+        if rc != 0:
+            raise KernelError(
+                f"{self.backend} kernel refused the call: {err.value.decode(errors='replace')}", rc
+            )
+        return out
+
+
+_LIBS: dict[Path, KernelLibrary] = {}
+_LOCK = threading.Lock()
+
+
+def load_library(path: str | os.PathLike[str]) -> KernelLibrary:
+    """Load (once per resolved path) a kernel library."""
+    key = Path(path).resolve()
+    with _LOCK:
+        if key not in _LIBS:
+            _LIBS[key] = KernelLibrary(key)
+        return _LIBS[key]
+
+
+def backend_for_device(device: torch.device) -> str:
+    if device.type == "cpu":
+        return "cpu"
+    if device.type == "cuda":
+        return "hip" if torch.version.hip else "cuda"
+    raise ValueError(f"no kernel backend for device {device}")
+
+
+_DEFAULT: dict[str, KernelLibrary] = {}
+
+
+def default_library(backend: str) -> KernelLibrary:
+    """The library of `backend` built with the default flags (built on first use, then cached)."""
+    from regress.build import build_kernel
+
+    with _LOCK:
+        lib = _DEFAULT.get(backend)
+    if lib is None:
+        lib = load_library(build_kernel(backend).path)
+        with _LOCK:
+            _DEFAULT[backend] = lib
+    return lib
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    layout: Layout = "bshd",
+    rounding: Rounding = "rtna",
+    scale: float | None = None,
+    use: Literal["kernel", "baseline"] | None = None,
+) -> torch.Tensor:
+    """Attention forward, O = softmax(scale · Q Kᵀ) V, bf16, head_dim 128, output in q's layout.
+
+    q is [B,Sq,H,D] (layout "bshd") or [B,H,Sq,D] ("bhsd"); k, v the same with Sk. `scale` defaults to
+    1/sqrt(128). `rounding` picks the fp32 -> bf16 rounding of the output: "rtne", "rtna" or "rtz".
+
+    Which implementation runs:
+      * use="kernel": this project's kernel for q's device (CPU golden model on CPU tensors, the
+        CUDA or HIP kernel on GPU tensors), built on first use by regress.build.build_kernel.
+      * use="baseline": the vendor baseline for q's device (regress.baselines): SDPA on CPU and
+        NVIDIA, AITER on ROCm. SDPA rounds with rtne only; asking it for another mode warns.
+      * use=None (default): the kernel, unless the environment variable REGRESS_ATTENTION=baseline
+        is set. That variable is the back-out switch: when a nightly goes red, set it and callers get
+        the baseline without a code change.
+    """
+    if use is None:
+        use = (
+            "baseline" if os.environ.get("REGRESS_ATTENTION", "").strip().lower() == "baseline" else "kernel"
+        )
+    if use == "baseline":
+        return _baseline_attention(q, k, v, layout=layout, rounding=rounding, scale=scale)
+    if use != "kernel":
+        raise ValueError(f"use={use!r}: expected 'kernel', 'baseline' or None")
+    lib = default_library(backend_for_device(q.device))
+    return lib.forward(q, k, v, layout=layout, rounding=rounding, scale=scale)
+
+
+def _baseline_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    layout: Layout,
+    rounding: Rounding,
+    scale: float | None,
+) -> torch.Tensor:
+    from regress.baselines import available_baselines
+
+    found = available_baselines(str(q.device.type))
+    if not found:
+        raise RuntimeError(f"no baseline attention kernel is available on {q.device}")
+    chosen = next((bl for bl in found if bl.supports(rounding)), None)
+    if chosen is None:
+        chosen = found[0]
+        warnings.warn(
+            f"baseline {chosen.name} cannot round with {rounding}; it rounds with rtne", stacklevel=3
+        )
+        rounding = "rtne"
+    return chosen(q, k, v, layout=layout, rounding=rounding, scale=scale)
