@@ -1,0 +1,52 @@
+"""`regress db upgrade|current|downgrade`: the schema, only ever through Alembic."""
+
+from __future__ import annotations
+
+import click
+
+from ..store.db import current_revision, downgrade, head_revision, make_engine, upgrade
+
+_db = click.option(
+    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
+)
+
+
+@click.group()
+def db() -> None:
+    """Database schema management."""
+
+
+@db.command("upgrade")
+@_db
+@click.option("--revision", default="head", show_default=True)
+def upgrade_cmd(db_url: str | None, revision: str) -> None:
+    """Create or migrate the schema."""
+    engine = make_engine(db_url)
+    upgrade(engine, revision)
+    click.echo(f"schema at {current_revision(engine)}")
+
+
+@db.command("current")
+@_db
+@click.option("--check-heads", is_flag=True, help="Exit 1 unless the database is at the newest revision.")
+@click.pass_context
+def current_cmd(ctx: click.Context, db_url: str | None, check_heads: bool) -> None:
+    """Print the schema revision of the database and of the code."""
+    engine = make_engine(db_url)
+    cur, head = current_revision(engine), head_revision(engine)
+    click.echo(f"database {cur or 'empty'}; code head {head}")
+    if check_heads and cur != head:
+        ctx.exit(1)
+
+
+@db.command("downgrade")
+@_db
+@click.argument("revision")
+def downgrade_cmd(db_url: str | None, revision: str) -> None:
+    """Migrate the schema down to REVISION ('base' empties it)."""
+    engine = make_engine(db_url)
+    downgrade(engine, revision)
+    click.echo(f"schema at {current_revision(engine) or 'empty'}")
+
+
+COMMANDS = [db]

@@ -1,0 +1,147 @@
+"""`regress nightly`: the main job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..nightly import DEFAULT_SUITES, NightlyOptions, NightlyOutcome, parse_inject, run_nightly
+from ..results import CaseResult
+
+
+@click.command()
+@click.option(
+    "--backend",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "cpu", "cuda", "hip"]),
+    help="auto: hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu.",
+)
+@click.option("--stack", "stack_name", help="Pinned stack (runners/stacks/NAME.toml) the machine must match.")
+@click.option("--allow-drift", is_flag=True, help="Run even if the machine drifted from its pin (recorded).")
+@click.option("--suites", default=",".join(DEFAULT_SUITES), show_default=True, help="Comma-separated suites.")
+@click.option("--quick", is_flag=True, help="Smoke subset (under a minute on the CPU).")
+@click.option(
+    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("regress-out"),
+    show_default=True,
+    help="Where bundles (and reports) are written.",
+)
+@click.option(
+    "--inject",
+    multiple=True,
+    metavar="FAULT",
+    help="Fire drill: build a broken kernel (slowdown=PCT, ulp=N, nondeterminism); the run is a drill.",
+)
+@click.option("--gpus", help="Shard cases over GPUs: 'all' or '0,1,...' (one worker process per GPU).")
+@click.option(
+    "--upload", "upload_url", help="Results service URL to upload the bundle to (token in REGRESS_TOKEN)."
+)
+@click.option("--iterations", type=click.IntRange(min=1), help="Override timed iterations per perf case.")
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option(
+    "--trigger", default="manual", show_default=True, help="Why this run happened (nightly, gate, ...)."
+)
+@click.option("--runner", help="Runner name recorded with the run.")
+@click.pass_context
+def nightly(
+    ctx: click.Context,
+    backend: str,
+    stack_name: str | None,
+    allow_drift: bool,
+    suites: str,
+    quick: bool,
+    db_url: str | None,
+    out: Path,
+    inject: tuple[str, ...],
+    gpus: str | None,
+    upload_url: str | None,
+    iterations: int | None,
+    seed: int,
+    trigger: str,
+    runner: str | None,
+) -> None:
+    """Stack check, build, run the suites, store every result, print a summary.
+
+    Exit 0: every suite passed; 1: a suite failed; 2: could not run.
+    """
+    opts = NightlyOptions(
+        backend=backend,
+        stack=stack_name,
+        suites=tuple(s.strip() for s in suites.split(",") if s.strip()),
+        quick=quick,
+        db=db_url,
+        out=out,
+        inject=parse_inject(inject),
+        allow_drift=allow_drift,
+        gpus=gpus,
+        upload=upload_url,
+        iterations=iterations,
+        seed=seed,
+        trigger=trigger,
+        runner=runner,
+    )
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def progress(label: str, done: int, total: int, result: CaseResult | None) -> None:
+            bar.update(task, description=label[:60], completed=done, total=total)
+            if result is not None and result.status in ("fail", "error"):
+                bar.console.print(
+                    f"[red]{result.status}[/] {result.case.suite}/{result.case.name}: {result.message}"
+                )
+
+        outcome = run_nightly(opts, progress)
+    print_summary(outcome, Console())
+    ctx.exit(outcome.exit_code)
+
+
+def print_summary(outcome: NightlyOutcome, console: Console) -> None:
+    summary = outcome.summary
+    if "error" in summary:
+        console.print(f"[red]run {outcome.run_id} could not run:[/] {summary['error']}")
+        return
+    table = Table(title=f"run {outcome.run_id}")
+    for col in ("suite", "pass", "fail", "error", "skip"):
+        table.add_column(col, justify="left" if col == "suite" else "right")
+    for suite, counts in summary.get("suites", {}).items():
+        table.add_row(suite, *(str(counts.get(k, 0)) for k in ("pass", "fail", "error", "skip")))
+    console.print(table)
+    geo = summary.get("geomean_speedup", {})
+    if geo:
+        speed = Table(title="geomean speedup of the kernel over each baseline (perf suite)")
+        baselines = sorted({b for per in geo.values() for b in per})
+        speed.add_column("mode")
+        for b in baselines:
+            speed.add_column(b, justify="right")
+        for mode in sorted(geo):
+            speed.add_row(mode, *(f"{geo[mode][b]:.3f}×" if b in geo[mode] else "—" for b in baselines))
+        console.print(speed)
+    for name in summary.get("failing_cases", [])[:20]:
+        console.print(f"[red]failing[/] {name}")
+    if outcome.regressions:
+        console.print(
+            f"[yellow]{len(outcome.regressions)} regression(s) flagged[/]: `regress regressions list`"
+        )
+    console.print(f"bundle: {outcome.bundle_path}")
+    verdict = {0: "[green]all suites passed[/]", 1: "[red]a suite failed[/]", 2: "[red]could not run[/]"}
+    console.print(verdict.get(outcome.exit_code, str(outcome.exit_code)))
+
+
+COMMANDS = [nightly]
