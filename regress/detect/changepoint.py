@@ -1,0 +1,257 @@
+"""Change points over one series of nightly values (history analysis, DESIGN §6).
+
+Pure: sequences in, a list of `ChangePoint` out; no database, no files.
+
+Method ("robust binary segmentation", chosen by measurement: benchmarks/detection.py, docs/detection.md)
+-----------------------------------------------------------------------------------------------------
+1. Noise scale. sigma = 1.4826 · median|x[i+1] − x[i]| / √2, the median absolute successive
+   difference (a steady series' sigma; unaffected by a few steps or outliers, unlike the sample
+   standard deviation that Otava's t-test uses inside each window).
+2. Outliers. Every value is clipped to its 3-point running median ± k·sigma. A median of 3 erases any
+   single-night excursion but keeps every step that lasts two nights, so "a one-night outlier that
+   returns is not a step" holds by construction, and the last night alone never makes a step.
+3. Segmentation. Binary segmentation (Scott & Knott 1974; Killick et al. 2012 for the family) of the
+   clipped series under a Gaussian mean-shift model with the known sigma of (1): in a segment the
+   split t maximises the two-sample z = |mean(left) − mean(right)| / (sigma·√(1/n₁ + 1/n₂)); its
+   two-sided normal p-value times the number of candidate splits (Bonferroni) must be below
+   ``alpha``, the relative change at least ``min_relative_change`` and, when raw samples are given,
+   a Mann–Whitney U test on the samples of the nights around the split must agree. Accepted splits
+   recurse into both halves.
+4. Pruning, as Otava's merge step (Fleming et al. 2023, "Hunter"): each change point is re-tested
+   against its neighbouring segments only; the weakest failing one is removed and its neighbours
+   re-tested, until all pass.
+
+Cost: O(n log n) per series with numpy (prefix sums make each segment scan O(length)); about 1 ms for
+a year of nights, so 500 series in well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy import special, stats
+
+Direction = Literal["slower", "faster"]
+
+
+@dataclass(frozen=True)
+class ChangePointConfig:
+    """Thresholds of `detect_change_points` (defaults measured in docs/detection.md).
+
+    Attributes
+    ----------
+    alpha : float
+        Family-wise false-alarm probability per tested segment (Bonferroni over candidate splits).
+    min_relative_change : float
+        Relative step size below which no change point is reported (0.01 = 1 %).
+    min_segment : int
+        Fewest nights on either side of a change point. 2 means a step is confirmed by its second
+        night; a one-night excursion can never form a segment.
+    outlier_k : float
+        Values beyond their 3-point running median ± outlier_k·sigma are clipped to that band.
+    sample_alpha : float
+        With raw samples, the Mann–Whitney U p-value (two-sided) the nights around a split must reach.
+    sample_window : int
+        Nights on each side of a split whose raw samples are pooled for that test.
+    higher_is_worse : bool
+        True for times: an upward step is "slower".
+    max_change_points : int
+        Safety bound on the recursion.
+    """
+
+    alpha: float = 0.001
+    min_relative_change: float = 0.01
+    min_segment: int = 2
+    outlier_k: float = 2.0
+    sample_alpha: float = 0.001
+    sample_window: int = 3
+    higher_is_worse: bool = True
+    max_change_points: int = 64
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A step in a series.
+
+    index is the first position (in the input sequence) at the new level; magnitude the relative
+    change (after − before) / |before| of the clipped segment means on either side; p_value the
+    Bonferroni-corrected p-value of the split against its neighbouring segments.
+    """
+
+    index: int
+    direction: Direction
+    magnitude: float
+    p_value: float
+    before_mean: float
+    after_mean: float
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        return {
+            "index": self.index,
+            "direction": self.direction,
+            "magnitude": self.magnitude,
+            "p_value": self.p_value,
+            "before_mean": self.before_mean,
+            "after_mean": self.after_mean,
+        }
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """Gaussian-consistent sigma from the median absolute successive difference. O(n log n)."""
+    if x.size < 2:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(np.diff(x))) / math.sqrt(2.0))
+
+
+def clip_outliers(x: np.ndarray, sigma: float, k: float) -> np.ndarray:
+    """Clips each value to its 3-point running median ± k·sigma (ends use the nearest full window)."""
+    n = x.size
+    if n < 3:
+        return x.copy()
+    med = np.empty(n)
+    med[1:-1] = np.median(np.stack([x[:-2], x[1:-1], x[2:]]), axis=0)
+    med[0], med[-1] = med[1], med[-2]
+    return np.clip(x, med - k * sigma, med + k * sigma)
+
+
+def _best_split(csum: np.ndarray, a: int, b: int, m: int, sigma: float) -> tuple[int, float]:
+    """Split t in [a+m, b-m] maximising the mean-shift z of segment [a, b); returns (t, z)."""
+    t = np.arange(a + m, b - m + 1)
+    n1, n2 = t - a, b - t
+    left = (csum[t] - csum[a]) / n1
+    right = (csum[b] - csum[t]) / n2
+    z = np.abs(left - right) / (sigma * np.sqrt(1.0 / n1 + 1.0 / n2))
+    i = int(np.argmax(z))
+    return int(t[i]), float(z[i])
+
+
+def _corrected_p(z: float, candidates: int) -> float:
+    # Two-sided normal tail times the number of splits that were scanned (Bonferroni).
+    return min(1.0, float(special.erfc(z / math.sqrt(2.0))) * max(candidates, 1))
+
+
+class _Series:
+    """One series prepared for segmentation: clipped values, prefix sums, noise scale, samples."""
+
+    def __init__(self, x: np.ndarray, samples: list[np.ndarray] | None, cfg: ChangePointConfig) -> None:
+        self.cfg = cfg
+        self.sigma_raw = robust_sigma(x)
+        scale = max(float(np.median(np.abs(x))), 1e-300)
+        # A perfectly steady series (sigma 0) still needs a finite z; any real step then passes.
+        self.sigma = max(self.sigma_raw, 1e-9 * scale)
+        self.y = clip_outliers(x, self.sigma_raw, cfg.outlier_k)
+        self.csum = np.concatenate([[0.0], np.cumsum(self.y)])
+        self.samples = samples
+
+    def mean(self, a: int, b: int) -> float:
+        return float((self.csum[b] - self.csum[a]) / (b - a))
+
+    def test(self, a: int, t: int, b: int, candidates: int) -> tuple[float, float, float]:
+        """(corrected p, before mean, after mean) of a split at t of segment [a, b)."""
+        n1, n2 = t - a, b - t
+        before, after = self.mean(a, t), self.mean(t, b)
+        z = abs(after - before) / (self.sigma * math.sqrt(1.0 / n1 + 1.0 / n2))
+        return _corrected_p(z, candidates), before, after
+
+    def accepts(self, a: int, t: int, b: int, p: float, before: float, after: float) -> bool:
+        cfg = self.cfg
+        if p >= cfg.alpha or before == 0.0:
+            return False
+        if abs(after - before) / abs(before) < cfg.min_relative_change:
+            return False
+        if self.samples is not None:
+            w = cfg.sample_window
+            left = [s for s in self.samples[max(a, t - w) : t] if s.size]
+            right = [s for s in self.samples[t : min(b, t + w)] if s.size]
+            if left and right:
+                lv, rv = np.concatenate(left), np.concatenate(right)
+                if lv.size >= 3 and rv.size >= 3 and not (np.all(lv == lv[0]) and np.all(rv == lv[0])):
+                    sp = stats.mannwhitneyu(lv, rv, alternative="two-sided", method="asymptotic").pvalue
+                    if sp >= cfg.sample_alpha:
+                        return False
+        return True
+
+
+def detect_change_points(
+    values: Sequence[float],
+    samples: Sequence[Sequence[float]] | None = None,
+    config: ChangePointConfig | None = None,
+) -> list[ChangePoint]:
+    """Finds the steps in a time-ordered series of nightly values.
+
+    Parameters
+    ----------
+    values : sequence of float
+        One value per night (e.g. the p50 time), oldest first. Non-finite values are skipped.
+    samples : sequence of sequences of float, optional
+        The raw samples behind each value (same length as ``values``). When given, a split must
+        also be significant on the raw samples (Mann–Whitney U), which keeps noisy nights honest.
+    config : ChangePointConfig, optional
+        Thresholds; the defaults are the ones measured in docs/detection.md.
+
+    Returns
+    -------
+    list of ChangePoint
+        Sorted by index. Model, method and cost: see the module docstring.
+    """
+    cfg = config or ChangePointConfig()
+    if samples is not None and len(samples) != len(values):
+        raise ValueError(f"samples has {len(samples)} nights, values has {len(values)}")
+    raw = np.asarray(values, dtype=float)
+    keep = np.flatnonzero(np.isfinite(raw))
+    x = raw[keep]
+    m = max(1, cfg.min_segment)
+    if x.size < 2 * m:
+        return []
+    sample_arrays = None
+    if samples is not None:
+        sample_arrays = [np.asarray(samples[i], dtype=float) for i in keep]
+        sample_arrays = [s[np.isfinite(s)] for s in sample_arrays]
+    series = _Series(x, sample_arrays, cfg)
+
+    # Split step: binary segmentation, each segment tested with Bonferroni over its candidate splits.
+    cuts: list[int] = []
+    pending = [(0, int(x.size))]
+    while pending and len(cuts) < cfg.max_change_points:
+        a, b = pending.pop()
+        if b - a < 2 * m:
+            continue
+        t, _ = _best_split(series.csum, a, b, m, series.sigma)
+        p, before, after = series.test(a, t, b, b - a - 2 * m + 1)
+        if series.accepts(a, t, b, p, before, after):
+            cuts.append(t)
+            pending += [(a, t), (t, b)]
+    cuts.sort()
+
+    # Merge step: re-test each cut against its neighbouring segments; drop the weakest failure.
+    while True:
+        bounds = [0, *cuts, int(x.size)]
+        tested = []
+        for i, t in enumerate(cuts):
+            a, b = bounds[i], bounds[i + 2]
+            p, before, after = series.test(a, t, b, b - a - 2 * m + 1)
+            tested.append((series.accepts(a, t, b, p, before, after), p, before, after))
+        failing = [i for i, r in enumerate(tested) if not r[0]]
+        if not failing:
+            break
+        del cuts[max(failing, key=lambda i: tested[i][1])]
+
+    out: list[ChangePoint] = []
+    for t, (_, p, before, after) in zip(cuts, tested, strict=True):
+        up = after > before
+        slower = up if cfg.higher_is_worse else not up
+        out.append(
+            ChangePoint(
+                index=int(keep[t]),
+                direction="slower" if slower else "faster",
+                magnitude=(after - before) / abs(before),
+                p_value=p,
+                before_mean=before,
+                after_mean=after,
+            )
+        )
+    return out

@@ -1,0 +1,110 @@
+"""Pure change-point tests: steps found, one-night outliers ignored, edge cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from regress.detect import ChangePoint, ChangePointConfig, detect_change_points
+
+
+def _series(n: int, sigma: float = 0.005, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return 10.0 * (1.0 + sigma * rng.standard_normal(n))
+
+
+@pytest.mark.parametrize("step", [0.03, 0.05, 0.10])
+def test_finds_a_slowdown_at_its_night(step: float) -> None:
+    x = _series(200)
+    x[120:] *= 1.0 + step
+    cps = detect_change_points(x)
+    assert len(cps) == 1
+    cp = cps[0]
+    assert abs(cp.index - 120) <= 1
+    assert cp.direction == "slower"
+    assert cp.magnitude == pytest.approx(step, abs=0.01)
+    assert cp.p_value < 1e-3
+    assert cp.after_mean > cp.before_mean
+
+
+def test_finds_a_speedup_and_two_steps() -> None:
+    x = _series(300, seed=1)
+    x[100:] *= 0.95
+    x[200:] *= 1.08
+    cps = detect_change_points(x)
+    assert [(round(c.index, -1), c.direction) for c in cps] == [(100, "faster"), (200, "slower")]
+
+
+def test_lower_is_worse_flips_direction() -> None:
+    x = _series(100, seed=2)
+    x[50:] *= 0.9
+    cps = detect_change_points(x, config=ChangePointConfig(higher_is_worse=False))
+    assert cps[0].direction == "slower"
+
+
+@pytest.mark.parametrize("where", [10, 150, 197, 198, 199])
+def test_one_night_outlier_is_not_a_step(where: int) -> None:
+    x = _series(200, seed=3)
+    x[where] *= 1.5
+    assert detect_change_points(x) == []
+
+
+def test_step_is_confirmed_by_its_second_night() -> None:
+    x = _series(120, seed=4)
+    x[118:] *= 1.05
+    assert detect_change_points(x[:119]) == []  # one night at the new level: could be an outlier
+    cps = detect_change_points(x)
+    assert [c.index for c in cps] == [118]
+
+
+def test_quiet_noise_gives_no_change_points() -> None:
+    # alpha = 0.001 per series: about 1 false change point in 3000 years of pure noise (measured).
+    found = sum(len(detect_change_points(_series(365, sigma=0.01, seed=s))) for s in range(100, 140))
+    assert found == 0
+
+
+def test_step_below_the_floor_is_not_reported() -> None:
+    x = np.full(100, 5.0)
+    x[50:] = 5.02  # 0.4 %: significant in a noiseless series but below min_relative_change
+    assert detect_change_points(x) == []
+    x[50:] = 5.5
+    assert [c.index for c in detect_change_points(x)] == [50]
+
+
+def test_steady_series_with_exact_values_and_nan() -> None:
+    x = np.array([1.0] * 30 + [float("nan")] + [1.2] * 30)
+    cps = detect_change_points(x)
+    assert [c.index for c in cps] == [31]
+    assert cps[0].magnitude == pytest.approx(0.2)
+
+
+def test_noisy_raw_samples_veto_a_step() -> None:
+    rng = np.random.default_rng(5)
+    x = _series(60, sigma=0.001, seed=5)
+    x[30:] *= 1.02
+    wide = [list(v * (1 + 0.5 * rng.standard_normal(4))) for v in x]
+    assert detect_change_points(x, samples=wide) == []
+    tight = [list(v * (1 + 0.001 * rng.standard_normal(50))) for v in x]
+    assert [c.index for c in detect_change_points(x, samples=tight)] == [30]
+
+
+def test_short_and_empty_series() -> None:
+    assert detect_change_points([]) == []
+    assert detect_change_points([1.0, 2.0, 3.0]) == []
+
+
+def test_samples_must_match_values() -> None:
+    with pytest.raises(ValueError):
+        detect_change_points([1.0, 2.0], samples=[[1.0]])
+
+
+def test_to_dict_round_trip() -> None:
+    cp = ChangePoint(3, "slower", 0.1, 1e-5, 1.0, 1.1)
+    assert cp.to_dict()["direction"] == "slower"
+
+
+def test_year_of_500_series_is_fast_enough_to_run_nightly() -> None:
+    # Sanity, not a timed assertion: the benchmark (benchmarks/detection.py) measures the runtime.
+    rng = np.random.default_rng(6)
+    data = 1.0 + 0.01 * rng.standard_normal((500, 365))
+    assert sum(len(detect_change_points(row)) for row in data) <= 2
