@@ -67,33 +67,142 @@ void dispatch_rounding(int mode, F&& f) {
   }
 }
 
-// Fixed 8-way partial sums and a fixed reduction tree: vectorisable without reassociation.
-inline float dot128(const float* __restrict a, const float* __restrict b) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int d = 0; d < kD; d += 8)
-    for (int i = 0; i < 8; ++i) acc[i] += a[d + i] * b[d + i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+// Eight fp32 lanes. Lane-wise IEEE operations only (no reassociation, no FMA: -ffp-contract=off),
+// so the bits are the same whether the compiler emits SSE2 pairs or AVX2.
+typedef float f8 __attribute__((vector_size(32)));
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef float f8u __attribute__((vector_size(32), aligned(4)));  // unaligned loads/stores
+// Always inlined, so each clone of attention_row gets its own copy (no vector-ABI crossings).
+#define RA_INLINE inline __attribute__((always_inline))
+
+RA_INLINE f8 load8(const float* p) { return *reinterpret_cast<const f8u*>(p); }
+RA_INLINE void store8(float* p, f8 x) { *reinterpret_cast<f8u*>(p) = x; }
+RA_INLINE f8 splat8(float x) { return f8{x, x, x, x, x, x, x, x}; }
+// The fixed reduction tree of the 8 partial sums.
+RA_INLINE float reduce8(f8 a) { return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])); }
+
+// exp for fp32 in plain arithmetic (Cephes expf: Cody-Waite reduction, degree-6 polynomial,
+// about 1 ulp). Our own instead of libm's expf because glibc picks an FMA or non-FMA variant by CPU,
+// which could change the golden model's bits from one host to the next; this also vectorises.
+// exp(-inf) = 0, exp(NaN) = NaN, results down into the subnormals as IEEE expf gives them.
+RA_INLINE f8 exp8(f8 x) {
+  const f8 lo = splat8(-104.0f);  // exp(-104) < half the smallest subnormal: rounds to 0
+  const f8 hi = splat8(88.0f);    // inputs here are <= 0; clamp only keeps the scaling in range
+  f8 xc = x != x ? splat8(0.0f) : x;
+  xc = xc < lo ? lo : xc;
+  xc = xc > hi ? hi : xc;
+  const f8 magic = splat8(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const f8 fn = (xc * splat8(1.44269504088896341f) + magic) - magic;
+  const f8 r = (xc - fn * splat8(0.693359375f)) - fn * splat8(-2.12194440e-4f);
+  const f8 z = r * r;
+  f8 y = splat8(1.9875691500e-4f);
+  y = y * r + splat8(1.3981999507e-3f);
+  y = y * r + splat8(8.3334519073e-3f);
+  y = y * r + splat8(4.1665795894e-2f);
+  y = y * r + splat8(1.6666665459e-1f);
+  y = y * r + splat8(5.0000001201e-1f);
+  y = (y * z + r) + splat8(1.0f);
+  // y * 2^n as (y * 2^a) * 2^b with a + b = n: both factors normal, one rounding at the end.
+  const i8 n = __builtin_convertvector(fn, i8);
+  const i8 a = n >> 1;
+  const i8 b = n - a;
+  y = y * reinterpret_cast<f8>((a + 127) << 23);
+  y = y * reinterpret_cast<f8>((b + 127) << 23);
+  y = x < lo ? splat8(0.0f) : y;
+  return x != x ? x : y;
 }
 
-// Four keys against one query: same per-key arithmetic as dot128, q loaded once.
-inline void dot128x4(const float* __restrict q, const float* __restrict k, float* __restrict s) {
-  float a0[8] = {0}, a1[8] = {0}, a2[8] = {0}, a3[8] = {0};
-  const float* k0 = k;
-  const float* k1 = k + kD;
-  const float* k2 = k + 2 * kD;
-  const float* k3 = k + 3 * kD;
-  for (int d = 0; d < kD; d += 8) {
-    for (int i = 0; i < 8; ++i) {
-      a0[i] += q[d + i] * k0[d + i];
-      a1[i] += q[d + i] * k1[d + i];
-      a2[i] += q[d + i] * k2[d + i];
-      a3[i] += q[d + i] * k3[d + i];
+// One output row in fp32 (before rounding). k, v: [sk][128] fp32; s: scratch of >= sk + 8 floats.
+// Compiled twice on x86 (SSE2 and AVX2, chosen at load time); the results are identical bit for bit.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(RA_CPU_NO_CLONES)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void attention_row(const float* __restrict q, const float* __restrict k, const float* __restrict v,
+                   int64_t sk, float scale, float* __restrict s, float* __restrict out) {
+  // Scores, four keys at a time; each key's dot product uses the same 8 partial sums.
+  int64_t j = 0;
+  for (; j + 4 <= sk; j += 4) {
+    const float* k0 = k + j * kD;
+    f8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (int d = 0; d < kD; d += 8) {
+      const f8 qv = load8(q + d);
+      a0 += qv * load8(k0 + d);
+      a1 += qv * load8(k0 + kD + d);
+      a2 += qv * load8(k0 + 2 * kD + d);
+      a3 += qv * load8(k0 + 3 * kD + d);
+    }
+    // Scale after the dot, as the reference computes (Q.K) * scale.
+    s[j] = reduce8(a0) * scale;
+    s[j + 1] = reduce8(a1) * scale;
+    s[j + 2] = reduce8(a2) * scale;
+    s[j + 3] = reduce8(a3) * scale;
+  }
+  for (; j < sk; ++j) {
+    f8 a0 = {};
+    for (int d = 0; d < kD; d += 8) a0 += load8(q + d) * load8(k + j * kD + d);
+    s[j] = reduce8(a0) * scale;
+  }
+
+#if RA_INJECT_SLOWDOWN_PCT > 0
+  // Drill: the score pass is about half the arithmetic, so repeating 2N % of it adds ~N %.
+  {
+    const int64_t extra = sk * 2 * RA_INJECT_SLOWDOWN_PCT / 100 + 1;
+    f8 junk = {};
+    for (int64_t e = 0; e < extra; ++e) {
+      const float* kr = k + (e % sk) * kD;
+      for (int d = 0; d < kD; d += 8) junk += load8(q + d) * load8(kr + d);
+    }
+    const float jf = reduce8(junk);
+    uint32_t bits;
+    std::memcpy(&bits, &jf, sizeof bits);
+    g_sink.fetch_xor(bits, std::memory_order_relaxed);
+  }
+#endif
+
+  // Row max. A NaN score is skipped here but poisons the row through exp below; an all -inf row
+  // gives exp(-inf - -inf) = NaN, as in the fp64 reference (no "-inf row -> 0" shortcut).
+  float m = s[0];
+  for (j = 1; j < sk; ++j) m = s[j] > m ? s[j] : m;
+
+  // e_j = exp(s_j - m) in place; the tail is padded so whole vectors can be read.
+  const f8 mv = splat8(m);
+  for (j = 0; j + 8 <= sk; j += 8) store8(s + j, exp8(load8(s + j) - mv));
+  if (j < sk) {
+    float tmp[8] = {};
+    for (int64_t t = j; t < sk; ++t) tmp[t - j] = s[t];
+    const f8 e = exp8(load8(tmp) - mv);
+    for (int64_t t = j; t < sk; ++t) s[t] = e[t - j];
+  }
+
+  // l and P.V over key blocks; within a block the keys are summed in order, then blocks in order.
+  float l = 0.0f;
+  f8 o[kD / 8];
+  for (auto& x : o) x = f8{};
+  for (int64_t j0 = 0; j0 < sk; j0 += kKeyBlock) {
+    const int64_t j1 = std::min(j0 + kKeyBlock, sk);
+    float lb = 0.0f;
+    for (j = j0; j < j1; ++j) lb += s[j];
+    l += lb;
+    // 32 output columns at a time keeps the partial sums in registers.
+    for (int c = 0; c < kD; c += 32) {
+      f8 b0 = {}, b1 = {}, b2 = {}, b3 = {};
+      for (j = j0; j < j1; ++j) {
+        const f8 e = splat8(s[j]);
+        const float* vr = v + j * kD + c;
+        b0 += e * load8(vr);
+        b1 += e * load8(vr + 8);
+        b2 += e * load8(vr + 16);
+        b3 += e * load8(vr + 24);
+      }
+      o[c / 8] += b0;
+      o[c / 8 + 1] += b1;
+      o[c / 8 + 2] += b2;
+      o[c / 8 + 3] += b3;
     }
   }
-  s[0] = ((a0[0] + a0[4]) + (a0[1] + a0[5])) + ((a0[2] + a0[6]) + (a0[3] + a0[7]));
-  s[1] = ((a1[0] + a1[4]) + (a1[1] + a1[5])) + ((a1[2] + a1[6]) + (a1[3] + a1[7]));
-  s[2] = ((a2[0] + a2[4]) + (a2[1] + a2[5])) + ((a2[2] + a2[6]) + (a2[3] + a2[7]));
-  s[3] = ((a3[0] + a3[4]) + (a3[1] + a3[5])) + ((a3[2] + a3[6]) + (a3[3] + a3[7]));
+  // One division per output, as the contract says.
+  const f8 lv = splat8(l);
+  for (int c = 0; c < kD / 8; ++c) store8(out + 8 * c, o[c] / lv);
 }
 
 inline void load_row(const uint16_t* src, float* dst) {
@@ -101,7 +210,7 @@ inline void load_row(const uint16_t* src, float* dst) {
 }
 
 struct Scratch {
-  std::vector<float> k, v, q, s;
+  std::vector<float> k, v, q, s, o;
 };
 
 template <int MODE>
@@ -120,55 +229,11 @@ void run_item(const ra_attention_params& p, float scale, int64_t item, Scratch& 
     load_row(kb + j * p.k_stride[2], &w.k[j * kD]);
     load_row(vb + j * p.v_stride[2], &w.v[j * kD]);
   }
-
-  float* q = w.q.data();
-  float* s = w.s.data();
   for (int64_t r = r0; r < r1; ++r) {
-    load_row(p.q + b * p.q_stride[0] + h * p.q_stride[1] + r * p.q_stride[2], q);
-
-    // Scores. Multiplying by scale after the dot matches the reference's (Q.K) * scale.
-    int64_t j = 0;
-    for (; j + 4 <= sk; j += 4) dot128x4(q, &w.k[j * kD], &s[j]);
-    for (; j < sk; ++j) s[j] = dot128(q, &w.k[j * kD]);
-    for (j = 0; j < sk; ++j) s[j] *= scale;
-
-#if RA_INJECT_SLOWDOWN_PCT > 0
-    // Drill: the score pass is about half the arithmetic, so repeating 2N % of it adds ~N %.
-    {
-      const int64_t extra = sk * 2 * RA_INJECT_SLOWDOWN_PCT / 100 + 1;
-      float junk = 0.0f;
-      for (int64_t e = 0; e < extra; ++e) junk += dot128(q, &w.k[(e % sk) * kD]);
-      uint32_t bits;
-      std::memcpy(&bits, &junk, sizeof bits);
-      g_sink.fetch_xor(bits, std::memory_order_relaxed);
-    }
-#endif
-
-    // Max that NaN cannot hide from: a NaN score poisons the row later through exp anyway,
-    // and an all -inf row gives exp(-inf - -inf) = NaN, as in the fp64 reference.
-    float m = s[0];
-    for (j = 1; j < sk; ++j) m = s[j] > m ? s[j] : m;
-
-    float l = 0.0f;
-    float o[kD];
-    for (int d = 0; d < kD; ++d) o[d] = 0.0f;
-    for (int64_t j0 = 0; j0 < sk; j0 += kKeyBlock) {
-      const int64_t j1 = std::min(j0 + kKeyBlock, sk);
-      float lb = 0.0f;
-      float ob[kD];
-      for (int d = 0; d < kD; ++d) ob[d] = 0.0f;
-      for (j = j0; j < j1; ++j) {
-        const float e = std::exp(s[j] - m);
-        lb += e;
-        const float* vr = &w.v[j * kD];
-        for (int d = 0; d < kD; ++d) ob[d] += e * vr[d];
-      }
-      l += lb;
-      for (int d = 0; d < kD; ++d) o[d] += ob[d];
-    }
-
+    load_row(p.q + b * p.q_stride[0] + h * p.q_stride[1] + r * p.q_stride[2], w.q.data());
+    attention_row(w.q.data(), w.k.data(), w.v.data(), sk, scale, w.s.data(), w.o.data());
     uint16_t* orow = p.o + b * p.o_stride[0] + h * p.o_stride[1] + r * p.o_stride[2];
-    for (int d = 0; d < kD; ++d) orow[d] = ra_inject_ulp(round_bf16<MODE>(o[d] / l));
+    for (int d = 0; d < kD; ++d) orow[d] = ra_inject_ulp(round_bf16<MODE>(w.o[d]));
   }
 }
 
@@ -185,7 +250,8 @@ void run(const ra_attention_params& p) {
     w.k.resize(static_cast<size_t>(p.seqlen_k) * kD);
     w.v.resize(static_cast<size_t>(p.seqlen_k) * kD);
     w.q.resize(kD);
-    w.s.resize(static_cast<size_t>(p.seqlen_k));
+    w.s.resize(static_cast<size_t>(p.seqlen_k) + 8);
+    w.o.resize(kD);
     for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) run_item<MODE>(p, scale, it, w);
   };
   if (nthreads == 1) {
