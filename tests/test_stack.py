@@ -1,0 +1,60 @@
+"""Stack fingerprints and pins: stable digest, a clean check, and a readable diff on drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from regress.cli import main
+from regress.stack import HASHED_KEYS, PINNED_KEYS, live_fingerprint, load_pin
+
+
+@pytest.fixture
+def stacks_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("REGRESS_STACKS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_digest_covers_only_history_breaking_keys() -> None:
+    fp = live_fingerprint("cpu")
+    assert set(HASHED_KEYS) | set(PINNED_KEYS) == set(fp.keys)
+    before = fp.digest
+    fp.keys["torch"] = "0.0.0"  # pinned, not hashed
+    assert fp.digest == before
+    fp.keys["compiler"] = "g++ 99"
+    assert fp.digest != before
+    assert live_fingerprint("cpu").digest == before  # stable across reads
+
+
+def test_pin_then_check_passes(stacks_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stack", "pin", "here", "--backend", "cpu"]) == 0
+    assert load_pin("here").digest == live_fingerprint("cpu").digest
+    assert main(["stack", "check", "here"]) == 0
+    assert "matches" in capsys.readouterr().out
+
+
+def test_tampered_pin_exits_2_with_the_diff(stacks_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stack", "pin", "here", "--backend", "cpu"]) == 0
+    path = stacks_dir / "here.toml"
+    path.write_text(path.read_text().replace('compiler = "', 'compiler = "tampered '))
+    assert main(["stack", "check", "here"]) == 2
+    err = capsys.readouterr().err
+    assert "compiler" in err and "[digest]" in err and "tampered" in err
+
+
+def test_unknown_and_broken_pins_are_clear_errors(
+    stacks_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["stack", "check", "nope"]) == 2
+    assert "no pinned stack 'nope'" in capsys.readouterr().err
+    (stacks_dir / "bad.toml").write_text("[stack\n")
+    assert main(["stack", "check", "bad"]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+
+
+def test_shipped_pins_load() -> None:
+    for name in ("cpu-local", "h200-cuda13.0", "mi300x-rocm6.4"):
+        pin = load_pin(name)
+        assert pin.backend in ("cpu", "cuda", "hip")
+        assert len(pin.digest) == 64
