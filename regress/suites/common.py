@@ -1,0 +1,224 @@
+"""Shared pieces of the suites: shapes, case ids, seeded inputs, layouts, hashing, error capture.
+
+Inputs are always drawn in the logical [B, H, S, D] order and then laid out, so a bshd case and a
+bhsd case of the same shape and seed see the same values (and share one fp64 reference).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+import traceback
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from regress.results import CaseResult, CaseSpec, Status
+
+HEAD_DIM = 128
+# ANCHORS.md "realistic" inputs: K rows with log-normal norms of this sigma.
+K_NORM_SIGMA = 0.6
+
+INPUT_KINDS: tuple[str, ...] = (
+    "realistic",
+    "nan_q",
+    "nan_k",
+    "nan_v",
+    "posinf_q",
+    "neginf_q",
+    "posinf_k",
+    "neginf_k",
+    "posinf_v",
+    "neginf_v",
+    "extreme_logits",
+)
+# Q scaled so logits reach the hundreds: softmax is then nearly one-hot and exp underflows.
+EXTREME_LOGIT_FACTOR = 30.0
+
+
+@dataclass(frozen=True)
+class Shape:
+    b: int
+    h: int
+    sq: int
+    sk: int
+    d: int = HEAD_DIM
+
+    @property
+    def flops(self) -> int:
+        """Forward FLOPs as FlashAttention counts them: two matmuls of 2·Sq·Sk·D each."""
+        return 4 * self.b * self.h * self.sq * self.sk * self.d
+
+    @property
+    def tag(self) -> str:
+        return f"b{self.b}_h{self.h}_sq{self.sq}_sk{self.sk}"
+
+    def dims(self) -> str:
+        return f"{self.b},{self.h},{self.sq},{self.sk}"
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        b, h, sq, sk = (int(x) for x in text.split(","))
+        return cls(b, h, sq, sk)
+
+
+def case_params(shape: Shape, layout: str, mode: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "b": shape.b,
+        "h": shape.h,
+        "sq": shape.sq,
+        "sk": shape.sk,
+        "d": shape.d,
+        "layout": layout,
+        "mode": mode,
+        **extra,
+    }
+
+
+def case_name(shape: Shape, layout: str, mode: str, *suffix: str) -> str:
+    return "_".join([shape.tag, layout, mode, *suffix])
+
+
+def make_spec(suite: str, shape: Shape, layout: str, mode: str, *suffix: str, **extra: Any) -> CaseSpec:
+    return CaseSpec(
+        suite=suite,
+        name=case_name(shape, layout, mode, *suffix),
+        params=case_params(shape, layout, mode, **extra),
+    )
+
+
+def spec_shape(spec: CaseSpec) -> Shape:
+    p = spec.params
+    return Shape(int(p["b"]), int(p["h"]), int(p["sq"]), int(p["sk"]), int(p.get("d", HEAD_DIM)))
+
+
+def derive_seed(base: int, *parts: object) -> int:
+    """A stable per-case seed (crc32, not hash(): that is salted per process)."""
+    return (base * 1_000_003 + zlib.crc32(":".join(map(str, parts)).encode())) % (2**63)
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+def _generator(device: str, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def to_layout(x_bhsd: torch.Tensor, layout: str) -> torch.Tensor:
+    """[B, H, S, D] -> the given layout, contiguous (the kernel reads strides, but tests the usual case)."""
+    return x_bhsd.transpose(1, 2).contiguous() if layout == "bshd" else x_bhsd.contiguous()
+
+
+def to_bhsd(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """A view in [B, H, S, D] order of a tensor in `layout`."""
+    return x.transpose(1, 2) if layout == "bshd" else x
+
+
+def make_inputs_bhsd(
+    shape: Shape, *, seed: int, device: str, kind: str = "realistic"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded bf16 Q, K, V in [B, H, S, D] order.
+
+    realistic (ANCHORS.md): Q, V ~ N(0, 1); K rows point in random directions with norms
+    sqrt(D)·LogNormal(0, 0.6), so a typical K row is as long as a N(0, 1) row but a few are much
+    longer, which gives the peaked softmax rows real models show. Edge kinds poison one element.
+    """
+    if kind not in INPUT_KINDS:
+        raise ValueError(f"unknown input kind {kind!r}; known: {', '.join(INPUT_KINDS)}")
+    g = _generator(device, seed)
+    b, h, sq, sk, d = shape.b, shape.h, shape.sq, shape.sk, shape.d
+    f32 = torch.float32
+    q = torch.randn((b, h, sq, d), generator=g, device=device, dtype=f32)
+    k = torch.randn((b, h, sk, d), generator=g, device=device, dtype=f32)
+    norms = torch.exp(K_NORM_SIGMA * torch.randn((b, h, sk, 1), generator=g, device=device, dtype=f32))
+    k = k * (norms * math.sqrt(d) / k.norm(dim=-1, keepdim=True).clamp_min(1e-30))
+    v = torch.randn((b, h, sk, d), generator=g, device=device, dtype=f32)
+    if kind == "extreme_logits":
+        q = q * EXTREME_LOGIT_FACTOR
+    elif kind != "realistic":
+        what, target = kind.split("_")
+        value = {"nan": math.nan, "posinf": math.inf, "neginf": -math.inf}[what]
+        t = {"q": q, "k": k, "v": v}[target]
+        # One poisoned element in batch 0, head 0: other heads keep checking finite outputs.
+        row = min(3, t.shape[2] - 1)
+        t[0, 0, row, 5] = value
+    return q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
+
+
+def make_inputs(
+    shape: Shape, layout: str, *, seed: int, device: str, kind: str = "realistic"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded bf16 Q, K, V in `layout` (see make_inputs_bhsd)."""
+    q, k, v = make_inputs_bhsd(shape, seed=seed, device=device, kind=kind)
+    return to_layout(q, layout), to_layout(k, layout), to_layout(v, layout)
+
+
+def output_like(q: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+# --- bits -------------------------------------------------------------------------------------
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    """The bf16 bit patterns as int16, same shape."""
+    return x.contiguous().view(torch.int16)
+
+
+def sha256_bits(x: torch.Tensor) -> str:
+    return hashlib.sha256(bits(x).cpu().numpy().tobytes()).hexdigest()
+
+
+# --- statistics -------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100] (numpy's default method)."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize_times(times_ms: Sequence[float]) -> dict[str, float]:
+    return {
+        "p50_ms": percentile(times_ms, 50),
+        "p95_ms": percentile(times_ms, 95),
+        "mean_ms": statistics.fmean(times_ms) if times_ms else math.nan,
+        "stdev_ms": statistics.stdev(times_ms) if len(times_ms) > 1 else 0.0,
+    }
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def synchronize(device: str) -> None:
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def guarded(spec: CaseSpec, body: Callable[[], CaseResult], device: str = "cpu") -> CaseResult:
+    """Runs one case; any failure (kernel error, OOM, a bug) becomes status "error", never a raise,
+    so one bad case cannot end a nightly run."""
+    try:
+        return body()
+    except Exception as exc:  # the nightly must go on; the message carries the cause
+        if device != "cpu" and isinstance(exc, torch.OutOfMemoryError):
+            torch.cuda.empty_cache()
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+        return CaseResult(case=spec, status="error", message=f"{type(exc).__name__}: {exc}{where}")
+
+
+def worst(status_a: Status, status_b: Status) -> Status:
+    order = {"pass": 0, "skip": 1, "fail": 2, "error": 3}
+    return status_a if order[status_a] >= order[status_b] else status_b

@@ -1,0 +1,162 @@
+"""End-to-end: a real attention layer (Q/K/V projections, attention, output projection, all bf16)
+at video-diffusion shapes, with the kernel and with the baseline as its attention, timed
+interleaved. Shows whether a kernel gain survives next to the matmuls around it.
+
+GPU shapes follow Wan2.1 text-to-video: 1.3B (12 heads) and 14B (40 heads) at head_dim 128, S = 32,760
+video tokens at 480p (21 latent frames × 30 × 52) and 4,680 for a short low-resolution clip, plus the
+cross-attention to 512 text tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from regress.gpu_state import device_state
+from regress.results import ROUNDING_MODES, CaseResult, CaseSpec
+from regress.suites.base import SuiteContext
+from regress.suites.common import (
+    HEAD_DIM,
+    Shape,
+    derive_seed,
+    guarded,
+    make_spec,
+    spec_shape,
+    summarize_times,
+    synchronize,
+)
+from regress.suites.perf import _Timer
+
+NAME = "e2e"
+LAYOUT = "bshd"  # what a projection's [B, S, H·D] output reshapes to without a copy
+
+# (shape, layer kind); Sk = Sq for self-attention, 512 text tokens for cross-attention.
+GPU_CASES = [
+    (Shape(2, 12, 4680, 4680), "self"), (Shape(2, 40, 4680, 4680), "self"),
+    (Shape(1, 12, 32760, 32760), "self"), (Shape(1, 40, 32760, 32760), "self"),
+    (Shape(1, 12, 32760, 512), "cross"), (Shape(1, 40, 32760, 512), "cross"),
+]
+GPU_QUICK = [(Shape(2, 12, 4680, 4680), "self"), (Shape(1, 12, 4680, 512), "cross")]
+CPU_CASES = [
+    (Shape(1, 2, 256, 256), "self"), (Shape(2, 2, 128, 128), "self"), (Shape(1, 2, 256, 77), "cross"),
+]
+CPU_QUICK = [(Shape(1, 2, 128, 128), "self"), (Shape(1, 2, 128, 77), "cross")]
+
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class AttentionLayer(nn.Module):
+    """x -> Wq x, Wk c, Wv c -> attention -> Wo: a DiT block's attention without its norms."""
+
+    def __init__(self, heads: int, *, device: str, generator: torch.Generator) -> None:
+        super().__init__()
+        self.heads = heads
+        dim = heads * HEAD_DIM
+        kw: dict[str, Any] = {"dtype": torch.bfloat16, "device": device}
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, **kw) for _ in range(4))
+        with torch.no_grad():
+            for lin in (self.q, self.k, self.v, self.o):
+                w = torch.randn(lin.weight.shape, generator=generator, device=device) / math.sqrt(dim)
+                lin.weight.copy_(w)
+                lin.bias.zero_()
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
+        b, s, dim = x.shape
+        sk = context.shape[1]
+        q = self.q(x).view(b, s, self.heads, HEAD_DIM)
+        k = self.k(context).view(b, sk, self.heads, HEAD_DIM)
+        v = self.v(context).view(b, sk, self.heads, HEAD_DIM)
+        return self.o(attention(q, k, v).reshape(b, s, dim))
+
+
+def default_iterations(ctx: SuiteContext) -> int:
+    if ctx.iterations is not None:
+        return max(1, ctx.iterations)
+    if ctx.is_gpu:
+        return 10 if ctx.quick else 30
+    return 3 if ctx.quick else 20
+
+
+class E2eSuite:
+    name = NAME
+
+    def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
+        if ctx.is_gpu:
+            table = GPU_QUICK if ctx.quick else GPU_CASES
+        else:
+            table = CPU_QUICK if ctx.quick else CPU_CASES
+        # All modes only where it is cheap enough to matter: the mode changes one epilogue rounding.
+        modes = ROUNDING_MODES if ctx.is_gpu and not ctx.quick else ("rtne",)
+        return [
+            make_spec(NAME, shape, LAYOUT, mode, kind, layer=kind, dim=shape.h * HEAD_DIM)
+            for shape, kind in table
+            for mode in modes
+        ]
+
+    def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        return guarded(spec, lambda: self._run(ctx, spec), ctx.device)
+
+    def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        shape = spec_shape(spec)
+        mode = str(spec.params["mode"])
+        kind = str(spec.params.get("layer", "self"))
+        seed = derive_seed(ctx.seed, NAME, shape.dims(), kind)
+        g = torch.Generator(device=ctx.device)
+        g.manual_seed(seed)
+        layer = AttentionLayer(shape.h, device=ctx.device, generator=g)
+        dim = shape.h * HEAD_DIM
+        x = torch.randn((shape.b, shape.sq, dim), generator=g, device=ctx.device).to(torch.bfloat16)
+        context = x if kind == "self" else (
+            torch.randn((shape.b, shape.sk, dim), generator=g, device=ctx.device).to(torch.bfloat16))
+
+        def kernel_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return ctx.library.forward(q, k, v, layout=LAYOUT, rounding=mode)
+
+        variants: list[tuple[str, AttentionFn]] = [("time_ms", kernel_attn)]
+        notes: list[str] = []
+        for bl in ctx.baselines:
+            bmode = mode if bl.supports(mode) else "rtne"
+            if not bl.supports(bmode):
+                continue
+            if bmode != mode:
+                notes.append(f"{bl.name} at {bmode}")
+
+            def base_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl: Any = bl,
+                          bmode: str = bmode) -> torch.Tensor:
+                return bl(q, k, v, layout=LAYOUT, rounding=bmode)
+
+            variants.append((f"baseline:{bl.name}:time_ms", base_attn))
+
+        iters = default_iterations(ctx)
+        warm = 2 if ctx.is_gpu else 1
+        before = device_state(ctx.device)
+        with torch.inference_mode():
+            for _ in range(warm):
+                for _, fn in variants:
+                    layer(x, context, fn)
+            synchronize(ctx.device)
+            timer = _Timer(ctx.is_gpu)
+            for i in range(iters):
+                order = variants if i % 2 == 0 else variants[::-1]
+                for key, fn in order:
+                    timer.time(key, lambda fn=fn: layer(x, context, fn))
+            samples = timer.samples()
+        after = device_state(ctx.device)
+
+        tokens = shape.b * shape.sq
+        k_stats = summarize_times(samples["time_ms"])
+        metrics: dict[str, Any] = {**k_stats, "tokens_per_s": tokens / (k_stats["p50_ms"] * 1e-3),
+                                   "iterations": iters}
+        for key, _ in variants[1:]:
+            name = key.split(":")[1]
+            s = summarize_times(samples[key])
+            metrics[f"baseline:{name}:p50_ms"] = s["p50_ms"]
+            metrics[f"baseline:{name}:p95_ms"] = s["p95_ms"]
+            metrics[f"baseline:{name}:tokens_per_s"] = tokens / (s["p50_ms"] * 1e-3)
+            metrics[f"speedup_vs_{name}"] = s["p50_ms"] / k_stats["p50_ms"]
+        return CaseResult(case=spec, status="pass", metrics=metrics, samples=samples,
+                          message="; ".join(notes), device={"before": before, "after": after})

@@ -1,0 +1,207 @@
+"""Performance: kernel and baselines timed interleaved, every sample stored.
+
+Protocol per case: build several input sets (rotated so each iteration reads cold data on GPU:
+together they exceed the L2 several times), warm up, then `iterations` rounds; each round times the
+kernel and every baseline once on the same input set, alternating which goes first so neither
+always runs after the other. GPU times are CUDA events around each call (device time, recorded
+without synchronising in between); CPU times are perf_counter_ns.
+
+Baselines that lack the case's rounding mode (SDPA is rtne only) are timed in a mode they have:
+the mode changes one rounding in the epilogue, so the speed comparison still holds; the message
+says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from regress.gpu_state import device_state
+from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
+from regress.suites.base import SuiteContext
+from regress.suites.common import (
+    Shape,
+    derive_seed,
+    guarded,
+    make_inputs,
+    make_spec,
+    output_like,
+    spec_shape,
+    summarize_times,
+    synchronize,
+)
+
+NAME = "perf"
+
+# CPU: the golden model runs at ~5 GFLOP/s on 2 cores, so "very long" is S = 1024 at B·H = 1
+# (≈0.12 s a launch; 100 rounds × 6 mode/layout cases ≈ 75 s of the 5-minute budget).
+CPU_SHAPES = [Shape(1, 1, 128, 128), Shape(1, 1, 256, 256), Shape(1, 1, 512, 512), Shape(1, 1, 1024, 1024),
+              Shape(1, 2, 256, 77)]
+CPU_QUICK = [Shape(1, 1, 128, 128), Shape(1, 1, 256, 256), Shape(1, 1, 64, 77)]
+# GPU: the H200 table of ANCHORS.md (same FLOPs per shape, S from 512 to 16k, plus the cross shape)
+# and MoonMath's long shapes up to S = 131,072.
+GPU_SHAPES = [
+    Shape(32, 16, 512, 512), Shape(16, 16, 1024, 1024), Shape(8, 16, 2048, 2048), Shape(4, 16, 4096, 4096),
+    Shape(2, 16, 8192, 8192), Shape(1, 16, 16384, 16384), Shape(2, 40, 1024, 77),
+    Shape(2, 24, 16384, 16384), Shape(2, 24, 32768, 32768), Shape(1, 16, 131072, 131072),
+]
+GPU_QUICK = [Shape(16, 16, 1024, 1024), Shape(2, 16, 8192, 8192), Shape(2, 40, 1024, 77)]
+
+# Input rotation: inputs of all sets together at least this many times the L2.
+L2_FACTOR = 4
+MAX_SETS = 16
+
+
+def default_iterations(ctx: SuiteContext) -> int:
+    if ctx.iterations is not None:
+        return max(1, ctx.iterations)
+    if ctx.is_gpu:
+        return 20 if ctx.quick else 100
+    return 5 if ctx.quick else 100
+
+
+def warmup_iterations(ctx: SuiteContext) -> int:
+    if ctx.is_gpu:
+        return 3 if ctx.quick else 10
+    return 1 if ctx.quick else 2
+
+
+def input_sets(ctx: SuiteContext, shape: Shape) -> int:
+    if not ctx.is_gpu:
+        return 2 if ctx.quick else 3
+    set_bytes = 2 * shape.d * shape.b * shape.h * (2 * shape.sq + 2 * shape.sk)  # q, k, v and out
+    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0))
+    l2 = l2 or 64 << 20
+    n = max(2, math.ceil(L2_FACTOR * l2 / set_bytes))
+    free, _ = torch.cuda.mem_get_info()
+    fit = max(1, int(0.5 * free // set_bytes))
+    return max(1, min(n, MAX_SETS, fit))
+
+
+class _Timer:
+    """Times calls; device events on GPU (read after one synchronise), perf_counter_ns on CPU."""
+
+    def __init__(self, gpu: bool) -> None:
+        self.gpu = gpu
+        self._events: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
+        self._cpu: dict[str, list[float]] = defaultdict(list)
+
+    def time(self, key: str, fn: Callable[[], object]) -> None:
+        if self.gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            self._events[key].append((start, end))
+        else:
+            t0 = time.perf_counter_ns()
+            fn()
+            self._cpu[key].append((time.perf_counter_ns() - t0) / 1e6)
+
+    def samples(self) -> dict[str, list[float]]:
+        if not self.gpu:
+            return dict(self._cpu)
+        torch.cuda.synchronize()
+        return {k: [float(s.elapsed_time(e)) for s, e in ev] for k, ev in self._events.items()}
+
+
+def _baseline_mode(bl: Any, mode: str) -> str:
+    return mode if bl.supports(mode) else ("rtne" if bl.supports("rtne") else bl.modes[0])
+
+
+def tflops(shape: Shape, ms: float) -> float:
+    return shape.flops / (ms * 1e-3) / 1e12 if ms > 0 else math.nan
+
+
+class PerfSuite:
+    name = NAME
+
+    def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
+        if ctx.is_gpu:
+            shapes = GPU_QUICK if ctx.quick else GPU_SHAPES
+        else:
+            shapes = CPU_QUICK if ctx.quick else CPU_SHAPES
+        return [
+            make_spec(NAME, shape, layout, mode)
+            for shape in shapes
+            for layout in LAYOUTS
+            for mode in ROUNDING_MODES
+        ]
+
+    def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        return guarded(spec, lambda: self._run(ctx, spec), ctx.device)
+
+    def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        shape = spec_shape(spec)
+        layout, mode = str(spec.params["layout"]), str(spec.params["mode"])
+        iters, warm, n_sets = default_iterations(ctx), warmup_iterations(ctx), input_sets(ctx, shape)
+        sets = [
+            make_inputs(shape, layout, seed=derive_seed(ctx.seed, NAME, shape.dims(), i), device=ctx.device)
+            for i in range(n_sets)
+        ]
+        outs = [output_like(s[0]) for s in sets]
+        notes: list[str] = []
+        runners: list[tuple[str, Callable[[int], object]]] = []
+
+        def kernel(i: int) -> object:
+            q, k, v = sets[i % n_sets]
+            return ctx.library.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
+
+        runners.append(("time_ms", kernel))
+        for bl in ctx.baselines:
+            bmode = _baseline_mode(bl, mode)
+            if bmode != mode:
+                notes.append(f"{bl.name} timed at {bmode} (it has no {mode})")
+
+            def baseline(i: int, bl: Any = bl, bmode: str = bmode) -> object:
+                q, k, v = sets[i % n_sets]
+                return bl(q, k, v, layout=layout, rounding=bmode)
+
+            runners.append((f"baseline:{bl.name}:time_ms", baseline))
+
+        before = device_state(ctx.device)
+        for i in range(warm):
+            for _, fn in runners:
+                fn(i)
+        synchronize(ctx.device)
+
+        timer = _Timer(ctx.is_gpu)
+        for i in range(iters):
+            order = runners if i % 2 == 0 else runners[::-1]
+            for key, fn in order:
+                timer.time(key, lambda fn=fn, i=i: fn(i))
+        samples = timer.samples()
+        after = device_state(ctx.device)
+
+        k_stats = summarize_times(samples["time_ms"])
+        metrics: dict[str, Any] = {**k_stats, "tflops": tflops(shape, k_stats["p50_ms"]),
+                                   "iterations": iters, "warmup": warm, "input_sets": n_sets}
+        for bl in ctx.baselines:
+            s = summarize_times(samples[f"baseline:{bl.name}:time_ms"])
+            metrics[f"baseline:{bl.name}:p50_ms"] = s["p50_ms"]
+            metrics[f"baseline:{bl.name}:p95_ms"] = s["p95_ms"]
+            metrics[f"baseline:{bl.name}:tflops"] = tflops(shape, s["p50_ms"])
+            metrics[f"speedup_vs_{bl.name}"] = (
+                s["p50_ms"] / k_stats["p50_ms"] if k_stats["p50_ms"] > 0 else math.nan
+            )
+        return CaseResult(case=spec, status="pass", metrics=metrics, samples=samples,
+                          message="; ".join(notes), device={"before": before, "after": after})
+
+
+def geomean_speedups(results: Iterable[CaseResult]) -> dict[tuple[str, str], float]:
+    """Geometric mean of speedup_vs_<baseline> over the passed perf cases, per (mode, baseline)."""
+    logs: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in results:
+        if r.case.suite != NAME or r.status != "pass":
+            continue
+        mode = str(r.case.params.get("mode"))
+        for key, value in r.metrics.items():
+            if key.startswith("speedup_vs_") and isinstance(value, int | float) and value > 0 \
+                    and math.isfinite(value):
+                logs[(mode, key.removeprefix("speedup_vs_"))].append(math.log(value))
+    return {k: math.exp(sum(v) / len(v)) for k, v in sorted(logs.items())}

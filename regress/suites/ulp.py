@@ -1,0 +1,210 @@
+"""ULP: how far each output is from the exact answer, in the units the contract is written in.
+
+Per case (shape, layout, mode, input kind), against the fp64 reference rounded once with the same
+mode (regress.numerics):
+  plain ULP    ordered-integer distance of the bf16 patterns; max and histogram (0, 1, 2, 3, >3).
+               Reported, never gated: near-zero outputs from cancellation reach ~30,000 even for
+               cuDNN and FlashAttention-2 (ANCHORS.md).
+  scaled ULP   |o - ref| / ulp_bf16(P·|V|): the gate (contract.toml), with p99.99 and the max per
+               64-row block (all blocks stored as a sample series, the worst named in the message).
+  non-finite   outputs where either side is NaN/Inf must match bit for bit after NaN
+               canonicalisation; the count of mismatches is gated at zero.
+The same measures for each baseline that supports the mode are extra metrics: its own scaled ULP
+against fp64, and the plain ULP between kernel and baseline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from regress import numerics
+from regress.gpu_state import device_state
+from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
+from regress.suites.base import SuiteContext
+from regress.suites.common import (
+    HEAD_DIM,
+    Shape,
+    guarded,
+    make_inputs,
+    make_spec,
+    spec_shape,
+    synchronize,
+)
+from regress.suites.contract import load_contract
+
+NAME = "ulp"
+BLOCK_ROWS = 64
+WORST_BLOCKS = 3
+HIST_KEYS = {">3": "gt3"}  # metric names stay identifiers
+
+# Realistic inputs, every mode and layout. AITER's odd pairs and the H200 numerics shapes (ANCHORS.md).
+CPU_SHAPES = [Shape(2, 6, 113, 203), Shape(1, 4, 512, 512), Shape(1, 2, 1023, 1024), Shape(2, 4, 256, 77)]
+CPU_QUICK = [Shape(1, 2, 113, 203)]
+GPU_SHAPES = [
+    Shape(2, 6, 113, 203), Shape(2, 8, 1024, 1024), Shape(5, 6, 1023, 1024), Shape(1, 4, 4096, 4096),
+    Shape(1, 2, 16384, 16384), Shape(2, 40, 1024, 77),
+]
+GPU_QUICK = [Shape(2, 6, 113, 203), Shape(2, 40, 1024, 77)]
+# Edge cases: poisoned or extreme inputs on a small shape, and degenerate lengths with realistic inputs.
+EDGE_SHAPE = Shape(1, 2, 128, 160)
+EDGE_KINDS = (
+    "nan_q", "nan_k", "nan_v", "posinf_q", "neginf_q", "posinf_k", "neginf_k", "posinf_v", "neginf_v",
+    "extreme_logits",
+)
+QUICK_EDGE_KINDS = ("nan_q", "posinf_k", "neginf_v", "extreme_logits")
+EDGE_LENGTH_SHAPES = {"sk1": Shape(1, 2, 64, 1), "sq1": Shape(1, 2, 1, 300)}
+QUICK_EDGE_LENGTHS = ("sk1",)
+
+
+def _quantile(x: np.ndarray, q: float) -> float:
+    return float(np.quantile(x, q)) if x.size else 0.0
+
+
+def _block_max(su: np.ndarray) -> np.ndarray:
+    """[B, H, Sq, D] scaled ULP -> [B, H, ceil(Sq/64)] max per 64-row block."""
+    b, h, sq, d = su.shape
+    nb = -(-sq // BLOCK_ROWS)
+    pad = nb * BLOCK_ROWS - sq
+    if pad:
+        su = np.pad(su, ((0, 0), (0, 0), (0, pad), (0, 0)))
+    return su.reshape(b, h, nb, BLOCK_ROWS * d).max(axis=-1)
+
+
+def compare(o_bits: np.ndarray, ref_bits: np.ndarray, ref: np.ndarray, mag: np.ndarray) -> dict[str, Any]:
+    """Every measure of one output ([B,H,Sq,D] bf16 bit patterns) against the reference.
+
+    Returns plain numbers plus "scaled": the per-element scaled ULP with non-finite positions as 0
+    (those are judged bit for bit, by the mismatch count), for the block maxima.
+    """
+    either = numerics.is_nonfinite_bits(o_bits) | numerics.is_nonfinite_bits(ref_bits)
+    mismatch = either & (numerics.canonicalize_nan(o_bits) != numerics.canonicalize_nan(ref_bits))
+    finite = ~either
+    dist = numerics.ulp_distance(o_bits[finite], ref_bits[finite])
+    su = np.where(finite, numerics.scaled_ulp(o_bits, ref, mag), 0.0)
+    su_f = su[finite]
+    hist = numerics.ulp_histogram(dist)
+    return {
+        "elements": int(o_bits.size),
+        "finite_elements": int(finite.sum()),
+        "nonfinite_reference": int(numerics.is_nonfinite_bits(ref_bits).sum()),
+        "nonfinite_mismatches": int(mismatch.sum()),
+        "plain_ulp_max": int(dist.max()) if dist.size else 0,
+        **{f"plain_ulp_hist_{HIST_KEYS.get(k, k)}": v for k, v in hist.items()},
+        "scaled_ulp_max": float(su_f.max()) if su_f.size else 0.0,
+        "scaled_ulp_p9999": _quantile(su_f, 0.9999),
+        "scaled_ulp_mean": float(su_f.mean()) if su_f.size else 0.0,
+        "scaled": su,
+    }
+
+
+class UlpSuite:
+    name = NAME
+
+    def __init__(self) -> None:
+        # The fp64 reference depends on (shape, input, seed, device) only, not on mode or layout;
+        # cases are ordered so the six mode×layout cases of one input follow each other.
+        self._ref_key: tuple[Any, ...] | None = None
+        self._ref: tuple[np.ndarray, np.ndarray] | None = None
+
+    def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
+        if ctx.is_gpu:
+            shapes = GPU_QUICK if ctx.quick else GPU_SHAPES
+        else:
+            shapes = CPU_QUICK if ctx.quick else CPU_SHAPES
+        specs: list[CaseSpec] = []
+        for shape in shapes:
+            for layout in LAYOUTS:
+                for mode in ROUNDING_MODES:
+                    specs.append(make_spec(NAME, shape, layout, mode, input="realistic"))
+        kinds = QUICK_EDGE_KINDS if ctx.quick else EDGE_KINDS
+        lengths = QUICK_EDGE_LENGTHS if ctx.quick else tuple(EDGE_LENGTH_SHAPES)
+        modes = ("rtne",) if ctx.quick else ROUNDING_MODES
+        for kind in kinds:
+            for mode in modes:
+                specs.append(make_spec(NAME, EDGE_SHAPE, "bshd", mode, kind, input=kind))
+        for label in lengths:
+            for mode in modes:
+                specs.append(make_spec(NAME, EDGE_LENGTH_SHAPES[label], "bshd", mode, label,
+                                       input="realistic"))
+        return specs
+
+    def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        return guarded(spec, lambda: self._run(ctx, spec), ctx.device)
+
+    def _reference(
+        self, ctx: SuiteContext, shape: Shape, kind: str, q: torch.Tensor, k: torch.Tensor,
+        v: torch.Tensor, layout: str,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        key = (shape, kind, ctx.seed, ctx.device)
+        if self._ref_key != key or self._ref is None:
+            self._ref = None  # free the old one first: at 16k×16k it is gigabytes
+            self._ref = numerics.reference_attention(q, k, v, layout=layout, scale=HEAD_DIM**-0.5)
+            self._ref_key = key
+        return self._ref
+
+    def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        p = spec.params
+        shape = spec_shape(spec)
+        layout, mode, kind = str(p["layout"]), str(p["mode"]), str(p.get("input", "realistic"))
+        contract = load_contract()
+        limit = contract.scaled_ulp_limit(mode)
+        # ANCHORS.md: realistic inputs use seed 42 itself, so our numbers compare with theirs.
+        q, k, v = make_inputs(shape, layout, seed=ctx.seed, device=ctx.device, kind=kind)
+        ref, mag = self._reference(ctx, shape, kind, q, k, v, layout)
+        ref_bits = numerics.reference_bits(ref, mode)
+        out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+        synchronize(ctx.device)
+        o_bits = numerics.to_bhsd_bits(out, layout)
+        m = compare(o_bits, ref_bits, ref, mag)
+        blocks = _block_max(m.pop("scaled"))
+        metrics: dict[str, Any] = dict(m)
+        metrics["block_scaled_ulp_max"] = float(blocks.max()) if blocks.size else 0.0
+        metrics["scaled_ulp_limit"] = limit
+        metrics["contract_version"] = contract.version
+        samples = {"block_scaled_ulp_max": [round(float(x), 4) for x in blocks.ravel()]}
+        notes = [_worst_blocks_text(blocks)]
+
+        for bl in ctx.baselines:
+            if not bl.supports(mode):
+                continue
+            try:
+                bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+                synchronize(ctx.device)
+            except Exception as exc:  # a broken baseline must not hide the kernel's numbers
+                notes.append(f"baseline {bl.name} failed: {type(exc).__name__}: {exc}")
+                continue
+            b_bits = numerics.to_bhsd_bits(bo, layout)
+            bm = compare(b_bits, ref_bits, ref, mag)
+            for key_ in ("scaled_ulp_max", "scaled_ulp_p9999", "plain_ulp_max", "nonfinite_mismatches"):
+                metrics[f"baseline:{bl.name}:{key_}"] = bm[key_]
+            both = ~(numerics.is_nonfinite_bits(o_bits) | numerics.is_nonfinite_bits(b_bits))
+            d = numerics.ulp_distance(o_bits[both], b_bits[both])
+            metrics[f"kernel_vs:{bl.name}:plain_ulp_max"] = int(d.max()) if d.size else 0
+            metrics[f"kernel_vs:{bl.name}:frac_gt1"] = float((d > 1).mean()) if d.size else 0.0
+
+        failures = []
+        if metrics["scaled_ulp_max"] > limit:
+            failures.append(f"scaled ULP max {metrics['scaled_ulp_max']:.3f} > {limit} ({mode})")
+        if metrics["nonfinite_mismatches"] > contract.nonfinite_mismatch_max:
+            failures.append(f"{metrics['nonfinite_mismatches']} non-finite outputs differ from the reference")
+        status = "fail" if failures else "pass"
+        return CaseResult(case=spec, status=status, metrics=metrics, samples=samples,
+                          message="; ".join(failures + notes), device=device_state(ctx.device))
+
+
+def _worst_blocks_text(blocks: np.ndarray) -> str:
+    if blocks.size == 0:
+        return ""
+    flat = blocks.ravel()
+    idx = np.argsort(-flat, kind="stable")[:WORST_BLOCKS]
+    _, h, nb = blocks.shape
+    parts = []
+    for i in idx.tolist():
+        val = float(flat[i])
+        bi, rest = divmod(i, h * nb)
+        hi, blk = divmod(rest, nb)
+        parts.append(f"b{bi} h{hi} rows {blk * BLOCK_ROWS}-{blk * BLOCK_ROWS + BLOCK_ROWS - 1}: {val:.3f}")
+    return "worst blocks (scaled ULP): " + ", ".join(parts)
