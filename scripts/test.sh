@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The test command (README and .ci/run): installs what the tests need, starts PostgreSQL, runs
+# ruff and pytest. GPU tests skip with their reason on machines without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+need_apt=()
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v clang-19 >/dev/null 2>&1 || need_apt+=(clang-19)
+command -v llvm-objdump-19 >/dev/null 2>&1 || need_apt+=(llvm-19)
+[ -x /usr/lib/postgresql/15/bin/pg_ctl ] || need_apt+=(postgresql-15)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing ${need_apt[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "test.sh: missing ${need_apt[*]}; the tests that need them will skip" >&2
+  fi
+fi
+
+REGRESS_EXTRAS=test bash scripts/setup.sh
+
+if [ -x /usr/lib/postgresql/15/bin/pg_ctl ]; then
+  REGRESS_TEST_POSTGRES_URL=$(bash .ci/pg.sh)
+  export REGRESS_TEST_POSTGRES_URL
+fi
+
+"$PY" -m ruff check .
+"$PY" -m ruff format --check .
+
+set +e
+"$PY" -m pytest "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then
+  echo "test.sh: pytest collected no tests; that is a failure here" >&2
+  exit 1
+fi
+exit $rc
