@@ -1,0 +1,67 @@
+"""Project-wide fixtures: one database per test (SQLite and PostgreSQL) and the GPU skip.
+
+`db_url` runs a test twice: on a temp SQLite file and on a fresh PostgreSQL database created on the
+server named by $REGRESS_TEST_POSTGRES_URL (skipped, with the reason, when it is unset; `.ci/pg.sh`
+starts one). `store` is `open_store(db_url)`, migrated to head. `gpu_device` skips without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from regress.store.repo import Store, open_store
+
+PG_ENV = "REGRESS_TEST_POSTGRES_URL"
+
+
+def _pg_admin_connect(url: str) -> Any:
+    import psycopg
+
+    # CREATE/DROP DATABASE cannot run inside a transaction block.
+    return psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'regress.db'}"
+        return
+    admin = os.environ.get(PG_ENV)
+    if not admin:
+        pytest.skip(f"no PostgreSQL: set {PG_ENV} (e.g. from `bash .ci/pg.sh`)")
+    name = f"regress_test_{secrets.token_hex(6)}"
+    with _pg_admin_connect(admin) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = admin.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with _pg_admin_connect(admin) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    opened = open_store(db_url)
+    try:
+        yield opened
+    finally:
+        opened.engine.dispose()  # else DROP DATABASE waits on pooled connections
+
+
+@pytest.fixture
+def gpu_device() -> str:
+    """The torch device string of the first GPU; skips the test when there is none."""
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("no CUDA/ROCm GPU: torch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA/ROCm GPU: torch.cuda.is_available() is False")
+    return "cuda:0"
