@@ -1,0 +1,44 @@
+"""`regress demo-history`: fill a database with a realistic synthetic history to explore the site."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import UserError
+
+
+@click.command("demo-history")
+@click.option("--nights", type=click.IntRange(min=1), default=60, show_default=True, help="Nights.")
+@click.option("--stacks", type=click.IntRange(min=1), default=3, show_default=True, help="Stack lanes.")
+@click.option("--cases", type=click.IntRange(min=12), default=300, show_default=True, help="About this many.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same history.")
+@click.option("--db", "db_url", default=None, help="Database URL (default: $REGRESS_DATABASE_URL).")
+@click.option("--force", is_flag=True, help="Write even if the database already holds runs.")
+def demo_history_cmd(
+    nights: int, stacks: int, cases: int, seed: int, db_url: str | None, force: bool
+) -> None:
+    """Fill a database with synthetic nightly runs: noise, steps, a stack upgrade, open regressions."""
+    from sqlalchemy import func, select
+
+    from ..demo import demo_history
+    from ..store import Run
+    from ..store.db import DatabaseError
+    from ..store.repo import open_store
+
+    try:
+        store = open_store(db_url)
+    except DatabaseError as exc:
+        raise UserError(str(exc)) from exc
+    with store.reader() as session:
+        existing = session.scalar(select(func.count()).select_from(Run)) or 0
+    if existing and not force:
+        raise UserError(f"the database already holds {existing} runs; use a fresh --db (or --force)")
+    s = demo_history(store, nights=nights, stacks=stacks, cases=cases, seed=seed)
+    click.echo(
+        f"wrote {s.runs} runs ({s.nights} nights x {s.stacks} stacks), {s.cases} cases, "
+        f"{s.results} results, {s.regressions} regressions in {s.seconds:.1f} s"
+    )
+    click.echo("next: regress site --out site/" + (f" --db {db_url}" if db_url else ""))
+
+
+COMMANDS = [demo_history_cmd]
