@@ -1,0 +1,86 @@
+/*
+ * mfma.h — the one matrix instruction of the kernel and the lane-exchange helpers.
+ *
+ * v_mfma_f32_16x16x16_bf16 (LLVM 19 accepts it for gfx942 and llvm-objdump prints it under this
+ * name; the builtin spelling is __builtin_amdgcn_mfma_f32_16x16x16bf16_1k) is issued through a
+ * one-instruction inline-asm wrapper whose accumulator is a "+v" operand: it is read and written
+ * in place, so the compiler adds no v_mov around it.
+ *
+ * Hazards. The compiler's hazard recognizer does not model MFMAs hidden in inline asm (LLVM's
+ * checkInlineAsmHazards only checks VALU store-data hazards; measured: a VALU read right after an
+ * asm MFMA gets no s_nop, the builtin gets `s_nop 6`). gfx942 needs, for this 4-pass XDL op:
+ *   VALU write VGPR  -> MFMA reads it (A, B or C)        2 wait states
+ *   MFMA write VGPR  -> VALU / memory reads or writes it  7 wait states (passes + 3)
+ *   MFMA reads C     -> VALU writes that VGPR             3 wait states
+ *   MFMA write       -> next MFMA reads it as the same C  0 wait states (back-to-back chains are free)
+ * So the wrapper starts with `s_nop 1` (2 wait states, hidden behind the previous MFMA's 16-cycle
+ * issue), and every batch of MFMAs ends with ra_mfma_fence(), an `s_nop 7` (8 wait states) that
+ * takes all the batch's accumulators as "+v" operands: every later use of a result depends on the
+ * fence, so no instruction that reads a result can be scheduled between the MFMA and the fence.
+ * tests/kernel/test_hip_compile.py re-checks these windows on the final disassembly.
+ * -DRA_HIP_MFMA_BUILTIN=1 swaps in the compiler builtin (the compiler then owns the hazards).
+ */
+#ifndef RA_HIP_MFMA_H
+#define RA_HIP_MFMA_H
+
+#include <stdint.h>
+
+namespace ra_gfx942 {
+
+typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef short bf16x4 __attribute__((ext_vector_type(4))); /* 4 bf16 bit patterns */
+typedef unsigned int u32x4 __attribute__((ext_vector_type(4)));
+typedef unsigned int u32x2 __attribute__((ext_vector_type(2)));
+
+#ifndef RA_HIP_MFMA_BUILTIN
+#define RA_HIP_MFMA_BUILTIN 0
+#endif
+
+/* acc += a * b, a: A operand (16x16 row-major slice), b: B operand. */
+__device__ __forceinline__ void mfma_16x16x16_bf16(f32x4& acc, bf16x4 a, bf16x4 b) {
+#if RA_HIP_MFMA_BUILTIN
+  acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, acc, 0, 0, 0);
+#else
+  asm volatile("s_nop 1\n\tv_mfma_f32_16x16x16_bf16 %0, %1, %2, %0" : "+v"(acc) : "v"(a), "v"(b));
+#endif
+}
+
+/* End of an MFMA batch: 8 wait states, tied to the accumulators (see above). */
+#if RA_HIP_MFMA_BUILTIN
+#define RA_MFMA_FENCE_ASM ""
+#else
+#define RA_MFMA_FENCE_ASM "s_nop 7"
+#endif
+__device__ __forceinline__ void mfma_fence(f32x4& a0, f32x4& a1, f32x4& a2, f32x4& a3) {
+  asm volatile(RA_MFMA_FENCE_ASM : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3));
+}
+__device__ __forceinline__ void mfma_fence(f32x4& a0, f32x4& a1, f32x4& a2, f32x4& a3, f32x4& a4, f32x4& a5,
+                                           f32x4& a6, f32x4& a7) {
+  asm volatile(RA_MFMA_FENCE_ASM
+               : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7));
+}
+
+/* The low / high 8 bytes of a 16-byte load as an MFMA operand. */
+__device__ __forceinline__ bf16x4 lo_half(u32x4 x) { return __builtin_bit_cast(bf16x4, u32x2{x.x, x.y}); }
+__device__ __forceinline__ bf16x4 hi_half(u32x4 x) { return __builtin_bit_cast(bf16x4, u32x2{x.z, x.w}); }
+
+/* Value of lane (lane ^ mask) of this wave; ds_bpermute, fixed pairing, so reductions built on it
+ * combine terms in the same order on every launch. */
+__device__ __forceinline__ float lane_xor(float x, int lane, int mask) {
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __builtin_bit_cast(int, x)));
+}
+
+/* Two fp32 in [0, 1] (or NaN) -> two bf16, round to nearest even, packed lo | hi << 16.
+ * Only P goes through here; a NaN P also makes the row sum NaN, so the row is NaN whatever
+ * the packed bits (the output rounding uses kernel/common/bf16.h and its canonical NaN). */
+__device__ __forceinline__ unsigned int pack_p_bf16(float lo, float hi) {
+  unsigned int a = __builtin_bit_cast(unsigned int, lo);
+  unsigned int b = __builtin_bit_cast(unsigned int, hi);
+  a += 0x7FFFu + ((a >> 16) & 1u);
+  b += 0x7FFFu + ((b >> 16) & 1u);
+  return __builtin_amdgcn_perm(b, a, 0x07060302u); /* high halves of a (low) and b (high) */
+}
+
+}  // namespace ra_gfx942
+
+#endif /* RA_HIP_MFMA_H */
