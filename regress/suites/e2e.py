@@ -36,13 +36,18 @@ LAYOUT = "bshd"  # what a projection's [B, S, H·D] output reshapes to without a
 
 # (shape, layer kind); Sk = Sq for self-attention, 512 text tokens for cross-attention.
 GPU_CASES = [
-    (Shape(2, 12, 4680, 4680), "self"), (Shape(2, 40, 4680, 4680), "self"),
-    (Shape(1, 12, 32760, 32760), "self"), (Shape(1, 40, 32760, 32760), "self"),
-    (Shape(1, 12, 32760, 512), "cross"), (Shape(1, 40, 32760, 512), "cross"),
+    (Shape(2, 12, 4680, 4680), "self"),
+    (Shape(2, 40, 4680, 4680), "self"),
+    (Shape(1, 12, 32760, 32760), "self"),
+    (Shape(1, 40, 32760, 32760), "self"),
+    (Shape(1, 12, 32760, 512), "cross"),
+    (Shape(1, 40, 32760, 512), "cross"),
 ]
 GPU_QUICK = [(Shape(2, 12, 4680, 4680), "self"), (Shape(1, 12, 4680, 512), "cross")]
 CPU_CASES = [
-    (Shape(1, 2, 256, 256), "self"), (Shape(2, 2, 128, 128), "self"), (Shape(1, 2, 256, 77), "cross"),
+    (Shape(1, 2, 256, 256), "self"),
+    (Shape(2, 2, 128, 128), "self"),
+    (Shape(1, 2, 256, 77), "cross"),
 ]
 CPU_QUICK = [(Shape(1, 2, 128, 128), "self"), (Shape(1, 2, 128, 77), "cross")]
 
@@ -52,10 +57,12 @@ AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 class AttentionLayer(nn.Module):
     """x -> Wq x, Wk c, Wv c -> attention -> Wo: a DiT block's attention without its norms."""
 
-    def __init__(self, heads: int, *, device: str, generator: torch.Generator) -> None:
+    def __init__(
+        self, heads: int, *, device: str, generator: torch.Generator, head_dim: int = HEAD_DIM
+    ) -> None:
         super().__init__()
-        self.heads = heads
-        dim = heads * HEAD_DIM
+        self.heads, self.head_dim = heads, head_dim
+        dim = heads * head_dim
         kw: dict[str, Any] = {"dtype": torch.bfloat16, "device": device}
         self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, **kw) for _ in range(4))
         with torch.no_grad():
@@ -67,9 +74,9 @@ class AttentionLayer(nn.Module):
     def forward(self, x: torch.Tensor, context: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
         b, s, dim = x.shape
         sk = context.shape[1]
-        q = self.q(x).view(b, s, self.heads, HEAD_DIM)
-        k = self.k(context).view(b, sk, self.heads, HEAD_DIM)
-        v = self.v(context).view(b, sk, self.heads, HEAD_DIM)
+        q = self.q(x).view(b, s, self.heads, self.head_dim)
+        k = self.k(context).view(b, sk, self.heads, self.head_dim)
+        v = self.v(context).view(b, sk, self.heads, self.head_dim)
         return self.o(attention(q, k, v).reshape(b, s, dim))
 
 
@@ -107,11 +114,14 @@ class E2eSuite:
         seed = derive_seed(ctx.seed, NAME, shape.dims(), kind)
         g = torch.Generator(device=ctx.device)
         g.manual_seed(seed)
-        layer = AttentionLayer(shape.h, device=ctx.device, generator=g)
-        dim = shape.h * HEAD_DIM
+        layer = AttentionLayer(shape.h, device=ctx.device, generator=g, head_dim=shape.d)
+        dim = shape.h * shape.d
         x = torch.randn((shape.b, shape.sq, dim), generator=g, device=ctx.device).to(torch.bfloat16)
-        context = x if kind == "self" else (
-            torch.randn((shape.b, shape.sk, dim), generator=g, device=ctx.device).to(torch.bfloat16))
+        context = (
+            x
+            if kind == "self"
+            else (torch.randn((shape.b, shape.sk, dim), generator=g, device=ctx.device).to(torch.bfloat16))
+        )
 
         def kernel_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return ctx.library.forward(q, k, v, layout=LAYOUT, rounding=mode)
@@ -125,8 +135,9 @@ class E2eSuite:
             if bmode != mode:
                 notes.append(f"{bl.name} at {bmode}")
 
-            def base_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl: Any = bl,
-                          bmode: str = bmode) -> torch.Tensor:
+            def base_attn(
+                q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl: Any = bl, bmode: str = bmode
+            ) -> torch.Tensor:
                 return bl(q, k, v, layout=LAYOUT, rounding=bmode)
 
             variants.append((f"baseline:{bl.name}:time_ms", base_attn))
@@ -149,8 +160,11 @@ class E2eSuite:
 
         tokens = shape.b * shape.sq
         k_stats = summarize_times(samples["time_ms"])
-        metrics: dict[str, Any] = {**k_stats, "tokens_per_s": tokens / (k_stats["p50_ms"] * 1e-3),
-                                   "iterations": iters}
+        metrics: dict[str, Any] = {
+            **k_stats,
+            "tokens_per_s": tokens / (k_stats["p50_ms"] * 1e-3),
+            "iterations": iters,
+        }
         for key, _ in variants[1:]:
             name = key.split(":")[1]
             s = summarize_times(samples[key])
@@ -158,5 +172,11 @@ class E2eSuite:
             metrics[f"baseline:{name}:p95_ms"] = s["p95_ms"]
             metrics[f"baseline:{name}:tokens_per_s"] = tokens / (s["p50_ms"] * 1e-3)
             metrics[f"speedup_vs_{name}"] = s["p50_ms"] / k_stats["p50_ms"]
-        return CaseResult(case=spec, status="pass", metrics=metrics, samples=samples,
-                          message="; ".join(notes), device={"before": before, "after": after})
+        return CaseResult(
+            case=spec,
+            status="pass",
+            metrics=metrics,
+            samples=samples,
+            message="; ".join(notes),
+            device={"before": before, "after": after},
+        )

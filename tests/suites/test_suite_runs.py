@@ -1,0 +1,135 @@
+"""The suites against the real CPU golden model: clean builds pass, fire-drill builds fail."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+from regress.kernel import KernelLibrary
+from regress.results import CaseResult, CaseSpec
+from regress.suites import SUITES, SuiteContext, geomean_speedups, get_suite, run_suite
+from regress.suites.common import Shape, derive_seed, make_inputs, make_spec, sha256_bits
+
+MakeCtx = Callable[..., SuiteContext]
+
+
+def _run(ctx: SuiteContext, suite: str, specs: list[CaseSpec] | None = None) -> list[CaseResult]:
+    s = get_suite(suite)
+    return [s.run_case(ctx, spec) for spec in (specs if specs is not None else s.cases(ctx))]
+
+
+def _statuses(results: list[CaseResult]) -> dict[str, str]:
+    return {r.case.name: f"{r.status}: {r.message}" for r in results if r.status != "pass"}
+
+
+def test_quick_determinism_passes(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    results = _run(make_ctx(cpu_lib), "determinism")
+    assert not _statuses(results)
+    for r in results:
+        assert r.metrics["distinct_hashes"] == 1 and r.metrics["differing_elements"] == 0
+        assert r.metrics["launches"] >= 2
+
+
+def test_nondeterministic_build_fails(nondet_drill_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    ctx = make_ctx(nondet_drill_lib)
+    repeat = [s for s in get_suite("determinism").cases(ctx) if s.params["variant"] == "repeat"][:2]
+    results = _run(ctx, "determinism", repeat)
+    assert all(r.status == "fail" for r in results), _statuses(results)
+    assert all(r.metrics["distinct_hashes"] == 2 and r.metrics["differing_elements"] == 1 for r in results)
+
+
+def test_second_process_worker_agrees(cpu_lib: KernelLibrary) -> None:
+    shape = Shape(1, 2, 96, 130)
+    seed = derive_seed(42, "test", shape.dims())
+    q, k, v = make_inputs(shape, "bhsd", seed=seed, device="cpu")
+    here = sha256_bits(cpu_lib.forward(q, k, v, layout="bhsd", rounding="rtz"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "regress.suites.determinism_worker", "--lib", str(cpu_lib.path),
+         "--seed", str(seed), "--shape", shape.dims(), "--layout", "bhsd", "--mode", "rtz",
+         "--launches", "2"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    assert json.loads(proc.stdout.splitlines()[-1])["hashes"] == [here, here]
+
+
+def test_quick_ulp_passes_with_the_golden_model(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    results = _run(make_ctx(cpu_lib), "ulp")
+    assert not _statuses(results)
+    for r in results:
+        m = r.metrics
+        assert m["scaled_ulp_max"] <= m["scaled_ulp_limit"]
+        assert m["nonfinite_mismatches"] == 0
+        hist = sum(m[f"plain_ulp_hist_{k}"] for k in ("0", "1", "2", "3", "gt3"))
+        assert hist == m["finite_elements"]
+        assert r.samples["block_scaled_ulp_max"]
+        if m.get("input") == "realistic" and r.case.params["mode"] == "rtne":
+            assert "baseline:sdpa_cpu:scaled_ulp_max" in m
+    poisoned = [r for r in results if r.case.params["input"].startswith(("nan", "posinf", "neginf"))]
+    assert poisoned and all(r.metrics["nonfinite_reference"] > 0 for r in poisoned)
+
+
+def test_ulp_drill_build_fails(ulp_drill_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    ctx = make_ctx(ulp_drill_lib, baselines=False)
+    specs = [s for s in get_suite("ulp").cases(ctx) if s.params["mode"] == "rtne"][:2]
+    results = _run(ctx, "ulp", specs)
+    assert all(r.status == "fail" for r in results), _statuses(results)
+    assert all(r.metrics["scaled_ulp_max"] > 1.5 and r.metrics["plain_ulp_max"] >= 2 for r in results)
+    assert "scaled ULP max" in results[0].message
+
+
+def test_perf_stores_every_sample(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    ctx = make_ctx(cpu_lib, iterations=7)
+    specs = [s for s in get_suite("perf").cases(ctx) if s.params["sq"] <= 128][:3]
+    results = _run(ctx, "perf", specs)
+    assert not _statuses(results)
+    for r in results:
+        assert len(r.samples["time_ms"]) == 7
+        assert len(r.samples["baseline:sdpa_cpu:time_ms"]) == 7
+        assert r.metrics["p50_ms"] > 0 and r.metrics["tflops"] > 0
+        assert r.metrics["speedup_vs_sdpa_cpu"] > 0
+        assert r.device["before"]["cpu"]["logical_cpus"] >= 1
+    geo = geomean_speedups(results)
+    assert set(geo) == {(r.case.params["mode"], "sdpa_cpu") for r in results}
+
+
+def test_e2e_layer_runs(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    results = _run(make_ctx(cpu_lib, iterations=2), "e2e")
+    assert not _statuses(results)
+    assert {r.case.params["layer"] for r in results} == {"self", "cross"}
+    assert all(r.metrics["tokens_per_s"] > 0 and "speedup_vs_sdpa_cpu" in r.metrics for r in results)
+
+
+def test_kernel_refusal_is_an_error_result_not_a_raise(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    ctx = make_ctx(cpu_lib)
+    bad = make_spec("ulp", Shape(1, 1, 8, 8, d=64), "bshd", "rtne", input="realistic")
+    for name in SUITES:
+        r = get_suite(name).run_case(ctx, bad)
+        assert r.status == "error" and r.message, name
+
+
+def test_quick_set_is_fast(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    """The whole quick set on the CPU: well under the 60 s budget."""
+    ctx = make_ctx(cpu_lib)
+    t0 = time.perf_counter()
+    results = [r for name in SUITES for r in run_suite(name, ctx)]
+    wall = time.perf_counter() - t0
+    print(f"\nquick suite set on CPU: {len(results)} cases in {wall:.1f} s")
+    assert not _statuses(results)
+    assert wall < 60
+
+
+@pytest.mark.slow
+def test_full_set_fits_the_nightly_budget(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    """The whole full set on the CPU: under the 5-minute budget (about 1.5 min on 2 cores)."""
+    ctx = make_ctx(cpu_lib, quick=False)
+    t0 = time.perf_counter()
+    results = [r for name in SUITES for r in run_suite(name, ctx)]
+    wall = time.perf_counter() - t0
+    print(f"\nfull suite set on CPU: {len(results)} cases in {wall:.1f} s")
+    assert not _statuses(results)
+    assert wall < 300
