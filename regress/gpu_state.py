@@ -20,8 +20,17 @@ _TIMEOUT_S = 10
 # Preferred query; older drivers lack some fields and then fail the whole query, so a minimal
 # fallback follows.
 _NVIDIA_FIELDS = (
-    "name", "pstate", "clocks.sm", "clocks.mem", "clocks.max.sm", "temperature.gpu", "power.draw",
-    "power.limit", "utilization.gpu", "memory.used", "clocks_throttle_reasons.active",
+    "name",
+    "pstate",
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+    "utilization.gpu",
+    "memory.used",
+    "clocks_throttle_reasons.active",
 )
 _NVIDIA_MINIMAL = ("name", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
 
@@ -67,8 +76,14 @@ def nvidia_state(index: int = 0) -> dict[str, Any]:
         return {}
     ident = _nvidia_id(index)
     for fields in (_NVIDIA_FIELDS, _NVIDIA_MINIMAL):
-        out = _run(["nvidia-smi", f"--id={ident}", f"--query-gpu={','.join(fields)}",
-                    "--format=csv,noheader,nounits"])
+        out = _run(
+            [
+                "nvidia-smi",
+                f"--id={ident}",
+                f"--query-gpu={','.join(fields)}",
+                "--format=csv,noheader,nounits",
+            ]
+        )
         if out and out.strip():
             values = [v.strip() for v in out.strip().splitlines()[0].split(",")]
             if len(values) == len(fields):

@@ -109,15 +109,17 @@ class DeterminismSuite:
         for shape in shapes:
             for layout in LAYOUTS:
                 for mode in ROUNDING_MODES:
-                    specs.append(make_spec(NAME, shape, layout, mode, "repeat", input="realistic",
-                                           variant="repeat"))
+                    specs.append(
+                        make_spec(NAME, shape, layout, mode, "repeat", input="realistic", variant="repeat")
+                    )
         extra = [v for v in VARIANTS[1:] if ctx.is_gpu or v != "stream"]
         # Quick: the extra variants once (rtne, bshd); full: every mode, bshd.
         modes = ("rtne",) if ctx.quick else ROUNDING_MODES
         for variant in extra:
             for mode in modes:
-                specs.append(make_spec(NAME, shapes[0], "bshd", mode, variant, input="realistic",
-                                       variant=variant))
+                specs.append(
+                    make_spec(NAME, shapes[0], "bshd", mode, variant, input="realistic", variant=variant)
+                )
         return specs
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
@@ -190,13 +192,21 @@ class DeterminismSuite:
             "seed": seed,
             "contract_version": contract.version,
         }
-        msg = "" if ok else (
-            f"{distinct} distinct output hashes over {tally.launches} launches ({variant}); "
-            f"up to {tally.differing_elements} elements differ from the first launch"
+        msg = (
+            ""
+            if ok
+            else (
+                f"{distinct} distinct output hashes over {tally.launches} launches ({variant}); "
+                f"up to {tally.differing_elements} elements differ from the first launch"
+            )
         )
-        return CaseResult(case=spec, status="pass" if ok else "fail", metrics=metrics, message=msg,
-                          device={"before": dev_before, "after": device_state(ctx.device),
-                                  "first_hash": tally.first_hash})
+        return CaseResult(
+            case=spec,
+            status="pass" if ok else "fail",
+            metrics=metrics,
+            message=msg,
+            device={"before": dev_before, "after": device_state(ctx.device), "first_hash": tally.first_hash},
+        )
 
 
 def _run_worker(
@@ -209,10 +219,27 @@ def _run_worker(
     with tempfile.TemporaryDirectory(prefix="regress-det-") as tmp:
         out_path = Path(tmp) / "out.bin"
         cmd = [
-            sys.executable, "-m", "regress.suites.determinism_worker",
-            "--lib", str(ctx.library.path), "--device", ctx.device, "--seed", str(seed),
-            "--shape", shape.dims(), "--layout", layout, "--mode", mode, "--input", kind,
-            "--launches", str(launches), "--out", str(out_path),
+            sys.executable,
+            "-m",
+            "regress.suites.determinism_worker",
+            "--lib",
+            str(ctx.library.path),
+            "--device",
+            ctx.device,
+            "--seed",
+            str(seed),
+            "--shape",
+            shape.dims(),
+            "--layout",
+            layout,
+            "--mode",
+            mode,
+            "--input",
+            kind,
+            "--launches",
+            str(launches),
+            "--out",
+            str(out_path),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, check=False)
         if proc.returncode != 0:

@@ -40,15 +40,27 @@ NAME = "perf"
 
 # CPU: the golden model runs at ~5 GFLOP/s on 2 cores, so "very long" is S = 1024 at B·H = 1
 # (≈0.12 s a launch; 100 rounds × 6 mode/layout cases ≈ 75 s of the 5-minute budget).
-CPU_SHAPES = [Shape(1, 1, 128, 128), Shape(1, 1, 256, 256), Shape(1, 1, 512, 512), Shape(1, 1, 1024, 1024),
-              Shape(1, 2, 256, 77)]
+CPU_SHAPES = [
+    Shape(1, 1, 128, 128),
+    Shape(1, 1, 256, 256),
+    Shape(1, 1, 512, 512),
+    Shape(1, 1, 1024, 1024),
+    Shape(1, 2, 256, 77),
+]
 CPU_QUICK = [Shape(1, 1, 128, 128), Shape(1, 1, 256, 256), Shape(1, 1, 64, 77)]
 # GPU: the H200 table of ANCHORS.md (same FLOPs per shape, S from 512 to 16k, plus the cross shape)
 # and MoonMath's long shapes up to S = 131,072.
 GPU_SHAPES = [
-    Shape(32, 16, 512, 512), Shape(16, 16, 1024, 1024), Shape(8, 16, 2048, 2048), Shape(4, 16, 4096, 4096),
-    Shape(2, 16, 8192, 8192), Shape(1, 16, 16384, 16384), Shape(2, 40, 1024, 77),
-    Shape(2, 24, 16384, 16384), Shape(2, 24, 32768, 32768), Shape(1, 16, 131072, 131072),
+    Shape(32, 16, 512, 512),
+    Shape(16, 16, 1024, 1024),
+    Shape(8, 16, 2048, 2048),
+    Shape(4, 16, 4096, 4096),
+    Shape(2, 16, 8192, 8192),
+    Shape(1, 16, 16384, 16384),
+    Shape(2, 40, 1024, 77),
+    Shape(2, 24, 16384, 16384),
+    Shape(2, 24, 32768, 32768),
+    Shape(1, 16, 131072, 131072),
 ]
 GPU_QUICK = [Shape(16, 16, 1024, 1024), Shape(2, 16, 8192, 8192), Shape(2, 40, 1024, 77)]
 
@@ -179,8 +191,13 @@ class PerfSuite:
         after = device_state(ctx.device)
 
         k_stats = summarize_times(samples["time_ms"])
-        metrics: dict[str, Any] = {**k_stats, "tflops": tflops(shape, k_stats["p50_ms"]),
-                                   "iterations": iters, "warmup": warm, "input_sets": n_sets}
+        metrics: dict[str, Any] = {
+            **k_stats,
+            "tflops": tflops(shape, k_stats["p50_ms"]),
+            "iterations": iters,
+            "warmup": warm,
+            "input_sets": n_sets,
+        }
         for bl in ctx.baselines:
             s = summarize_times(samples[f"baseline:{bl.name}:time_ms"])
             metrics[f"baseline:{bl.name}:p50_ms"] = s["p50_ms"]
@@ -189,8 +206,14 @@ class PerfSuite:
             metrics[f"speedup_vs_{bl.name}"] = (
                 s["p50_ms"] / k_stats["p50_ms"] if k_stats["p50_ms"] > 0 else math.nan
             )
-        return CaseResult(case=spec, status="pass", metrics=metrics, samples=samples,
-                          message="; ".join(notes), device={"before": before, "after": after})
+        return CaseResult(
+            case=spec,
+            status="pass",
+            metrics=metrics,
+            samples=samples,
+            message="; ".join(notes),
+            device={"before": before, "after": after},
+        )
 
 
 def geomean_speedups(results: Iterable[CaseResult]) -> dict[tuple[str, str], float]:
@@ -201,7 +224,11 @@ def geomean_speedups(results: Iterable[CaseResult]) -> dict[tuple[str, str], flo
             continue
         mode = str(r.case.params.get("mode"))
         for key, value in r.metrics.items():
-            if key.startswith("speedup_vs_") and isinstance(value, int | float) and value > 0 \
-                    and math.isfinite(value):
+            if (
+                key.startswith("speedup_vs_")
+                and isinstance(value, int | float)
+                and value > 0
+                and math.isfinite(value)
+            ):
                 logs[(mode, key.removeprefix("speedup_vs_"))].append(math.log(value))
     return {k: math.exp(sum(v) / len(v)) for k, v in sorted(logs.items())}

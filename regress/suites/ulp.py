@@ -44,14 +44,26 @@ HIST_KEYS = {">3": "gt3"}  # metric names stay identifiers
 CPU_SHAPES = [Shape(2, 6, 113, 203), Shape(1, 4, 512, 512), Shape(1, 2, 1023, 1024), Shape(2, 4, 256, 77)]
 CPU_QUICK = [Shape(1, 2, 113, 203)]
 GPU_SHAPES = [
-    Shape(2, 6, 113, 203), Shape(2, 8, 1024, 1024), Shape(5, 6, 1023, 1024), Shape(1, 4, 4096, 4096),
-    Shape(1, 2, 16384, 16384), Shape(2, 40, 1024, 77),
+    Shape(2, 6, 113, 203),
+    Shape(2, 8, 1024, 1024),
+    Shape(5, 6, 1023, 1024),
+    Shape(1, 4, 4096, 4096),
+    Shape(1, 2, 16384, 16384),
+    Shape(2, 40, 1024, 77),
 ]
 GPU_QUICK = [Shape(2, 6, 113, 203), Shape(2, 40, 1024, 77)]
 # Edge cases: poisoned or extreme inputs on a small shape, and degenerate lengths with realistic inputs.
 EDGE_SHAPE = Shape(1, 2, 128, 160)
 EDGE_KINDS = (
-    "nan_q", "nan_k", "nan_v", "posinf_q", "neginf_q", "posinf_k", "neginf_k", "posinf_v", "neginf_v",
+    "nan_q",
+    "nan_k",
+    "nan_v",
+    "posinf_q",
+    "neginf_q",
+    "posinf_k",
+    "neginf_k",
+    "posinf_v",
+    "neginf_v",
     "extreme_logits",
 )
 QUICK_EDGE_KINDS = ("nan_q", "posinf_k", "neginf_v", "extreme_logits")
@@ -127,16 +139,23 @@ class UlpSuite:
                 specs.append(make_spec(NAME, EDGE_SHAPE, "bshd", mode, kind, input=kind))
         for label in lengths:
             for mode in modes:
-                specs.append(make_spec(NAME, EDGE_LENGTH_SHAPES[label], "bshd", mode, label,
-                                       input="realistic"))
+                specs.append(
+                    make_spec(NAME, EDGE_LENGTH_SHAPES[label], "bshd", mode, label, input="realistic")
+                )
         return specs
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
         return guarded(spec, lambda: self._run(ctx, spec), ctx.device)
 
     def _reference(
-        self, ctx: SuiteContext, shape: Shape, kind: str, q: torch.Tensor, k: torch.Tensor,
-        v: torch.Tensor, layout: str,
+        self,
+        ctx: SuiteContext,
+        shape: Shape,
+        kind: str,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layout: str,
     ) -> tuple[np.ndarray, np.ndarray]:
         key = (shape, kind, ctx.seed, ctx.device)
         if self._ref_key != key or self._ref is None:
@@ -191,8 +210,14 @@ class UlpSuite:
         if metrics["nonfinite_mismatches"] > contract.nonfinite_mismatch_max:
             failures.append(f"{metrics['nonfinite_mismatches']} non-finite outputs differ from the reference")
         status = "fail" if failures else "pass"
-        return CaseResult(case=spec, status=status, metrics=metrics, samples=samples,
-                          message="; ".join(failures + notes), device=device_state(ctx.device))
+        return CaseResult(
+            case=spec,
+            status=status,
+            metrics=metrics,
+            samples=samples,
+            message="; ".join(failures + notes),
+            device=device_state(ctx.device),
+        )
 
 
 def _worst_blocks_text(blocks: np.ndarray) -> str:

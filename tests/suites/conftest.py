@@ -34,7 +34,12 @@ def make_ctx() -> Callable[..., SuiteContext]:
     def make(
         library: KernelLibrary, *, quick: bool = True, baselines: bool = True, **kw: object
     ) -> SuiteContext:
-        return SuiteContext(library=library, device="cpu",
-                            baselines=available_baselines("cpu") if baselines else [], quick=quick, **kw)
+        return SuiteContext(
+            library=library,
+            device="cpu",
+            baselines=available_baselines("cpu") if baselines else [],
+            quick=quick,
+            **kw,
+        )
 
     return make

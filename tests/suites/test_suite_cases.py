@@ -64,8 +64,10 @@ def test_perf_covers_every_mode_and_layout_per_shape(device: str, quick: bool) -
 
 
 def test_gpu_plans_include_the_anchor_shapes() -> None:
-    perf = {(s.params["b"], s.params["h"], s.params["sq"], s.params["sk"])
-            for s in get_suite("perf").cases(_ctx("cuda", False))}
+    perf = {
+        (s.params["b"], s.params["h"], s.params["sq"], s.params["sk"])
+        for s in get_suite("perf").cases(_ctx("cuda", False))
+    }
     assert (2, 40, 1024, 77) in perf and (1, 16, 16384, 16384) in perf
     ulp = {s.params.get("input") for s in get_suite("ulp").cases(_ctx("cuda", False))}
     assert {"realistic", "nan_q", "nan_k", "nan_v", "posinf_k", "neginf_v", "extreme_logits"} <= ulp

@@ -49,10 +49,27 @@ def test_second_process_worker_agrees(cpu_lib: KernelLibrary) -> None:
     q, k, v = make_inputs(shape, "bhsd", seed=seed, device="cpu")
     here = sha256_bits(cpu_lib.forward(q, k, v, layout="bhsd", rounding="rtz"))
     proc = subprocess.run(
-        [sys.executable, "-m", "regress.suites.determinism_worker", "--lib", str(cpu_lib.path),
-         "--seed", str(seed), "--shape", shape.dims(), "--layout", "bhsd", "--mode", "rtz",
-         "--launches", "2"],
-        capture_output=True, text=True, check=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "regress.suites.determinism_worker",
+            "--lib",
+            str(cpu_lib.path),
+            "--seed",
+            str(seed),
+            "--shape",
+            shape.dims(),
+            "--layout",
+            "bhsd",
+            "--mode",
+            "rtz",
+            "--launches",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
     )
     assert json.loads(proc.stdout.splitlines()[-1])["hashes"] == [here, here]
 
