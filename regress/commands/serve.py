@@ -1,0 +1,43 @@
+"""`regress serve`: the results service on werkzeug's threaded server.
+
+For production run it under gunicorn (`pip install 'regress[serve]'`):
+    gunicorn --preload -w 4 -b 0.0.0.0:8080 'regress.server:create_app()'
+--preload migrates the database once, before the workers fork.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import UserError
+from ..store.db import DatabaseError
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--db", "db_url", metavar="URL", help="Database URL (default: $REGRESS_DATABASE_URL).")
+@click.option(
+    "--max-bundle-mb",
+    type=float,
+    default=None,
+    help="Refuse bodies over this size with 413 (default: $REGRESS_MAX_BUNDLE_BYTES or 64 MiB).",
+)
+def serve(host: str, port: int, db_url: str | None, max_bundle_mb: float | None) -> None:
+    """Serve the results API (POST/GET /api/v1/runs, /api/v1/series, /healthz) until interrupted."""
+    from werkzeug.serving import run_simple
+
+    from ..server import create_app
+
+    config: dict[str, object] = {"DATABASE_URL": db_url}
+    if max_bundle_mb is not None:
+        config["MAX_CONTENT_LENGTH"] = int(max_bundle_mb * 1024 * 1024)
+    try:
+        app = create_app(config)
+    except DatabaseError as exc:
+        raise UserError(str(exc)) from exc
+    click.echo(f"regress: serving on http://{host}:{port} (werkzeug threaded; use gunicorn in production)")
+    run_simple(host, port, app, threaded=True, use_reloader=False, use_debugger=False)
+
+
+COMMANDS = [serve]

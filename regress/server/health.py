@@ -1,0 +1,34 @@
+"""GET /healthz: the process answers and the database answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, jsonify
+from sqlalchemy import text
+
+from .extensions import store_ext
+
+bp = Blueprint("health", __name__)
+
+OPENAPI_PATHS: dict[str, Any] = {
+    "/healthz": {
+        "get": {
+            "summary": "Liveness and database reachability",
+            "responses": {
+                "200": {"description": "Service and database are up"},
+                "503": {"description": "The database does not answer"},
+            },
+        }
+    }
+}
+
+
+@bp.get("/healthz")
+def healthz() -> Any:
+    try:
+        with store_ext.store.reader() as session:
+            session.execute(text("SELECT 1"))
+    except Exception as exc:  # any driver error means "not healthy", and says why
+        return jsonify(status="unavailable", database=str(exc).splitlines()[0]), 503
+    return jsonify(status="ok", database="ok")

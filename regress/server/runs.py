@@ -1,0 +1,256 @@
+"""Runs: POST a bundle (authenticated upload), list runs, read one run back as its bundle."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import zlib
+from datetime import timedelta
+from typing import Any
+
+from flask import Blueprint, current_app, jsonify, request, url_for
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from ..bundle import BundleError, validate_bundle
+from ..store import Run, RunnerToken, Stack, utcnow
+from ..store.repo import BundleConflict, export_bundle, import_bundle
+from .errors import ApiError, error_response
+from .extensions import store_ext
+from .tokens import lookup_token
+
+bp = Blueprint("runs", __name__, url_prefix="/api/v1/runs")
+
+# Writes that lose a race (SQLite busy, PostgreSQL deadlock) are retried this often, then 503.
+WRITE_ATTEMPTS = 4
+LAST_USED_RESOLUTION = timedelta(minutes=1)  # fewer writes to the token row under load
+
+_RUN_SUMMARY = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "status": {"type": "string", "enum": ["running", "complete", "failed", "incomplete"]},
+        "runner": {"type": "string", "nullable": True},
+        "backend": {"type": "string"},
+        "stack": {"type": "string", "description": "stack digest (64 hex)"},
+        "stack_name": {"type": "string", "nullable": True},
+        "kernel_commit": {"type": "string", "nullable": True},
+        "trigger": {"type": "string"},
+        "origin": {"type": "string"},
+        "started_at": {"type": "string", "format": "date-time"},
+        "finished_at": {"type": "string", "format": "date-time", "nullable": True},
+    },
+}
+
+OPENAPI_SCHEMAS: dict[str, Any] = {"RunSummary": _RUN_SUMMARY}
+
+OPENAPI_PATHS: dict[str, Any] = {
+    "/api/v1/runs": {
+        "post": {
+            "summary": "Upload one run bundle (schema regress.bundle v1)",
+            "description": (
+                "Idempotent by run id: the same bundle again answers 200, a different bundle under a "
+                "stored run id 409. The token's runner owns the run; a bundle naming another runner "
+                "is refused. The body may be gzip-compressed (Content-Encoding: gzip)."
+            ),
+            "security": [{"runnerToken": []}],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            },
+            "responses": {
+                "201": {"description": "Stored"},
+                "200": {"description": "Already stored, identical: nothing written"},
+                "400": error_response("Not JSON, or not a valid bundle (the field is named)"),
+                "401": error_response("Missing or unknown token"),
+                "403": error_response("Revoked token, or a run of another runner"),
+                "409": error_response("A different bundle is stored under this run id"),
+                "413": error_response("Body over the size limit"),
+                "503": error_response("Database busy or down; retry after Retry-After seconds"),
+            },
+        },
+        "get": {
+            "summary": "List runs, newest first",
+            "parameters": [
+                {"name": "stack", "in": "query", "schema": {"type": "string"}, "description": "digest"},
+                {"name": "runner", "in": "query", "schema": {"type": "string"}},
+                {"name": "status", "in": "query", "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "maximum": 500}},
+                {"name": "before", "in": "query", "schema": {"type": "string"}, "description": "run id"},
+            ],
+            "responses": {
+                "200": {
+                    "description": "A page of runs; `next` is the `before` of the next page",
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "runs": {
+                                        "type": "array",
+                                        "items": {"$ref": "#/components/schemas/RunSummary"},
+                                    },
+                                    "next": {"type": "string", "nullable": True},
+                                },
+                            }
+                        }
+                    },
+                },
+                "400": error_response("Bad query parameter"),
+            },
+        },
+    },
+    "/api/v1/runs/{run_id}": {
+        "get": {
+            "summary": "One run as its bundle",
+            "parameters": [
+                {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                {
+                    "name": "samples",
+                    "in": "query",
+                    "schema": {"type": "boolean", "default": True},
+                    "description": "false leaves the raw samples out",
+                },
+            ],
+            "responses": {"200": {"description": "The bundle"}, "404": error_response("No such run")},
+        }
+    },
+}
+
+
+def _authenticate() -> RunnerToken:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="regress"'}
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "missing bearer token (Authorization: Bearer <token>)", challenge)
+    with store_ext.store.reader() as session:
+        row = lookup_token(session, token.strip())
+        if row is None:
+            raise ApiError(401, "unknown token", challenge)
+        if row.revoked_at is not None:
+            raise ApiError(403, f"token {row.id} of runner {row.runner!r} is revoked")
+        session.expunge(row)
+        return row
+
+
+def _read_json() -> Any:
+    limit = int(current_app.config["MAX_CONTENT_LENGTH"])
+    raw = request.get_data(cache=False)  # raises 413 past MAX_CONTENT_LENGTH
+    encoding = request.headers.get("Content-Encoding", "identity").lower()
+    if encoding == "gzip":
+        try:
+            # Bounded, so a small compressed body cannot expand past the limit in memory.
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            raw = inflater.decompress(raw, limit + 1)
+        except (zlib.error, gzip.BadGzipFile) as exc:
+            raise ApiError(400, f"body is not valid gzip: {exc}") from exc
+        if len(raw) > limit:
+            raise ApiError(413, f"bundle is larger than the limit of {limit} bytes (after gzip)")
+    elif encoding != "identity":
+        raise ApiError(400, f"unsupported Content-Encoding {encoding!r} (gzip or none)")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"body is not JSON: {exc}") from exc
+
+
+def _store_bundle(session: Session, bundle: dict[str, Any], token: RunnerToken) -> tuple[str, bool]:
+    existing = session.get(Run, bundle["run"]["id"])
+    if existing is not None and existing.runner != token.runner:
+        raise ApiError(403, f"run {existing.id} belongs to another runner")
+    run_id, created = import_bundle(session, bundle, runner=token.runner)
+    row = session.get(RunnerToken, token.id)
+    now = utcnow()
+    if row is not None and (row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION):
+        row.last_used_at = now
+    return run_id, created
+
+
+@bp.post("")
+def upload() -> Any:
+    token = _authenticate()
+    bundle = _read_json()
+    try:
+        validate_bundle(bundle)
+    except BundleError as exc:
+        raise ApiError(400, f"invalid bundle: {exc}") from exc
+    claimed = bundle["run"].get("runner")
+    if claimed and claimed != token.runner:
+        raise ApiError(403, f"this token uploads as runner {token.runner!r}, the bundle names {claimed!r}")
+    store = store_ext.store
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            with store.transaction() as session:
+                run_id, created = _store_bundle(session, bundle, token)
+            break
+        except BundleConflict as exc:
+            raise ApiError(409, str(exc)) from exc
+        except IntegrityError:
+            # A concurrent upload of the same run id committed first; the next pass sees it.
+            if attempt == WRITE_ATTEMPTS - 1:
+                raise
+        except OperationalError as exc:
+            if attempt == WRITE_ATTEMPTS - 1:
+                current_app.logger.warning("upload gave up on a busy database: %s", exc)
+                raise ApiError(503, "database busy, retry later", {"Retry-After": "1"}) from exc
+            time.sleep(0.05 * 2**attempt)
+    current_app.logger.info("run %s from %s: %s", run_id, token.runner, "stored" if created else "duplicate")
+    body = {"run_id": run_id, "created": created, "runner": token.runner, "results": len(bundle["results"])}
+    headers = {"Location": url_for("runs.get_run", run_id=run_id)}
+    return jsonify(body), (201 if created else 200), headers
+
+
+def _summary(run: Run, stack: Stack) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "status": run.status,
+        "runner": run.runner,
+        "backend": run.backend,
+        "stack": stack.digest,
+        "stack_name": stack.name,
+        "kernel_commit": run.kernel_commit,
+        "trigger": run.trigger,
+        "origin": run.origin,
+        "started_at": run.started_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+@bp.get("")
+def list_runs() -> Any:
+    try:
+        limit = int(request.args.get("limit", 50))
+    except ValueError as exc:
+        raise ApiError(400, "limit must be an integer") from exc
+    if not 1 <= limit <= 500:
+        raise ApiError(400, "limit must be between 1 and 500")
+    query = select(Run, Stack).join(Stack, Stack.id == Run.stack_id)
+    if digest := request.args.get("stack"):
+        query = query.where(Stack.digest == digest)
+    if runner := request.args.get("runner"):
+        query = query.where(Run.runner == runner)
+    if status := request.args.get("status"):
+        query = query.where(Run.status == status)
+    if before := request.args.get("before"):
+        query = query.where(Run.id < before)  # ids are time-sortable
+    query = query.order_by(Run.id.desc()).limit(limit + 1)
+    with store_ext.store.reader() as session:
+        rows = session.execute(query).all()
+    page = [_summary(run, stack) for run, stack in rows[:limit]]
+    return jsonify(runs=page, next=page[-1]["id"] if len(rows) > limit else None)
+
+
+@bp.get("/<run_id>")
+def get_run(run_id: str) -> Any:
+    with store_ext.store.reader() as session:
+        try:
+            bundle = export_bundle(session, run_id)
+        except KeyError as exc:
+            raise ApiError(404, f"run {run_id} does not exist") from exc
+    if request.args.get("samples", "true").lower() in {"0", "false", "no"}:
+        for result in bundle["results"]:
+            result["samples"] = {}
+    return jsonify(bundle)
