@@ -273,3 +273,50 @@ def test_hazard_scan_catches_unguarded_asm(tmp_path):
     co = CodeObject(out, "")
     starts = function_starts(co)
     assert mfma_hazards(co.functions()["bad"], starts["bad"]), "scanner missed an unguarded MFMA result read"
+
+
+_HIP_STUB = """\
+// Minimal stand-in for <hip/hip_runtime.h>: enough to type-check the host part, not to run it.
+#pragma once
+#include <stddef.h>
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __host__ __attribute__((host))
+#define __shared__ __attribute__((shared))
+#define __forceinline__ inline __attribute__((always_inline))
+struct dim3 { unsigned x, y, z; __host__ __device__ dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
+typedef struct ihipStream_t* hipStream_t;
+typedef enum hipError_t { hipSuccess = 0 } hipError_t;
+extern "C" hipError_t hipGetLastError(void);
+extern "C" const char* hipGetErrorString(hipError_t);
+extern "C" int __hipPushCallConfiguration(dim3, dim3, size_t, hipStream_t);
+extern "C" int __hipPopCallConfiguration(dim3*, dim3*, size_t*, hipStream_t*);
+extern "C" hipError_t hipLaunchKernel(const void*, dim3, dim3, void**, size_t, hipStream_t);
+__device__ inline unsigned int __float_as_uint(float x) { return __builtin_bit_cast(unsigned int, x); }
+__device__ inline float __uint_as_float(unsigned int x) { return __builtin_bit_cast(float, x); }
+#define hipLaunchKernelGGL(k, g, b, s, st, ...) k<<<(g), (b), (s), (st)>>>(__VA_ARGS__)
+"""
+
+
+def test_host_part_type_checks_against_hip_stub(tmp_path):
+    """Host + device compile of the whole TU (host launcher included) against a minimal hip_runtime.h.
+    Real ROCm hipcc is still the authority; this catches host-side mistakes without it."""
+    (tmp_path / "hip").mkdir()
+    (tmp_path / "hip" / "hip_runtime.h").write_text(_HIP_STUB)
+    obj = tmp_path / "full.o"
+    proc = subprocess.run(
+        [CLANG, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-nogpuinc", "-isystem", str(tmp_path), "-O3",
+         "-std=c++17", "-Ikernel", "-fPIC", "-Wall", "-Wextra", "-Werror", "-c", str(SOURCE.relative_to(ROOT)),
+         "-o", str(obj)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    syms = subprocess.run([shutil.which("llvm-nm-19") or "nm", str(obj)], capture_output=True, text=True).stdout
+    for fn in ("ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"):
+        assert re.search(rf" T {fn}$", syms, re.M), f"{fn} not exported"
+    blob = obj.read_bytes()
+    m = re.search(rb'\{"backend":"hip".*?"\}', blob)
+    assert m, "ra_build_info JSON not found"
+    import json
+
+    info = json.loads(m.group(0))
+    assert info["backend"] == "hip" and info["abi"] == 1 and info["arch"] == "gfx942"
+    assert info["inject"] == {"slowdown_pct": 0, "ulp": 0, "nondeterminism": 0}
