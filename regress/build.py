@@ -8,6 +8,7 @@ under `<cache_dir>/<backend>-<key>/` keyed by (source hash, argv, compiler versi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -481,6 +482,13 @@ def build_kernel(
     }
     (tmp_dir / "build.log").write_text(log)
     (tmp_dir / BUILD_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    if out_dir.exists() and _load_cached(out_dir, recipe.output) is None:
+        # A damaged entry: move it aside first (rename is atomic, so a concurrent reader never sees
+        # a mix of old and new files).
+        stale = cache_root / f".{backend}-{key}.stale-{os.getpid()}"
+        with contextlib.suppress(OSError):
+            out_dir.rename(stale)
+        shutil.rmtree(stale, ignore_errors=True)
     try:
         tmp_dir.rename(out_dir)
     except OSError:

@@ -119,8 +119,9 @@ def ulp_bf16(x: np.ndarray) -> np.ndarray:
     subnormals get the subnormal spacing 2^-133)."""
     x = np.abs(np.asarray(x, dtype=np.float64))
     _, e = np.frexp(x)  # x = m * 2^e with m in [0.5, 1), so floor(log2 x) = e - 1
-    exp = np.maximum(e.astype(np.int64) - 1, BF16_MIN_NORMAL_EXP)
-    return np.ldexp(1.0, (exp - BF16_MANTISSA_BITS).astype(np.int32))
+    exp = np.where(x == 0, BF16_MIN_NORMAL_EXP, np.maximum(e.astype(np.int64) - 1, BF16_MIN_NORMAL_EXP))
+    ulp = np.ldexp(1.0, (exp - BF16_MANTISSA_BITS).astype(np.int32))
+    return np.where(np.isfinite(x), ulp, x)  # Inf -> Inf, NaN -> NaN
 
 
 def scaled_ulp(o_bits: np.ndarray, ref: np.ndarray, mag: np.ndarray) -> np.ndarray:
