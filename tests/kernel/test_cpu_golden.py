@@ -366,3 +366,39 @@ def test_inject_slowdown_is_slower_and_exact(lib: KernelLibrary, monkeypatch: py
     clean_ms, slow_ms = _median_ms(lib, args), _median_ms(drill, args)
     # ~4x the work; a loose bound so a busy machine does not make this flaky.
     assert slow_ms > 1.5 * clean_ms, (clean_ms, slow_ms)
+
+
+# --- public API and baselines ---------------------------------------------------------------------
+
+
+def test_attention_api_and_backout_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from regress.baselines import available_baselines
+    from regress.kernel import attention
+
+    q, k, v = make_qkv(1, 2, 48, 64, seed=14)
+    ours = attention(q, k, v, layout="bshd", rounding="rtne")
+    assert ours.shape == q.shape
+    (sdpa,) = available_baselines("cpu")
+    assert sdpa.name == "sdpa_cpu" and sdpa.supports("rtne") and not sdpa.supports("rtz")
+    base = sdpa(q, k, v, layout="bshd", rounding="rtne")
+    assert base.shape == q.shape
+    assert np.array_equal(bits(attention(q, k, v, rounding="rtne", use="baseline")), bits(base))
+    monkeypatch.setenv("REGRESS_ATTENTION", "baseline")
+    assert np.array_equal(bits(attention(q, k, v, rounding="rtne")), bits(base))
+    assert np.array_equal(bits(attention(q, k, v, rounding="rtne", use="kernel")), bits(ours))
+    with pytest.warns(UserWarning, match="rounds with rtne"):
+        attention(q, k, v, rounding="rtz")
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_sdpa_cpu_baseline_is_close_to_reference(layout: str) -> None:
+    from regress.baselines import available_baselines
+
+    (sdpa,) = available_baselines("cpu")
+    q, k, v = make_qkv(1, 2, 70, 90, layout=layout, seed=15)
+    ref, mag = nm.reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
+    o = sdpa(q, k, v, layout=layout, rounding="rtne")  # type: ignore[arg-type]
+    assert o.shape == q.shape
+    su = nm.scaled_ulp(nm.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
+    # Torch's CPU SDPA is not held to our contract; it only has to be a sane baseline.
+    assert su.max() < 4.0, su.max()
