@@ -1,0 +1,227 @@
+/*
+ * mainloop_sm90.cuh — the sm_90a path: a TMA producer warp and two wgmma consumer warpgroups.
+ *
+ * Shared memory (one CTA per SM, 160 KB + barriers), every tile 128-byte swizzled by TMA and
+ * split in two d-halves of 64 columns (a 128-byte swizzle row holds 64 bf16):
+ *   q[half][128 rows x 64]              Q tile, A operand of S = Q K^T (K-major)
+ *   k[stage][half][128 keys x 64]       B operand of S (K-major: keys are N, d is K)
+ *   v[stage][half][128 keys x 64]       B operand of O += P V (MN-major: d is N, contiguous)
+ * Barriers: q_full/q_empty, k_full/k_empty[stage], v_full/v_empty[stage]. "full" completes on
+ * the TMA byte count; "empty" on one arrival from each of the 8 consumer warps.
+ *
+ * Consumer warpgroup w owns query rows 64w..64w+63 of the tile; per key block n it overlaps the
+ * softmax of block n with the P.V product of block n-1 (FlashAttention-3's intra-warpgroup
+ * pipelining): issue S_n = Q K_n^T, issue O += P_{n-1} V_{n-1}, wait S_n, softmax (MUFU while the
+ * tensor cores run P.V), wait P.V, rescale O, P_n = bf16(S_n).
+ */
+#pragma once
+#include "epilogue.cuh"
+#include "params.cuh"
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "tile_scheduler.cuh"
+#include "wgmma_m64n128.cuh"
+
+namespace ra_cuda {
+namespace sm90 {
+
+constexpr int kBlockM = 128;
+constexpr int kBlockN = 128;
+constexpr int kStages = 2;
+constexpr int kThreads = 384;        /* warpgroup 0: producer; 1, 2: consumers */
+constexpr int kConsumerWarps = 8;    /* arrivals that complete an "empty" barrier */
+constexpr uint32_t kHalfBytes = 128 * 64 * 2; /* one d-half of a 128-row tile: 16 KB */
+constexpr uint32_t kTileBytes = 2 * kHalfBytes;
+
+struct Smem {
+  alignas(1024) uint16_t q[2][128 * 64];
+  alignas(1024) uint16_t k[kStages][2][128 * 64];
+  alignas(1024) uint16_t v[kStages][2][128 * 64];
+  uint64_t q_full, q_empty;
+  uint64_t k_full[kStages], k_empty[kStages];
+  uint64_t v_full[kStages], v_empty[kStages];
+};
+constexpr size_t kSmemBytes = sizeof(Smem) + 1024; /* + room to align the base to 1024 */
+
+__device__ __forceinline__ void init_barriers(Smem& sm) {
+  mbar_init(&sm.q_full, 1);
+  mbar_init(&sm.q_empty, kConsumerWarps);
+  for (int s = 0; s < kStages; ++s) {
+    mbar_init(&sm.k_full[s], 1);
+    mbar_init(&sm.k_empty[s], kConsumerWarps);
+    mbar_init(&sm.v_full[s], 1);
+    mbar_init(&sm.v_empty[s], kConsumerWarps);
+  }
+  fence_barrier_init();
+}
+
+/* One elected thread. Stage s of the K/V ring is used by key blocks kv = s, s + 2, ... counted over
+ * all tiles of this CTA; the producer waits for the previous use to be released (parity flipped:
+ * the first wait on a fresh barrier returns at once). */
+__device__ __forceinline__ void produce(const FwdParams& p, Smem& sm) {
+  int kv = 0;
+  int tq = 0;
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
+    const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
+    mbar_wait(&sm.q_empty, (tq & 1) ^ 1);
+    mbar_arrive_expect_tx(&sm.q_full, kTileBytes);
+    tma_load_4d(sm.q[0], &p.tma_q, &sm.q_full, 0, t.m * kBlockM, t.h, t.b);
+    tma_load_4d(sm.q[1], &p.tma_q, &sm.q_full, 64, t.m * kBlockM, t.h, t.b);
+    for (int n = 0; n < p.num_n_blocks; ++n, ++kv) {
+      const int s = kv % kStages;
+      const uint32_t ph = (kv / kStages) & 1;
+      mbar_wait(&sm.k_empty[s], ph ^ 1);
+      mbar_arrive_expect_tx(&sm.k_full[s], kTileBytes);
+      tma_load_4d(sm.k[s][0], &p.tma_k, &sm.k_full[s], 0, n * kBlockN, t.h, t.b);
+      tma_load_4d(sm.k[s][1], &p.tma_k, &sm.k_full[s], 64, n * kBlockN, t.h, t.b);
+      mbar_wait(&sm.v_empty[s], ph ^ 1);
+      mbar_arrive_expect_tx(&sm.v_full[s], kTileBytes);
+      tma_load_4d(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, n * kBlockN, t.h, t.b);
+      tma_load_4d(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, n * kBlockN, t.h, t.b);
+    }
+  }
+}
+
+/* S(64 x 128) = Q_w(64 x 128) K^T: 8 k-steps of 16 along d. K-major 128B-swizzled operands: the
+ * k-step's 32-byte column slice is addressed by moving the start address inside the swizzle row
+ * (the hardware applies the XOR on absolute address bits; tiles are 1024-aligned). SBO = 1024: the
+ * next 8 rows. LBO is unused for swizzled K-major layouts. */
+__device__ __forceinline__ void gemm_qk(float (&s)[64], uint32_t q_addr, uint32_t k_addr) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const uint32_t off = (kk >> 2) * kHalfBytes + (kk & 3) * 32;
+    wgmma_m64n128k16_ss(s, make_desc_sw128(q_addr + off, 16, 1024), make_desc_sw128(k_addr + off, 16, 1024),
+                        kk > 0);
+  }
+}
+
+/* O(64 x 128) += P(64 x 128 keys, registers) V(128 keys x 128 d): 8 k-steps of 16 keys. V is
+ * MN-major: LBO = 16 KB to the second d-half (next 64 columns of N), SBO = 1024 to the next 8 keys;
+ * a k-step of 16 keys is 2048 bytes. */
+__device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[32], uint32_t v_addr) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t a[4] = {pf[4 * j + 0], pf[4 * j + 1], pf[4 * j + 2], pf[4 * j + 3]};
+    wgmma_m64n128k16_rs_tb(o, a, make_desc_sw128(v_addr + j * 2048, kHalfBytes, 1024), 1);
+  }
+}
+
+/* Scores (accumulator layout) -> bf16 A fragments of the P.V product: k-step j takes n8-tiles 2j
+ * (a0: row r, a1: row r + 8) and 2j + 1 (a2, a3). */
+__device__ __forceinline__ void scores_to_frags(const float (&s)[64], uint32_t (&pf)[32]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    pf[4 * j + 0] = pack_bf16x2(s[8 * j + 0], s[8 * j + 1]);
+    pf[4 * j + 1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
+    pf[4 * j + 2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
+    pf[4 * j + 3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
+  }
+}
+
+/* Each warp releases a stage once its own wgmmas that read it have completed (wait_group is
+ * warp-synchronous, so lane 0 arriving after it speaks for the warp). */
+__device__ __forceinline__ void warp_release(uint64_t* bar, int lane) {
+  if (lane == 0) mbar_arrive(bar);
+}
+
+template <int kRound, Layout L>
+__device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, int tid) {
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int qc = 2 * (lane & 3);
+  const int row_in_tile = wg * 64 + warp * 16 + (lane >> 2);
+  const uint32_t q_addr = smem_u32(&sm.q[0][0]) + wg * 64 * 128; /* 64 rows of 128 B into each half */
+  const int nb = p.num_n_blocks;
+  const int last_valid = p.seqlen_k - (nb - 1) * kBlockN; /* keys in the last block, 1..128 */
+  const bool tail = last_valid < kBlockN;
+
+  int kv = 0;
+  int tq = 0;
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
+    const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = 0.f;
+    float s[64];
+    uint32_t pf[32];
+    float corr[2];
+    OnlineSoftmax<16> sfm;
+    sfm.init();
+
+    mbar_wait(&sm.q_full, tq & 1);
+
+    /* key block 0 */
+    {
+      const int st = kv % kStages;
+      mbar_wait(&sm.k_full[st], (kv / kStages) & 1);
+      wgmma_fence();
+      gemm_qk(s, q_addr, smem_u32(&sm.k[st][0][0]));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(s);
+      warp_release(&sm.k_empty[st], lane);
+      if (nb == 1) warp_release(&sm.q_empty, lane);
+      if (nb == 1 && tail)
+        sfm.template step<true, true>(s, p.scale_log2, last_valid, qc, corr);
+      else
+        sfm.template step<true, false>(s, p.scale_log2, kBlockN, qc, corr);
+      scores_to_frags(s, pf);
+    }
+
+    for (int n = 1; n < nb; ++n) {
+      const int kc = kv + n;
+      const int kp = kc - 1;
+      const int sc = kc % kStages;
+      const int sp = kp % kStages;
+      mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
+      wgmma_fence();
+      gemm_qk(s, q_addr, smem_u32(&sm.k[sc][0][0]));
+      wgmma_commit();
+      mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
+      gemm_pv(o, pf, smem_u32(&sm.v[sp][0][0]));
+      wgmma_commit();
+
+      wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
+      fence_regs(s);
+      warp_release(&sm.k_empty[sc], lane);
+      if (n == nb - 1) warp_release(&sm.q_empty, lane);
+      if (n == nb - 1 && tail)
+        sfm.template step<false, true>(s, p.scale_log2, last_valid, qc, corr);
+      else
+        sfm.template step<false, false>(s, p.scale_log2, kBlockN, qc, corr);
+
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(s);
+      warp_release(&sm.v_empty[sp], lane);
+      rescale_rows<16>(o, corr);
+      scores_to_frags(s, pf);
+    }
+
+    /* the last block's P.V */
+    {
+      const int kl = kv + nb - 1;
+      const int sl = kl % kStages;
+      mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+      wgmma_fence();
+      gemm_pv(o, pf, smem_u32(&sm.v[sl][0][0]));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
+      warp_release(&sm.v_empty[sl], lane);
+    }
+    kv += nb;
+
+    const int row0 = t.m * kBlockM + row_in_tile;
+    const int row1 = row0 + 8;
+    uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
+    const int64_t os = seq_stride<L>(p.o_stride);
+    uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
+    uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
+    const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
+    store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
+  }
+}
+
+}  // namespace sm90
+}  // namespace ra_cuda

@@ -1,0 +1,46 @@
+/*
+ * params.cuh — the one plain struct between the host side (attention_sm90.cu) and the device
+ * code, and the two compile-time switches (rounding mode, layout) every kernel is templated on.
+ */
+#pragma once
+#include <cuda.h> /* CUtensorMap (a 128-byte opaque struct); no libcuda link needed for the type */
+#include <stdint.h>
+
+namespace ra_cuda {
+
+constexpr int kHeadDim = 128;
+
+/* kBHSD: every tensor's seq stride is 128 elements (rows of one head are contiguous), so row
+ * addressing uses a compile-time stride; kStrided: any strides allowed by validate.h (BSHD etc). */
+enum class Layout : int { kStrided = 0, kBHSD = 1 };
+
+struct FwdParams {
+  /* TMA descriptors, used only by the sm_90a path: (d, seq, head, batch) boxes of 64 x 128 x 1 x 1. */
+  CUtensorMap tma_q;
+  CUtensorMap tma_k;
+  CUtensorMap tma_v;
+  const uint16_t* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  uint16_t* o;
+  int64_t q_stride[3]; /* batch, head, seq (dim stride is 1) */
+  int64_t k_stride[3];
+  int64_t v_stride[3];
+  int64_t o_stride[3];
+  int batch;
+  int heads;
+  int seqlen_q;
+  int seqlen_k;
+  int num_m_blocks; /* ceil(seqlen_q / block_m) */
+  int num_n_blocks; /* ceil(seqlen_k / block_n) */
+  int num_tiles;    /* batch * heads * num_m_blocks */
+  float scale_log2; /* softmax scale * log2(e) */
+  int nondet_flip;  /* RA_INJECT_NONDET: flip bit 0 of O[0,0,0,0] on this launch */
+};
+
+template <Layout L>
+__device__ __forceinline__ int64_t seq_stride(const int64_t (&s)[3]) {
+  return L == Layout::kBHSD ? (int64_t)kHeadDim : s[2];
+}
+
+}  // namespace ra_cuda
