@@ -29,7 +29,7 @@ class PairwiseConfig:
         Two-sided Mann–Whitney U p-value below which the raw samples differ. 0.002 follows asv's
         ``continuous``; with ~100 samples per side the test resolves shifts far below any floor.
     min_effect : float
-        Relative effect-size floor on the ratio of medians (0.02 = 2 %). Below it a change is never
+        Relative effect-size floor on the ratio of locations (0.02 = 2 %). Below it a change is never
         called however significant, so a very quiet case cannot alarm on a 0.3 % shift.
     noise_k : float
         Multiples of the series' own run-to-run noise (robust sigma of the relative history) that
@@ -38,6 +38,11 @@ class PairwiseConfig:
         Fewer historical values than this and the noise band is not used (floor and rank test only).
     min_samples : int
         Fewer raw samples than this on either side gives the verdict "insufficient".
+    location_quantile : float
+        The quantile whose ratio is the effect size (asv uses medians, 0.5). Timing noise
+        from a busy machine only ever adds time (Chen & Revels 2016, "Robust benchmarking in noisy
+        environments"), so the lower quartile estimates the undisturbed time better than the median on
+        shared machines, while keeping enough samples to be stable (measured: docs/detection.md).
     higher_is_worse : bool
         True for times (a higher value is a regression).
     """
@@ -47,6 +52,7 @@ class PairwiseConfig:
     noise_k: float = 4.0
     min_history: int = 5
     min_samples: int = 5
+    location_quantile: float = 0.25
     higher_is_worse: bool = True
 
 
@@ -54,7 +60,7 @@ class PairwiseConfig:
 class PairwiseResult:
     """Outcome of one pairwise comparison.
 
-    ratio is median(candidate) / median(baseline); threshold the relative change needed (the larger
+    ratio is q(candidate) / q(baseline) at the configured location quantile q; threshold the relative change needed (the larger
     of the floor and the noise band); noise the historical relative sigma (None without history).
     """
 
@@ -63,8 +69,8 @@ class PairwiseResult:
     p_value: float | None
     threshold: float
     noise: float | None
-    baseline_median: float
-    candidate_median: float
+    baseline_location: float
+    candidate_location: float
     n_baseline: int
     n_candidate: int
     significant: bool = False
@@ -103,13 +109,16 @@ def compare_samples(
     candidate: Sequence[float],
     history: Sequence[float] | None = None,
     config: PairwiseConfig | None = None,
+    pooled_noise: float | None = None,
 ) -> PairwiseResult:
     """Compares the raw samples of a candidate run against its baseline.
 
     Model: each side is an i.i.d. sample of one run's timings; a change is called when (1) the
     Mann–Whitney U test (two-sided, asymptotic with tie correction) rejects equality at ``alpha``,
-    (2) the ratio of medians moves by at least ``min_effect`` and (3) by at least ``noise_k`` times
-    the series' historical run-to-run sigma. (1) alone over-alarms because run-to-run variation
+    (2) the ratio of the location quantiles moves by at least ``min_effect`` and (3) by at least
+    ``noise_k`` times the series' historical run-to-run sigma (``history``: the series' earlier
+    nightly values, oldest first). ``pooled_noise``, the typical sigma of all cases on the same
+    machine, is a lower bound for that sigma, since a few nights estimate one case's sigma poorly. (1) alone over-alarms because run-to-run variation
     makes any two runs "significantly" different with enough samples (Conbench's false-positive
     fatigue); (2) and (3) make the call relative to what matters and to what this case usually does.
     Follows asv ``continuous`` (Mann–Whitney p < 0.002 and a factor) and adds the noise band.
@@ -120,12 +129,15 @@ def compare_samples(
     b = np.asarray([v for v in baseline if math.isfinite(v)], dtype=float)
     c = np.asarray([v for v in candidate if math.isfinite(v)], dtype=float)
     noise = historical_noise(history) if history is not None and len(history) >= cfg.min_history else None
+    if pooled_noise is not None and noise is not None:
+        noise = max(noise, pooled_noise)
     threshold = max(cfg.min_effect, cfg.noise_k * noise if noise is not None else 0.0)
     if b.size == 0 or c.size == 0:
         return PairwiseResult(
             "insufficient", math.nan, None, threshold, noise, math.nan, math.nan, int(b.size), int(c.size)
         )
-    bm, cm = float(np.median(b)), float(np.median(c))
+    q = cfg.location_quantile
+    bm, cm = float(np.quantile(b, q)), float(np.quantile(c, q))
     ratio = cm / bm if bm != 0 else (1.0 if cm == 0 else math.inf)
     if b.size < cfg.min_samples or c.size < cfg.min_samples:
         return PairwiseResult("insufficient", ratio, None, threshold, noise, bm, cm, int(b.size), int(c.size))

@@ -1,0 +1,457 @@
+"""After every run: each case against the baseline of its series, as Regression records.
+
+A series is (case key, stack digest). Its baseline is the most recent earlier finished, non-drill
+run on the same stack that has a result for the case; its history the last `history_runs` of them.
+What is flagged (DESIGN §6):
+
+- perf: `regress.detect.compare_samples` on the raw "time_ms" samples (rank test AND effect floor AND
+  the series' noise band);
+- numerics: a ULP result failing its contract (max scaled ULP above the limit, non-finite mismatch),
+  and a plain-ULP histogram worse than every run in the history (more elements > 1 ULP);
+- determinism: any determinism failure (more than one distinct output hash);
+- build: spills appearing, or registers jumping by more than `register_jump`, against the previous
+  build of the same stack.
+
+One open (or acknowledged) regression per (case, stack, kind, metric) is updated rather than
+duplicated; it resolves itself when the series returns to its old level. Regressions found in fire
+drills are stored already acknowledged (visible, never alerting) with details["drill"] = True.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .detect import PairwiseConfig, compare_samples, historical_noise
+from .results import CaseSpec
+from .store import Build, Case, Regression, Result, Run, utcnow
+from .store.repo import Store, get_or_create_case
+
+FINISHED = ("complete", "failed")  # a run that ended by itself; 'incomplete' runs are never baselines
+ACTIVE = ("open", "acknowledged")
+PERF_SAMPLE = "time_ms"
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Thresholds of the nightly analysis (defaults documented in docs/detection.md)."""
+
+    pairwise: PairwiseConfig = field(default_factory=PairwiseConfig)
+    history_runs: int = 30  # runs of the series used for the noise band and the ULP-histogram history
+    register_jump: float = 0.10  # relative register growth that flags a build
+    perf_suites: tuple[str, ...] = ("perf", "e2e")
+
+
+@dataclass
+class _Finding:
+    case_id: int
+    kind: str
+    metric: str
+    magnitude: float | None
+    p_value: float | None
+    baseline_run_id: str | None
+    details: dict[str, Any]
+
+
+def _scaled_ulp(metrics: dict[str, Any]) -> float | None:
+    # The ULP suite writes "scaled_ulp_max"; HEADLINE_METRIC names "max_scaled_ulp". Accept both.
+    for key in ("scaled_ulp_max", "max_scaled_ulp"):
+        v = metrics.get(key)
+        if isinstance(v, int | float):
+            return float(v)
+    return None
+
+
+def plain_ulp_frac_gt1(metrics: dict[str, Any]) -> float | None:
+    """Fraction of finite outputs more than 1 plain ULP from the reference, from the histogram."""
+    keys = [f"plain_ulp_hist_{k}" for k in ("0", "1", "2", "3", "gt3")]
+    if not all(isinstance(metrics.get(k), int | float) for k in keys):
+        return None
+    total = sum(float(metrics[k]) for k in keys)
+    return sum(float(metrics[k]) for k in keys[2:]) / total if total else None
+
+
+def series_history(session: Session, run: Run, case_id: int, limit: int) -> list[tuple[Run, Result]]:
+    """Earlier finished non-drill runs of the same stack with a result for this case, newest first."""
+    rows = session.execute(
+        select(Run, Result)
+        .join(Result, Result.run_id == Run.id)
+        .where(
+            Result.case_id == case_id,
+            Run.stack_id == run.stack_id,
+            Run.id != run.id,
+            Run.is_drill.is_(False),
+            Run.status.in_(FINISHED),
+            Run.started_at <= run.started_at,
+        )
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(limit)
+    ).all()
+    return [(r, res) for r, res in rows]
+
+
+def _samples(result: Result, name: str = PERF_SAMPLE) -> list[float]:
+    for s in result.samples:
+        if s.name == name:
+            return list(s.values)
+    return []
+
+
+def perf_levels(res: Result, q: float) -> float | None:
+    """The location (quantile q of the raw samples) of one perf result; its headline value without samples."""
+    xs = [v for v in _samples(res) if math.isfinite(v)]
+    if xs:
+        return float(np.quantile(xs, q))
+    return res.value
+
+
+@dataclass
+class _PerfSeries:
+    result: Result
+    base_run: Run
+    base_samples: list[float]
+    levels: list[float]  # the series' earlier locations, oldest first
+
+    @property
+    def noise(self) -> float | None:
+        return historical_noise(self.levels)
+
+
+def _perf_series(cfg: AnalysisConfig, session: Session, run: Run, result: Result) -> _PerfSeries | None:
+    if result.status != "pass" or not _samples(result):
+        return None
+    history = [
+        (r, res)
+        for r, res in series_history(session, run, result.case_id, cfg.history_runs)
+        if res.status == "pass" and _samples(res)
+    ]
+    if not history:
+        return None
+    q = cfg.pairwise.location_quantile
+    levels = [v for _, res in history[::-1] if (v := perf_levels(res, q)) is not None]
+    return _PerfSeries(result, history[0][0], _samples(history[0][1]), levels)
+
+
+def pooled_noise(noises: Sequence[float | None], min_cases: int = 3) -> float | None:
+    """Median run-to-run sigma over the cases of one machine: a floor for each case's own estimate."""
+    known = sorted(n for n in noises if n is not None)
+    return float(np.median(known)) if len(known) >= min_cases else None
+
+
+def _perf(cfg: AnalysisConfig, s: _PerfSeries, pooled: float | None) -> _Finding | None:
+    """A finding when the result is slower than the latest run of its series."""
+    cmp = compare_samples(
+        s.base_samples, _samples(s.result), history=s.levels, config=cfg.pairwise, pooled_noise=pooled
+    )
+    if cmp.verdict != "slower":
+        return None
+    return _Finding(
+        s.result.case_id,
+        "perf",
+        "time_ms",
+        cmp.relative_change,
+        cmp.p_value,
+        s.base_run.id,
+        {
+            "ratio": cmp.ratio,
+            "threshold": cmp.threshold,
+            "noise": cmp.noise,
+            "location_quantile": cfg.pairwise.location_quantile,
+            "baseline_location": cmp.baseline_location,
+            "candidate_location": cmp.candidate_location,
+        },
+    )
+
+
+def _perf_recovered(
+    cfg: AnalysisConfig,
+    session: Session,
+    reg: Regression,
+    result: Result,
+    levels: Sequence[float] | None,
+    pooled: float | None,
+) -> bool:
+    """Back to the old level: the new run is no longer slower than the regression's baseline run."""
+    if reg.baseline_run_id is None or result.status != "pass":
+        return False
+    base = session.scalars(
+        select(Result).where(Result.run_id == reg.baseline_run_id, Result.case_id == reg.case_id)
+    ).first()
+    if base is None:
+        return False
+    cmp = compare_samples(
+        _samples(base), _samples(result), history=levels, config=cfg.pairwise, pooled_noise=pooled
+    )
+    # Hysteresis: within half the threshold of the old level, so a borderline case does not flap.
+    return cmp.verdict == "faster" or abs(cmp.relative_change) < cmp.threshold / 2
+
+
+def _numerics(cfg: AnalysisConfig, session: Session, run: Run, result: Result) -> list[_Finding]:
+    out: list[_Finding] = []
+    m = result.metrics
+    su, limit = _scaled_ulp(m), m.get("scaled_ulp_limit")
+    if result.status == "fail":
+        mag = (
+            (su / float(limit) - 1.0) if su is not None and isinstance(limit, int | float) and limit else None
+        )
+        out.append(
+            _Finding(
+                result.case_id,
+                "numerics",
+                "ulp_contract",
+                mag,
+                None,
+                None,
+                {
+                    "scaled_ulp_max": su,
+                    "limit": limit,
+                    "nonfinite_mismatches": m.get("nonfinite_mismatches"),
+                    "message": result.message,
+                },
+            )
+        )
+    frac = plain_ulp_frac_gt1(m)
+    if frac is not None:
+        hist = series_history(session, run, result.case_id, cfg.history_runs)
+        past = [f for _, res in hist if (f := plain_ulp_frac_gt1(res.metrics)) is not None]
+        # Same stack, same seed, same inputs: the histogram is exact, so any growth is a change.
+        if past and frac > max(past) + 1e-12:
+            out.append(
+                _Finding(
+                    result.case_id,
+                    "numerics",
+                    "plain_ulp_frac_gt1",
+                    (frac - max(past)),
+                    None,
+                    hist[0][0].id,
+                    {"frac_gt1": frac, "history_max": max(past), "history_runs": len(past)},
+                )
+            )
+    return out
+
+
+def _determinism(result: Result) -> list[_Finding]:
+    distinct = result.metrics.get("distinct_hashes")
+    if result.status == "fail" or (isinstance(distinct, int | float) and distinct > 1):
+        return [
+            _Finding(
+                result.case_id,
+                "determinism",
+                "distinct_hashes",
+                float(distinct) - 1.0 if isinstance(distinct, int | float) else None,
+                None,
+                None,
+                {
+                    "distinct_hashes": distinct,
+                    "differing_elements": result.metrics.get("differing_elements"),
+                    "message": result.message,
+                },
+            )
+        ]
+    return []
+
+
+def _build_case(session: Session, run: Run) -> Case:
+    # Build resources are not a suite result; they get one case per backend so they fit the
+    # Regression model (which needs a case) and show up beside the others.
+    return get_or_create_case(
+        session, CaseSpec(suite="build", name=f"{run.backend}_resources", params={"backend": run.backend})
+    )
+
+
+def build_findings(
+    cfg: AnalysisConfig, new: dict[str, Any], old: dict[str, Any]
+) -> list[tuple[str, float, dict[str, Any]]]:
+    """(metric, magnitude, details) for spills appearing and registers jumping, per kernel and overall."""
+    out: list[tuple[str, float, dict[str, Any]]] = []
+    pairs: list[tuple[str, dict[str, Any], dict[str, Any]]] = [("", new, old)]
+    for name, k in (new.get("kernels") or {}).items():
+        prev = (old.get("kernels") or {}).get(name)
+        if isinstance(prev, dict) and isinstance(k, dict):
+            pairs.append((name, k, prev))
+    for name, n, o in pairs:
+        label = f"{name}:" if name else ""
+        spill_keys = (
+            ["max_spill"]
+            if not name
+            else [k for k in ("spill_store_bytes", "spill_load_bytes", "sgpr_spill", "vgpr_spill") if k in n]
+        )
+        new_spill = sum(int(n.get(k, 0) or 0) for k in spill_keys)
+        old_spill = sum(int(o.get(k, 0) or 0) for k in spill_keys)
+        if spill_keys and new_spill > 0 and old_spill == 0:
+            out.append((f"{label}spills", float(new_spill), {"kernel": name or None, "spills": new_spill}))
+        for reg_key in ("max_registers",) if not name else ("registers", "vgprs", "agprs", "sgprs"):
+            a, b = o.get(reg_key), n.get(reg_key)
+            if isinstance(a, int | float) and isinstance(b, int | float) and a > 0:
+                jump = b / a - 1.0
+                if jump > cfg.register_jump:
+                    out.append((f"{label}{reg_key}", jump, {"kernel": name or None, "before": a, "after": b}))
+    return out
+
+
+def _build(cfg: AnalysisConfig, session: Session, run: Run) -> tuple[list[_Finding], int | None]:
+    if run.build_id is None:
+        return [], None
+    build = session.get(Build, run.build_id)
+    prev_run = session.scalars(
+        select(Run)
+        .where(
+            Run.stack_id == run.stack_id,
+            Run.id != run.id,
+            Run.is_drill.is_(False),
+            Run.status.in_(FINISHED),
+            Run.build_id.is_not(None),
+            Run.started_at <= run.started_at,
+        )
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(1)
+    ).first()
+    if build is None or prev_run is None or not build.stats:
+        return [], None
+    prev = session.get(Build, prev_run.build_id)
+    if prev is None or not prev.stats:
+        return [], None
+    case = _build_case(session, run)
+    findings = [
+        _Finding(case.id, "build", metric, mag, None, prev_run.id, details)
+        for metric, mag, details in build_findings(cfg, build.stats, prev.stats)
+    ]
+    return findings, case.id
+
+
+def _upsert(session: Session, run: Run, f: _Finding) -> Regression:
+    existing = session.scalars(
+        select(Regression).where(
+            Regression.case_id == f.case_id,
+            Regression.stack_id == run.stack_id,
+            Regression.kind == f.kind,
+            Regression.metric == f.metric,
+            Regression.state.in_(ACTIVE),
+        )
+    ).first()
+    now = utcnow()
+    details = {**f.details, **({"drill": True} if run.is_drill else {})}
+    if existing is not None:
+        if run.is_drill and not existing.details.get("drill"):
+            return existing  # a drill must not touch a real regression's record
+        existing.last_run_id = run.id
+        existing.magnitude = f.magnitude
+        existing.p_value = f.p_value
+        existing.details = {**existing.details, **details, "runs": int(existing.details.get("runs", 1)) + 1}
+        existing.updated_at = now
+        return existing
+    reg = Regression(
+        case_id=f.case_id,
+        stack_id=run.stack_id,
+        kind=f.kind,
+        metric=f.metric,
+        state="acknowledged" if run.is_drill else "open",
+        first_run_id=run.id,
+        baseline_run_id=f.baseline_run_id,
+        last_run_id=run.id,
+        magnitude=f.magnitude,
+        p_value=f.p_value,
+        details={**details, "runs": 1},
+        note=f"fire drill: {_injected(session, run)} injected on purpose" if run.is_drill else "",
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(reg)
+    return reg
+
+
+def _injected(session: Session, run: Run) -> str:
+    build = session.get(Build, run.build_id) if run.build_id else None
+    inject = build.inject if build is not None else {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(inject.items())) or "a fault"
+
+
+def _resolve(reg: Regression, run: Run, why: str) -> None:
+    reg.state = "resolved"
+    reg.resolved_at = reg.updated_at = utcnow()
+    reg.last_run_id = run.id
+    reg.details = {**reg.details, "resolved_by": run.id, "resolution": why}
+
+
+def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None) -> list[int]:
+    """Analyses one stored run; returns the ids of the regressions it created or updated (not resolved).
+
+    One transaction: the records change together or not at all.
+    """
+    cfg = config or AnalysisConfig()
+    touched: list[Regression] = []
+    with store.transaction() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise KeyError(f"run {run_id} does not exist")
+        rows = session.execute(
+            select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run_id)
+        ).all()
+        findings: list[_Finding] = []
+        checked: dict[int, Result] = {}  # case id -> result that was judged (for auto-resolve)
+        perf: list[_PerfSeries] = []
+        for result, case in rows:
+            if result.status in ("skip", "error"):
+                continue
+            checked[case.id] = result
+            if case.suite in cfg.perf_suites:
+                series = _perf_series(cfg, session, run, result)
+                perf += [series] if series else []
+            elif case.suite == "ulp":
+                findings += _numerics(cfg, session, run, result)
+            elif case.suite == "determinism":
+                findings += _determinism(result)
+        pooled = pooled_noise([p.noise for p in perf])
+        perf_by_case = {p.result.case_id: p for p in perf}
+        for series in perf:
+            found = _perf(cfg, series, pooled)
+            findings += [found] if found else []
+        build_found, build_case_id = _build(cfg, session, run)
+        findings += build_found
+
+        flagged = {(f.case_id, f.kind, f.metric) for f in findings}
+        for f in findings:
+            touched.append(_upsert(session, run, f))
+
+        # Auto-resolve: active regressions of this stack whose case was judged and is now clean.
+        # Drills never resolve anything: a broken build says nothing about the real series.
+        if not run.is_drill:
+            active = session.scalars(
+                select(Regression).where(Regression.stack_id == run.stack_id, Regression.state.in_(ACTIVE))
+            ).all()
+            for reg in active:
+                if (reg.case_id, reg.kind, reg.metric) in flagged:
+                    continue
+                result = checked.get(reg.case_id)
+                if reg.details.get("drill"):
+                    _resolve(reg, run, "drill over: a clean run followed")
+                elif reg.kind == "perf" and result is not None:
+                    series = perf_by_case.get(reg.case_id)
+                    levels = series.levels if series else None
+                    if _perf_recovered(cfg, session, reg, result, levels, pooled):
+                        _resolve(reg, run, "back to the baseline level")
+                    else:  # still slow against its own baseline: the record follows the series
+                        reg.last_run_id, reg.updated_at = run.id, utcnow()
+                        reg.details = {**reg.details, "runs": int(reg.details.get("runs", 1)) + 1}
+                        touched.append(reg)
+                elif reg.kind in ("numerics", "determinism") and result is not None:
+                    if result.status == "pass":
+                        _resolve(reg, run, "passes again")
+                elif reg.kind == "build" and reg.case_id == build_case_id:
+                    _resolve(reg, run, "resources back within bounds")
+        session.flush()
+        return [r.id for r in touched]
+
+
+def regressions_for_run(store: Store, run_id: str) -> Sequence[Regression]:
+    """Regressions first seen or last updated by this run."""
+    with store.reader() as session:
+        return session.scalars(
+            select(Regression).where((Regression.first_run_id == run_id) | (Regression.last_run_id == run_id))
+        ).all()
