@@ -29,6 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .detect import PairwiseConfig, compare_samples, historical_noise
+from .errors import UserError
 from .results import CaseSpec
 from .store import Build, Case, Regression, Result, Run, utcnow
 from .store.repo import Store, get_or_create_case
@@ -455,3 +456,75 @@ def regressions_for_run(store: Store, run_id: str) -> Sequence[Regression]:
         return session.scalars(
             select(Regression).where((Regression.first_run_id == run_id) | (Regression.last_run_id == run_id))
         ).all()
+
+
+def list_regressions(store: Store, state: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+    """Regressions newest first, each with its case, stack and runs, as plain dicts."""
+    from .store import Stack
+
+    with store.reader() as session:
+        query = (
+            select(Regression, Case, Stack)
+            .join(Case, Case.id == Regression.case_id)
+            .join(Stack, Stack.id == Regression.stack_id)
+            .order_by(Regression.updated_at.desc(), Regression.id.desc())
+            .limit(limit)
+        )
+        if state:
+            query = query.where(Regression.state == state)
+        return [
+            {
+                "id": reg.id,
+                "state": reg.state,
+                "kind": reg.kind,
+                "metric": reg.metric,
+                "suite": case.suite,
+                "case": case.name,
+                "case_key": case.key,
+                "stack": stack.name,
+                "stack_digest": stack.digest,
+                "magnitude": reg.magnitude,
+                "p_value": reg.p_value,
+                "first_run": reg.first_run_id,
+                "baseline_run": reg.baseline_run_id,
+                "last_run": reg.last_run_id,
+                "note": reg.note,
+                "drill": bool(reg.details.get("drill")),
+                "details": reg.details,
+                "created_at": reg.created_at.isoformat(),
+                "updated_at": reg.updated_at.isoformat(),
+                "resolved_at": reg.resolved_at.isoformat() if reg.resolved_at else None,
+            }
+            for reg, case, stack in session.execute(query).all()
+        ]
+
+
+def acknowledge(store: Store, regression_id: int, note: str) -> None:
+    """A known regression: it stops alerting (gates and the site's open list) but stays visible."""
+    if not note.strip():
+        raise UserError("an acknowledgement needs a note saying why (e.g. an issue link)")
+    with store.transaction() as session:
+        reg = _get_regression(session, regression_id)
+        if reg.state == "resolved":
+            raise UserError(f"regression {regression_id} is already resolved")
+        reg.state, reg.note, reg.updated_at = "acknowledged", note.strip(), utcnow()
+
+
+def resolve(store: Store, regression_id: int, note: str = "") -> None:
+    """Closes a regression by hand (it also closes itself when its series returns to the old level)."""
+    with store.transaction() as session:
+        reg = _get_regression(session, regression_id)
+        if reg.state == "resolved":
+            raise UserError(f"regression {regression_id} is already resolved")
+        reg.state = "resolved"
+        reg.resolved_at = reg.updated_at = utcnow()
+        reg.details = {**reg.details, "resolution": "resolved by hand"}
+        if note.strip():
+            reg.note = note.strip()
+
+
+def _get_regression(session: Session, regression_id: int) -> Regression:
+    reg = session.get(Regression, regression_id)
+    if reg is None:
+        raise UserError(f"no regression with id {regression_id}")
+    return reg

@@ -1,0 +1,83 @@
+"""`regress regressions list|ack|resolve`: the lifecycle of detected regressions."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis import acknowledge, list_regressions, resolve
+from ..store import REGRESSION_STATES
+from ..store.repo import open_store
+
+_db = click.option(
+    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
+)
+
+
+@click.group()
+def regressions() -> None:
+    """Detected regressions: open → acknowledged (known, silent, visible) → resolved."""
+
+
+@regressions.command("list")
+@click.option("--state", type=click.Choice(REGRESSION_STATES), help="Only this state.")
+@click.option("--limit", default=200, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@_db
+def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -> None:
+    """Newest first."""
+    rows = list_regressions(open_store(db_url), state=state, limit=limit)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    if not rows:
+        click.echo("no regressions" + (f" in state {state}" if state else ""))
+        return
+    table = Table()
+    for col in ("id", "state", "kind", "metric", "case", "stack", "change", "first run", "note"):
+        table.add_column(col)
+    for r in rows:
+        mag = r["magnitude"]
+        change = (
+            f"{mag * 100:+.1f}%"
+            if r["kind"] == "perf" and mag is not None
+            else (f"{mag:.3g}" if mag is not None else "")
+        )
+        table.add_row(
+            str(r["id"]),
+            r["state"] + (" (drill)" if r["drill"] else ""),
+            r["kind"],
+            r["metric"],
+            f"{r['suite']}/{r['case']}",
+            r["stack"] or r["stack_digest"][:12],
+            change,
+            r["first_run"],
+            r["note"],
+        )
+    Console(width=200).print(table)
+
+
+@regressions.command("ack")
+@click.argument("regression_id", type=int)
+@click.option("--note", required=True, help="Why it is known (an issue link, a decision).")
+@_db
+def ack_cmd(regression_id: int, note: str, db_url: str | None) -> None:
+    """Acknowledge a regression: it stops alerting but stays visible."""
+    acknowledge(open_store(db_url), regression_id, note)
+    click.echo(f"regression {regression_id} acknowledged")
+
+
+@regressions.command("resolve")
+@click.argument("regression_id", type=int)
+@click.option("--note", default="", help="Optional: how it was resolved.")
+@_db
+def resolve_cmd(regression_id: int, note: str, db_url: str | None) -> None:
+    """Resolve a regression by hand (it also resolves itself when its series recovers)."""
+    resolve(open_store(db_url), regression_id, note)
+    click.echo(f"regression {regression_id} resolved")
+
+
+COMMANDS = [regressions]
