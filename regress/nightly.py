@@ -154,7 +154,7 @@ def _resolve_stack(opts: NightlyOptions, backend: str) -> tuple[Pin | None, Fing
     return pin, fp, notes
 
 
-class _Terminated(Exception):
+class _Terminated(BaseException):  # not Exception: per-case error handling must not swallow it
     pass
 
 
@@ -182,7 +182,10 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     from .suites import get_suite
 
     for name in opts.suites:
-        get_suite(name)  # unknown suite names fail before anything is built or stored
+        try:
+            get_suite(name)  # unknown suite names fail before anything is built or stored
+        except KeyError as exc:
+            raise UserError(str(exc.args[0])) from None
     backend = resolve_backend(opts.backend)
     pin, fp, drift_notes = _resolve_stack(opts, backend)
     backend = fp.keys["backend"]

@@ -125,7 +125,7 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
     console.print(table)
     geo = summary.get("geomean_speedup", {})
     if geo:
-        speed = Table(title="geomean speedup of the kernel over each baseline (perf suite)")
+        speed = Table(title="geomean speedup vs baseline")
         baselines = sorted({b for per in geo.values() for b in per})
         speed.add_column("mode")
         for b in baselines:

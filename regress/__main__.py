@@ -1,0 +1,5 @@
+"""`python -m regress` is the `regress` command."""
+
+from .cli import run
+
+run()

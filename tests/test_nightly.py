@@ -1,0 +1,204 @@
+"""`regress nightly` end to end on the CPU backend: stack → build → suites → store → bundle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from regress.bundle import read_bundle
+from regress.cli import main
+from regress.nightly import NightlyOptions, run_nightly
+from regress.store import Case, Result, Run, Stack
+from regress.store.repo import open_store
+
+
+def _opts(db_url: str, tmp_path: Path, **kw: object) -> NightlyOptions:
+    base: dict[str, object] = {"backend": "cpu", "quick": True, "db": db_url, "out": tmp_path / "out"}
+    base.update(kw)
+    return NightlyOptions(**base)  # type: ignore[arg-type]
+
+
+def test_quick_nightly_stores_every_suite_mode_and_layout(db_url: str, tmp_path: Path) -> None:
+    first = run_nightly(_opts(db_url, tmp_path, suites=("determinism", "ulp", "perf")))
+    assert first.exit_code == 0, first.summary
+    second = run_nightly(_opts(db_url, tmp_path, suites=("perf",)))
+    assert second.exit_code == 0
+    store = open_store(db_url)
+    try:
+        with store.reader() as s:
+            runs = s.scalars(select(Run).order_by(Run.started_at)).all()
+            assert [r.status for r in runs] == ["complete", "complete"]
+            assert runs[0].stack_id == runs[1].stack_id  # same machine, same digest
+            assert s.scalar(select(func.count()).select_from(Stack)) == 1
+            rows = s.execute(
+                select(Case.suite, Case.mode, Case.layout).join(Result, Result.case_id == Case.id)
+            ).all()
+        perf = {(m, lay) for suite, m, lay in rows if suite == "perf"}
+        assert perf == {(m, lay) for m in ("rtne", "rtna", "rtz") for lay in ("bshd", "bhsd")}
+        assert {suite for suite, _, _ in rows} == {"determinism", "ulp", "perf"}
+    finally:
+        store.engine.dispose()
+    assert first.bundle_path is not None
+    bundle = read_bundle(first.bundle_path)
+    assert bundle["run"]["id"] == first.run_id
+    perf_result = next(r for r in bundle["results"] if r["suite"] == "perf")
+    assert len(perf_result["samples"]["time_ms"]) >= 5
+    assert any(k.startswith("baseline:") for k in perf_result["samples"])
+
+
+def test_unknown_suite_is_refused_before_anything_is_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    assert main(["nightly", "--backend", "cpu", "--suites", "perf,bogus", "--db", db]) == 2
+    assert "bogus" in capsys.readouterr().err
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_sharded_run_merges_two_workers_into_one_run(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    outcome = run_nightly(_opts(db, tmp_path, suites=("perf", "ulp"), gpus="0,1", iterations=5))
+    assert outcome.exit_code == 0, outcome.summary
+    store = open_store(db)
+    with store.reader() as s:
+        results = s.scalars(select(Result)).all()
+        run = s.scalars(select(Run)).one()
+    workers = {r.device.get("worker") for r in results}
+    assert workers == {0, 1}
+    assert set(run.gpu_state["workers"]) == {"worker0", "worker1"}
+    plain = run_nightly(
+        _opts(f"sqlite:///{tmp_path / 'p.db'}", tmp_path, suites=("perf", "ulp"), iterations=5)
+    )
+    assert plain.summary["results"] == outcome.summary["results"]
+
+
+def test_build_failure_is_recorded_as_a_failed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REGRESS_STACKS_DIR", str(tmp_path))
+    assert main(["stack", "pin", "broken", "--backend", "cpu"]) == 0
+    pin = tmp_path / "broken.toml"
+    pin.write_text(pin.read_text().replace("extra_flags = []", 'extra_flags = ["-fno-such-flag-anywhere"]'))
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    outcome = run_nightly(_opts(db, tmp_path, stack="broken", allow_drift=True, cache_dir=tmp_path / "cache"))
+    assert outcome.exit_code == 2
+    assert "no-such-flag" in outcome.summary["error"]
+    store = open_store(db)
+    with store.reader() as s:
+        run = s.scalars(select(Run)).one()
+    assert run.status == "failed" and "build failed" in run.message
+
+
+def test_drift_refuses_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("REGRESS_STACKS_DIR", str(tmp_path))
+    assert main(["stack", "pin", "old", "--backend", "cpu"]) == 0
+    pin = tmp_path / "old.toml"
+    pin.write_text(pin.read_text().replace('torch = "', 'torch = "1.0-'))
+    db = tmp_path / "r.db"
+    assert main(["nightly", "--stack", "old", "--quick", "--db", f"sqlite:///{db}"]) == 2
+    assert "torch" in capsys.readouterr().err
+    assert not db.exists()
+
+
+def _stored_results(path: Path) -> int:
+    """Counts results without migrating: the nightly under test owns the schema."""
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(path, timeout=5) as conn:
+            return int(conn.execute("SELECT count(*) FROM results").fetchone()[0])
+    except sqlite3.OperationalError:  # schema not created yet
+        return 0
+
+
+def _count(db_url: str, model: type) -> int:
+    store = open_store(db_url)
+    try:
+        with store.reader() as s:
+            return int(s.scalar(select(func.count()).select_from(model)) or 0)
+    finally:
+        store.engine.dispose()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_a_killed_run_is_left_incomplete_with_its_results_intact(tmp_path: Path, sig: signal.Signals) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "regress",
+            "nightly",
+            "--backend",
+            "cpu",
+            "--suites",
+            "perf",
+            "--db",
+            db,
+            "--out",
+            str(tmp_path / "out"),
+            "--iterations",
+            "400",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "REGRESS_CPU_THREADS": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if _stored_results(tmp_path / "r.db") >= 1:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the nightly stored no result within 120 s")
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stored = _count(db, Result)
+    assert main(["runs", "list", "--json", "--db", db]) == 0  # reaps the dead run
+    store = open_store(db)
+    with store.reader() as s:
+        run = s.scalars(select(Run)).one()
+        results = s.scalars(select(Result)).all()
+    assert run.status == "incomplete"
+    assert len(results) == stored >= 1
+    assert all(r.samples for r in results)  # no result without its samples
+
+
+def test_export_writes_one_line_per_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    outcome = run_nightly(_opts(db, tmp_path, suites=("ulp",)))
+    capsys.readouterr()
+    assert main(["export", "--db", db, "--format", "jsonl"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(lines) == outcome.summary["results"]
+    assert {
+        "run_id",
+        "stack_digest",
+        "suite",
+        "b",
+        "h",
+        "sq",
+        "sk",
+        "d",
+        "layout",
+        "mode",
+        "status",
+        "metrics",
+    } <= set(lines[0])
+    assert main(["export", "--db", db, "--format", "csv"]) == 0
+    csv_lines = capsys.readouterr().out.strip().splitlines()
+    assert len(csv_lines) == len(lines) + 1
+    assert main(["runs", "show", outcome.run_id or "", "--db", db]) == 0
