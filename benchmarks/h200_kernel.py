@@ -622,9 +622,7 @@ def sanitize(libs, out_dir, results):
     src = Path("/tmp/ra_san_driver.cu")
     src.write_text(DRIVER)
     summary = []
-    for lname in ("main", "mma"):
-        if lname not in libs:
-            continue
+    for lname in [x for x in SAN_LIBS.split(",") if x in libs]:
         lib_path = Path(libs_paths[lname]).resolve()
         exe = f"/tmp/ra_san_{lname}"
         linkdir = f"/tmp/ra_san_lib_{lname}"
@@ -652,6 +650,7 @@ def sanitize(libs, out_dir, results):
 
 
 libs_paths: dict[str, str] = {}
+SAN_LIBS = "main"
 
 
 def build(a):
@@ -720,6 +719,7 @@ def main():
     ap.add_argument("--bench-libs", default="", help="comma list of lib names to time (default all)")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--san-libs", default="main", help="comma list of libraries to sanitize")
     ap.add_argument("--dry-run", action="store_true", help="CPU stand-in for the library (debug this script)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/ra_out"))
     a = ap.parse_args()
@@ -733,6 +733,8 @@ def main():
         return run_phases(a, argv) if not a.build or build(a) == 0 else 1
     if a.phase:
         setattr(a, a.phase, True)
+    global SAN_LIBS
+    SAN_LIBS = a.san_libs
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)
