@@ -189,6 +189,8 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     backend = resolve_backend(opts.backend)
     pin, fp, drift_notes = _resolve_stack(opts, backend)
     backend = fp.keys["backend"]
+    if opts.upload and not os.environ.get("REGRESS_TOKEN"):
+        raise UserError("--upload needs the runner's token in $REGRESS_TOKEN (`regress token create RUNNER`)")
     store = open_store(opts.db)
     reap_stale_runs(store)
     if opts.upload:
