@@ -1,0 +1,216 @@
+"""The upgrade gate on hand-built runs: verdicts, exit codes, selectors and the three reports."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from regress.cli import main
+from regress.gate import GateConfig, compare, gate, render_html
+from regress.results import CaseResult, CaseSpec
+from regress.store import GateDecision
+from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, record_build, start_run
+
+CASES = [f"b1_h{h}_sq{s}_sk{s}_bshd_rtne" for h in (1, 2) for s in (128, 256, 512, 1024, 2048)]
+_rng = np.random.default_rng(0)
+
+
+def _perf(name: str, level: float, cv: float = 0.005, n: int = 60) -> CaseResult:
+    times = level * (1 + cv * np.abs(_rng.standard_normal(n)))  # timing noise only adds time
+    return CaseResult(
+        case=CaseSpec("perf", name, {"b": 1, "mode": "rtne"}),
+        status="pass",
+        metrics={"p50_ms": float(np.median(times))},
+        samples={"time_ms": [float(t) for t in times]},
+    )
+
+
+def add_run(
+    store: Store,
+    results: list[CaseResult],
+    *,
+    stack: str = "rocm-a",
+    source: str = "src-1",
+    drill: bool = False,
+    status: str = "complete",
+) -> str:
+    with store.transaction() as session:
+        st = get_or_create_stack(session, digest=f"digest-{stack}", keys={}, schema_version=1, name=stack)
+        build = record_build(
+            session,
+            st,
+            {
+                "backend": "cpu",
+                "source_hash": source,
+                "compiler": "c++",
+                "compiler_version": "1",
+                "flags": [],
+                "artifact_hash": f"{stack}-{source}-{drill}",
+                "stats": {},
+                "inject": {"slowdown_pct": 10} if drill else {},
+            },
+        )
+        stack_id, build_id = st.id, build.id
+    rid = start_run(
+        store,
+        stack_id=stack_id,
+        build_id=build_id,
+        backend="cpu",
+        suites=["perf"],
+        source_hash=source,
+        is_drill=drill,
+        trigger="drill" if drill else "nightly",
+    )
+    for r in results:
+        add_result(store, rid, r)
+    finish_run(store, rid, status=status)
+    return rid
+
+
+def history(store: Store, nights: int = 6, stack: str = "rocm-a", **levels: float) -> list[str]:
+    return [add_run(store, [_perf(c, levels.get(c, 1.0)) for c in CASES], stack=stack) for _ in range(nights)]
+
+
+def test_slowed_cases_are_named_and_exit_1(store: Store, tmp_path: Path) -> None:
+    runs = history(store)
+    slowed = CASES[:3]
+    cand = add_run(store, [_perf(c, 1.10 if c in slowed else 1.0) for c in CASES], stack="rocm-b")
+    report = gate(store, runs[-1], cand, report_dir=tmp_path)
+    assert (report.verdict, report.exit_code) == ("regression", 1)
+    assert sorted(r.case for r in report.regressions) == sorted(slowed)
+    assert all(r.mark == "+" for r in report.regressions)
+    with store.reader() as session:
+        decision = session.get(GateDecision, report.decision_id)
+        assert decision is not None and decision.exit_code == 1 and decision.verdict == "regression"
+
+
+def test_clean_against_clean_passes(store: Store) -> None:
+    runs = history(store, nights=8)
+    for base, cand in itertools.pairwise(runs[5:]):
+        report = gate(store, base, cand)
+        assert (report.verdict, report.exit_code) == ("pass", 0), report.regressions
+
+
+def test_a_small_systematic_slowdown_is_caught_by_the_aggregate(store: Store) -> None:
+    runs = history(store)
+    cand = add_run(store, [_perf(c, 1.04) for c in CASES], stack="rocm-b")
+    report = gate(store, runs[-1], cand)  # 4 % is below the 5 % per-case floor
+    assert report.exit_code == 1
+    assert report.aggregate["verdict"] == "slower"
+    assert len(report.regressions) == len(CASES)
+    assert "systematic slowdown" in report.regressions[0].note
+
+
+def test_speedup_is_not_a_regression(store: Store) -> None:
+    runs = history(store)
+    cand = add_run(store, [_perf(c, 0.8) for c in CASES], stack="rocm-b")
+    report = gate(store, runs[-1], cand)
+    assert report.exit_code == 0
+    assert {r.mark for r in report.rows} == {"-"}
+
+
+def test_stack_selector_takes_the_latest_finished_non_drill_run(store: Store) -> None:
+    history(store)
+    add_run(store, [_perf(c, 1.0) for c in CASES], stack="rocm-b")
+    latest = add_run(store, [_perf(c, 1.0) for c in CASES], stack="rocm-b")
+    add_run(store, [_perf(c, 1.3) for c in CASES], stack="rocm-b", drill=True)
+    add_run(store, [_perf(c, 1.3) for c in CASES], stack="rocm-b", status="incomplete")
+    report = gate(store, "stack:rocm-a", "stack:rocm-b")
+    assert report.candidate_run == latest
+    assert report.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("sel", "reason"), [("stack:nope", "no finished run of stack"), ("ffff", "not found")]
+)
+def test_unknown_selectors_are_undecided(store: Store, sel: str, reason: str) -> None:
+    runs = history(store, nights=1)
+    report = gate(store, runs[0], sel)
+    assert report.exit_code == 2 and reason in report.reasons[0]
+
+
+def test_different_kernel_sources_are_undecided(store: Store) -> None:
+    runs = history(store)
+    cand = add_run(store, [_perf(c, 1.5) for c in CASES], stack="rocm-b", source="src-2")
+    report = gate(store, runs[-1], cand)
+    assert (report.verdict, report.exit_code) == ("undecided", 2)
+    assert "different kernel sources" in report.reasons[0]
+
+
+def test_missing_cases_are_undecided(store: Store) -> None:
+    runs = history(store)
+    cand = add_run(store, [_perf(c, 1.0) for c in CASES[:-2]], stack="rocm-b")
+    report = gate(store, runs[-1], cand)
+    assert report.exit_code == 2
+    assert sum("missing in candidate" in r.note for r in report.rows) == 2
+
+
+def _exact(suite: str, name: str, status: str, **metrics: Any) -> CaseResult:
+    return CaseResult(case=CaseSpec(suite, name, {"mode": "rtne"}), status=status, metrics=metrics)  # type: ignore[arg-type]
+
+
+def test_numerics_and_determinism_are_exact_gates(store: Store) -> None:
+    ulp_ok = _exact("ulp", "u1", "pass", scaled_ulp_max=0.5, scaled_ulp_limit=1.5)
+    det_ok = _exact("determinism", "d1", "pass", distinct_hashes=1)
+    base = add_run(store, [ulp_ok, det_ok])
+    cand = add_run(
+        store,
+        [
+            _exact("ulp", "u1", "fail", scaled_ulp_max=4.2, scaled_ulp_limit=1.5),
+            _exact("determinism", "d1", "fail", distinct_hashes=2),
+        ],
+        stack="rocm-b",
+    )
+    report = gate(store, base, cand)
+    assert report.exit_code == 1
+    assert {(r.suite, r.mark) for r in report.regressions} == {("ulp", "x"), ("determinism", "x")}
+    assert gate(store, base, add_run(store, [ulp_ok, det_ok], stack="rocm-b")).exit_code == 0
+
+
+def test_reports_markdown_html_junit(store: Store, tmp_path: Path) -> None:
+    runs = history(store)
+    weird = "<script>alert(1)</script>"
+    base = add_run(store, [*(_perf(c, 1.0) for c in CASES), _perf(weird, 1.0)])
+    cand = add_run(store, [*(_perf(c, 1.2 if c == CASES[0] else 1.0) for c in CASES), _perf(weird, 1.0)])
+    assert runs
+    report = gate(store, base, cand, report_dir=tmp_path)
+    md = Path(report.reports["markdown"]).read_text()
+    assert "verdict: regression" in md and CASES[0] in md
+    html = Path(report.reports["html"]).read_text()
+    assert weird not in html and "&lt;script&gt;" in html
+    suite = ET.parse(report.reports["junit"]).getroot()
+    assert suite.get("failures") == "1"
+    failed = [tc.get("name") for tc in suite.iter("testcase") if tc.find("failure") is not None]
+    assert failed == [CASES[0]]
+    assert json.loads(Path(report.reports["json"]).read_text())["exit_code"] == 1
+    assert "<script>" not in render_html(report)
+
+
+def test_compare_has_no_verdict(store: Store) -> None:
+    a, b = history(store, nights=2)
+    report = compare(store, a, b)
+    assert report.verdict is None and len(report.rows) == len(CASES)
+
+
+def test_cli_exit_codes(store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = history(store)
+    url = store.engine.url.render_as_string(hide_password=False)
+    slow = add_run(store, [_perf(c, 1.2) for c in CASES], stack="rocm-b")
+    args = ["gate", "--db", url, "--report-dir", str(tmp_path)]
+    assert main([*args, "--baseline", runs[-1], "--candidate", slow]) == 1
+    out = capsys.readouterr().out
+    assert "verdict: regression" in out and CASES[0] in out
+    assert main([*args, "--baseline", runs[-2], "--candidate", runs[-1]]) == 0
+    assert main([*args, "--baseline", runs[-1], "--candidate", "stack:missing"]) == 2
+    assert main(["compare", runs[-1], slow, "--db", url]) == 0
+    assert "+" in capsys.readouterr().out
+
+
+def test_gate_config_floor_is_documented_default() -> None:
+    assert GateConfig().pairwise.min_effect == 0.05
