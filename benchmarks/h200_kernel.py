@@ -42,7 +42,8 @@ RA_OK, RA_ERR_NULL, RA_ERR_HEAD_DIM, RA_ERR_SHAPE, RA_ERR_STRIDE, RA_ERR_ROUNDIN
 NVCC = ("nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -lineinfo "
         "-Xptxas -v -Ikernel kernel/cuda/attention_sm90.cu")
 BUILD_FLAGS = {"main": "", "mma": "-DRA_CUDA_FORCE_MMA_SYNC=1", "ulp2": "-DRA_INJECT_ULP=2",
-               "nondet": "-DRA_INJECT_NONDET=1", "slow50": "-DRA_INJECT_SLOWDOWN_PCT=50"}
+               "nondet": "-DRA_INJECT_NONDET=1", "slow50": "-DRA_INJECT_SLOWDOWN_PCT=50",
+               "pp": "-DRA_CUDA_PINGPONG=1"}
 BENCH_SHAPES = [(1, 16, 16384, 16384), (2, 16, 8192, 8192), (4, 16, 4096, 4096), (8, 16, 2048, 2048),
                 (16, 16, 1024, 1024), (32, 16, 512, 512), (2, 40, 1024, 77), (2, 24, 8192, 8192),
                 (1, 32, 16384, 16384)]
@@ -441,6 +442,8 @@ def check_errors(lib, name, results):
 def drills(libs, results):
     gen = torch.Generator(device=DEV)
     gen.manual_seed(7)
+    if "main" not in libs:
+        return 0
     clean = libs["main"]
     q, k, v = make_qkv(2, 4, 700, 900, "bhsd", gen)
 
@@ -667,7 +670,7 @@ def build(a):
     return int(any(rcs))
 
 
-PHASE_TIMEOUT = {"smoke": 60, "check": 300, "drills": 90, "sanitize": 300, "bench": 300}
+PHASE_TIMEOUT = {"smoke": 45, "check": 300, "drills": 90, "sanitize": 300, "bench": 300}
 
 
 def smoke(libs, results):
@@ -687,21 +690,42 @@ def smoke(libs, results):
 
 def run_phases(a, argv):
     """Parent: one child process per phase, killed at its timeout (a hung kernel costs minutes of
-    device time otherwise). Children write their results under --out."""
+    device time otherwise). Smoke runs once per library; a library that fails or hangs there is
+    left out of the later phases. Children write their results under --out."""
     rc_all = 0
+    libs = list(a.lib)
+    base = [x for x in argv if x not in a.lib and x != "--lib"]
     for ph in a.phases.split(","):
-        cmd = [sys.executable, __file__, *argv, "--phase", ph]
+        if ph == "smoke":
+            healthy = []
+            for item in libs:
+                if not item.startswith(("main=", "mma=", "pp=")):  # fault-drill builds of main
+                    healthy.append(item)
+                    continue
+                cmd = [sys.executable, __file__, *base, "--lib", item, "--phase", ph]
+                t0 = time.time()
+                try:
+                    rc = subprocess.run(cmd, timeout=PHASE_TIMEOUT[ph]).returncode
+                except subprocess.TimeoutExpired:
+                    rc = "timeout"
+                log(f"== smoke {item}: rc {rc} in {time.time() - t0:.0f}s")
+                if rc == 0 or not item.startswith(("main=", "mma=", "pp=")):
+                    healthy.append(item)
+                else:
+                    rc_all = 1
+            libs = healthy
+            if not any(x.startswith(("main=", "mma=", "pp=")) for x in libs):
+                log("== no healthy library: stopping")
+                return 1
+            continue
+        cmd = [sys.executable, __file__, *base, *sum((["--lib", x] for x in libs), []), "--phase", ph]
         t0 = time.time()
         try:
             rc = subprocess.run(cmd, timeout=PHASE_TIMEOUT.get(ph, 300)).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
         log(f"== phase {ph}: rc {rc} in {time.time() - t0:.0f}s")
-        if rc != 0:
-            rc_all = 1
-            if ph == "smoke":
-                log("== smoke failed: skipping the rest")
-                break
+        rc_all |= rc != 0
     return rc_all
 
 
@@ -760,7 +784,7 @@ def main():
         fails += smoke(libs, results)
     if a.check:
         for n in libs:
-            if n in ("main", "mma"):
+            if n in ("main", "mma", "pp"):
                 fails += check(libs[n], n, results, quick=a.quick or n != "main")
         log(f"check: {fails} failures, {len(results)} cases, {time.time() - t0:.0f}s")
     if a.drills:
@@ -770,7 +794,7 @@ def main():
     if results:
         (out_dir / f"results_{a.phase or 'all'}.json").write_text(json.dumps(results, default=str))
     if a.bench:
-        names = [x for x in a.bench_libs.split(",") if x] or [n for n in libs if n in ("main", "mma")]
+        names = [x for x in a.bench_libs.split(",") if x] or [n for n in libs if n in ("main", "mma", "pp")]
         bench({n: libs[n] for n in names}, out_dir, iters=a.iters)
     if DEV == "cuda":
         log(subprocess.run("nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader",

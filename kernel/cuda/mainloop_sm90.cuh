@@ -22,8 +22,23 @@
 #include "tile_scheduler.cuh"
 #include "wgmma_m64n128.cuh"
 
+#ifndef RA_CUDA_PINGPONG
+#define RA_CUDA_PINGPONG 0
+#endif
+
 namespace ra_cuda {
 namespace sm90 {
+
+/* Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
+ * their wgmmas, so one's softmax runs while the other's GEMMs own the tensor cores. Warpgroup w
+ * waits on named barrier 1 + w before issuing and then arrives on the other's. */
+constexpr bool kPingPong = RA_CUDA_PINGPONG != 0;
+__device__ __forceinline__ void turn_begin(int wg) {
+  if (kPingPong) named_bar_sync(1 + wg, 256);
+}
+__device__ __forceinline__ void turn_end(int wg) {
+  if (kPingPong) named_bar_arrive(1 + (wg ^ 1), 256);
+}
 
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 128;
@@ -137,6 +152,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
 
   int kv = 0;
   int tq = 0;
+  if (wg == 1) turn_end(wg); /* warpgroup 0 goes first */
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
     const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
     float o[64];
@@ -154,9 +170,11 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     {
       const int st = kv % kStages;
       mbar_wait(&sm.k_full[st], (kv / kStages) & 1);
+      turn_begin(wg);
       wgmma_fence();
       gemm_qk(s, q_addr, smem_u32(&sm.k[st][0][0]));
       wgmma_commit();
+      turn_end(wg);
       wgmma_wait<0>();
       fence_regs(s);
       warp_release(&sm.k_empty[st], lane);
@@ -174,12 +192,14 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       const int sc = kc % kStages;
       const int sp = kp % kStages;
       mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
+      mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
+      turn_begin(wg);
       wgmma_fence();
       gemm_qk(s, q_addr, smem_u32(&sm.k[sc][0][0]));
       wgmma_commit();
-      mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
       gemm_pv(o, pf, smem_u32(&sm.v[sp][0][0]));
       wgmma_commit();
+      turn_end(wg);
 
       wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
       fence_regs(s);
@@ -203,9 +223,11 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       const int kl = kv + nb - 1;
       const int sl = kl % kStages;
       mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+      turn_begin(wg);
       wgmma_fence();
       gemm_pv(o, pf, smem_u32(&sm.v[sl][0][0]));
       wgmma_commit();
+      turn_end(wg);
       wgmma_wait<0>();
       fence_regs(o);
       warp_release(&sm.v_empty[sl], lane);
