@@ -1,0 +1,46 @@
+"""`regress serve` as a real process: it comes up, migrates its database and answers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+from conftest import free_port
+
+
+def test_regress_serve_process(tmp_path: Path) -> None:
+    port = free_port()
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    argv = [sys.executable, "-m", "regress", "serve", "--port", str(port), "--db", db, "--max-bundle-mb", "1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except requests.ConnectionError:
+                assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+                assert time.monotonic() < deadline, "regress serve did not come up"
+                time.sleep(0.2)
+        assert health.json() == {"status": "ok", "database": "ok"}
+        token = subprocess.run(
+            [sys.executable, "-m", "regress", "token", "create", "runner-1", "--db", db],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        big = requests.post(
+            f"http://127.0.0.1:{port}/api/v1/runs",
+            data=b"x" * (2 * 1024 * 1024),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert big.status_code == 413  # --max-bundle-mb 1
+        assert requests.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=5).json()["runs"] == []
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
