@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
+import time
 import traceback
 import zlib
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -196,6 +198,47 @@ def summarize_times(times_ms: Sequence[float]) -> dict[str, float]:
         "mean_ms": statistics.fmean(times_ms) if times_ms else math.nan,
         "stdev_ms": statistics.stdev(times_ms) if len(times_ms) > 1 else 0.0,
     }
+
+
+# --- timing ---------------------------------------------------------------------------------
+
+# GPU cycles of the spin kernel queued before each timed round (~1 ms at 2 GHz): while it runs the
+# host enqueues the whole round, so the events bracket device work only, not host launch gaps
+# (which would dominate kernels of ~0.1 ms, e.g. the cross-attention shape).
+PRIME_CYCLES = 2_000_000
+
+
+class Timer:
+    """Times calls: CUDA events on GPU (read after one synchronise at the end), perf_counter_ns on CPU."""
+
+    def __init__(self, gpu: bool) -> None:
+        self.gpu = gpu
+        self._events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = defaultdict(list)
+        self._cpu: dict[str, list[float]] = defaultdict(list)
+
+    def prime(self) -> None:
+        """Call before each round of timed calls (no-op on CPU)."""
+        if self.gpu:
+            torch.cuda._sleep(PRIME_CYCLES)
+
+    def time(self, key: str, fn: Callable[[], object]) -> None:
+        if self.gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            self._events[key].append((start, end))
+        else:
+            t0 = time.perf_counter_ns()
+            fn()
+            self._cpu[key].append((time.perf_counter_ns() - t0) / 1e6)
+
+    def samples(self) -> dict[str, list[float]]:
+        """Milliseconds per call, by key, in call order."""
+        if not self.gpu:
+            return dict(self._cpu)
+        torch.cuda.synchronize()
+        return {k: [float(s.elapsed_time(e)) for s, e in ev] for k, ev in self._events.items()}
 
 
 # --- running ----------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from regress.suites.base import SuiteContext
 from regress.suites.common import (
     HEAD_DIM,
     Shape,
+    Timer,
     derive_seed,
     guarded,
     make_spec,
@@ -29,7 +30,6 @@ from regress.suites.common import (
     summarize_times,
     synchronize,
 )
-from regress.suites.perf import _Timer
 
 NAME = "e2e"
 LAYOUT = "bshd"  # what a projection's [B, S, H·D] output reshapes to without a copy
@@ -150,9 +150,10 @@ class E2eSuite:
                 for _, fn in variants:
                     layer(x, context, fn)
             synchronize(ctx.device)
-            timer = _Timer(ctx.is_gpu)
+            timer = Timer(ctx.is_gpu)
             for i in range(iters):
                 order = variants if i % 2 == 0 else variants[::-1]
+                timer.prime()
                 for key, fn in order:
                     timer.time(key, lambda fn=fn: layer(x, context, fn))
             samples = timer.samples()

@@ -14,7 +14,6 @@ says so.
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,6 +25,7 @@ from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     Shape,
+    Timer,
     derive_seed,
     guarded,
     make_inputs,
@@ -95,33 +95,6 @@ def input_sets(ctx: SuiteContext, shape: Shape) -> int:
     return max(1, min(n, MAX_SETS, fit))
 
 
-class _Timer:
-    """Times calls; device events on GPU (read after one synchronise), perf_counter_ns on CPU."""
-
-    def __init__(self, gpu: bool) -> None:
-        self.gpu = gpu
-        self._events: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
-        self._cpu: dict[str, list[float]] = defaultdict(list)
-
-    def time(self, key: str, fn: Callable[[], object]) -> None:
-        if self.gpu:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            self._events[key].append((start, end))
-        else:
-            t0 = time.perf_counter_ns()
-            fn()
-            self._cpu[key].append((time.perf_counter_ns() - t0) / 1e6)
-
-    def samples(self) -> dict[str, list[float]]:
-        if not self.gpu:
-            return dict(self._cpu)
-        torch.cuda.synchronize()
-        return {k: [float(s.elapsed_time(e)) for s, e in ev] for k, ev in self._events.items()}
-
-
 def _baseline_mode(bl: Any, mode: str) -> str:
     return mode if bl.supports(mode) else ("rtne" if bl.supports("rtne") else bl.modes[0])
 
@@ -182,9 +155,10 @@ class PerfSuite:
                 fn(i)
         synchronize(ctx.device)
 
-        timer = _Timer(ctx.is_gpu)
+        timer = Timer(ctx.is_gpu)
         for i in range(iters):
             order = runners if i % 2 == 0 else runners[::-1]
+            timer.prime()
             for key, fn in order:
                 timer.time(key, lambda fn=fn, i=i: fn(i))
         samples = timer.samples()
