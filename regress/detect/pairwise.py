@@ -32,8 +32,9 @@ class PairwiseConfig:
         Relative effect-size floor on the ratio of locations (0.02 = 2 %). Below it a change is never
         called however significant, so a very quiet case cannot alarm on a 0.3 % shift.
     noise_k : float
-        Multiples of the series' own run-to-run noise (robust sigma of the relative history) that
-        the ratio must also exceed: a noisy case must move further than it usually wanders.
+        Multiples of the sigma of the difference of two runs (√2 × the series' own robust
+        run-to-run sigma) that the ratio must also exceed: a noisy case must move further than it
+        usually wanders.
     min_history : int
         Fewer historical values than this and the noise band is not used (floor and rank test only).
     min_samples : int
@@ -60,8 +61,9 @@ class PairwiseConfig:
 class PairwiseResult:
     """Outcome of one pairwise comparison.
 
-    ratio is q(candidate) / q(baseline) at the configured location quantile q; threshold the relative change needed (the larger
-    of the floor and the noise band); noise the historical relative sigma (None without history).
+    ratio is q(candidate) / q(baseline) at the configured location quantile q; threshold the relative
+    change needed (the larger of the floor and the noise band); noise the historical relative sigma
+    (None without history).
     """
 
     verdict: Verdict
@@ -116,9 +118,10 @@ def compare_samples(
     Model: each side is an i.i.d. sample of one run's timings; a change is called when (1) the
     Mann–Whitney U test (two-sided, asymptotic with tie correction) rejects equality at ``alpha``,
     (2) the ratio of the location quantiles moves by at least ``min_effect`` and (3) by at least
-    ``noise_k`` times the series' historical run-to-run sigma (``history``: the series' earlier
-    nightly values, oldest first). ``pooled_noise``, the typical sigma of all cases on the same
-    machine, is a lower bound for that sigma, since a few nights estimate one case's sigma poorly. (1) alone over-alarms because run-to-run variation
+    ``noise_k`` · √2 times the series' historical run-to-run sigma (``history``: the series'
+    earlier nightly values, oldest first). ``pooled_noise``, the typical sigma of all cases on the
+    same machine, is a lower bound for that sigma, since a few nights estimate one case's sigma
+    poorly. (1) alone over-alarms because run-to-run variation
     makes any two runs "significantly" different with enough samples (Conbench's false-positive
     fatigue); (2) and (3) make the call relative to what matters and to what this case usually does.
     Follows asv ``continuous`` (Mann–Whitney p < 0.002 and a factor) and adds the noise band.
@@ -131,7 +134,8 @@ def compare_samples(
     noise = historical_noise(history) if history is not None and len(history) >= cfg.min_history else None
     if pooled_noise is not None and noise is not None:
         noise = max(noise, pooled_noise)
-    threshold = max(cfg.min_effect, cfg.noise_k * noise if noise is not None else 0.0)
+    # Both runs carry the night-to-night noise, so their difference has sigma·√2.
+    threshold = max(cfg.min_effect, cfg.noise_k * math.sqrt(2.0) * noise if noise is not None else 0.0)
     if b.size == 0 or c.size == 0:
         return PairwiseResult(
             "insufficient", math.nan, None, threshold, noise, math.nan, math.nan, int(b.size), int(c.size)
