@@ -1,6 +1,6 @@
 """Generates docs/cli.md from the click commands themselves, so the reference never drifts.
 
-    python -m regress.clidoc > docs/cli.md      (tests/test_clidoc.py fails when it is stale)
+python -m regress.clidoc > docs/cli.md      (tests/test_clidoc.py fails when it is stale)
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ def render() -> str:
     for path, command in _walk(cli, ["regress"]):
         if len(path) == 1:
             continue
-        ctx = click.Context(command, info_name=" ".join(path), terminal_width=100, max_content_width=100)
+        ctx = click.Context(
+            command,
+            info_name=" ".join(path),
+            terminal_width=100,
+            max_content_width=100,
+            help_option_names=["-h", "--help"],
+        )
         lines += [f"## `{' '.join(path)}`", "", "```text", command.get_help(ctx).rstrip(), "```", ""]
     return "\n".join(lines)
 
