@@ -268,9 +268,12 @@ def _baseline_attention(
     found = available_baselines(str(q.device.type))
     if not found:
         raise RuntimeError(f"no baseline attention kernel is available on {q.device}")
-    chosen = next((bl for bl in found if bl.supports(rounding)), None)
+    b, h, sq, _ = q.shape if layout == "bhsd" else (q.shape[0], q.shape[2], q.shape[1], q.shape[3])
+    sk = k.shape[2] if layout == "bhsd" else k.shape[1]
+    fits = [bl for bl in found if bl.supports_shape(b, h, sq, sk)] or found
+    chosen = next((bl for bl in fits if bl.supports(rounding)), None)
     if chosen is None:
-        chosen = found[0]
+        chosen = fits[0]
         warnings.warn(
             f"baseline {chosen.name} cannot round with {rounding}; it rounds with rtne", stacklevel=3
         )
