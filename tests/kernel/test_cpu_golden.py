@@ -4,8 +4,6 @@ for bit, layouts, strides, determinism, refusals, and the fire-drill builds."""
 from __future__ import annotations
 
 import ctypes
-import statistics
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -346,16 +344,9 @@ def test_inject_nondeterminism_flips_odd_launches(lib: KernelLibrary) -> None:
     assert diff.tolist() == [0] and bad.ravel()[0] ^ clean.ravel()[0] == 1
 
 
-def _median_ms(lib: KernelLibrary, args: tuple[torch.Tensor, ...], n: int = 7) -> float:
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        lib.forward(*args, rounding="rtne")
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
-
-
-def test_inject_slowdown_is_slower_and_exact(lib: KernelLibrary, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inject_slowdown_is_exact(lib: KernelLibrary, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slowdown drill changes only time, never bits. (That it is slower is shown by the fire-drill
+    gate test, through the statistics a real nightly uses, not by a timing assertion here.)"""
     monkeypatch.setenv("REGRESS_CPU_THREADS", "1")
     drill = load_library(build_kernel("cpu", inject={"slowdown_pct": 300}).path)
     assert drill.build_info()["inject"]["slowdown_pct"] == 300
@@ -363,9 +354,6 @@ def test_inject_slowdown_is_slower_and_exact(lib: KernelLibrary, monkeypatch: py
     assert np.array_equal(
         bits(drill.forward(*args, rounding="rtne")), bits(lib.forward(*args, rounding="rtne"))
     )
-    clean_ms, slow_ms = _median_ms(lib, args), _median_ms(drill, args)
-    # ~4x the work; a loose bound so a busy machine does not make this flaky.
-    assert slow_ms > 1.5 * clean_ms, (clean_ms, slow_ms)
 
 
 # --- public API and baselines ---------------------------------------------------------------------
