@@ -1,0 +1,96 @@
+"""The static HTML site (DESIGN §7): `build_site(store, out)` renders every page from the store.
+
+Rules: reads the store, writes only under `out`; pages are self-contained (assets vendored from
+web/static, data embedded), so they work from file:// and any static host. Incremental: results of
+unchanged runs come from a cache and only pages whose data changed are rewritten (render.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ..store.repo import Store
+from . import data as site_data
+from . import model as site_model
+from .paths import web_dir
+from .render import Pages, SiteWriter, assets_hash, copy_static, make_env
+
+CACHE_DIR = ".regress-site"
+
+
+@dataclass
+class SiteReport:
+    out: Path
+    pages: int
+    rendered: int
+    written: int
+    removed: int
+    reloaded_runs: int
+    full_reload: bool
+    seconds: float
+    timings: dict[str, float]
+    written_paths: list[str]
+
+
+def build_site(store: Store, out: Path, *, full: bool = False, base_url: str | None = None) -> SiteReport:
+    """Renders the site into `out`. full=True ignores the cache and the manifest (rewrites all)."""
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = out / CACHE_DIR
+    web = web_dir()
+
+    data = site_data.load(store.engine, cache, full=full)
+    timings["load"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    cp_path = cache / "changepoints.json"
+    cp_cache: dict[str, list[list[object]]] = {}
+    if not full:
+        try:
+            cp_cache = json.loads(cp_path.read_text())
+        except (OSError, ValueError):
+            cp_cache = {}
+    model = site_model.build(data, cp_cache)
+    cp_path.write_text(json.dumps(cp_cache, separators=(",", ":")))
+    timings["model"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    writer = SiteWriter(out, make_env(web / "templates"), assets_hash(web), full=full)
+    pages = Pages(model, writer, base_url=base_url, generated=datetime.now().replace(microsecond=0))
+    copy_static(writer, web / "static")
+    for step in (
+        pages.index,
+        pages.case_pages,
+        pages.run_pages,
+        pages.stack_pages,
+        pages.regression_pages,
+        pages.gate_pages,
+    ):
+        ts = time.perf_counter()
+        step()
+        timings[step.__name__] = time.perf_counter() - ts
+    ts = time.perf_counter()
+    stats = writer.finish()
+    timings["write"] = time.perf_counter() - ts
+    timings["render"] = time.perf_counter() - t2
+    return SiteReport(
+        out=out,
+        pages=stats.pages,
+        rendered=stats.rendered,
+        written=stats.written,
+        removed=stats.removed,
+        reloaded_runs=len(data.reloaded_runs),
+        full_reload=data.full_reload,
+        seconds=time.perf_counter() - t0,
+        timings=timings,
+        written_paths=stats.written_paths,
+    )
+
+
+__all__ = ["SiteReport", "build_site", "web_dir"]

@@ -1,0 +1,245 @@
+"""What the pages show, derived from SiteData: series per (case, stack), stack transitions, latest
+runs, geomeans and change points. No I/O except the change-point cache the caller hands in."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..stack import HASHED_KEYS
+from .data import STATUS_CODES, CaseRow, RunRow, SiteData, StackRow
+
+UNITS = {"perf": "ms", "e2e": "ms", "ulp": "scaled ULP", "determinism": "distinct hashes"}
+METRIC_LABEL = {
+    "perf": "p50 (ms)",
+    "e2e": "p50 (ms)",
+    "ulp": "max scaled ULP",
+    "determinism": "distinct hashes",
+}
+LOWER_IS_BETTER = True  # every headline metric: time, ULP, distinct hashes
+
+
+@dataclass
+class ChangeMark:
+    stack_id: int
+    row: int  # index into the table
+    run_id: str
+    direction: str  # "up" (worse: value grew) or "down"
+    magnitude: float | None  # relative change, +0.12 = 12 % higher
+    p_value: float | None
+
+
+@dataclass
+class Transition:
+    run_id: str  # first run on the new stack
+    old: int
+    new: int
+    where: str  # runner or host
+
+
+@dataclass
+class Model:
+    data: SiteData
+    series: dict[int, dict[int, np.ndarray]]  # case id -> stack id -> table rows, oldest first
+    transitions: list[Transition]
+    successor: dict[int, int]
+    changes: dict[int, list[ChangeMark]]  # case id -> marks
+    latest_run: dict[int, RunRow]  # stack id -> its newest run
+    current_stacks: list[StackRow]
+    related: dict[int, list[CaseRow]]  # case id -> same shape/layout/mode in other suites
+    rows_by_run: list[np.ndarray]  # run index -> its table rows
+    regressions_by_case: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    detector: str = "none"
+    run_index: dict[str, int] = field(default_factory=dict)
+
+
+def _detector() -> Callable[..., Any] | None:
+    try:
+        from regress.detect import detect_change_points
+    except ImportError:  # detection is its own module; until it lands the pages show no change points
+        return None
+    return detect_change_points
+
+
+def _direction(raw: Any, before: float, after: float) -> str:
+    if isinstance(raw, int | float):
+        return "up" if raw > 0 else "down"
+    text = str(raw).lower()
+    if text in {"up", "increase", "higher", "+", "+1", "regression", "worse", "slower"}:
+        return "up"
+    if text in {"down", "decrease", "lower", "-", "-1", "improvement", "better", "faster"}:
+        return "down"
+    return "up" if after > before else "down"
+
+
+def series_key(values: np.ndarray) -> str:
+    return hashlib.sha1(np.ascontiguousarray(values, dtype=np.float64).tobytes()).hexdigest()
+
+
+def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
+    t = data.table
+    runs = data.runs
+    run_rows = [runs[r] for r in data.run_order]
+    run_stack = np.asarray([r.stack_id for r in run_rows], dtype=np.int64)
+    drill = np.asarray([r.is_drill for r in run_rows], dtype=bool)
+
+    # Series: drills are rehearsals with injected faults, kept off the trends.
+    keep = ~drill[t["run"]] if len(t["run"]) else np.zeros(0, dtype=bool)
+    rows = np.nonzero(keep)[0]
+    stack_of = run_stack[t["run"][rows]]
+    order = np.lexsort((t["run"][rows], stack_of, t["case"][rows]))
+    rows, stack_of = rows[order], stack_of[order]
+    case_of = t["case"][rows]
+    series: dict[int, dict[int, np.ndarray]] = defaultdict(dict)
+    if len(rows):
+        cut = np.nonzero((np.diff(case_of) != 0) | (np.diff(stack_of) != 0))[0] + 1
+        for chunk in np.split(np.arange(len(rows)), cut):
+            series[int(case_of[chunk[0]])][int(stack_of[chunk[0]])] = rows[chunk]
+
+    # Stack transitions: the same runner (else host) moving to another digest.
+    transitions: list[Transition] = []
+    last_on: dict[str, int] = {}
+    for r in run_rows:
+        if r.is_drill:
+            continue
+        where = r.runner or r.host.get("hostname") or "?"
+        prev = last_on.get(where)
+        if prev is not None and prev != r.stack_id:
+            transitions.append(Transition(r.id, prev, r.stack_id, where))
+        last_on[where] = r.stack_id
+    successor = {tr.old: tr.new for tr in transitions if last_on.get(tr.where) != tr.old}
+
+    latest_run: dict[int, RunRow] = {}
+    for r in run_rows:
+        latest_run[r.stack_id] = r
+    current = [data.stacks[s] for s in latest_run if s not in successor]
+    current.sort(key=lambda s: s.label)
+
+    # Change points per series, cached by the series' values.
+    detect = _detector()
+    changes: dict[int, list[ChangeMark]] = defaultdict(list)
+    used: dict[str, list[list[Any]]] = {}
+    for case_id, per_stack in series.items():
+        for stack_id, idx in per_stack.items():
+            vals = t["value"][idx]
+            ok = ~np.isnan(vals)
+            if detect is None or ok.sum() < 8 or np.nanmax(vals) == np.nanmin(vals):
+                continue
+            clean_idx, clean = idx[ok], vals[ok]
+            key = series_key(clean)
+            found = cp_cache.get(key)
+            if found is None:
+                try:
+                    points = detect(clean.tolist())
+                except Exception:  # a detector bug must not take the whole site down
+                    points = []
+                found = []
+                for cp in points:
+                    i = int(cp.index)
+                    if not 0 < i < len(clean):
+                        continue
+                    before = float(np.median(clean[max(0, i - 7) : i]))
+                    after = float(np.median(clean[i : i + 7]))
+                    mag = getattr(cp, "magnitude", None)  # relative, (after - before) / |before|
+                    if not isinstance(mag, int | float):
+                        mag = (after - before) / abs(before) if before else None
+                    p = getattr(cp, "p_value", None)
+                    found.append([i, _direction(getattr(cp, "direction", None), before, after), mag, p])
+            used[key] = found
+            for i, direction, mag, p in found:
+                row = int(clean_idx[i])
+                changes[case_id].append(
+                    ChangeMark(
+                        stack_id,
+                        row,
+                        data.run_order[int(t["run"][row])],
+                        direction,
+                        None if mag is None else float(mag),
+                        None if p is None else float(p),
+                    )
+                )
+    cp_cache.clear()
+    cp_cache.update(used)
+
+    by_shape: dict[tuple[Any, ...], list[CaseRow]] = defaultdict(list)
+    for c in data.cases.values():
+        if c.b is not None:
+            by_shape[(c.b, c.h, c.sq, c.sk, c.layout, c.mode)].append(c)
+    related = {
+        c.id: [o for o in by_shape.get((c.b, c.h, c.sq, c.sk, c.layout, c.mode), []) if o.id != c.id]
+        for c in data.cases.values()
+    }
+    by_run = np.argsort(t["run"], kind="stable")
+    bounds = np.searchsorted(t["run"][by_run], np.arange(len(run_rows) + 1))
+    rows_by_run = [by_run[bounds[i] : bounds[i + 1]] for i in range(len(run_rows))]
+    regs: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for reg in data.regressions:
+        regs[reg["case_id"]].append(reg)
+    return Model(
+        data,
+        dict(series),
+        transitions,
+        successor,
+        dict(changes),
+        latest_run,
+        current,
+        related,
+        rows_by_run,
+        dict(regs),
+        "none" if detect is None else f"{detect.__module__}.{detect.__name__}",
+        {r: i for i, r in enumerate(data.run_order)},
+    )
+
+
+def geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v > 0 and not math.isnan(v)]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def run_overview(model: Model, run: RunRow) -> dict[str, Any]:
+    """Suite status counts and geomean speedup per rounding mode of one run."""
+    data = model.data
+    t = data.table
+    rows = model.rows_by_run[model.run_index[run.id]]
+    suites: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    speed: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        case = data.cases.get(int(t["case"][row]))
+        if case is None:
+            continue
+        suites[case.suite][STATUS_CODES[int(t["status"][row])]] += 1
+        sp = float(t["speedup"][row])
+        if case.suite == "perf" and case.mode and not math.isnan(sp):
+            speed[case.mode].append(sp)
+    stored = run.summary.get("geomean_speedup") if isinstance(run.summary, dict) else None
+    geo: dict[str, float | None]
+    if isinstance(stored, dict) and stored:
+        geo = {str(k): float(v) for k, v in stored.items() if isinstance(v, int | float)}
+    else:
+        geo = {m: geomean(v) for m, v in sorted(speed.items())}
+    return {
+        "suites": {s: dict(c) for s, c in sorted(suites.items())},
+        "geomean": geo,
+        "baseline": data.speedup_name.get(run.id, "").removeprefix("speedup_vs_"),
+        "n_results": len(rows),
+    }
+
+
+def stack_diff(a: StackRow, b: StackRow) -> list[dict[str, Any]]:
+    keys = sorted(set(a.keys) | set(b.keys), key=lambda k: (k not in HASHED_KEYS, k))
+    return [
+        {
+            "key": k,
+            "a": a.keys.get(k),
+            "b": b.keys.get(k),
+            "differs": a.keys.get(k) != b.keys.get(k),
+            "hashed": k in HASHED_KEYS,
+        }
+        for k in keys
+    ]
