@@ -15,11 +15,11 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from regress.results import CaseResult, CaseSpec, Status
+from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Rounding, Status
 
 HEAD_DIM = 128
 # ANCHORS.md "realistic" inputs: K rows with log-normal norms of this sigma.
@@ -96,6 +96,22 @@ def make_spec(suite: str, shape: Shape, layout: str, mode: str, *suffix: str, **
 def spec_shape(spec: CaseSpec) -> Shape:
     p = spec.params
     return Shape(int(p["b"]), int(p["h"]), int(p["sq"]), int(p["sk"]), int(p.get("d", HEAD_DIM)))
+
+
+def as_layout(value: object) -> Layout:
+    if value not in LAYOUTS:
+        raise ValueError(f"layout {value!r} is not one of {', '.join(LAYOUTS)}")
+    return cast(Layout, value)
+
+
+def as_mode(value: object) -> Rounding:
+    if value not in ROUNDING_MODES:
+        raise ValueError(f"rounding mode {value!r} is not one of {', '.join(ROUNDING_MODES)}")
+    return cast(Rounding, value)
+
+
+def spec_layout_mode(spec: CaseSpec) -> tuple[Layout, Rounding]:
+    return as_layout(spec.params["layout"]), as_mode(spec.params["mode"])
 
 
 def derive_seed(base: int, *parts: object) -> int:

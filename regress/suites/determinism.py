@@ -31,6 +31,7 @@ from regress.suites.common import (
     make_spec,
     output_like,
     sha256_bits,
+    spec_layout_mode,
     spec_shape,
     synchronize,
 )
@@ -129,7 +130,8 @@ class DeterminismSuite:
         p = spec.params
         shape = spec_shape(spec)
         variant = str(p.get("variant", "repeat"))
-        layout, mode, kind = str(p["layout"]), str(p["mode"]), str(p.get("input", "realistic"))
+        layout, mode = spec_layout_mode(spec)
+        kind = str(p.get("input", "realistic"))
         seed = derive_seed(ctx.seed, NAME, shape.dims(), kind)
         n = default_launches(ctx)
         q, k, v = make_inputs(shape, layout, seed=seed, device=ctx.device, kind=kind)

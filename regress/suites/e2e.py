@@ -9,6 +9,7 @@ cross-attention to 512 text tokens.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,12 +18,13 @@ import torch
 from torch import nn
 
 from regress.gpu_state import device_state
-from regress.results import ROUNDING_MODES, CaseResult, CaseSpec
+from regress.results import ROUNDING_MODES, CaseResult, CaseSpec, Layout
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     HEAD_DIM,
     Shape,
     Timer,
+    as_mode,
     derive_seed,
     guarded,
     make_spec,
@@ -32,7 +34,7 @@ from regress.suites.common import (
 )
 
 NAME = "e2e"
-LAYOUT = "bshd"  # what a projection's [B, S, H·D] output reshapes to without a copy
+LAYOUT: Layout = "bshd"  # what a projection's [B, S, H·D] output reshapes to without a copy
 
 # (shape, layer kind); Sk = Sq for self-attention, 512 text tokens for cross-attention.
 GPU_CASES = [
@@ -109,7 +111,7 @@ class E2eSuite:
 
     def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
         shape = spec_shape(spec)
-        mode = str(spec.params["mode"])
+        mode = as_mode(spec.params["mode"])
         kind = str(spec.params.get("layer", "self"))
         seed = derive_seed(ctx.seed, NAME, shape.dims(), kind)
         g = torch.Generator(device=ctx.device)
@@ -155,7 +157,7 @@ class E2eSuite:
                 order = variants if i % 2 == 0 else variants[::-1]
                 timer.prime()
                 for key, fn in order:
-                    timer.time(key, lambda fn=fn: layer(x, context, fn))
+                    timer.time(key, functools.partial(layer, x, context, fn))
             samples = timer.samples()
         after = device_state(ctx.device)
 

@@ -13,6 +13,7 @@ says so.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -31,6 +32,7 @@ from regress.suites.common import (
     make_inputs,
     make_spec,
     output_like,
+    spec_layout_mode,
     spec_shape,
     summarize_times,
     synchronize,
@@ -123,7 +125,7 @@ class PerfSuite:
 
     def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
         shape = spec_shape(spec)
-        layout, mode = str(spec.params["layout"]), str(spec.params["mode"])
+        layout, mode = spec_layout_mode(spec)
         iters, warm, n_sets = default_iterations(ctx), warmup_iterations(ctx), input_sets(ctx, shape)
         sets = [
             make_inputs(shape, layout, seed=derive_seed(ctx.seed, NAME, shape.dims(), i), device=ctx.device)
@@ -160,7 +162,7 @@ class PerfSuite:
             order = runners if i % 2 == 0 else runners[::-1]
             timer.prime()
             for key, fn in order:
-                timer.time(key, lambda fn=fn, i=i: fn(i))
+                timer.time(key, functools.partial(fn, i))
         samples = timer.samples()
         after = device_state(ctx.device)
 

@@ -22,7 +22,7 @@ import torch
 
 from regress import numerics
 from regress.gpu_state import device_state
-from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
+from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Status
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     HEAD_DIM,
@@ -30,6 +30,7 @@ from regress.suites.common import (
     guarded,
     make_inputs,
     make_spec,
+    spec_layout_mode,
     spec_shape,
     synchronize,
 )
@@ -155,7 +156,7 @@ class UlpSuite:
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        layout: str,
+        layout: Layout,
     ) -> tuple[np.ndarray, np.ndarray]:
         key = (shape, kind, ctx.seed, ctx.device)
         if self._ref_key != key or self._ref is None:
@@ -167,7 +168,8 @@ class UlpSuite:
     def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
         p = spec.params
         shape = spec_shape(spec)
-        layout, mode, kind = str(p["layout"]), str(p["mode"]), str(p.get("input", "realistic"))
+        layout, mode = spec_layout_mode(spec)
+        kind = str(p.get("input", "realistic"))
         contract = load_contract()
         limit = contract.scaled_ulp_limit(mode)
         # ANCHORS.md: realistic inputs use seed 42 itself, so our numbers compare with theirs.
@@ -209,7 +211,7 @@ class UlpSuite:
             failures.append(f"scaled ULP max {metrics['scaled_ulp_max']:.3f} > {limit} ({mode})")
         if metrics["nonfinite_mismatches"] > contract.nonfinite_mismatch_max:
             failures.append(f"{metrics['nonfinite_mismatches']} non-finite outputs differ from the reference")
-        status = "fail" if failures else "pass"
+        status: Status = "fail" if failures else "pass"
         return CaseResult(
             case=spec,
             status=status,

@@ -32,14 +32,14 @@ def nondet_drill_lib() -> KernelLibrary:
 @pytest.fixture
 def make_ctx() -> Callable[..., SuiteContext]:
     def make(
-        library: KernelLibrary, *, quick: bool = True, baselines: bool = True, **kw: object
+        library: KernelLibrary, *, quick: bool = True, baselines: bool = True, iterations: int | None = None
     ) -> SuiteContext:
         return SuiteContext(
             library=library,
             device="cpu",
             baselines=available_baselines("cpu") if baselines else [],
             quick=quick,
-            **kw,
+            iterations=iterations,
         )
 
     return make
