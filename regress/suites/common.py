@@ -257,6 +257,25 @@ class Timer:
         return {k: [float(s.elapsed_time(e)) for s, e in ev] for k, ev in self._events.items()}
 
 
+def working_baselines(
+    probes: Sequence[tuple[str, Callable[[], object]]], device: str, notes: list[str]
+) -> set[str]:
+    """The keys worth timing: each "baseline:..." probe is called once and dropped, with a note, if it
+    raises (cuDNN refuses Sk = 1, say), so a baseline's limits never cost the kernel its measurement.
+    Other keys (the kernel) are kept unprobed: their failure is the case's error."""
+    kept = set()
+    for key, fn in probes:
+        if key.startswith("baseline:"):
+            try:
+                fn()
+                synchronize(device)
+            except Exception as exc:  # any refusal: the kernel is still timed
+                notes.append(f"{key.split(':')[1]} left out: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+        kept.add(key)
+    return kept
+
+
 # --- running ----------------------------------------------------------------------------------
 
 

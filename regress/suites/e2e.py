@@ -31,6 +31,7 @@ from regress.suites.common import (
     spec_shape,
     summarize_times,
     synchronize,
+    working_baselines,
 )
 
 NAME = "e2e"
@@ -146,6 +147,10 @@ class E2eSuite:
 
         iters = default_iterations(ctx)
         warm = 2 if ctx.is_gpu else 1
+        with torch.inference_mode():
+            probes = [(key, functools.partial(layer, x, context, fn)) for key, fn in variants]
+            kept = working_baselines(probes, ctx.device, notes)
+        variants = [(key, fn) for key, fn in variants if key in kept]
         before = device_state(ctx.device)
         with torch.inference_mode():
             for _ in range(warm):

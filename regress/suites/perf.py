@@ -36,6 +36,7 @@ from regress.suites.common import (
     spec_shape,
     summarize_times,
     synchronize,
+    working_baselines,
 )
 
 NAME = "perf"
@@ -151,6 +152,9 @@ class PerfSuite:
 
             runners.append((f"baseline:{bl.name}:time_ms", baseline))
 
+        probes = [(key, functools.partial(fn, 0)) for key, fn in runners]
+        kept = working_baselines(probes, ctx.device, notes)
+        runners = [(key, fn) for key, fn in runners if key in kept]
         before = device_state(ctx.device)
         for i in range(warm):
             for _, fn in runners:
@@ -174,12 +178,13 @@ class PerfSuite:
             "warmup": warm,
             "input_sets": n_sets,
         }
-        for bl in ctx.baselines:
-            s = summarize_times(samples[f"baseline:{bl.name}:time_ms"])
-            metrics[f"baseline:{bl.name}:p50_ms"] = s["p50_ms"]
-            metrics[f"baseline:{bl.name}:p95_ms"] = s["p95_ms"]
-            metrics[f"baseline:{bl.name}:tflops"] = tflops(shape, s["p50_ms"])
-            metrics[f"speedup_vs_{bl.name}"] = (
+        for key, _ in runners[1:]:
+            name = key.split(":")[1]
+            s = summarize_times(samples[key])
+            metrics[f"baseline:{name}:p50_ms"] = s["p50_ms"]
+            metrics[f"baseline:{name}:p95_ms"] = s["p95_ms"]
+            metrics[f"baseline:{name}:tflops"] = tflops(shape, s["p50_ms"])
+            metrics[f"speedup_vs_{name}"] = (
                 s["p50_ms"] / k_stats["p50_ms"] if k_stats["p50_ms"] > 0 else math.nan
             )
         return CaseResult(

@@ -9,7 +9,9 @@ import time
 from collections.abc import Callable
 
 import pytest
+import torch
 
+from regress.baselines import Baseline
 from regress.kernel import KernelLibrary
 from regress.results import CaseResult, CaseSpec
 from regress.suites import SUITES, SuiteContext, geomean_speedups, get_suite, run_suite
@@ -150,3 +152,24 @@ def test_full_set_fits_the_nightly_budget(cpu_lib: KernelLibrary, make_ctx: Make
     print(f"\nfull suite set on CPU: {len(results)} cases in {wall:.1f} s")
     assert not _statuses(results)
     assert wall < 300
+
+
+class _RefusingBaseline(Baseline):
+    """A baseline with a limit, like cuDNN refusing Sk = 1: it raises on every call."""
+
+    def __init__(self) -> None:
+        super().__init__("refuser", "cpu", ("rtne",))
+
+    def _run(self, *args: object) -> torch.Tensor:
+        raise RuntimeError("this shape is not supported")
+
+
+def test_a_refusing_baseline_is_left_out_not_fatal(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
+    ctx = make_ctx(cpu_lib, iterations=3)
+    ctx.baselines = [*ctx.baselines, _RefusingBaseline()]
+    for suite in ("perf", "e2e"):
+        spec = get_suite(suite).cases(ctx)[0]
+        r = get_suite(suite).run_case(ctx, spec)
+        assert r.status == "pass", r.message
+        assert "refuser left out" in r.message
+        assert "speedup_vs_sdpa_cpu" in r.metrics and "speedup_vs_refuser" not in r.metrics
