@@ -43,7 +43,8 @@ NVCC = ("nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,
         "-Xptxas -v -Ikernel kernel/cuda/attention_sm90.cu")
 BUILD_FLAGS = {"main": "", "mma": "-DRA_CUDA_FORCE_MMA_SYNC=1", "ulp2": "-DRA_INJECT_ULP=2",
                "nondet": "-DRA_INJECT_NONDET=1", "slow50": "-DRA_INJECT_SLOWDOWN_PCT=50",
-               "pp": "-DRA_CUDA_PINGPONG=1"}
+               "pp": "-DRA_CUDA_PINGPONG=1", "nopp": "-DRA_CUDA_PINGPONG=0", "noepi": "-DRA_CUDA_SMEM_EPILOGUE=0"}
+TIMED = ("main", "mma", "pp", "nopp", "noepi")
 BENCH_SHAPES = [(1, 16, 16384, 16384), (2, 16, 8192, 8192), (4, 16, 4096, 4096), (8, 16, 2048, 2048),
                 (16, 16, 1024, 1024), (32, 16, 512, 512), (2, 40, 1024, 77), (2, 24, 8192, 8192),
                 (1, 32, 16384, 16384)]
@@ -535,9 +536,12 @@ def bench(libs, out_dir, iters=50, warmup=5):
                 f(0)
         sync()
         ev = {n: [] for n in fns}
+        order = list(fns)
         for it in range(iters):
             torch.cuda._sleep(2_000_000)  # let the host queue the launches ahead of the GPU
-            for n, f in fns.items():
+            rot = it % len(order)  # rotate the order so no function always runs first
+            for n in order[rot:] + order[:rot]:
+                f = fns[n]
                 s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s0.record()
                 f(it)
@@ -636,8 +640,9 @@ def sanitize(libs, out_dir, results):
         link.symlink_to(lib_path)
         subprocess.run(f"nvcc -O1 -I{ROOT}/kernel {src} -L{linkdir} -lregress_attn_cuda -Xlinker -rpath={linkdir} "
                        f"-o {exe}", shell=True, check=True)
-        for tool in ("memcheck", "racecheck"):
-            for args in ("1 2 200 300 0", "1 3 77 129 1"):
+        for tool, args in (("memcheck", "1 2 200 300 0"), ("memcheck", "1 3 77 129 1"), ("racecheck", "1 2 200 300 0"),
+                           ("memcheck", "1 2 100 2500 1"), ("racecheck", "1 2 100 2500 1")):
+            if True:
                 cmd = f"compute-sanitizer --tool {tool} --error-exitcode 3 {exe} {args}"
                 t0 = time.time()
                 pr = subprocess.run(cmd, shell=True, capture_output=True, text=True)
@@ -699,7 +704,7 @@ def run_phases(a, argv):
         if ph == "smoke":
             healthy = []
             for item in libs:
-                if not item.startswith(("main=", "mma=", "pp=")):  # fault-drill builds of main
+                if not item.startswith(tuple(t + "=" for t in TIMED)):  # fault-drill builds of main
                     healthy.append(item)
                     continue
                 cmd = [sys.executable, __file__, *base, "--lib", item, "--phase", ph]
@@ -709,12 +714,12 @@ def run_phases(a, argv):
                 except subprocess.TimeoutExpired:
                     rc = "timeout"
                 log(f"== smoke {item}: rc {rc} in {time.time() - t0:.0f}s")
-                if rc == 0 or not item.startswith(("main=", "mma=", "pp=")):
+                if rc == 0 or not item.startswith(tuple(t + "=" for t in TIMED)):
                     healthy.append(item)
                 else:
                     rc_all = 1
             libs = healthy
-            if not any(x.startswith(("main=", "mma=", "pp=")) for x in libs):
+            if not any(x.startswith(tuple(t + "=" for t in TIMED)) for x in libs):
                 log("== no healthy library: stopping")
                 return 1
             continue
@@ -784,7 +789,7 @@ def main():
         fails += smoke(libs, results)
     if a.check:
         for n in libs:
-            if n in ("main", "mma", "pp"):
+            if n in TIMED:
                 fails += check(libs[n], n, results, quick=a.quick or n != "main")
         log(f"check: {fails} failures, {len(results)} cases, {time.time() - t0:.0f}s")
     if a.drills:
@@ -794,7 +799,7 @@ def main():
     if results:
         (out_dir / f"results_{a.phase or 'all'}.json").write_text(json.dumps(results, default=str))
     if a.bench:
-        names = [x for x in a.bench_libs.split(",") if x] or [n for n in libs if n in ("main", "mma", "pp")]
+        names = [x for x in a.bench_libs.split(",") if x] or [n for n in libs if n in TIMED]
         bench({n: libs[n] for n in names}, out_dir, iters=a.iters)
     if DEV == "cuda":
         log(subprocess.run("nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader",

@@ -12,7 +12,10 @@
  *     TMA V_n -> smem v[n%2] [v_full]       wgmma  O += P_{n-1} V_{n-1}   (regs x smem, async)
  *     (waits k_empty / v_empty before        wait S -> release k[n%2]; online softmax (exp2, MUFU)
  *      reusing a stage)                      wait P.V -> release v; rescale O; P_n = bf16(S)
- *                                          O /= l, round (rtne|rtna|rtz), store rows < seqlen_q
+ *                                          O /= l, round (rtne|rtna|rtz) -> per-warp smem -> 16-byte
+ *                                          stores of rows < seqlen_q
+ * With ping-pong (chosen for seqlen_k <= 2048), the two consumer warpgroups take turns issuing their
+ * wgmmas (named barriers 1, 2), so one's softmax overlaps the other's GEMMs.
  *
  * Fallback path (mainloop_sm80.cuh): FlashAttention-2 shape with mma.sync, for strides a TMA
  * descriptor cannot express.
@@ -44,13 +47,17 @@
 #ifndef RA_CUDA_FORCE_MMA_SYNC
 #define RA_CUDA_FORCE_MMA_SYNC 0
 #endif
+/* Consumer schedule: -1 = by shape (ping-pong when seqlen_k <= kPingPongMaxKeys), 0 = never, 1 = always. */
+#ifndef RA_CUDA_PINGPONG
+#define RA_CUDA_PINGPONG -1
+#endif
 
 namespace ra_cuda {
 
 // ---------------------------------------------------------------------------------------------
 // kernels: thin compositions of the parts
 
-template <int kRound, Layout L>
+template <int kRound, Layout L, bool kPP>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint8_t smem_raw[];
@@ -68,7 +75,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
     if (threadIdx.x == 0) sm90::produce(p, sm);
   } else {
     setmaxnreg_inc<232>();
-    sm90::consume<kRound, L>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+    sm90::consume<kRound, L, kPP>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
   }
 #endif
 }
@@ -85,14 +92,23 @@ __global__ void __launch_bounds__(sm80::kThreads) attn_fwd_mma_sync(const __grid
 
 namespace {
 
-/* The one switch: runtime (rounding, layout) -> compile-time constants. */
+/* Ping-pong measured ahead for key lengths up to 2048 and behind from 4096 (perf-notes v1). */
+constexpr int64_t kPingPongMaxKeys = 2048;
+
+/* The one switch: runtime (rounding, layout, schedule) -> compile-time constants. */
 template <class F>
-void dispatch(int rounding, Layout layout, F&& f) {
+void dispatch(int rounding, Layout layout, bool pingpong, F&& f) {
+  auto with_pp = [&](auto round_c, auto layout_c) {
+    if (RA_CUDA_PINGPONG == 1 || (RA_CUDA_PINGPONG == -1 && pingpong))
+      f(round_c, layout_c, std::integral_constant<bool, RA_CUDA_PINGPONG != 0>{});
+    else
+      f(round_c, layout_c, std::integral_constant<bool, RA_CUDA_PINGPONG == 1>{});
+  };
   auto with_layout = [&](auto round_c) {
     if (layout == Layout::kBHSD)
-      f(round_c, std::integral_constant<Layout, Layout::kBHSD>{});
+      with_pp(round_c, std::integral_constant<Layout, Layout::kBHSD>{});
     else
-      f(round_c, std::integral_constant<Layout, Layout::kStrided>{});
+      with_pp(round_c, std::integral_constant<Layout, Layout::kStrided>{});
   };
   switch (rounding) {
     case RA_RTNA: with_layout(std::integral_constant<int, 1>{}); break;
@@ -160,16 +176,17 @@ cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_
 ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, DeviceInfo& dev, cudaStream_t stream,
                  char* err, size_t err_len) {
   cudaError_t e = cudaSuccess;
-  dispatch(rounding, layout, [&](auto round_c, auto layout_c) {
+  dispatch(rounding, layout, p.seqlen_k <= kPingPongMaxKeys, [&](auto round_c, auto layout_c, auto pp_c) {
     constexpr int R = decltype(round_c)::value;
     constexpr Layout L = decltype(layout_c)::value;
+    constexpr bool PP = decltype(pp_c)::value;
     const unsigned inst = (unsigned)(R * 2 + (L == Layout::kBHSD ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
       p.num_n_blocks = (p.seqlen_k + sm90::kBlockN - 1) / sm90::kBlockN;
       p.num_tiles = p.num_m_blocks * p.batch * p.heads;
-      auto kernel = attn_fwd_sm90<R, L>;
-      e = ensure_smem_attr(kernel, dev, 1u << inst, sm90::kSmemBytes);
+      auto kernel = attn_fwd_sm90<R, L, PP>;
+      e = ensure_smem_attr(kernel, dev, 1u << (inst + (PP ? 16 : 0)), sm90::kSmemBytes);
       if (e != cudaSuccess) return;
       const int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
       kernel<<<grid, sm90::kThreads, sm90::kSmemBytes, stream>>>(p);
@@ -206,7 +223,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"smem_epilogue\":" RA_XSTR(RA_CUDA_SMEM_EPILOGUE) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

@@ -8,12 +8,28 @@
 #include "../common/inject.h"
 #include "params.cuh"
 
+#ifndef RA_CUDA_SMEM_EPILOGUE
+#define RA_CUDA_SMEM_EPILOGUE 1
+#endif
+
 namespace ra_cuda {
 
 template <int kRound>
 __device__ __forceinline__ uint16_t round_out(float x) {
   uint16_t h = kRound == 2 ? ra_f32_to_bf16_rtz(x) : kRound == 1 ? ra_f32_to_bf16_rtna(x) : ra_f32_to_bf16_rtne(x);
   return ra_inject_ulp(h);
+}
+
+/* 1 / (row sum), the partial sums reduced over the quad in a fixed order (deterministic). */
+__device__ __forceinline__ void row_inverses(const float (&l_part)[2], float (&inv)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_part[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    /* l = 0 only for an all -Inf row: 1/0 = Inf and 0 * Inf = NaN, the reference's 0/0. */
+    inv[r] = 1.0f / l;
+  }
 }
 
 /* acc: NT tiles in the accumulator layout (see softmax.cuh); l: this thread's partial row sums.
@@ -23,14 +39,7 @@ template <int NT, int kRound>
 __device__ __forceinline__ void store_rows(const float (&acc)[NT * 4], const float (&l_part)[2], uint16_t* out0,
                                            uint16_t* out1, int qc, bool flip0) {
   float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_part[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    /* l = 0 only for an all -Inf row: 1/0 = Inf and 0 * Inf = NaN, the reference's 0/0. */
-    inv[r] = 1.0f / l;
-  }
+  row_inverses(l_part, inv);
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
     if (out0) {
@@ -45,6 +54,42 @@ __device__ __forceinline__ void store_rows(const float (&acc)[NT * 4], const flo
       *reinterpret_cast<uint32_t*>(out1 + 8 * i + qc) = lo | (hi << 16);
     }
   }
+}
+
+/* A warp's 16 x 128 output rows through its private 4 KB of shared memory, so that global stores
+ * are 16 bytes per lane and whole 256-byte rows per half-warp (the register layout gives 4-byte
+ * pieces of 8 rows per store). 16-byte chunk c of row r sits at chunk c ^ (r & 7): the 4-byte
+ * writes (8 rows x 4 lanes) and the 16-byte reads (8 chunks of a row) are both conflict-free.
+ * Only this warp touches `so`, so __syncwarp is the only barrier. row_base: first of the 16 rows. */
+template <int kRound>
+__device__ __forceinline__ void store_tile_smem(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
+                                                uint16_t* obase, int64_t os, int row_base, int seqlen_q, int lane,
+                                                bool flip0) {
+  float inv[2];
+  row_inverses(l_part, inv);
+  const int g = lane >> 2;
+  const int qc = 2 * (lane & 3);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    uint32_t lo = round_out<kRound>(acc[4 * i + 0] * inv[0]);
+    const uint32_t hi = round_out<kRound>(acc[4 * i + 1] * inv[0]);
+    if (RA_INJECT_NONDET && flip0 && i == 0 && qc == 0) lo ^= 1u;
+    const uint32_t lo1 = round_out<kRound>(acc[4 * i + 2] * inv[1]);
+    const uint32_t hi1 = round_out<kRound>(acc[4 * i + 3] * inv[1]);
+    const int ch = (i ^ g) << 3; /* rows g and g + 8 share (r & 7) */
+    *reinterpret_cast<uint32_t*>(so + g * 128 + ch + qc) = lo | (hi << 16);
+    *reinterpret_cast<uint32_t*>(so + (g + 8) * 128 + ch + qc) = lo1 | (hi1 << 16);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int id = 32 * j + lane;
+    const int r = id >> 4;
+    const int c = id & 15;
+    const uint4 val = *reinterpret_cast<const uint4*>(so + r * 128 + ((c ^ (r & 7)) << 3));
+    if (row_base + r < seqlen_q) *reinterpret_cast<uint4*>(obase + (int64_t)(row_base + r) * os + c * 8) = val;
+  }
+  __syncwarp(); /* the next tile's epilogue rewrites `so` */
 }
 
 }  // namespace ra_cuda

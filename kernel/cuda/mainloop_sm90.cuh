@@ -22,20 +22,18 @@
 #include "tile_scheduler.cuh"
 #include "wgmma_m64n128.cuh"
 
-#ifndef RA_CUDA_PINGPONG
-#define RA_CUDA_PINGPONG 0
-#endif
-
 namespace ra_cuda {
 namespace sm90 {
 
 /* Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
  * their wgmmas, so one's softmax runs while the other's GEMMs own the tensor cores. Warpgroup w
- * waits on named barrier 1 + w before issuing and then arrives on the other's. */
-constexpr bool kPingPong = RA_CUDA_PINGPONG != 0;
+ * waits on named barrier 1 + w before issuing and then arrives on the other's. A template switch:
+ * measured faster for short key sequences, slower for long ones (docs/perf-notes.md, v1). */
+template <bool kPingPong>
 __device__ __forceinline__ void turn_begin(int wg) {
   if (kPingPong) named_bar_sync(1 + wg, 256);
 }
+template <bool kPingPong>
 __device__ __forceinline__ void turn_end(int wg) {
   if (kPingPong) named_bar_arrive(1 + (wg ^ 1), 256);
 }
@@ -52,6 +50,9 @@ struct Smem {
   alignas(1024) uint16_t q[2][128 * 64];
   alignas(1024) uint16_t k[kStages][2][128 * 64];
   alignas(1024) uint16_t v[kStages][2][128 * 64];
+#if RA_CUDA_SMEM_EPILOGUE
+  alignas(128) uint16_t o[kConsumerWarps][16 * 128]; /* per-warp output staging (epilogue.cuh) */
+#endif
   uint64_t q_full, q_empty;
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
@@ -139,7 +140,7 @@ __device__ __forceinline__ void warp_release(uint64_t* bar, int lane) {
   if (lane == 0) mbar_arrive(bar);
 }
 
-template <int kRound, Layout L>
+template <int kRound, Layout L, bool kPP>
 __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, int tid) {
   const int warp = tid >> 5;
   const int lane = tid & 31;
@@ -152,7 +153,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
 
   int kv = 0;
   int tq = 0;
-  if (wg == 1) turn_end(wg); /* warpgroup 0 goes first */
+  if (wg == 1) turn_end<kPP>(wg); /* warpgroup 0 goes first */
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
     const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
     float o[64];
@@ -170,11 +171,11 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     {
       const int st = kv % kStages;
       mbar_wait(&sm.k_full[st], (kv / kStages) & 1);
-      turn_begin(wg);
+      turn_begin<kPP>(wg);
       wgmma_fence();
       gemm_qk(s, q_addr, smem_u32(&sm.k[st][0][0]));
       wgmma_commit();
-      turn_end(wg);
+      turn_end<kPP>(wg);
       wgmma_wait<0>();
       fence_regs(s);
       warp_release(&sm.k_empty[st], lane);
@@ -193,13 +194,13 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       const int sp = kp % kStages;
       mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
       mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
-      turn_begin(wg);
+      turn_begin<kPP>(wg);
       wgmma_fence();
       gemm_qk(s, q_addr, smem_u32(&sm.k[sc][0][0]));
       wgmma_commit();
       gemm_pv(o, pf, smem_u32(&sm.v[sp][0][0]));
       wgmma_commit();
-      turn_end(wg);
+      turn_end<kPP>(wg);
 
       wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
       fence_regs(s);
@@ -223,11 +224,11 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       const int kl = kv + nb - 1;
       const int sl = kl % kStages;
       mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
-      turn_begin(wg);
+      turn_begin<kPP>(wg);
       wgmma_fence();
       gemm_pv(o, pf, smem_u32(&sm.v[sl][0][0]));
       wgmma_commit();
-      turn_end(wg);
+      turn_end<kPP>(wg);
       wgmma_wait<0>();
       fence_regs(o);
       warp_release(&sm.v_empty[sl], lane);
@@ -235,13 +236,17 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     kv += nb;
 
     const int row0 = t.m * kBlockM + row_in_tile;
-    const int row1 = row0 + 8;
     uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
     const int64_t os = seq_stride<L>(p.o_stride);
+    const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
+#if RA_CUDA_SMEM_EPILOGUE
+    store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane, flip0);
+#else
+    const int row1 = row0 + 8;
     uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
     uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
-    const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
     store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
+#endif
   }
 }
 

@@ -30,6 +30,7 @@ BUILD = [
 ]
 MODES = 3
 LAYOUTS = 2
+SCHEDULES = 2  # sm90: with and without inter-warpgroup ping-pong, chosen by seqlen_k
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
 
 ENTRY_RE = re.compile(r"Compiling entry function '(?P<name>[^']+)' for 'sm_90a'")
@@ -86,7 +87,7 @@ def test_every_kernel_is_reported(built):
     kernels = parse_ptxas(built[1])
     sm90 = [k for k in kernels if "attn_fwd_sm90" in k]
     mma = [k for k in kernels if "attn_fwd_mma_sync" in k]
-    assert len(sm90) == MODES * LAYOUTS, kernels.keys()
+    assert len(sm90) == MODES * LAYOUTS * SCHEDULES, kernels.keys()
     assert len(mma) == MODES * LAYOUTS, kernels.keys()
 
 
@@ -143,12 +144,14 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             cur = funcs.setdefault(m.group(1), [])
         elif cur is not None:
             cur.append(line)
-    assert len(funcs) == 2 * MODES * LAYOUTS, list(funcs)
+    assert len(funcs) == (SCHEDULES + 1) * MODES * LAYOUTS, list(funcs)
     for name, lines in funcs.items():
         body = "\n".join(lines)
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
         if "attn_fwd_sm90" in name:
             # 8 k-steps x (Q K^T first block, Q K^T loop, P V loop, P V last block)
             assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 32, name
+            # the epilogue's 16-byte global stores (smem-staged)
+            assert re.search(r"\bSTG\.E\.128\b", body), name
         else:
             assert re.search(r"\bHMMA\.16816\.F32\.BF16\b", body), name
