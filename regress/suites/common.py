@@ -231,11 +231,15 @@ class Timer:
         self.gpu = gpu
         self._events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = defaultdict(list)
         self._cpu: dict[str, list[float]] = defaultdict(list)
+        self._can_prime = True
 
     def prime(self) -> None:
         """Call before each round of timed calls (no-op on CPU)."""
-        if self.gpu:
-            torch.cuda._sleep(PRIME_CYCLES)
+        if self.gpu and self._can_prime:
+            try:
+                torch.cuda._sleep(PRIME_CYCLES)
+            except (AttributeError, RuntimeError):  # a private API: time without it rather than fail
+                self._can_prime = False
 
     def time(self, key: str, fn: Callable[[], object]) -> None:
         if self.gpu:
