@@ -8,8 +8,8 @@ import threading
 from typing import Any
 
 import requests
-from conftest import TEST_LIMIT_BYTES, Service
 from ingest_bundles import conflicting, make_bundle
+from ingest_server import TEST_LIMIT_BYTES, Service
 from sqlalchemy import func, select
 
 from regress.server.tokens import revoke_tokens

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import requests
-from conftest import free_port
+from ingest_server import free_port
 
 
 def test_regress_serve_process(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import TEST_LIMIT_BYTES, Service, free_port
 from ingest_bundles import conflicting, make_bundle
+from ingest_server import TEST_LIMIT_BYTES, Service, free_port
 from sqlalchemy import func, select
 
 from regress.bundle import write_bundle
