@@ -119,8 +119,15 @@ def main() -> int:
     with store.engine.connect() as conn:
         first = conn.execute(text("SELECT min(started_at) FROM runs")).scalar()
     start = datetime.fromisoformat(str(first)).replace(hour=0, minute=0, second=0, microsecond=0)
-    demo_history(store, nights=1, stacks=args.stacks, cases=args.cases, first_night=args.nights,
-                 total_nights=args.nights, start=start)  # fmt: skip
+    demo_history(
+        store,
+        nights=1,
+        stacks=args.stacks,
+        cases=args.cases,
+        first_night=args.nights,
+        total_nights=args.nights,
+        start=start,
+    )
     t = time.perf_counter()
     inc = build_site(store, out)
     fig["incremental_s"] = round(time.perf_counter() - t, 2)

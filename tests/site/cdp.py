@@ -47,12 +47,17 @@ class Browser:
             raise RuntimeError("chromium not found")
         self.profile = tempfile.mkdtemp(prefix="regress-chromium-")
         self.proc = subprocess.Popen(
-            [binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
-             "about:blank"],
+            [
+                binary,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={self.profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         port = self._port()
         deadline = time.time() + 20
         page = None
@@ -70,8 +75,13 @@ class Browser:
         self.events: list[dict[str, Any]] = []
         for domain in ("Page", "Runtime", "Log"):
             self.send(f"{domain}.enable")
-        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=False)  # fmt: skip
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def _port(self) -> int:
         assert self.proc.stderr is not None
@@ -149,8 +159,12 @@ class Browser:
         for ev in self.events:
             p = ev.get("params", {})
             if ev["method"] == "Runtime.exceptionThrown":
-                errors.append(str(p.get("exceptionDetails", {}).get("exception", {}).get("description")
-                                  or p.get("exceptionDetails")))  # fmt: skip
+                errors.append(
+                    str(
+                        p.get("exceptionDetails", {}).get("exception", {}).get("description")
+                        or p.get("exceptionDetails")
+                    )
+                )
             elif ev["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
                 errors.append(" ".join(str(a.get("value", a.get("description"))) for a in p.get("args", [])))
             elif ev["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":

@@ -1,0 +1,102 @@
+"""Fixtures for the site tests: one small demo history (SQLite) rendered once per module, plus a
+case and a run whose names carry <script> (they must come out as text)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from regress.demo import demo_history
+from regress.results import CaseResult, CaseSpec
+from regress.site import SiteReport, build_site
+from regress.store import Case, Regression, Run, Stack
+from regress.store.repo import Store, add_result, finish_run, open_store, start_run
+
+EVIL = "<script>window.__pwned=1</script>"
+EVIL_CASE = f"evil_{EVIL}_case"
+EVIL_BRANCH = f"feature/{EVIL}"
+NIGHTS = 20
+START = (datetime.now() - timedelta(days=NIGHTS + 1)).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def add_evil(store: Store) -> tuple[str, str]:
+    """A run on an existing stack with a <script> branch, a <script> case and an open regression."""
+    with store.reader() as s:
+        stack = s.query(Stack).order_by(Stack.id).first()
+        assert stack is not None
+        stack_id = stack.id
+    rid = start_run(
+        store,
+        stack_id=stack_id,
+        build_id=None,
+        backend="hip",
+        suites=["perf"],
+        trigger="manual",
+        kernel_commit="deadbeef" * 5,
+        ci={"branch": EVIL_BRANCH, "workflow": "pr"},
+    )
+    spec = CaseSpec(
+        suite="perf",
+        name=EVIL_CASE,
+        params={"b": 1, "h": 2, "sq": 3, "sk": 4, "d": 128, "layout": "bshd", "mode": "rtne"},
+    )
+    add_result(
+        store,
+        rid,
+        CaseResult(
+            case=spec,
+            status="fail",
+            metrics={"p50_ms": 1.5, "p95_ms": 1.7},
+            samples={"time_ms": [1.4, 1.5, 1.6, 1.7]},
+            message=EVIL,
+        ),
+    )
+    finish_run(store, rid, status="complete", summary={}, exit_code=1, message=EVIL)
+    with store.transaction() as s:
+        run = s.get(Run, rid)
+        assert run is not None
+        case = s.query(Case).filter_by(key=spec.key).one()
+        s.add(
+            Regression(
+                case_id=case.id,
+                stack_id=stack_id,
+                kind="perf",
+                metric="p50_ms",
+                state="open",
+                first_run_id=rid,
+                last_run_id=rid,
+                magnitude=0.2,
+                details={"title": EVIL},
+                note=EVIL,
+            )
+        )
+    return rid, spec.key
+
+
+@dataclass
+class Site:
+    store: Store
+    out: Path
+    report: SiteReport
+    evil_run: str
+    evil_case_key: str
+
+
+def make_site(tmp: Path) -> Site:
+    store = open_store(f"sqlite:///{tmp / 'site.db'}")
+    demo_history(store, nights=NIGHTS, stacks=3, cases=40, seed=3, samples=12, start=START)
+    evil_run, evil_key = add_evil(store)
+    out = tmp / "site"
+    report = build_site(store, out)
+    return Site(store, out, report, evil_run, evil_key)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    built = make_site(tmp_path_factory.mktemp("site"))
+    yield built
+    built.store.engine.dispose()
