@@ -19,7 +19,8 @@ Method ("robust binary segmentation", chosen by measurement: benchmarks/detectio
    recurse into both halves.
 4. Pruning, as Otava's merge step (Fleming et al. 2023, "Hunter"): each change point is re-tested
    against its neighbouring segments only; the weakest failing one is removed and its neighbours
-   re-tested, until all pass.
+   re-tested, until all pass. Then excursions of a few nights that returned to the old level are
+   dropped whole (the one-night rule of step 2, extended to finished short excursions).
 
 Cost: O(n log n) per series with numpy (prefix sums make each segment scan O(length)); about 1 ms for
 a year of nights, so 500 series in well under a second.
@@ -61,6 +62,9 @@ class ChangePointConfig:
         True for times: an upward step is "slower".
     max_change_points : int
         Safety bound on the recursion.
+    max_transient : int
+        An excursion of at most this many nights that returns to its old level is dropped (both of
+        its change points): a disturbed weekend is not two regressions.
     """
 
     alpha: float = 0.001
@@ -71,6 +75,7 @@ class ChangePointConfig:
     sample_window: int = 3
     higher_is_worse: bool = True
     max_change_points: int = 64
+    max_transient: int = 3
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,39 @@ class _Series:
         return True
 
 
+def _drop_transients(
+    series: _Series,
+    cuts: list[int],
+    tested: list[tuple[bool, float, float, float]],
+    n: int,
+    m: int,
+    max_transient: int,
+) -> tuple[list[int], list[tuple[bool, float, float, float]]]:
+    """Removes excursions that returned: two cuts at most `max_transient` nights apart, in opposite
+    directions, with the levels before the first and after the second not different. Only a
+    finished excursion is dropped; one at the end of the series has not returned (yet)."""
+    i = 0
+    while i + 1 < len(cuts):
+        t1, t2 = cuts[i], cuts[i + 1]
+        (_, _, b1, a1), (_, _, b2, a2) = tested[i], tested[i + 1]
+        if t2 - t1 <= max_transient and (a1 > b1) != (a2 > b2):
+            bounds = [0, *cuts, n]
+            a, b = bounds[i], bounds[i + 3]
+            # Medians: the segments around a disturbed stretch often hold more disturbed nights.
+            before, after = float(np.median(series.y[a:t1])), float(np.median(series.y[t2:b]))
+            left, right = t1 - a, b - t2
+            # 1.2533: the standard error of a median over that of a mean, for Gaussian noise.
+            z = abs(after - before) / (1.2533 * series.sigma * math.sqrt(1.0 / left + 1.0 / right))
+            p = _corrected_p(z, max(1, b - a - 2 * m + 1))
+            if not series.accepts(a, t2, b, p, before, after) or left < m or right < m:
+                del cuts[i : i + 2]
+                del tested[i : i + 2]
+                i = max(0, i - 1)
+                continue
+        i += 1
+    return cuts, tested
+
+
 def detect_change_points(
     values: Sequence[float],
     samples: Sequence[Sequence[float]] | None = None,
@@ -239,6 +277,8 @@ def detect_change_points(
         if not failing:
             break
         del cuts[max(failing, key=lambda i: tested[i][1])]
+
+    cuts, tested = _drop_transients(series, cuts, tested, int(x.size), m, cfg.max_transient)
 
     out: list[ChangePoint] = []
     for t, (_, p, before, after) in zip(cuts, tested, strict=True):
