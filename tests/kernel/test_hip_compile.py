@@ -23,23 +23,45 @@ READELF = shutil.which("llvm-readelf-19")
 
 pytestmark = pytest.mark.skipif(
     not (CLANG and OBJDUMP and READELF),
-    reason="clang-19, llvm-objdump-19 and llvm-readelf-19 are needed to compile and read the gfx942 code object",
+    reason=(
+        "clang-19, llvm-objdump-19 and llvm-readelf-19 are needed to compile and read the gfx942 code object"
+    ),
 )
 
 MFMA = "v_mfma_f32_16x16x16_bf16"
-VARIANTS = [f"ra_attn_fwd_gfx942_{mode}_{layout}" for layout in ("packed", "strided") for mode in ("rtne", "rtna", "rtz")]
+VARIANTS = [
+    f"ra_attn_fwd_gfx942_{mode}_{layout}"
+    for layout in ("packed", "strided")
+    for mode in ("rtne", "rtna", "rtz")
+]
 MFMA_PER_KERNEL = 128  # 64 for S^T = K Q^T, 64 for O^T += V^T P^T per K/V tile
 
 # One record per kernel in the -Rpass-analysis=kernel-resource-usage remarks.
-REMARK_RE = re.compile(r"remark:\s+(?P<key>[A-Za-z][A-Za-z /\[\]]*?): (?P<val>\S+) \[-Rpass-analysis=kernel-resource-usage\]")
+REMARK_RE = re.compile(
+    r"remark:\s+(?P<key>[A-Za-z][A-Za-z /\[\]]*?): (?P<val>\S+) \[-Rpass-analysis=kernel-resource-usage\]"
+)
 
 
 def device_compile_argv(out: Path, *defines: str) -> list[str]:
     """The device-only command line of docs/hip-gfx942.md, plus optional -D flags."""
     return [
-        CLANG, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-nogpuinc", "--cuda-device-only",
-        "--no-gpu-bundle-output", "-O3", "-std=c++17", "-Ikernel", *defines,
-        "-c", str(SOURCE.relative_to(ROOT)), "-o", str(out), "-Rpass-analysis=kernel-resource-usage",
+        CLANG,
+        "-x",
+        "hip",
+        "--offload-arch=gfx942",
+        "-nogpulib",
+        "-nogpuinc",
+        "--cuda-device-only",
+        "--no-gpu-bundle-output",
+        "-O3",
+        "-std=c++17",
+        "-Ikernel",
+        *defines,
+        "-c",
+        str(SOURCE.relative_to(ROOT)),
+        "-o",
+        str(out),
+        "-Rpass-analysis=kernel-resource-usage",
     ]
 
 
@@ -59,9 +81,15 @@ class CodeObject:
     def __init__(self, path: Path, remarks: str):
         self.path = path
         self.resources = parse_resource_remarks(remarks)
-        self.disasm = subprocess.run([OBJDUMP, "-d", str(path)], check=True, capture_output=True, text=True).stdout
-        self.header = subprocess.run([READELF, "-h", str(path)], check=True, capture_output=True, text=True).stdout
-        self.symbols = subprocess.run([READELF, "-s", str(path)], check=True, capture_output=True, text=True).stdout
+        self.disasm = subprocess.run(
+            [OBJDUMP, "-d", str(path)], check=True, capture_output=True, text=True
+        ).stdout
+        self.header = subprocess.run(
+            [READELF, "-h", str(path)], check=True, capture_output=True, text=True
+        ).stdout
+        self.symbols = subprocess.run(
+            [READELF, "-s", str(path)], check=True, capture_output=True, text=True
+        ).stdout
 
     def functions(self) -> dict[str, list[str]]:
         """Instruction lines per function symbol."""
@@ -120,7 +148,7 @@ def mfma_hazards(lines: list[str], func_start: int) -> list[str]:
     result -> any non-MFMA read/write: 7 wait states; result -> MFMA other than as its own identical
     C: 7; VALU write -> MFMA read: 2; VALU exec write (v_cmpx) -> MFMA: 4. A window may not cross a
     branch, and no branch may land inside the 4 wait states before an MFMA."""
-    insts = [_parse(l) for l in lines]
+    insts = [_parse(ln) for ln in lines]
     targets = {func_start + int(t.group(1), 16) for (_, _, _, t) in insts if t}
     addrs = [int(a, 16) if a else -1 for (_, _, a, _) in insts]
     problems = []
@@ -135,7 +163,12 @@ def mfma_hazards(lines: list[str], func_start: int) -> list[str]:
             if ws >= 7:
                 break
             mj, oj, _, _ = insts[j]
-            if mj.startswith("s_cbranch") or mj.startswith("s_branch") or mj.startswith("s_setpc") or mj == "s_endpgm":
+            if (
+                mj.startswith("s_cbranch")
+                or mj.startswith("s_branch")
+                or mj.startswith("s_setpc")
+                or mj == "s_endpgm"
+            ):
                 problems.append(f"{lines[i].strip()[:60]} -> branch {mj} after {ws} wait states")
                 break
             if mj.startswith("v_mfma"):
@@ -192,10 +225,12 @@ def test_disassembly_uses_bf16_mfma(clean):
     for name in VARIANTS:
         count = sum(MFMA in line for line in funcs[name])
         assert count == MFMA_PER_KERNEL, f"{name}: {count} x {MFMA}, expected {MFMA_PER_KERNEL}"
-        assert not any("scratch_" in l or "buffer_store" in l for l in funcs[name]), f"{name} touches scratch"
+        assert not any("scratch_" in ln or "buffer_store" in ln for ln in funcs[name]), (
+            f"{name} touches scratch"
+        )
         # K and V^T fragments come from LDS in 16-byte reads; no generic (flat) memory access.
-        assert sum("ds_read_b128" in l for l in funcs[name]) == 32
-        assert not any(re.search(r"\tflat_", l) for l in funcs[name])
+        assert sum("ds_read_b128" in ln for ln in funcs[name]) == 32
+        assert not any(re.search(r"\tflat_", ln) for ln in funcs[name])
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -221,7 +256,7 @@ def test_mfma_builtin_variant_builds(tmp_path_factory):
     co = compile_variant(tmp_path_factory, "-DRA_HIP_MFMA_BUILTIN=1")
     for name in VARIANTS:
         assert co.resources[name]["ScratchSize [bytes/lane]"] == "0"
-        assert sum(MFMA in l for l in co.functions()[name]) == MFMA_PER_KERNEL
+        assert sum(MFMA in ln for ln in co.functions()[name]) == MFMA_PER_KERNEL
 
 
 @pytest.mark.parametrize(
@@ -239,15 +274,30 @@ def test_fire_drill_variants_build(tmp_path_factory, defines):
         assert not mfma_hazards(funcs[name], starts[name])
     if defines[0].startswith("-DRA_INJECT_SLOWDOWN_PCT"):
         extra = (MFMA_PER_KERNEL * 25 + 50) // 100
-        assert sum(MFMA in l for l in funcs[VARIANTS[0]]) == MFMA_PER_KERNEL + extra
+        assert sum(MFMA in ln for ln in funcs[VARIANTS[0]]) == MFMA_PER_KERNEL + extra
 
 
 def test_layout_emulation_on_cpu(tmp_path):
     """The index maps of kernel/hip/parts/layout.h, driven through an emulated wave64 MFMA on the CPU."""
     clangxx = shutil.which("clang++-19") or CLANG
     exe = tmp_path / "layout_emu"
-    subprocess.run([clangxx, "-x", "c++", "-std=c++17", "-O2", "-Ikernel", str(EMULATOR.relative_to(ROOT)),
-                    "-o", str(exe)], cwd=ROOT, check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            clangxx,
+            "-x",
+            "c++",
+            "-std=c++17",
+            "-O2",
+            "-Ikernel",
+            str(EMULATOR.relative_to(ROOT)),
+            "-o",
+            str(exe),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "ALL OK" in proc.stdout
@@ -259,16 +309,32 @@ def test_hazard_scan_catches_unguarded_asm(tmp_path):
     src.write_text(
         "typedef float f4 __attribute__((ext_vector_type(4)));\n"
         "typedef short s4 __attribute__((ext_vector_type(4)));\n"
-        "extern \"C\" __attribute__((global)) void bad(float* o, const s4* a, const s4* b) {\n"
+        'extern "C" __attribute__((global)) void bad(float* o, const s4* a, const s4* b) {\n'
         "  f4 c = {0, 0, 0, 0};\n"
-        "  asm volatile(\"v_mfma_f32_16x16x16_bf16 %0, %1, %2, %0\" : \"+v\"(c) : \"v\"(a[0]), \"v\"(b[0]));\n"
+        '  asm volatile("v_mfma_f32_16x16x16_bf16 %0, %1, %2, %0" : "+v"(c) : "v"(a[0]), "v"(b[0]));\n'
         "  o[0] = c[0] * c[1] + c[2];\n"
         "}\n"
     )
     out = tmp_path / "bad.co"
     proc = subprocess.run(
-        [CLANG, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-nogpuinc", "--cuda-device-only",
-         "--no-gpu-bundle-output", "-O3", "-c", str(src), "-o", str(out)], capture_output=True, text=True)
+        [
+            CLANG,
+            "-x",
+            "hip",
+            "--offload-arch=gfx942",
+            "-nogpulib",
+            "-nogpuinc",
+            "--cuda-device-only",
+            "--no-gpu-bundle-output",
+            "-O3",
+            "-c",
+            str(src),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     co = CodeObject(out, "")
     starts = function_starts(co)
@@ -284,7 +350,10 @@ _HIP_STUB = """\
 #define __host__ __attribute__((host))
 #define __shared__ __attribute__((shared))
 #define __forceinline__ inline __attribute__((always_inline))
-struct dim3 { unsigned x, y, z; __host__ __device__ dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
+struct dim3 {
+  unsigned x, y, z;
+  __host__ __device__ dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
 typedef struct ihipStream_t* hipStream_t;
 typedef enum hipError_t { hipSuccess = 0 } hipError_t;
 extern "C" hipError_t hipGetLastError(void);
@@ -305,11 +374,35 @@ def test_host_part_type_checks_against_hip_stub(tmp_path):
     (tmp_path / "hip" / "hip_runtime.h").write_text(_HIP_STUB)
     obj = tmp_path / "full.o"
     proc = subprocess.run(
-        [CLANG, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-nogpuinc", "-isystem", str(tmp_path), "-O3",
-         "-std=c++17", "-Ikernel", "-fPIC", "-Wall", "-Wextra", "-Werror", "-c", str(SOURCE.relative_to(ROOT)),
-         "-o", str(obj)], cwd=ROOT, capture_output=True, text=True)
+        [
+            CLANG,
+            "-x",
+            "hip",
+            "--offload-arch=gfx942",
+            "-nogpulib",
+            "-nogpuinc",
+            "-isystem",
+            str(tmp_path),
+            "-O3",
+            "-std=c++17",
+            "-Ikernel",
+            "-fPIC",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-c",
+            str(SOURCE.relative_to(ROOT)),
+            "-o",
+            str(obj),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    syms = subprocess.run([shutil.which("llvm-nm-19") or "nm", str(obj)], capture_output=True, text=True).stdout
+    syms = subprocess.run(
+        [shutil.which("llvm-nm-19") or "nm", str(obj)], capture_output=True, text=True
+    ).stdout
     for fn in ("ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"):
         assert re.search(rf" T {fn}$", syms, re.M), f"{fn} not exported"
     blob = obj.read_bytes()
