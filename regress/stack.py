@@ -241,7 +241,9 @@ def pin_path(name: str, stacks_dir: Path | None = None) -> Path:
 def load_pin(name_or_path: str, stacks_dir: Path | None = None) -> Pin:
     path = Path(name_or_path) if name_or_path.endswith(".toml") else pin_path(name_or_path, stacks_dir)
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in (stacks_dir or default_stacks_dir()).glob("*.toml"))) or "none"
+        known = (
+            ", ".join(sorted(p.stem for p in (stacks_dir or default_stacks_dir()).glob("*.toml"))) or "none"
+        )
         raise UserError(f"no pinned stack {name_or_path!r} ({path}); known stacks: {known}")
     try:
         data = tomllib.loads(path.read_text())
