@@ -137,9 +137,9 @@ def test_quick_set_is_fast(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
     t0 = time.perf_counter()
     results = [r for name in SUITES for r in run_suite(name, ctx)]
     wall = time.perf_counter() - t0
+    # Wall time is reported, never asserted: a timing must not decide a test (docs/perf-notes.md).
     print(f"\nquick suite set on CPU: {len(results)} cases in {wall:.1f} s")
     assert not _statuses(results)
-    assert wall < 60
 
 
 @pytest.mark.slow
@@ -151,7 +151,6 @@ def test_full_set_fits_the_nightly_budget(cpu_lib: KernelLibrary, make_ctx: Make
     wall = time.perf_counter() - t0
     print(f"\nfull suite set on CPU: {len(results)} cases in {wall:.1f} s")
     assert not _statuses(results)
-    assert wall < 300
 
 
 class _RefusingBaseline(Baseline):
