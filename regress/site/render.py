@@ -178,8 +178,24 @@ def fmt_num(value: Any, digits: int = 4) -> str:
         return str(value)
     if value == 0:
         return "0"
+    if not math.isfinite(value):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e7:
+        return str(int(value))  # counts stored as floats (distinct hashes): 1, not 1.000
     mag = math.floor(math.log10(abs(value)))
-    return f"{value:.{max(0, digits - 1 - mag)}f}"
+    if mag < -3 or mag >= 7:  # p-values like 1e-40, huge counts: scientific, not 40 zeros
+        return f"{value:.{max(0, digits - 2)}e}"
+    text = f"{value:.{max(0, digits - 1 - mag)}f}"
+    return text.rstrip("0").rstrip(".") if mag < 0 else text
+
+
+def fmt_show(value: Any) -> str:
+    """Any report value as text: a pair as "old → new", other lists joined, dicts as JSON."""
+    if isinstance(value, list | tuple):
+        return " → ".join(map(str, value)) if len(value) == 2 else ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return json.dumps(value, default=str)
+    return "" if value is None else str(value)
 
 
 def fmt_pct(value: Any) -> str:
@@ -206,7 +222,7 @@ def make_env(templates: Path) -> Environment:
     )
     # Compact JSON in <script type="application/json">; jinja's tojson escapes <, >, & and '.
     env.policies["json.dumps_kwargs"] = {"separators": (",", ":"), "sort_keys": False}
-    env.filters.update(num=fmt_num, pct=fmt_pct, time=fmt_time, date=fmt_date)
+    env.filters.update(num=fmt_num, pct=fmt_pct, time=fmt_time, date=fmt_date, show=fmt_show)
     return env
 
 

@@ -6,6 +6,7 @@
     if (v === null || v === undefined) return "";
     var a = Math.abs(v);
     if (a === 0) return "0";
+    if (Number.isInteger(v) && a < 1e7) return String(v);
     return a >= 100 ? v.toFixed(1) : a >= 1 ? v.toFixed(digits || 3) : v.toPrecision(digits || 4);
   }
 

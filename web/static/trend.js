@@ -26,6 +26,7 @@
     if (v === null || v === undefined || isNaN(v)) return "–";
     var a = Math.abs(v), s;
     if (a === 0) s = "0";
+    else if (Number.isInteger(v) && a < 1e7) s = String(v);
     else if (a >= 100) s = v.toFixed(1);
     else if (a >= 1) s = v.toFixed(3);
     else s = v.toPrecision(4);
@@ -133,9 +134,11 @@
 
     // axes
     var ax = svg("g", { class: "axis" }, root), step = niceStep(ymax - ymin, o.small ? 3 : 6);
-    for (var v = Math.ceil(ymin / step) * step; v <= ymax; v += step) {
+    var dec = Math.max(0, -Math.floor(Math.log10(step)));
+    for (var k = Math.ceil(ymin / step); k * step <= ymax; k++) {
+      var v = k * step;
       svg("line", { x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v), class: "grid" }, ax);
-      svg("text", { x: m.l - 6, y: Y(v) + 4, "text-anchor": "end" }, ax).textContent = fmt(v);
+      svg("text", { x: m.l - 6, y: Y(v) + 4, "text-anchor": "end" }, ax).textContent = v.toFixed(dec);
     }
     var span = (xmax - xmin) / DAY, tstep = span > 400 ? 91 : span > 120 ? 30 : span > 40 ? 7 : span > 10 ? 2 : 1;
     var start = new Date(xmin * 1000); start.setUTCHours(0, 0, 0, 0);
