@@ -43,8 +43,8 @@ NVCC = ("nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,
         "-Xptxas -v -Ikernel kernel/cuda/attention_sm90.cu")
 BUILD_FLAGS = {"main": "", "mma": "-DRA_CUDA_FORCE_MMA_SYNC=1", "ulp2": "-DRA_INJECT_ULP=2",
                "nondet": "-DRA_INJECT_NONDET=1", "slow50": "-DRA_INJECT_SLOWDOWN_PCT=50",
-               "pp": "-DRA_CUDA_PINGPONG=1", "nopp": "-DRA_CUDA_PINGPONG=0", "noepi": "-DRA_CUDA_SMEM_EPILOGUE=0"}
-TIMED = ("main", "mma", "pp", "nopp", "noepi")
+               "pp": "-DRA_CUDA_PINGPONG=1", "auto": "-DRA_CUDA_PINGPONG=-1", "noepi": "-DRA_CUDA_SMEM_EPILOGUE=0"}
+TIMED = ("main", "mma", "pp", "auto", "noepi")
 BENCH_SHAPES = [(1, 16, 16384, 16384), (2, 16, 8192, 8192), (4, 16, 4096, 4096), (8, 16, 2048, 2048),
                 (16, 16, 1024, 1024), (32, 16, 512, 512), (2, 40, 1024, 77), (2, 24, 8192, 8192),
                 (1, 32, 16384, 16384)]

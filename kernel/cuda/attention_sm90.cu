@@ -14,8 +14,8 @@
  *      reusing a stage)                      wait P.V -> release v; rescale O; P_n = bf16(S)
  *                                          O /= l, round (rtne|rtna|rtz) -> per-warp smem -> 16-byte
  *                                          stores of rows < seqlen_q
- * With ping-pong (chosen for seqlen_k <= 2048), the two consumer warpgroups take turns issuing their
- * wgmmas (named barriers 1, 2), so one's softmax overlaps the other's GEMMs.
+ * Optional (-DRA_CUDA_PINGPONG=1, or -1 for seqlen_k <= 2048; off by default, measured slower): the
+ * two consumer warpgroups take turns issuing their wgmmas (named barriers 1, 2).
  *
  * Fallback path (mainloop_sm80.cuh): FlashAttention-2 shape with mma.sync, for strides a TMA
  * descriptor cannot express.
@@ -47,9 +47,11 @@
 #ifndef RA_CUDA_FORCE_MMA_SYNC
 #define RA_CUDA_FORCE_MMA_SYNC 0
 #endif
-/* Consumer schedule: -1 = by shape (ping-pong when seqlen_k <= kPingPongMaxKeys), 0 = never, 1 = always. */
+/* Consumer schedule: 0 = never ping-pong (default), 1 = always, -1 = by shape (ping-pong when
+ * seqlen_k <= kPingPongMaxKeys). v2 on the H200 (rotated call order, smem epilogue): never was
+ * faster or equal on every benchmark shape, by 2-8 % at seqlen_k <= 2048 (docs/perf-notes.md). */
 #ifndef RA_CUDA_PINGPONG
-#define RA_CUDA_PINGPONG -1
+#define RA_CUDA_PINGPONG 0
 #endif
 
 namespace ra_cuda {
@@ -92,7 +94,8 @@ __global__ void __launch_bounds__(sm80::kThreads) attn_fwd_mma_sync(const __grid
 
 namespace {
 
-/* Ping-pong measured ahead for key lengths up to 2048 and behind from 4096 (perf-notes v1). */
+/* Used only with -DRA_CUDA_PINGPONG=-1: v1 (fixed call order) put ping-pong ahead up to 2048 keys;
+ * v2 (rotated order) did not confirm it. */
 constexpr int64_t kPingPongMaxKeys = 2048;
 
 /* The one switch: runtime (rounding, layout, schedule) -> compile-time constants. */

@@ -27,8 +27,8 @@ namespace sm90 {
 
 /* Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
  * their wgmmas, so one's softmax runs while the other's GEMMs own the tensor cores. Warpgroup w
- * waits on named barrier 1 + w before issuing and then arrives on the other's. A template switch:
- * measured faster for short key sequences, slower for long ones (docs/perf-notes.md, v1). */
+ * waits on named barrier 1 + w before issuing and then arrives on the other's. A template switch,
+ * off in the default build (RA_CUDA_PINGPONG in attention_sm90.cu): measured no faster (perf-notes v2). */
 template <bool kPingPong>
 __device__ __forceinline__ void turn_begin(int wg) {
   if (kPingPong) named_bar_sync(1 + wg, 256);
