@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, insert, select
+from sqlalchemy import Table, func, insert, select
 from sqlalchemy.orm import Session
 
 from .results import CaseSpec
@@ -559,9 +559,10 @@ def demo_history(
         # Regression rows for the scripted regressions, three perf cases each.
         for e in events:
             for li in e.lanes:
-                anchor = event_runs.get((e.name, li))
-                if not (e.state and anchor) or e.night < first_night or e.night >= first_night + nights:
+                found = event_runs.get((e.name, li))
+                if not (e.state and found) or e.night < first_night or e.night >= first_night + nights:
                     continue
+                anchor = found
                 chosen = [i for i in perf_idx if _selects(e.selector, specs[i].params)][:3]
                 sd = lanes[li][1 if len(lanes[li]) > 1 and e.night >= upgrade_night else 0]
                 for i in chosen:
@@ -636,16 +637,22 @@ def demo_history(
     )
 
 
+def _table(model: type[Any]) -> Table:
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
+
+
 def _flush(
     session: Session, runs: list[dict[str, Any]], results: list[dict[str, Any]], samples: list[dict[str, Any]]
 ) -> None:
     # Core inserts (executemany), in foreign-key order.
     if runs:
-        session.execute(insert(Run.__table__), runs)
+        session.execute(insert(_table(Run)), runs)
     if results:
-        session.execute(insert(Result.__table__), results)
+        session.execute(insert(_table(Result)), results)
     if samples:
-        session.execute(insert(Sample.__table__), samples)
+        session.execute(insert(_table(Sample)), samples)
     runs.clear()
     results.clear()
     samples.clear()

@@ -376,7 +376,7 @@ def _write_cache(cache_dir: Path, data: SiteData) -> None:
         "messages": {str(k): v for k, v in data.messages.items()},
     }
     tmp = cache_dir / "results.tmp.npz"
-    np.savez(tmp, **data.table)
+    np.savez(tmp, **data.table)  # type: ignore[arg-type]  # numpy's stub misreads **arrays
     tmp.replace(cache_dir / "results.npz")
     (cache_dir / "results.json.tmp").write_text(json.dumps(meta, separators=(",", ":")))
     (cache_dir / "results.json.tmp").replace(cache_dir / "results.json")

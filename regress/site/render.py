@@ -8,6 +8,7 @@ pages that really changed (a static host's sync then uploads just those).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -451,7 +452,7 @@ class Pages:
                 f"case/{case.key}.html",
                 "case.html.j2",
                 self.case_key(case),
-                lambda case=case: self.case_context(case),
+                functools.partial(self.case_context, case),
             )
 
     def latest_rows(self, chart: dict[str, Any], n: int = 5) -> list[dict[str, Any]]:
@@ -487,7 +488,7 @@ class Pages:
         recent_x = int(self.run_epoch.max()) - 14 * 86400 if len(self.run_epoch) else 0
         for case in sorted(self.d.cases.values(), key=lambda c: (c.suite != "perf", c.suite, c.name)):
             per = self.m.series.get(case.id, {})
-            cells = []
+            cells: list[dict[str, Any] | None] = []
             for s in cur:
                 idx = per.get(s.id)
                 if idx is None or not len(idx):
@@ -603,7 +604,7 @@ class Pages:
                 }
 
             self.w.page(f"run/{rid}.html", "run.html.j2", key, ctx)
-        runs = []
+        runs: list[dict[str, Any]] = []
         for rid in reversed(self.d.run_order):
             run = self.d.runs[rid]
             runs.append({"run": run, "stack": self.stack_ref(run.stack_id)})
@@ -670,7 +671,7 @@ class Pages:
                     if a.id < b.id and (a.id, b.id) not in seen and (b.id, a.id) not in seen:
                         seen.add((a.id, b.id))
                         pairs.append((a, b))
-        views = [
+        views: list[dict[str, Any]] = [
             {
                 "stack": s,
                 "ref": self.stack_ref(s.id),
@@ -689,7 +690,7 @@ class Pages:
             }
             for a, b in pairs
         ]
-        transitions = [
+        transitions: list[dict[str, Any]] = [
             {
                 "old": self.stack_ref(tr.old),
                 "new": self.stack_ref(tr.new),
@@ -721,11 +722,7 @@ class Pages:
                 f"stack/{s.slug}.html",
                 "stack.html.j2",
                 key,
-                lambda v=v: {
-                    "title": f"Stack {v['stack'].label}",
-                    **v,
-                    "diffs": [d for d in diff_links if v["stack"].id in (d["a"]["id"], d["b"]["id"])],
-                },
+                functools.partial(self.stack_context, v, diff_links),
             )
         for a, b in pairs:
             rows = stack_diff(a, b)
@@ -734,14 +731,25 @@ class Pages:
                 f"stack/diff-{a.slug}-{b.slug}.html",
                 "stack_diff.html.j2",
                 key,
-                lambda a=a, b=b, rows=rows: {
-                    "title": f"{a.label} vs {b.label}",
-                    "a": self.stack_ref(a.id),
-                    "b": self.stack_ref(b.id),
-                    "rows": rows,
-                    "ndiff": sum(1 for r in rows if r["differs"]),
-                },
+                functools.partial(self.diff_context, a, b, rows),
             )
+
+    def stack_context(self, v: dict[str, Any], diff_links: list[dict[str, Any]]) -> dict[str, Any]:
+        sid = v["stack"].id
+        return {
+            "title": f"Stack {v['stack'].label}",
+            **v,
+            "diffs": [d for d in diff_links if sid in (d["a"]["id"], d["b"]["id"])],
+        }
+
+    def diff_context(self, a: StackRow, b: StackRow, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "title": f"{a.label} vs {b.label}",
+            "a": self.stack_ref(a.id),
+            "b": self.stack_ref(b.id),
+            "rows": rows,
+            "ndiff": sum(1 for r in rows if r["differs"]),
+        }
 
     # ---- regressions, gates, feed
     def regression_pages(self) -> None:
