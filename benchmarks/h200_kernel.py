@@ -39,15 +39,32 @@ _TENSORS: dict[int, torch.Tensor] = {}  # data_ptr -> tensor, for the dry-run st
 MODES = {"rtne": 0, "rtna": 1, "rtz": 2}
 GATE = {"rtne": 1.5, "rtna": 1.5, "rtz": 2.0}
 RA_OK, RA_ERR_NULL, RA_ERR_HEAD_DIM, RA_ERR_SHAPE, RA_ERR_STRIDE, RA_ERR_ROUNDING = 0, 1, 2, 3, 4, 5
-NVCC = ("nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -lineinfo "
-        "-Xptxas -v -Ikernel kernel/cuda/attention_sm90.cu")
-BUILD_FLAGS = {"main": "", "mma": "-DRA_CUDA_FORCE_MMA_SYNC=1", "ulp2": "-DRA_INJECT_ULP=2",
-               "nondet": "-DRA_INJECT_NONDET=1", "slow50": "-DRA_INJECT_SLOWDOWN_PCT=50",
-               "pp": "-DRA_CUDA_PINGPONG=1", "auto": "-DRA_CUDA_PINGPONG=-1", "noepi": "-DRA_CUDA_SMEM_EPILOGUE=0"}
+NVCC = (
+    "nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -lineinfo "
+    "-Xptxas -v -Ikernel kernel/cuda/attention_sm90.cu"
+)
+BUILD_FLAGS = {
+    "main": "",
+    "mma": "-DRA_CUDA_FORCE_MMA_SYNC=1",
+    "ulp2": "-DRA_INJECT_ULP=2",
+    "nondet": "-DRA_INJECT_NONDET=1",
+    "slow50": "-DRA_INJECT_SLOWDOWN_PCT=50",
+    "pp": "-DRA_CUDA_PINGPONG=1",
+    "auto": "-DRA_CUDA_PINGPONG=-1",
+    "noepi": "-DRA_CUDA_SMEM_EPILOGUE=0",
+}
 TIMED = ("main", "mma", "pp", "auto", "noepi")
-BENCH_SHAPES = [(1, 16, 16384, 16384), (2, 16, 8192, 8192), (4, 16, 4096, 4096), (8, 16, 2048, 2048),
-                (16, 16, 1024, 1024), (32, 16, 512, 512), (2, 40, 1024, 77), (2, 24, 8192, 8192),
-                (1, 32, 16384, 16384)]
+BENCH_SHAPES = [
+    (1, 16, 16384, 16384),
+    (2, 16, 8192, 8192),
+    (4, 16, 4096, 4096),
+    (8, 16, 2048, 2048),
+    (16, 16, 1024, 1024),
+    (32, 16, 512, 512),
+    (2, 40, 1024, 77),
+    (2, 24, 8192, 8192),
+    (1, 32, 16384, 16384),
+]
 
 
 def sync():
@@ -63,12 +80,22 @@ def log(*a):
 class Params(ctypes.Structure):
     _fields_ = [
         ("abi_version", ctypes.c_uint32),
-        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
-        ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("seqlen_q", ctypes.c_int64),
-        ("seqlen_k", ctypes.c_int64), ("head_dim", ctypes.c_int64),
-        ("q_stride", ctypes.c_int64 * 4), ("k_stride", ctypes.c_int64 * 4),
-        ("v_stride", ctypes.c_int64 * 4), ("o_stride", ctypes.c_int64 * 4),
-        ("scale", ctypes.c_float), ("rounding", ctypes.c_int32), ("stream", ctypes.c_void_p),
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("q_stride", ctypes.c_int64 * 4),
+        ("k_stride", ctypes.c_int64 * 4),
+        ("v_stride", ctypes.c_int64 * 4),
+        ("o_stride", ctypes.c_int64 * 4),
+        ("scale", ctypes.c_float),
+        ("rounding", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
     ]
 
 
@@ -173,7 +200,7 @@ class OutBuf:
     def __init__(self, B, H, S, layout):
         n = B * H * S * 128
         self.flat = torch.full((n + 2 * self.GUARD,), self.POISON, dtype=torch.int16, device=DEV)
-        inner = self.flat[self.GUARD:self.GUARD + n]
+        inner = self.flat[self.GUARD : self.GUARD + n]
         shape = (B, H, S, 128) if layout == "bhsd" else (B, S, H, 128)
         t = inner.view(torch.bfloat16).view(shape)
         self.o = t if layout == "bhsd" else t.permute(0, 2, 1, 3)
@@ -240,11 +267,18 @@ def compare(o, ref, mag, mode_name):
     su = torch.where(ref_fin & torch.isfinite(of), su, torch.zeros_like(su))
     flat = su.flatten()
     mx = float(flat.max()) if flat.numel() else 0.0
-    p9999 = float(torch.quantile(flat.float()[: 2 ** 24], 0.9999)) if flat.numel() > 1 else mx
+    p9999 = float(torch.quantile(flat.float()[: 2**24], 0.9999)) if flat.numel() > 1 else mx
     ok = nonfinite_bad == 0 and noncanon == 0 and fin_bad == 0 and mx <= GATE[mode_name]
-    return {"ok": ok, "max_su": mx, "p9999_su": p9999, "nonfinite_bad": nonfinite_bad,
-            "noncanonical_nan": noncanon, "finite_ref_nonfinite_out": fin_bad,
-            "n_nan": int(torch.isnan(ref).sum()), "n_inf": int(torch.isinf(ref).sum())}
+    return {
+        "ok": ok,
+        "max_su": mx,
+        "p9999_su": p9999,
+        "nonfinite_bad": nonfinite_bad,
+        "noncanonical_nan": noncanon,
+        "finite_ref_nonfinite_out": fin_bad,
+        "n_nan": int(torch.isnan(ref).sum()),
+        "n_inf": int(torch.isinf(ref).sum()),
+    }
 
 
 # --------------------------------------------------------------------------------------------- check
@@ -270,9 +304,18 @@ def run_case(lib, q, k, v, layout, mode_name, scale=0.0, rows=None, ref=None, st
 
 def check(lib, name, results, quick=False):
     gen = torch.Generator(device=DEV)
-    gen.manual_seed(int(time.time() * 1000) % (2 ** 31))  # fresh inputs every call
-    shapes = [(1, 1, 1, 1), (5, 6, 113, 203), (2, 3, 1023, 1024), (1, 2, 77, 1), (2, 8, 128, 128),
-              (1, 4, 1000, 2000), (2, 40, 1024, 77), (1, 2, 300, 4100), (3, 2, 129, 257)]
+    gen.manual_seed(int(time.time() * 1000) % (2**31))  # fresh inputs every call
+    shapes = [
+        (1, 1, 1, 1),
+        (5, 6, 113, 203),
+        (2, 3, 1023, 1024),
+        (1, 2, 77, 1),
+        (2, 8, 128, 128),
+        (1, 4, 1000, 2000),
+        (2, 40, 1024, 77),
+        (1, 2, 300, 4100),
+        (3, 2, 129, 257),
+    ]
     if quick:
         shapes = shapes[:4]
     fails = 0
@@ -282,14 +325,17 @@ def check(lib, name, results, quick=False):
             ref = reference(q, k, v, 1 / math.sqrt(128))
             for mode_name in MODES:
                 r = run_case(lib, q, k, v, layout, mode_name, ref=ref)
-                results.append({"lib": name, "case": "random", "shape": shape, "layout": layout,
-                                "mode": mode_name, **r})
+                results.append(
+                    {"lib": name, "case": "random", "shape": shape, "layout": layout, "mode": mode_name, **r}
+                )
                 fails += not r["ok"]
                 if not r["ok"]:
                     log(f"  FAIL {name} {shape} {layout} {mode_name}: {r}")
             del q, k, v, ref
-        log(f"  {name} {shape}: worst max_su "
-            f"{max(x.get('max_su', 99) for x in results if x['lib'] == name and x['shape'] == shape):.3f}")
+        log(
+            f"  {name} {shape}: worst max_su "
+            f"{max(x.get('max_su', 99) for x in results if x['lib'] == name and x['shape'] == shape):.3f}"
+        )
     # an explicit scale
     q, k, v = make_qkv(2, 3, 300, 333, "bhsd", gen)
     r = run_case(lib, q, k, v, "bhsd", "rtne", scale=0.3)
@@ -316,7 +362,9 @@ def check(lib, name, results, quick=False):
             ref = reference(q, k, v, 1 / math.sqrt(128), rows)
             for mode_name in MODES:
                 r = run_case(lib, q, k, v, "bhsd", mode_name, rows=rows, ref=ref)
-                results.append({"lib": name, "case": "big_rows_subset", "shape": shape, "mode": mode_name, **r})
+                results.append(
+                    {"lib": name, "case": "big_rows_subset", "shape": shape, "mode": mode_name, **r}
+                )
                 fails += not r["ok"]
                 if not r["ok"]:
                     log(f"  FAIL {name} big {shape} {mode_name}: {r}")
@@ -366,8 +414,18 @@ def nonfinite_cases():
     def v_inf_tail(q, k, v):  # Inf in the last (partial) key block
         v[0, 1, 332, 127] = -inf
 
-    return [q_nan, k_nan, v_inf, v_pm_inf, k_neg_inf_first_tiles, all_neg_inf_rows, pos_inf_score, q_inf,
-            extreme_logits, v_inf_tail]
+    return [
+        q_nan,
+        k_nan,
+        v_inf,
+        v_pm_inf,
+        k_neg_inf_first_tiles,
+        all_neg_inf_rows,
+        pos_inf_score,
+        q_inf,
+        extreme_logits,
+        v_inf_tail,
+    ]
 
 
 def check_nonfinite(lib, name, results, gen):
@@ -379,8 +437,15 @@ def check_nonfinite(lib, name, results, gen):
             ref = reference(q, k, v, 1 / math.sqrt(128))
             for mode_name in MODES:
                 r = run_case(lib, q, k, v, layout, mode_name, ref=ref)
-                results.append({"lib": name, "case": "nonfinite:" + fn.__name__, "layout": layout,
-                                "mode": mode_name, **r})
+                results.append(
+                    {
+                        "lib": name,
+                        "case": "nonfinite:" + fn.__name__,
+                        "layout": layout,
+                        "mode": mode_name,
+                        **r,
+                    }
+                )
                 if not r["ok"]:
                     fails += 1
                     log(f"  FAIL {name} nonfinite {fn.__name__} {layout} {mode_name}: {r}")
@@ -390,7 +455,11 @@ def check_nonfinite(lib, name, results, gen):
 
 def check_determinism(lib, name, results, gen, launches=6):
     fails = 0
-    for shape, layout in [((2, 8, 1000, 1000), "bshd"), ((4, 16, 2048, 2048), "bhsd"), ((3, 5, 77, 4100), "bhsd")]:
+    for shape, layout in [
+        ((2, 8, 1000, 1000), "bshd"),
+        ((4, 16, 2048, 2048), "bhsd"),
+        ((3, 5, 77, 4100), "bhsd"),
+    ]:
         q, k, v = make_qkv(*shape, layout, gen)
         outs = []
         for i in range(launches):
@@ -398,14 +467,22 @@ def check_determinism(lib, name, results, gen, launches=6):
             # interleave unrelated work so launches see different machine states
             if i % 2:
                 torch.randn(2048, 2048, device=DEV) @ torch.randn(2048, 2048, device=DEV)
-            rc, msg = call(lib, make_params(q, k, v, ob.o, 0))
+            call(lib, make_params(q, k, v, ob.o, 0))
             sync()
             outs.append(ob.flat.clone())
         diff = [int((outs[0] != x).sum()) for x in outs[1:]]
         ok = all(d == 0 for d in diff)
         fails += not ok
-        results.append({"lib": name, "case": "determinism", "shape": shape, "layout": layout, "ok": ok,
-                        "differing_elements": diff})
+        results.append(
+            {
+                "lib": name,
+                "case": "determinism",
+                "shape": shape,
+                "layout": layout,
+                "ok": ok,
+                "differing_elements": diff,
+            }
+        )
         if not ok:
             log(f"  FAIL {name} determinism {shape}: {diff}")
     return fails
@@ -496,13 +573,43 @@ def drills(libs, results):
 
 
 # --------------------------------------------------------------------------------------------- bench
-def bench(libs, out_dir, iters=50, warmup=5):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    import torch.nn.functional as F
+def ours_fn(lib, ps):
+    """One call of our library on input set i (ctypes params prebuilt: no Python work per call)."""
 
+    def f(i):
+        return lib.ra_attention_fwd(ctypes.byref(ps[i % len(ps)]), None, 0)
+
+    return f
+
+
+def sdpa_fn(backend, sets):
+    from torch.nn.attention import sdpa_kernel
+
+    def f(i):
+        q, k, v, _ = sets[i % len(sets)]
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    return f
+
+
+def shape_fns(libs, sets):
+    """name -> f(i) for every library x mode, then SDPA flash and cuDNN, on the same inputs."""
+    from torch.nn.attention import SDPBackend
+
+    fns = {}
+    for lname, lib in libs.items():
+        for mname, mode in MODES.items():
+            fns[f"{lname}:{mname}"] = ours_fn(lib, [make_params(q, k, v, o, mode) for (q, k, v, o) in sets])
+    fns["flash"] = sdpa_fn(SDPBackend.FLASH_ATTENTION, sets)
+    fns["cudnn"] = sdpa_fn(SDPBackend.CUDNN_ATTENTION, sets)
+    return fns
+
+
+def bench(libs, out_dir, iters=50, warmup=5):
     rows = []
-    l2 = 60 * 2 ** 20
-    for (B, H, Sq, Sk) in BENCH_SHAPES:
+    l2 = 60 * 2**20
+    for B, H, Sq, Sk in BENCH_SHAPES:
         per_set = (B * H * (2 * Sq + 2 * Sk) * 128) * 2
         nsets = max(2, min(6, math.ceil(3 * l2 / per_set)))
         gen = torch.Generator(device=DEV)
@@ -510,27 +617,15 @@ def bench(libs, out_dir, iters=50, warmup=5):
         sets = []
         for _ in range(nsets):
             q, k, v = make_qkv(B, H, Sq, Sk, "bhsd", gen)
-            sets.append((q.contiguous(), k.contiguous(), v.contiguous(), torch.empty(B, H, Sq, 128, device=DEV,
-                                                                                    dtype=torch.bfloat16)))
-        fns = {}
-        for lname, lib in libs.items():
-            for mname, mode in MODES.items():
-                ps = [make_params(q, k, v, o, mode) for (q, k, v, o) in sets]
-                fns[f"{lname}:{mname}"] = (lambda ps=ps, lib=lib: (lambda i: lib.ra_attention_fwd(
-                    ctypes.byref(ps[i % len(ps)]), None, 0)))()
-
-        def flash(i):
-            q, k, v, _ = sets[i % nsets]
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return F.scaled_dot_product_attention(q, k, v)
-
-        def cudnn(i):
-            q, k, v, _ = sets[i % nsets]
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return F.scaled_dot_product_attention(q, k, v)
-
-        fns["flash"] = flash
-        fns["cudnn"] = cudnn
+            sets.append(
+                (
+                    q.contiguous(),
+                    k.contiguous(),
+                    v.contiguous(),
+                    torch.empty(B, H, Sq, 128, device=DEV, dtype=torch.bfloat16),
+                )
+            )
+        fns = shape_fns(libs, sets)
         for _ in range(warmup):
             for f in fns.values():
                 f(0)
@@ -553,8 +648,16 @@ def bench(libs, out_dir, iters=50, warmup=5):
         for n, pairs in ev.items():
             ts = [a.elapsed_time(b) for a, b in pairs]
             med[n] = statistics.median(ts)
-            rows.append({"shape": [B, H, Sq, Sk], "fn": n, "median_ms": med[n], "p95_ms": sorted(ts)[int(0.95 * len(ts))],
-                         "tflops": flops / med[n] / 1e9, "samples_ms": ts})
+            rows.append(
+                {
+                    "shape": [B, H, Sq, Sk],
+                    "fn": n,
+                    "median_ms": med[n],
+                    "p95_ms": sorted(ts)[int(0.95 * len(ts))],
+                    "tflops": flops / med[n] / 1e9,
+                    "samples_ms": ts,
+                }
+            )
         msg = " ".join(f"{n}={flops / med[n] / 1e9:.0f}" for n in fns)
         log(f"  {B},{H},{Sq},{Sk}: TFLOP/s {msg}")
         del sets
@@ -563,7 +666,7 @@ def bench(libs, out_dir, iters=50, warmup=5):
     # table
     log("\nshape              | fn          | ms      | TFLOP/s | vs flash | vs cuDNN")
     geo = {}
-    for (B, H, Sq, Sk) in BENCH_SHAPES:
+    for B, H, Sq, Sk in BENCH_SHAPES:
         r = {x["fn"]: x for x in rows if x["shape"] == [B, H, Sq, Sk]}
         for n, x in r.items():
             if n in ("flash", "cudnn"):
@@ -571,18 +674,26 @@ def bench(libs, out_dir, iters=50, warmup=5):
             vf = r["flash"]["median_ms"] / x["median_ms"]
             vc = r["cudnn"]["median_ms"] / x["median_ms"]
             geo.setdefault(n, []).append((vf, vc))
-            log(f"{B},{H},{Sq},{Sk}".ljust(19) + f"| {n:<11} | {x['median_ms']:7.3f} | {x['tflops']:7.1f} | "
-                f"{vf:7.3f}x | {vc:6.3f}x")
-        log(f"{B},{H},{Sq},{Sk}".ljust(19) + f"| flash       | {r['flash']['median_ms']:7.3f} | "
-            f"{r['flash']['tflops']:7.1f} |")
-        log(f"{B},{H},{Sq},{Sk}".ljust(19) + f"| cudnn       | {r['cudnn']['median_ms']:7.3f} | "
-            f"{r['cudnn']['tflops']:7.1f} |")
+            log(
+                f"{B},{H},{Sq},{Sk}".ljust(19) + f"| {n:<11} | {x['median_ms']:7.3f} | {x['tflops']:7.1f} | "
+                f"{vf:7.3f}x | {vc:6.3f}x"
+            )
+        log(
+            f"{B},{H},{Sq},{Sk}".ljust(19) + f"| flash       | {r['flash']['median_ms']:7.3f} | "
+            f"{r['flash']['tflops']:7.1f} |"
+        )
+        log(
+            f"{B},{H},{Sq},{Sk}".ljust(19) + f"| cudnn       | {r['cudnn']['median_ms']:7.3f} | "
+            f"{r['cudnn']['tflops']:7.1f} |"
+        )
     log("\ngeomean speedup (min over shapes):")
     for n, v in geo.items():
         gf = math.exp(sum(math.log(a) for a, _ in v) / len(v))
         gc = math.exp(sum(math.log(b) for _, b in v) / len(v))
-        log(f"  {n:<11} vs flash {gf:.3f}x (min {min(a for a, _ in v):.3f}x)  vs cuDNN {gc:.3f}x "
-            f"(min {min(b for _, b in v):.3f}x)")
+        log(
+            f"  {n:<11} vs flash {gf:.3f}x (min {min(a for a, _ in v):.3f}x)  vs cuDNN {gc:.3f}x "
+            f"(min {min(b for _, b in v):.3f}x)"
+        )
     return rows
 
 
@@ -600,7 +711,8 @@ int main(int argc, char** argv) {
   uint16_t *q, *k, *v, *o;
   cudaMalloc(&q, nq * 2); cudaMalloc(&k, nk * 2); cudaMalloc(&v, nk * 2); cudaMalloc(&o, nq * 2);
   uint16_t* h = (uint16_t*)malloc((nq > nk ? nq : nk) * 2);
-  for (size_t i = 0; i < (nq > nk ? nq : nk); ++i) h[i] = 0x3c00 + (uint16_t)((i * 2654435761u) >> 24) % 200 - 100;
+  for (size_t i = 0; i < (nq > nk ? nq : nk); ++i)
+    h[i] = 0x3c00 + (uint16_t)((i * 2654435761u) >> 24) % 200 - 100;
   cudaMemcpy(q, h, nq * 2, cudaMemcpyHostToDevice); cudaMemcpy(k, h, nk * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(v, h, nk * 2, cudaMemcpyHostToDevice);
   ra_attention_params p = {};
@@ -611,7 +723,9 @@ int main(int argc, char** argv) {
               for (int i = 0; i < 4; ++i) { sq[i] = a[i]; sk[i] = b[i]; } }
   else { long a[4] = {H * Sq * 128, Sq * 128, 128, 1}, b[4] = {H * Sk * 128, Sk * 128, 128, 1};
          for (int i = 0; i < 4; ++i) { sq[i] = a[i]; sk[i] = b[i]; } }
-  for (int i = 0; i < 4; ++i) { p.q_stride[i] = sq[i]; p.o_stride[i] = sq[i]; p.k_stride[i] = sk[i]; p.v_stride[i] = sk[i]; }
+  for (int i = 0; i < 4; ++i) {
+    p.q_stride[i] = sq[i]; p.o_stride[i] = sq[i]; p.k_stride[i] = sk[i]; p.v_stride[i] = sk[i];
+  }
   char err[256] = {0};
   for (int mode = 0; mode < 3; ++mode) {
     p.rounding = mode;
@@ -638,10 +752,19 @@ def sanitize(libs, out_dir, results):
         if link.exists() or link.is_symlink():
             link.unlink()
         link.symlink_to(lib_path)
-        subprocess.run(f"nvcc -O1 -I{ROOT}/kernel {src} -L{linkdir} -lregress_attn_cuda -Xlinker -rpath={linkdir} "
-                       f"-o {exe}", shell=True, check=True)
-        for tool, args in (("memcheck", "1 2 200 300 0"), ("memcheck", "1 3 77 129 1"), ("racecheck", "1 2 200 300 0"),
-                           ("memcheck", "1 2 100 2500 1"), ("racecheck", "1 2 100 2500 1")):
+        subprocess.run(
+            f"nvcc -O1 -I{ROOT}/kernel {src} -L{linkdir} -lregress_attn_cuda -Xlinker -rpath={linkdir} "
+            f"-o {exe}",
+            shell=True,
+            check=True,
+        )
+        for tool, args in (
+            ("memcheck", "1 2 200 300 0"),
+            ("memcheck", "1 3 77 129 1"),
+            ("racecheck", "1 2 200 300 0"),
+            ("memcheck", "1 2 100 2500 1"),
+            ("racecheck", "1 2 100 2500 1"),
+        ):
             if True:
                 cmd = f"compute-sanitizer --tool {tool} --error-exitcode 3 {exe} {args}"
                 t0 = time.time()
@@ -649,10 +772,17 @@ def sanitize(libs, out_dir, results):
                 txt = pr.stdout + pr.stderr
                 (out_dir / f"san_{lname}_{tool}_{args.replace(' ', '_')}.log").write_text(txt)
                 last = [ln for ln in txt.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln]
-                summary.append(f"{lname} {tool} ({args}): rc {pr.returncode} {last[-1] if last else txt[-300:]}"
-                               f" [{time.time() - t0:.0f}s]")
-                results.append({"case": f"sanitize:{lname}:{tool}:{args}", "ok": pr.returncode == 0,
-                                "summary": last[-1] if last else txt[-300:]})
+                summary.append(
+                    f"{lname} {tool} ({args}): rc {pr.returncode} {last[-1] if last else txt[-300:]}"
+                    f" [{time.time() - t0:.0f}s]"
+                )
+                results.append(
+                    {
+                        "case": f"sanitize:{lname}:{tool}:{args}",
+                        "ok": pr.returncode == 0,
+                        "summary": last[-1] if last else txt[-300:],
+                    }
+                )
                 log("  " + summary[-1])
     return summary
 
@@ -668,8 +798,9 @@ def build(a):
     for item in a.lib:
         n, pth = item.split("=", 1)
         Path(pth).parent.mkdir(parents=True, exist_ok=True)
-        procs.append(subprocess.Popen(f"{NVCC} {BUILD_FLAGS.get(n, '')} -o {pth} > {pth}.ptxas.txt 2>&1",
-                                      shell=True))
+        procs.append(
+            subprocess.Popen(f"{NVCC} {BUILD_FLAGS.get(n, '')} -o {pth} > {pth}.ptxas.txt 2>&1", shell=True)
+        )
     rcs = [pr.wait() for pr in procs]
     log(f"build: rcs {rcs}")
     return int(any(rcs))
@@ -723,7 +854,7 @@ def run_phases(a, argv):
                 log("== no healthy library: stopping")
                 return 1
             continue
-        cmd = [sys.executable, __file__, *base, *sum((["--lib", x] for x in libs), []), "--phase", ph]
+        cmd = [sys.executable, __file__, *base, *[arg for x in libs for arg in ("--lib", x)], "--phase", ph]
         t0 = time.time()
         try:
             rc = subprocess.run(cmd, timeout=PHASE_TIMEOUT.get(ph, 300)).returncode
@@ -736,8 +867,11 @@ def run_phases(a, argv):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phases", default="", help="comma list run as child processes with timeouts: "
-                    "smoke,check,drills,sanitize,bench")
+    ap.add_argument(
+        "--phases",
+        default="",
+        help="comma list run as child processes with timeouts: smoke,check,drills,sanitize,bench",
+    )
     ap.add_argument("--phase", default="", help=argparse.SUPPRESS)
     ap.add_argument("--lib", action="append", default=[], help="name=path (first is the one checked in full)")
     ap.add_argument("--build", action="store_true")
@@ -755,7 +889,7 @@ def main():
     if a.phases and not a.phase:
         argv = [x for x in sys.argv[1:]]
         i = argv.index("--phases")
-        del argv[i:i + 2]
+        del argv[i : i + 2]
         if a.build:
             argv.remove("--build")
         # build once in the parent
@@ -776,8 +910,15 @@ def main():
     if a.build and build(a):
         sys.exit("build failed")
     if DEV == "cuda":
-        log(subprocess.run("nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw "
-                           "--format=csv,noheader", shell=True, capture_output=True, text=True).stdout.strip())
+        log(
+            subprocess.run(
+                "nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw "
+                "--format=csv,noheader",
+                shell=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
     log(f"torch {torch.__version__}, cudnn {torch.backends.cudnn.version() if DEV == 'cuda' else None}")
     libs = {n: (FakeLib() if a.dry_run else load_lib(p)) for n, p in libs_paths.items()}
     for n, lib in libs.items():
@@ -802,8 +943,14 @@ def main():
         names = [x for x in a.bench_libs.split(",") if x] or [n for n in libs if n in TIMED]
         bench({n: libs[n] for n in names}, out_dir, iters=a.iters)
     if DEV == "cuda":
-        log(subprocess.run("nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader",
-                           shell=True, capture_output=True, text=True).stdout.strip())
+        log(
+            subprocess.run(
+                "nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader",
+                shell=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
     bad = [r for r in results if not r.get("ok", True)]
     log(f"SUMMARY: {len(results)} checks, {len(bad)} failed")
     for r in bad[:20]:

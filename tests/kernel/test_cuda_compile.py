@@ -25,8 +25,17 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: canno
 
 # The build module's command (docs/perf-notes.md), with the output redirected into a temp dir.
 BUILD = [
-    "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90a,code=sm_90a",
-    "-lineinfo", "-Xptxas", "-v", "-Ikernel", SOURCE,
+    "-O3",
+    "-std=c++17",
+    "-shared",
+    "-Xcompiler",
+    "-fPIC",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-lineinfo",
+    "-Xptxas",
+    "-v",
+    "-Ikernel",
+    SOURCE,
 ]
 MODES = 3
 LAYOUTS = 2
@@ -34,7 +43,9 @@ SCHEDULES = 1  # sm90: the default build has no ping-pong variant (-DRA_CUDA_PIN
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
 
 ENTRY_RE = re.compile(r"Compiling entry function '(?P<name>[^']+)' for 'sm_90a'")
-FRAME_RE = re.compile(r"(?P<stack>\d+) bytes stack frame, (?P<st>\d+) bytes spill stores, (?P<ld>\d+) bytes spill loads")
+FRAME_RE = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<st>\d+) bytes spill stores, (?P<ld>\d+) bytes spill loads"
+)
 REGS_RE = re.compile(r"Used (?P<regs>\d+) registers")
 
 
@@ -122,8 +133,14 @@ def test_exports_exactly_the_abi(built):
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("nm is not installed: cannot list the library's dynamic symbols")
-    out = subprocess.run([nm, "-D", "--defined-only", str(built[0])], capture_output=True, text=True, check=True)
-    ra = {line.split()[-1] for line in out.stdout.splitlines() if line.split() and line.split()[-1].startswith("ra_")}
+    out = subprocess.run(
+        [nm, "-D", "--defined-only", str(built[0])], capture_output=True, text=True, check=True
+    )
+    ra = {
+        line.split()[-1]
+        for line in out.stdout.splitlines()
+        if line.split() and line.split()[-1].startswith("ra_")
+    }
     assert ra == ABI_SYMBOLS
 
 
@@ -131,11 +148,14 @@ def test_sass_tensor_cores_and_no_local_memory(built):
     cuobjdump = find_tool("cuobjdump")
     nvdisasm = find_tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
-        pytest.skip("cuobjdump/nvdisasm not found (pip packages nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm "
-                    "provide them): SASS not checked")
+        pytest.skip(
+            "cuobjdump/nvdisasm not found (pip packages nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm "
+            "provide them): SASS not checked"
+        )
     env = dict(os.environ, PATH=str(Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", ""))
-    sass = subprocess.run([cuobjdump, "--dump-sass", str(built[0])], capture_output=True, text=True, env=env,
-                          check=True).stdout
+    sass = subprocess.run(
+        [cuobjdump, "--dump-sass", str(built[0])], capture_output=True, text=True, env=env, check=True
+    ).stdout
     funcs: dict[str, list[str]] = {}
     cur = None
     for line in sass.splitlines():
