@@ -360,6 +360,8 @@ def _read_cache(cache_dir: Path) -> tuple[Any, ...] | None:
             return None
         with np.load(arr_path, allow_pickle=False) as npz:
             table = {c: npz[c] for c in COLUMNS}
+        if any(len(a) != meta["rows"] for a in table.values()):
+            return None  # arrays and meta from different renders (a crash between the two writes)
     except (OSError, ValueError, KeyError):
         return None  # no cache or a damaged one: read everything again
     messages = {int(k): v for k, v in meta["messages"].items()}
@@ -370,6 +372,7 @@ def _write_cache(cache_dir: Path, data: SiteData) -> None:
     cache_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "version": CACHE_VERSION,
+        "rows": len(data.table["id"]),
         "runs": data.run_order,
         "fingerprints": {r: data.runs[r].fingerprint for r in data.run_order},
         "speedup_name": data.speedup_name,
