@@ -153,12 +153,20 @@ class Series:
 
 
 def synth(
-    profile: Profile, rng: np.random.Generator, nights: int, step: float, step_at: int | None
+    profile: Profile,
+    rng: np.random.Generator,
+    nights: int,
+    step: float,
+    step_at: int | None,
+    within_run: bool = False,
 ) -> Series:
     """One series: a real case; each night one of its real runs, bootstrapped (so nights vary
     continuously), its median × the level; a step multiplies the level from `step_at` on; one-night
-    outliers multiply a night by 1.05–1.30 and are gone the next night."""
+    outliers multiply a night by 1.05–1.30 and are gone the next night. `within_run` draws every
+    night from one run: only the sampling noise of the median, as on a machine with no drift."""
     runs = profile.cases[rng.integers(len(profile.cases))]
+    if within_run:
+        runs = [runs[rng.integers(len(runs))]]
     level = 1.0 + 0.5 * rng.random()
     values = np.empty(nights)
     for t in range(nights):
@@ -258,13 +266,18 @@ def evaluate(
 
 
 def run(
-    profile_path: Path, n_null: int, n_step: int, nights: int, seed: int, markdown: bool
+    profile_path: Path, n_null: int, n_step: int, nights: int, seed: int, markdown: bool, within_run: bool
 ) -> dict[str, Any]:
     profile = Profile.load(profile_path)
+    if within_run:
+        profile.name += " (within-run noise only)"
     rng = np.random.default_rng(seed)
-    nulls = [synth(profile, rng, nights, 0.0, None) for _ in range(n_null)]
+    nulls = [synth(profile, rng, nights, 0.0, None, within_run) for _ in range(n_null)]
     steps = {
-        size: [synth(profile, rng, nights, size, int(rng.integers(60, nights - 30))) for _ in range(n_step)]
+        size: [
+            synth(profile, rng, nights, size, int(rng.integers(60, nights - 30)), within_run)
+            for _ in range(n_step)
+        ]
         for size in STEPS
     }
     detectors: dict[str, Detector] = {"regress (ours)": ours, **load_peers()}
