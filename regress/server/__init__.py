@@ -9,6 +9,16 @@ One blueprint per resource (health, runs, series), each with its OpenAPI fragmen
 
 from __future__ import annotations
 
-from .app import create_app
+from typing import Any
 
 __all__ = ["create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # Flask is imported only when the app is made, so CLI commands that merely manage tokens (and
+    # runner images without Flask) load without it.
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    raise AttributeError(name)
