@@ -449,7 +449,7 @@ def demo_history(
                         v = round(v, 4)
                         status = "pass" if v <= limit else "fail"
                         metrics = {
-                            "max_scaled_ulp": v,
+                            "scaled_ulp_max": v,
                             "scaled_ulp_max": v,
                             "scaled_ulp_limit": limit,
                             "scaled_ulp_p9999": round(v * 0.66, 4),
@@ -594,7 +594,7 @@ def demo_history(
                         case_ids[i],
                         stack_ids[sd.name],
                         "numerics",
-                        "max_scaled_ulp",
+                        "scaled_ulp_max",
                         "open",
                         {"first": bad[0], "last": bad[-1]},
                         None,
@@ -715,7 +715,7 @@ def _gate(baseline_run: str, candidate_run: str, old: StackDef, new: StackDef) -
         {
             "case": "b5_h6_sq113_sk203_bhsd_rtna",
             "suite": "ulp",
-            "metric": "max_scaled_ulp",
+            "metric": "scaled_ulp_max",
             "baseline": 1.12,
             "candidate": 1.13,
             "change": 0.009,

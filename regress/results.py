@@ -47,7 +47,7 @@ class CaseSpec:
 class CaseResult:
     """The outcome of one case in one run.
 
-    metrics: summary numbers (p50_ms, tflops, max_scaled_ulp, ...).
+    metrics: summary numbers (p50_ms, tflops, scaled_ulp_max, ...).
     samples: raw series by name (e.g. "time_ms", "baseline:sdpa_flash:time_ms"), stored verbatim.
     """
 

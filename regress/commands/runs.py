@@ -112,7 +112,7 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     for res in bundle["results"]:
         m = res["metrics"]
         headline = next(
-            (f"{k}={m[k]:.4g}" for k in ("p50_ms", "max_scaled_ulp", "distinct_hashes") if k in m), ""
+            (f"{k}={m[k]:.4g}" for k in ("p50_ms", "scaled_ulp_max", "distinct_hashes") if k in m), ""
         )
         table.add_row(res["suite"], res["name"], res["status"], headline)
     console.print(table)

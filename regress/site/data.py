@@ -228,7 +228,7 @@ def _load_results(
                     speedup_name.setdefault(run_id, k)
                     break
             if value is None:  # older writers: fall back to the suite's own metric names
-                for k in ("p50_ms", "max_scaled_ulp", "scaled_ulp_max", "distinct_hashes"):
+                for k in ("p50_ms", "scaled_ulp_max", "distinct_hashes"):
                     if isinstance(m.get(k), int | float):
                         value = m[k]
                         break

@@ -28,7 +28,7 @@ from .stack import Stack
 HEADLINE_METRIC = {
     "perf": "p50_ms",
     "e2e": "p50_ms",
-    "ulp": "max_scaled_ulp",
+    "ulp": "scaled_ulp_max",
     "determinism": "distinct_hashes",
 }
 

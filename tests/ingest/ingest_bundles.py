@@ -58,7 +58,7 @@ def _cases(rng: random.Random) -> list[CaseResult]:
                 CaseResult(
                     CaseSpec("ulp", f"b2h16s{sq}-{mode}", params),
                     "pass",
-                    metrics={"max_scaled_ulp": 0.9, "max_ulp": 3, "hist": [90, 8, 1, 1, 0]},
+                    metrics={"scaled_ulp_max": 0.9, "max_ulp": 3, "hist": [90, 8, 1, 1, 0]},
                 )
             )
     out.append(
