@@ -450,7 +450,6 @@ def demo_history(
                         status = "pass" if v <= limit else "fail"
                         metrics = {
                             "scaled_ulp_max": v,
-                            "scaled_ulp_max": v,
                             "scaled_ulp_limit": limit,
                             "scaled_ulp_p9999": round(v * 0.66, 4),
                             "plain_ulp_max": 29000 + (i * 37) % 900,
