@@ -130,18 +130,35 @@ def _worker(
 
 
 def _device_identity(device: str, index: int) -> dict[str, Any]:
+    """Which physical GPU this worker ran on: index, UUID and serial (nvidia-smi ignores
+    CUDA_VISIBLE_DEVICES, so the physical index addresses it directly)."""
     if device == "cpu":
         return {"device": "cpu", "gpu_index": None}
-    from .gpu_state import gpu_state
+    import subprocess
 
-    state = gpu_state(0)  # index 0 of this worker's visible set is physical `index`
-    return {
+    import torch
+
+    identity: dict[str, Any] = {
         "device": device,
         "gpu_index": index,
-        "gpu_uuid": state.get("uuid"),
-        "gpu_serial": state.get("serial"),
-        "gpu_name": state.get("name"),
+        "gpu_name": torch.cuda.get_device_name(0),
     }
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid,serial", "--format=csv,noheader", "-i", str(index)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        if out:
+            uuid, serial = (part.strip() for part in out.split(",", 1))
+            identity.update(gpu_uuid=uuid, gpu_serial=serial)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass
+    if "gpu_uuid" not in identity:  # ROCm, or no nvidia-smi: torch still knows the UUID
+        uuid_attr = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+        identity["gpu_uuid"] = str(uuid_attr) if uuid_attr is not None else None
+    return identity
 
 
 def run_sharded(
