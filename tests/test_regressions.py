@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -54,7 +55,9 @@ def night(
                 "compiler": "hipcc",
                 "compiler_version": "6.4",
                 "flags": [],
-                "artifact_hash": json.dumps([stats, drill], sort_keys=True),
+                "artifact_hash": hashlib.sha256(
+                    json.dumps([stats, drill], sort_keys=True).encode()
+                ).hexdigest(),
                 "stats": stats or {},
                 "inject": {"slowdown_pct": 10} if drill else {},
             },
