@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,9 @@ class GateConfig:
     # One case can be disturbed by a busy machine; a whole stack cannot hide in 18 noisy cases.
     aggregate_alpha: float = 0.001
     aggregate_min_cases: int = 8
+    # ...and beyond the stack's own night-to-night swing: k sigma of the geomean change between
+    # consecutive baseline nights (a runner whose clocks drift 2 % a night must not fail on 3 %).
+    aggregate_noise_k: float = 4.0
 
 
 @dataclass
@@ -182,9 +186,22 @@ def _perf_row(
     return row
 
 
-def _aggregate(cfg: GateConfig, rows: list[GateRow]) -> dict[str, Any]:
+def aggregate_history_noise(levels: Sequence[Sequence[float]]) -> float | None:
+    """Sigma of the stack-wide log change between consecutive baseline nights: per night, the mean
+    over cases of log(level_t / level_t-1), on the nights every case has. None below 3 changes."""
+    usable = [lv for lv in levels if lv and min(lv) > 0]
+    nights = min((len(lv) for lv in usable), default=0)
+    if not usable or nights < 4:
+        return None
+    arr = np.log(np.array([lv[-nights:] for lv in usable], dtype=float))
+    steps = np.diff(arr, axis=1).mean(axis=0)
+    return float(np.std(steps, ddof=1))
+
+
+def _aggregate(cfg: GateConfig, rows: list[GateRow], history_sigma: float | None = None) -> dict[str, Any]:
     """Geometric-mean ratio over the perf cases and a one-sided Wilcoxon signed-rank test on them;
-    a systematic slowdown names every case that moved past the aggregate floor significantly."""
+    a systematic slowdown names every case that moved past the aggregate floor significantly.
+    The floor is the larger of aggregate_min_effect and the stack's own night-to-night band."""
     perf = [
         r for r in rows if r.suite in cfg.perf_suites and r.ratio and r.ratio > 0 and r.p_value is not None
     ]
@@ -193,11 +210,16 @@ def _aggregate(cfg: GateConfig, rows: list[GateRow]) -> dict[str, Any]:
     logs = np.log([r.ratio for r in perf if r.ratio])
     geomean = float(np.exp(logs.mean()))
     p_slower = float(stats.wilcoxon(logs, alternative="greater").pvalue) if np.any(logs) else 1.0
-    systematic = geomean - 1.0 >= cfg.aggregate_min_effect and p_slower < cfg.aggregate_alpha
+    floor = cfg.aggregate_min_effect
+    if history_sigma is not None:
+        floor = max(floor, math.expm1(cfg.aggregate_noise_k * history_sigma))
+    systematic = geomean - 1.0 >= floor and p_slower < cfg.aggregate_alpha
     agg = {
         "cases": len(perf),
         "geomean_ratio": geomean,
         "p_value": p_slower,
+        "threshold": floor,
+        "history_sigma": history_sigma,
         "verdict": "slower" if systematic else "same",
     }
     if systematic:
@@ -205,7 +227,7 @@ def _aggregate(cfg: GateConfig, rows: list[GateRow]) -> dict[str, Any]:
             if (
                 r.status == "same"
                 and r.ratio
-                and r.ratio - 1.0 >= cfg.aggregate_min_effect
+                and r.ratio - 1.0 >= floor
                 and r.p_value is not None
                 and r.p_value < cfg.pairwise.alpha
             ):
@@ -282,7 +304,7 @@ def _table(
     pooled = pooled_noise([historical_noise(levels) for *_, levels in perf_inputs])
     for i, case, b, c, levels in perf_inputs:
         rows[i] = _perf_row(cfg, case, b, c, levels, pooled)
-    aggregate = _aggregate(cfg, rows)
+    aggregate = _aggregate(cfg, rows, aggregate_history_noise([levels for *_, levels in perf_inputs]))
     if aggregate.get("verdict") == "slower":
         reasons.append(
             f"systematic slowdown: geomean ratio {aggregate['geomean_ratio']:.3f} over "

@@ -214,3 +214,25 @@ def test_cli_exit_codes(store: Store, tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_gate_config_floor_is_documented_default() -> None:
     assert GateConfig().pairwise.min_effect == 0.05
+
+
+def test_aggregate_floor_follows_the_stacks_night_to_night_swing() -> None:
+    """A stack whose nights swing ±3 % together must not fail on a 5 % geomean shift; a quiet one must."""
+    from regress.gate import GateRow, _aggregate, aggregate_history_noise
+
+    quiet = [[1.0, 1.001, 0.999, 1.0, 1.001, 1.0] for _ in range(10)]
+    swinging = [[1.0, 1.03, 0.97, 1.03, 0.97, 1.0] for _ in range(10)]
+    assert aggregate_history_noise(quiet) is not None and aggregate_history_noise(quiet) < 0.002
+    sigma = aggregate_history_noise(swinging)
+    assert sigma is not None and sigma > 0.02
+    assert aggregate_history_noise([[1.0, 1.1]]) is None  # too few nights to know
+
+    def rows() -> list[GateRow]:
+        return [
+            GateRow("perf", f"c{i}", f"k{i}", " ", "same", "time_ms", ratio=1.05 + i * 1e-3, p_value=1e-4)
+            for i in range(12)
+        ]
+
+    cfg = GateConfig()
+    assert _aggregate(cfg, rows(), aggregate_history_noise(quiet))["verdict"] == "slower"
+    assert _aggregate(cfg, rows(), sigma)["verdict"] == "same"
