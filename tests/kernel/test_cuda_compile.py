@@ -17,26 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from regress.build import build_kernel
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "kernel/cuda/attention_sm90.cu"
 NVCC = shutil.which("nvcc")
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: cannot compile the sm_90a library")
 
-# The build module's command (docs/perf-notes.md), with the output redirected into a temp dir.
-BUILD = [
-    "-O3",
-    "-std=c++17",
-    "-shared",
-    "-Xcompiler",
-    "-fPIC",
-    "-gencode=arch=compute_90a,code=sm_90a",
-    "-lineinfo",
-    "-Xptxas",
-    "-v",
-    "-Ikernel",
-    SOURCE,
-]
 MODES = 3
 LAYOUTS = 2
 SCHEDULES = 1  # sm90: the default build has no ping-pong variant (-DRA_CUDA_PINGPONG=-1 makes it 2)
@@ -83,10 +71,10 @@ def parse_ptxas(text: str) -> dict[str, dict[str, int]]:
 
 
 def build(out: Path, *defines: str) -> tuple[Path, str]:
-    lib = out / "libregress_attn_cuda.so"
-    proc = subprocess.run([NVCC, *BUILD, *defines, "-o", str(lib)], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return lib, proc.stdout + proc.stderr
+    """Builds through the project's one build path (regress.build), so the checks below hold for
+    exactly what `regress build --backend cuda` produces; returns the library and ptxas' log."""
+    art = build_kernel("cuda", extra_flags=defines, cache_dir=out)
+    return art.path, (art.path.parent / "build.log").read_text()
 
 
 @pytest.fixture(scope="module")

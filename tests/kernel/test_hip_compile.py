@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from regress.build import build_kernel
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "kernel" / "hip" / "attention_gfx942.hip"
 EMULATOR = ROOT / "kernel" / "hip" / "emu" / "layout_emu.cpp"
@@ -40,29 +42,6 @@ MFMA_PER_KERNEL = 128  # 64 for S^T = K Q^T, 64 for O^T += V^T P^T per K/V tile
 REMARK_RE = re.compile(
     r"remark:\s+(?P<key>[A-Za-z][A-Za-z /\[\]]*?): (?P<val>\S+) \[-Rpass-analysis=kernel-resource-usage\]"
 )
-
-
-def device_compile_argv(out: Path, *defines: str) -> list[str]:
-    """The device-only command line of docs/hip-gfx942.md, plus optional -D flags."""
-    return [
-        CLANG,
-        "-x",
-        "hip",
-        "--offload-arch=gfx942",
-        "-nogpulib",
-        "-nogpuinc",
-        "--cuda-device-only",
-        "--no-gpu-bundle-output",
-        "-O3",
-        "-std=c++17",
-        "-Ikernel",
-        *defines,
-        "-c",
-        str(SOURCE.relative_to(ROOT)),
-        "-o",
-        str(out),
-        "-Rpass-analysis=kernel-resource-usage",
-    ]
 
 
 def parse_resource_remarks(text: str) -> dict[str, dict[str, str]]:
@@ -105,10 +84,12 @@ class CodeObject:
 
 
 def compile_variant(tmp_path_factory, *defines: str) -> CodeObject:
-    out = tmp_path_factory.mktemp("gfx942") / "attention_gfx942.co"
-    proc = subprocess.run(device_compile_argv(out, *defines), cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, f"gfx942 device compile failed:\n{proc.stderr[-4000:]}"
-    return CodeObject(out, proc.stderr)
+    """Compiles through the project's one build path (regress.build, `hip --compile-only`), so what is
+    checked here is exactly what `regress build --backend hip --compile-only` produces."""
+    art = build_kernel(
+        "hip", compile_only=True, extra_flags=defines, cache_dir=tmp_path_factory.mktemp("gfx942")
+    )
+    return CodeObject(art.path, (art.path.parent / "build.log").read_text())
 
 
 @pytest.fixture(scope="module")
