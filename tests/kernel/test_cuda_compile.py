@@ -20,7 +20,6 @@ import pytest
 from regress.build import build_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = "kernel/cuda/attention_sm90.cu"
 NVCC = shutil.which("nvcc")
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: cannot compile the sm_90a library")
