@@ -154,6 +154,21 @@ def _resolve_stack(opts: NightlyOptions, backend: str) -> tuple[Pin | None, Fing
     return pin, fp, notes
 
 
+def _require_device(backend: str) -> None:
+    """A GPU backend without its GPU cannot run: refuse before anything is built or stored."""
+    if backend == "cpu":
+        return
+    import torch
+
+    vendor_hip = bool(getattr(torch.version, "hip", None))
+    if not torch.cuda.is_available() or vendor_hip != (backend == "hip"):
+        raise UserError(
+            f"backend {backend} needs {'an AMD' if backend == 'hip' else 'an NVIDIA'} GPU visible to torch "
+            f"(torch {torch.__version__}, cuda available: {torch.cuda.is_available()}); "
+            "use --backend cpu, or `regress build --backend hip --compile-only` to check the gfx942 code"
+        )
+
+
 class _Terminated(BaseException):  # not Exception: per-case error handling must not swallow it
     pass
 
@@ -189,6 +204,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     backend = resolve_backend(opts.backend)
     pin, fp, drift_notes = _resolve_stack(opts, backend)
     backend = fp.keys["backend"]
+    _require_device(backend)
     if opts.upload and not os.environ.get("REGRESS_TOKEN"):
         raise UserError("--upload needs the runner's token in $REGRESS_TOKEN (`regress token create RUNNER`)")
     store = open_store(opts.db)

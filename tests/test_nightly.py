@@ -202,3 +202,31 @@ def test_export_writes_one_line_per_result(tmp_path: Path, capsys: pytest.Captur
     csv_lines = capsys.readouterr().out.strip().splitlines()
     assert len(csv_lines) == len(lines) + 1
     assert main(["runs", "show", outcome.run_id or "", "--db", db]) == 0
+
+
+def test_a_gpu_backend_without_its_gpu_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the refusal path cannot be shown here")
+    db = tmp_path / "r.db"
+    assert main(["nightly", "--backend", "cuda", "--quick", "--db", f"sqlite:///{db}"]) == 2
+    assert "needs an NVIDIA GPU" in capsys.readouterr().err
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("notaurl", "not a database URL"),
+        ("bogus://x", "cannot open database"),
+        ("postgresql://nobody@127.0.0.1:1/x", "cannot connect"),
+    ],
+    ids=["no-scheme", "unknown-dialect", "unreachable"],
+)
+def test_bad_database_urls_are_one_clear_line(
+    url: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["runs", "list", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -13,14 +13,17 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from ..errors import UserError
 
 ENV_URL = "REGRESS_DATABASE_URL"
 DEFAULT_SQLITE = Path(".regress") / "regress.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(UserError):
     """A database that cannot be used as asked (bad URL, schema behind, unreachable)."""
 
 
@@ -95,7 +98,12 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 def ensure_schema(engine: Engine, *, auto_upgrade: bool = True) -> None:
     """Brings a new or old database to head (auto_upgrade), or refuses if it is behind."""
-    current, head = current_revision(engine), head_revision(engine)
+    try:
+        current = current_revision(engine)
+    except OperationalError as exc:  # unreachable server, wrong credentials, unwritable file
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise DatabaseError(f"cannot connect to {engine.url.render_as_string()}: {reason}") from exc
+    head = head_revision(engine)
     if current == head:
         return
     if not auto_upgrade:
