@@ -23,6 +23,7 @@ from typing import Any
 from .build import BuildArtifact, BuildError, build_kernel
 from .bundle import write_bundle
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
+from .gpu_state import device_state
 from .results import CaseResult, CaseSpec
 from .stack import Fingerprint, Pin, check_pin, format_drift, live_fingerprint, load_pin
 from .store.repo import (
@@ -216,24 +217,29 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
 
     is_drill = bool(opts.inject)
     trigger = "drill" if is_drill else opts.trigger
+    host = host_facts(fp)
+    if drift_notes:
+        host["drift"] = drift_notes
+    artifact: BuildArtifact | None = None
+    build_error = ""
+    try:
+        artifact = build_kernel(
+            backend, extra_flags=pin.extra_flags if pin else (), inject=opts.inject, cache_dir=opts.cache_dir
+        )
+    except BuildError as exc:
+        build_error = str(exc)
     with store.transaction() as session:
-        stack_row = get_or_create_stack(
+        stack = get_or_create_stack(
             session,
             digest=fp.digest,
             keys=fp.keys,
             schema_version=fp.schema_version,
             name=pin.name if pin else None,
         )
-        stack_id = stack_row.id
+        stack_id = stack.id
+        build_id = record_build(session, stack, artifact.to_dict()).id if artifact else None
 
-    host = host_facts(fp)
-    if drift_notes:
-        host["drift"] = drift_notes
-    try:
-        artifact = build_kernel(
-            backend, extra_flags=pin.extra_flags if pin else (), inject=opts.inject, cache_dir=opts.cache_dir
-        )
-    except BuildError as exc:
+    if artifact is None:  # a build that breaks on a new stack is a result worth keeping
         run_id = start_run(
             store,
             stack_id=stack_id,
@@ -246,20 +252,13 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
             ci=ci_metadata(),
             runner=opts.runner,
         )
-        finish_run(store, run_id, status="failed", exit_code=EXIT_UNDECIDED, message=f"build failed: {exc}")
+        finish_run(
+            store, run_id, status="failed", exit_code=EXIT_UNDECIDED, message=f"build failed: {build_error}"
+        )
         bundle_path = _write_bundle(store, run_id, opts.out)
-        return NightlyOutcome(run_id, EXIT_UNDECIDED, {"error": str(exc)}, bundle_path)
-
-    with store.transaction() as session:
-        from .store import Stack
-
-        stack = session.get(Stack, stack_id)
-        assert stack is not None
-        build_id = record_build(session, stack, artifact.to_dict()).id
+        return NightlyOutcome(run_id, EXIT_UNDECIDED, {"error": build_error}, bundle_path)
 
     device = "cpu" if backend == "cpu" else "cuda"
-    from .gpu_state import device_state
-
     run_id = start_run(
         store,
         stack_id=stack_id,
