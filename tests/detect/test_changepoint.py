@@ -108,3 +108,31 @@ def test_year_of_500_series_is_fast_enough_to_run_nightly() -> None:
     rng = np.random.default_rng(6)
     data = 1.0 + 0.01 * rng.standard_normal((500, 365))
     assert sum(len(detect_change_points(row)) for row in data) <= 2
+
+
+def test_outlier_night_next_to_a_step_does_not_veto_it_through_the_samples() -> None:
+    # Measured in benchmarks/detection.py: a +15 % one-night outlier just before a 10 % step made
+    # the raw-sample rank test compare mixed windows and veto the step; clipped nights are skipped.
+    rng = np.random.default_rng(8)
+    x = _series(150, sigma=0.002, seed=8)
+    x[140] *= 1.15
+    x[142:] *= 1.10
+    samples = [list(v * (1 + 0.01 * rng.standard_normal(50))) for v in x]
+    cps = detect_change_points(x, samples=samples)
+    assert len(cps) == 1 and abs(cps[0].index - 142) <= 1  # before the fix: [] (vetoed)
+
+
+def test_interquartile_mean_location_from_samples() -> None:
+    # Bimodal nights: half the samples 2 % low, half 2 % high. Their median jumps between the modes,
+    # their interquartile mean does not.
+    rng = np.random.default_rng(9)
+    nights = []
+    for t in range(80):
+        level = 1.05 if t >= 60 else 1.0
+        modes = np.where(rng.random(100) < 0.5, 0.98, 1.02) * level
+        nights.append(list(modes * (1 + 0.001 * rng.standard_normal(100))))
+    values = [float(np.median(n)) for n in nights]
+    cfg = ChangePointConfig(sample_location="iqm")
+    cps = detect_change_points(values, samples=nights, config=cfg)
+    assert [c.index for c in cps] == [60]
+    assert cps[0].magnitude == pytest.approx(0.05, abs=0.005)
