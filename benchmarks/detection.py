@@ -8,6 +8,8 @@ false alarms per 1000 series-nights, and the runtime over 1 year × 500 series.
     python benchmarks/detection.py run [--profile benchmarks/data/noise_h200.json] [--markdown]
     python benchmarks/detection.py measure-db --db URL --out benchmarks/data/noise_cpu.json
     python benchmarks/detection.py measure-gpu --out benchmarks/data/noise_h200.json   # needs CUDA
+    python benchmarks/detection.py measure-bundle benchmarks/results/h200-nightly-….json \
+        --out benchmarks/data/noise_h200_kernel.json
 
 asv (asv.step_detect) and Otava (otava.analysis) are optional: install them next to regress (not
 as its dependencies) and they are measured too; when absent the script says so and skips them.
@@ -39,7 +41,8 @@ MAX_DELAY = 10
 OUTLIER_RATE = 0.01  # one night in a hundred is disturbed (and returns the next night)
 OUTLIER_SIZE = (0.05, 0.30)
 
-Detector = Callable[[Sequence[float]], list[int]]
+# A detector sees the nightly values and, where it wants them, the raw samples of each night.
+Detector = Callable[[np.ndarray, np.ndarray], list[int]]
 
 
 # --- noise profiles -------------------------------------------------------------------------------
@@ -50,12 +53,13 @@ class Profile:
     name: str
     source: str
     cases: list[list[np.ndarray]]  # per case, per run: samples relative to the case's median
+    block: int = 1  # block length of the bootstrap: > 1 keeps the serial structure of a run's samples
 
     @classmethod
     def load(cls, path: Path) -> Profile:
         doc = json.loads(path.read_text())
         cases = [[np.asarray(run, dtype=float) for run in case["runs"]] for case in doc["cases"]]
-        return cls(doc["name"], doc["source"], cases)
+        return cls(doc["name"], doc["source"], cases, int(doc.get("block", 1)))
 
     def night_sigma(self) -> float:
         """Median over cases of the run-to-run relative sigma of the run medians."""
@@ -63,13 +67,17 @@ class Profile:
         return float(np.median(sig))
 
 
-def _write_profile(path: Path, name: str, source: str, cases: dict[str, list[list[float]]]) -> None:
+def _write_profile(
+    path: Path, name: str, source: str, cases: dict[str, list[list[float]]], block: int = 1
+) -> None:
     out = []
     for case, runs in sorted(cases.items()):
         flat = np.concatenate([np.asarray(r, dtype=float) for r in runs])
         med = float(np.median(flat))
         out.append({"case": case, "runs": [[round(v / med, 5) for v in r] for r in runs]})
-    doc = {"name": name, "source": source, "cases": out}
+    doc: dict[str, Any] = {"name": name, "source": source, "cases": out}
+    if block > 1:
+        doc["block"] = block
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     print(f"wrote {path}: {len(out)} cases, {sum(len(c['runs']) for c in out)} runs")
@@ -96,6 +104,25 @@ def measure_db(url: str, out: Path) -> None:
             if times:
                 cases.setdefault(case.name, []).append(list(times))
     _write_profile(out, "cpu-shared", f"{len(rows)} stored CPU perf results (regress nightly --quick)", cases)
+
+
+def measure_bundle(bundle: Path, out: Path, block: int) -> None:
+    """Noise profile from one run bundle: the raw "time_ms" samples of OUR kernel in every perf case
+    (the "baseline:<name>:time_ms" samples of the vendor kernels are not used). One run per case,
+    so this profile holds within-run noise only: its between-run spread is not measured."""
+    doc = json.loads(bundle.read_text())
+    cases: dict[str, list[list[float]]] = {}
+    for res in doc["results"]:
+        times = res.get("samples", {}).get("time_ms")
+        if res.get("suite") == "perf" and res.get("status", "pass") == "pass" and times:
+            cases[res["name"]] = [list(times)]
+    gpu = doc["run"].get("gpu_state", {}).get("before", {}).get("gpu", {}).get("name", "GPU")
+    source = (
+        f"the kernel's own raw samples: {len(cases)} perf cases × {len(next(iter(cases.values()))[0])} "
+        f"event-timed launches, one nightly run ({doc['run']['id']}) on {gpu}; within-run noise only, "
+        f"bootstrapped in blocks of {block} to keep the samples' serial structure"
+    )
+    _write_profile(out, "h200-kernel", source, cases, block)
 
 
 GPU_WORKER = r"""
@@ -147,9 +174,19 @@ def measure_gpu(out: Path, runs: int, iterations: int, pause: float) -> None:
 
 @dataclass
 class Series:
-    values: np.ndarray
+    values: np.ndarray  # one value per night: the median of its samples, as the nightly stores p50
+    samples: np.ndarray  # nights × samples (float32)
     step_at: int | None
     step: float
+
+
+def _resample(run: np.ndarray, rng: np.random.Generator, block: int) -> np.ndarray:
+    """A bootstrap resample of one run: i.i.d. (block 1) or moving blocks of `block` samples."""
+    n = run.size
+    if block <= 1 or n <= block:
+        return run[rng.integers(n, size=n)]
+    starts = rng.integers(n - block + 1, size=-(-n // block))
+    return run[(starts[:, None] + np.arange(block)).ravel()[:n]]
 
 
 def synth(
@@ -161,30 +198,36 @@ def synth(
     within_run: bool = False,
 ) -> Series:
     """One series: a real case; each night one of its real runs, bootstrapped (so nights vary
-    continuously), its median × the level; a step multiplies the level from `step_at` on; one-night
-    outliers multiply a night by 1.05–1.30 and are gone the next night. `within_run` draws every
-    night from one run: only the sampling noise of the median, as on a machine with no drift."""
+    continuously; in blocks when the profile says so), × the level; the night's value is the median
+    of its samples; a step multiplies the level from `step_at` on; one-night outliers multiply a
+    night by 1.05–1.30 and are gone the next night. `within_run` draws every night from one run:
+    only the sampling noise, as on a machine with no drift."""
     runs = profile.cases[rng.integers(len(profile.cases))]
     if within_run:
         runs = [runs[rng.integers(len(runs))]]
     level = 1.0 + 0.5 * rng.random()
-    values = np.empty(nights)
+    size = min(len(r) for r in runs)
+    samples = np.empty((nights, size), dtype=np.float32)
     for t in range(nights):
         run = runs[rng.integers(len(runs))]
-        night = float(np.median(run[rng.integers(len(run), size=len(run))]))
+        night = _resample(run, rng, profile.block)[:size] * level
         if step_at is not None and t >= step_at:
             night *= 1.0 + step
         if rng.random() < OUTLIER_RATE:
             night *= 1.0 + rng.uniform(*OUTLIER_SIZE)
-        values[t] = level * night
-    return Series(values, step_at, step)
+        samples[t] = night
+    return Series(np.median(samples, axis=1).astype(float), samples, step_at, step)
 
 
 # --- detectors ------------------------------------------------------------------------------------
 
 
-def ours(values: Sequence[float]) -> list[int]:
+def ours(values: np.ndarray, samples: np.ndarray) -> list[int]:
     return [cp.index for cp in detect_change_points(values)]
+
+
+def ours_samples(values: np.ndarray, samples: np.ndarray) -> list[int]:
+    return [cp.index for cp in detect_change_points(values, samples=samples)]
 
 
 def load_peers() -> dict[str, Detector]:
@@ -192,10 +235,10 @@ def load_peers() -> dict[str, Detector]:
     try:
         from asv.step_detect import detect_steps
 
-        def asv_steps(values: Sequence[float]) -> list[int]:
+        def asv_steps(values: np.ndarray, samples: np.ndarray) -> list[int]:
             return [int(left) for left, *_ in detect_steps(list(values))[1:]]
 
-        def asv_5pct(values: Sequence[float]) -> list[int]:
+        def asv_5pct(values: np.ndarray, samples: np.ndarray) -> list[int]:
             # asv reports a step only when the jump is at least its regressions_thresholds default (5 %).
             steps = detect_steps(list(values))
             return [
@@ -211,7 +254,7 @@ def load_peers() -> dict[str, Detector]:
     try:
         from otava.analysis import compute_change_points
 
-        def otava(values: Sequence[float]) -> list[int]:
+        def otava(values: np.ndarray, samples: np.ndarray) -> list[int]:
             cps, _ = compute_change_points(list(values), window_len=50, max_pvalue=0.001)
             return [int(cp.index) for cp in cps]
 
@@ -241,12 +284,12 @@ def evaluate(
     detector: Detector, nulls: list[Series], steps: dict[float, list[Series]], nights: int
 ) -> Scores:
     started = time.perf_counter()
-    false_alarms = sum(len(detector(s.values)) for s in nulls)
+    false_alarms = sum(len(detector(s.values, s.samples)) for s in nulls)
     runtime = time.perf_counter() - started
     for group in steps.values():  # offline false alarms on step series: anything away from the step
         for s in group:
             assert s.step_at is not None
-            false_alarms += sum(abs(c - s.step_at) > TOLERANCE for c in detector(s.values))
+            false_alarms += sum(abs(c - s.step_at) > TOLERANCE for c in detector(s.values, s.samples))
     series_nights = (len(nulls) + sum(len(g) for g in steps.values())) * nights
     recall2, year, delay = {}, {}, {}
     for size, group in steps.items():
@@ -254,9 +297,10 @@ def evaluate(
         found_year = 0
         for s in group:
             assert s.step_at is not None
-            found_year += _hit(detector(s.values), s.step_at)
+            found_year += _hit(detector(s.values, s.samples), s.step_at)
             for d in range(1, MAX_DELAY + 1):  # online: the nights seen so far, step night = 1
-                if _hit(detector(s.values[: s.step_at + d]), s.step_at):
+                end = s.step_at + d
+                if _hit(detector(s.values[:end], s.samples[:end]), s.step_at):
                     delays.append(d)
                     break
         recall2[size] = sum(d <= 2 for d in delays) / len(group)
@@ -266,7 +310,14 @@ def evaluate(
 
 
 def run(
-    profile_path: Path, n_null: int, n_step: int, nights: int, seed: int, markdown: bool, within_run: bool
+    profile_path: Path,
+    n_null: int,
+    n_step: int,
+    nights: int,
+    seed: int,
+    markdown: bool,
+    within_run: bool,
+    peers: bool = True,
 ) -> dict[str, Any]:
     profile = Profile.load(profile_path)
     if within_run:
@@ -280,7 +331,11 @@ def run(
         ]
         for size in STEPS
     }
-    detectors: dict[str, Detector] = {"regress (ours)": ours, **load_peers()}
+    detectors: dict[str, Detector] = {
+        "regress (ours, nightly values)": ours,
+        "regress (ours, + raw samples)": ours_samples,
+        **(load_peers() if peers else {}),
+    }
     results: dict[str, Any] = {
         "profile": profile.name,
         "source": profile.source,
@@ -329,6 +384,11 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--seed", type=int, default=7)
     r.add_argument("--markdown", action="store_true")
     r.add_argument("--within-run", action="store_true", help="Nights drawn from one run: no drift.")
+    r.add_argument("--no-peers", action="store_true", help="Only our detector (for quick iterations).")
+    b = sub.add_parser("measure-bundle")
+    b.add_argument("bundle", type=Path)
+    b.add_argument("--out", type=Path, default=DATA / "noise_h200_kernel.json")
+    b.add_argument("--block", type=int, default=10)
     m = sub.add_parser("measure-db")
     m.add_argument("--db", required=True)
     m.add_argument("--out", type=Path, default=DATA / "noise_cpu.json")
@@ -340,6 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.cmd == "measure-db":
         measure_db(args.db, args.out)
+    elif args.cmd == "measure-bundle":
+        measure_bundle(args.bundle, args.out, args.block)
     elif args.cmd == "measure-gpu":
         measure_gpu(args.out, args.runs, args.iterations, args.pause)
     else:
@@ -352,6 +414,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.seed,
                 args.markdown,
                 args.within_run,
+                not args.no_peers,
             )
 
 
