@@ -8,7 +8,7 @@ false alarms per 1000 series-nights, and the runtime over 1 year × 500 series.
     python benchmarks/detection.py run [--profile benchmarks/data/noise_h200.json] [--markdown]
     python benchmarks/detection.py measure-db --db URL --out benchmarks/data/noise_cpu.json
     python benchmarks/detection.py measure-gpu --out benchmarks/data/noise_h200.json   # needs CUDA
-    python benchmarks/detection.py measure-bundle benchmarks/results/h200-nightly-….json \
+    python benchmarks/detection.py measure-bundle benchmarks/results/h200-nightly-*.json \
         --out benchmarks/data/noise_h200_kernel.json
 
 asv (asv.step_detect) and Otava (otava.analysis) are optional: install them next to regress (not
@@ -106,21 +106,26 @@ def measure_db(url: str, out: Path) -> None:
     _write_profile(out, "cpu-shared", f"{len(rows)} stored CPU perf results (regress nightly --quick)", cases)
 
 
-def measure_bundle(bundle: Path, out: Path, block: int) -> None:
-    """Noise profile from one run bundle: the raw "time_ms" samples of OUR kernel in every perf case
-    (the "baseline:<name>:time_ms" samples of the vendor kernels are not used). One run per case,
-    so this profile holds within-run noise only: its between-run spread is not measured."""
-    doc = json.loads(bundle.read_text())
+def measure_bundle(bundles: list[Path], out: Path, block: int) -> None:
+    """Noise profile from run bundles: the raw "time_ms" samples of OUR kernel in every perf case
+    (the "baseline:<name>:time_ms" samples of the vendor kernels are not used), one run per bundle.
+    From a single bundle the profile holds within-run noise only: between-run spread is not measured."""
     cases: dict[str, list[list[float]]] = {}
-    for res in doc["results"]:
-        times = res.get("samples", {}).get("time_ms")
-        if res.get("suite") == "perf" and res.get("status", "pass") == "pass" and times:
-            cases[res["name"]] = [list(times)]
-    gpu = doc["run"].get("gpu_state", {}).get("before", {}).get("gpu", {}).get("name", "GPU")
+    ids, gpu = [], "GPU"
+    for bundle in bundles:
+        doc = json.loads(bundle.read_text())
+        ids.append(doc["run"]["id"])
+        gpu = doc["run"].get("gpu_state", {}).get("before", {}).get("gpu", {}).get("name", gpu)
+        for res in doc["results"]:
+            times = res.get("samples", {}).get("time_ms")
+            if res.get("suite") == "perf" and res.get("status", "pass") == "pass" and times:
+                cases.setdefault(res["name"], []).append(list(times))
+    n = len(next(iter(cases.values()))[0])
     source = (
-        f"the kernel's own raw samples: {len(cases)} perf cases × {len(next(iter(cases.values()))[0])} "
-        f"event-timed launches, one nightly run ({doc['run']['id']}) on {gpu}; within-run noise only, "
-        f"bootstrapped in blocks of {block} to keep the samples' serial structure"
+        f"the kernel's own raw samples: {len(cases)} perf cases × {n} event-timed launches, "
+        f"{len(ids)} nightly run(s) ({', '.join(ids)}) on {gpu}; "
+        + ("within-run noise only" if len(ids) == 1 else "between-run spread included")
+        + f", bootstrapped in blocks of {block} to keep the samples' serial structure"
     )
     _write_profile(out, "h200-kernel", source, cases, block)
 
@@ -386,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--within-run", action="store_true", help="Nights drawn from one run: no drift.")
     r.add_argument("--no-peers", action="store_true", help="Only our detector (for quick iterations).")
     b = sub.add_parser("measure-bundle")
-    b.add_argument("bundle", type=Path)
+    b.add_argument("bundle", type=Path, nargs="+")
     b.add_argument("--out", type=Path, default=DATA / "noise_h200_kernel.json")
     b.add_argument("--block", type=int, default=10)
     m = sub.add_parser("measure-db")
