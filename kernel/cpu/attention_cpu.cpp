@@ -143,21 +143,6 @@ void attention_row(const float* __restrict q, const float* __restrict k, const f
     s[j] = reduce8(a0) * scale;
   }
 
-#if RA_INJECT_SLOWDOWN_PCT > 0
-  // Drill: the score pass is about half the arithmetic, so repeating 2N % of it adds ~N %.
-  {
-    const int64_t extra = sk * 2 * RA_INJECT_SLOWDOWN_PCT / 100 + 1;
-    f8 junk = {};
-    for (int64_t e = 0; e < extra; ++e) {
-      const float* kr = k + (e % sk) * kD;
-      for (int d = 0; d < kD; d += 8) junk += load8(q + d) * load8(kr + d);
-    }
-    const float jf = reduce8(junk);
-    uint32_t bits;
-    std::memcpy(&bits, &jf, sizeof bits);
-    g_sink.fetch_xor(bits, std::memory_order_relaxed);
-  }
-#endif
 
   // Row max. A NaN score is skipped here but poisons the row through exp below; an all -inf row
   // gives exp(-inf - -inf) = NaN, as in the fp64 reference (no "-inf row -> 0" shortcut).
@@ -235,6 +220,19 @@ void run_item(const ra_attention_params& p, float scale, int64_t item, Scratch& 
     uint16_t* orow = p.o + b * p.o_stride[0] + h * p.o_stride[1] + r * p.o_stride[2];
     for (int d = 0; d < kD; ++d) orow[d] = ra_inject_ulp(round_bf16<MODE>(w.o[d]));
   }
+#if RA_INJECT_SLOWDOWN_PCT > 0
+  // Drill: recompute N % of this block's rows (rounded up) into scratch, so the extra work is N % of
+  // the real work at every shape; the result is folded into a sink so it is not optimised away.
+  const int64_t extra = ((r1 - r0) * RA_INJECT_SLOWDOWN_PCT + 99) / 100;
+  for (int64_t i = 0; i < extra; ++i) {
+    const int64_t r = r0 + i % (r1 - r0);  // N may exceed 100: wrap over the block's rows
+    load_row(p.q + b * p.q_stride[0] + h * p.q_stride[1] + r * p.q_stride[2], w.q.data());
+    attention_row(w.q.data(), w.k.data(), w.v.data(), sk, scale, w.s.data(), w.o.data());
+    uint32_t bits;
+    std::memcpy(&bits, &w.o[0], sizeof bits);
+    g_sink.fetch_xor(bits, std::memory_order_relaxed);
+  }
+#endif
 }
 
 template <int MODE>

@@ -45,7 +45,11 @@ from ..results import CaseResult
 @click.option(
     "--upload", "upload_url", help="Results service URL to upload the bundle to (token in REGRESS_TOKEN)."
 )
-@click.option("--iterations", type=click.IntRange(min=1), help="Override timed iterations per perf case.")
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    help="Minimum timed iterations per perf case (on the CPU a case also spans >= 0.1 s quick, 0.5 s full).",
+)
 @click.option("--seed", default=42, show_default=True, type=int)
 @click.option(
     "--trigger", default="manual", show_default=True, help="Why this run happened (nightly, gate, ...)."

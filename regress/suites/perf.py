@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -88,6 +89,21 @@ def default_iterations(ctx: SuiteContext) -> int:
     if ctx.is_gpu:
         return 20 if ctx.quick else 100
     return 5 if ctx.quick else 100
+
+
+# CPU: time each case for at least this long, whatever the iteration count. A case of 30 rounds at
+# 0.15 ms spans 5 ms, and one scheduler hiccup on a shared 2-core runner then shifts every sample
+# (seen: a clean-vs-clean gate flagging +14.6 %). GPU timings are device events after a spin, which
+# host bursts do not move, so the GPU keeps its fixed count.
+CPU_MIN_WINDOW_S = {True: 0.1, False: 0.5}  # by ctx.quick
+MAX_ITERATIONS = 5000
+
+
+def timed_iterations(ctx: SuiteContext, iters: int, round_s: float) -> int:
+    """`iters`, raised on the CPU so the timed rounds span at least CPU_MIN_WINDOW_S."""
+    if ctx.is_gpu or round_s <= 0:
+        return iters
+    return max(iters, min(MAX_ITERATIONS, math.ceil(CPU_MIN_WINDOW_S[ctx.quick] / round_s)))
 
 
 def warmup_iterations(ctx: SuiteContext) -> int:
@@ -166,10 +182,12 @@ class PerfSuite:
         kept = working_baselines(probes, ctx.device, notes)
         runners = [(key, fn) for key, fn in runners if key in kept]
         before = device_state(ctx.device)
+        warm_start = time.perf_counter()
         for i in range(warm):
             for _, fn in runners:
                 fn(i)
         synchronize(ctx.device)
+        iters = timed_iterations(ctx, iters, (time.perf_counter() - warm_start) / max(1, warm))
 
         timer = Timer(ctx.is_gpu)
         for i in range(iters):

@@ -107,13 +107,28 @@ def test_perf_stores_every_sample(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> 
     results = _run(ctx, "perf", specs)
     assert not _statuses(results)
     for r in results:
-        assert len(r.samples["time_ms"]) == 7
-        assert len(r.samples["baseline:sdpa_cpu:time_ms"]) == 7
+        # --iterations is the minimum: the CPU extends a case to its minimum timing window.
+        n = r.metrics["iterations"]
+        assert n >= 7
+        assert len(r.samples["time_ms"]) == n
+        assert len(r.samples["baseline:sdpa_cpu:time_ms"]) == n
         assert r.metrics["p50_ms"] > 0 and r.metrics["tflops"] > 0
         assert r.metrics["speedup_vs_sdpa_cpu"] > 0
         assert r.device["before"]["cpu"]["logical_cpus"] >= 1
     geo = geomean_speedups(results)
     assert set(geo) == {(r.case.params["mode"], "sdpa_cpu") for r in results}
+
+
+def test_cpu_cases_span_the_minimum_window() -> None:
+    from regress.suites.base import SuiteContext
+    from regress.suites.perf import CPU_MIN_WINDOW_S, MAX_ITERATIONS, timed_iterations
+
+    cpu = SuiteContext(library=None, device="cpu", quick=True)  # type: ignore[arg-type]
+    gpu = SuiteContext(library=None, device="cuda", quick=True)  # type: ignore[arg-type]
+    assert timed_iterations(cpu, 30, 1e-4) * 1e-4 >= CPU_MIN_WINDOW_S[True]
+    assert timed_iterations(cpu, 30, 1.0) == 30  # long rounds keep the asked count
+    assert timed_iterations(cpu, 30, 1e-9) == MAX_ITERATIONS
+    assert timed_iterations(gpu, 30, 1e-4) == 30  # device events: fixed count
 
 
 def test_e2e_layer_runs(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
