@@ -20,7 +20,14 @@ from regress.nightly import NightlyOptions, run_nightly
 from regress.store import Run
 from regress.store.repo import Store, open_store
 
-HISTORY_NIGHTS = 5  # the gate's noise band needs PairwiseConfig.min_history runs of the baseline series
+# The gate's per-case band needs PairwiseConfig.min_history runs; its stack-wide band is a Student-t
+# prediction bound over the history's night-to-night swing, so ~10 nights keep it narrow.
+HISTORY_NIGHTS = 10
+# The drill must stand clear of the CI machine's own swing, or noise would decide the test: on the
+# shared 2-core VM whole nights move together by sigma 1.2-3.9 % (measured 2026-11-29), which puts
+# a 10 % step at 3-8 sigma. 30 % is caught at any of those; the 10 % drill's catch rate on this
+# machine is a measurement, reported in docs/detection.md, not a test.
+DRILL_SLOWDOWN_PCT = 30
 ITERATIONS = 30
 
 
@@ -80,7 +87,7 @@ def test_slowdown_drill_fails_the_gate_naming_the_slowed_cases(
 ) -> None:
     url, store = db
     clean = [_night(url, tmp_path, ("perf",)) for _ in range(HISTORY_NIGHTS)]
-    drill = _night(url, tmp_path, ("perf",), {"slowdown_pct": 10})
+    drill = _night(url, tmp_path, ("perf",), {"slowdown_pct": DRILL_SLOWDOWN_PCT})
     assert _is_drill(store, drill) == (True, "drill")
 
     report = gate(store, clean[-1], drill, report_dir=tmp_path / "gate")
