@@ -26,6 +26,7 @@ from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layou
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     HEAD_DIM,
+    INPUT_KINDS,
     Shape,
     guarded,
     make_inputs,
@@ -55,18 +56,7 @@ GPU_SHAPES = [
 GPU_QUICK = [Shape(2, 6, 113, 203), Shape(2, 40, 1024, 77)]
 # Edge cases: poisoned or extreme inputs on a small shape, and degenerate lengths with realistic inputs.
 EDGE_SHAPE = Shape(1, 2, 128, 160)
-EDGE_KINDS = (
-    "nan_q",
-    "nan_k",
-    "nan_v",
-    "posinf_q",
-    "neginf_q",
-    "posinf_k",
-    "neginf_k",
-    "posinf_v",
-    "neginf_v",
-    "extreme_logits",
-)
+EDGE_KINDS = tuple(kind for kind in INPUT_KINDS if kind != "realistic")
 QUICK_EDGE_KINDS = ("nan_q", "posinf_k", "neginf_v", "extreme_logits")
 EDGE_LENGTH_SHAPES = {"sk1": Shape(1, 2, 64, 1), "sq1": Shape(1, 2, 1, 300)}
 QUICK_EDGE_LENGTHS = ("sk1",)
