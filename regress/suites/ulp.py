@@ -45,10 +45,22 @@ HIST_KEYS = {">3": "gt3"}  # metric names stay identifiers
 # Realistic inputs, every mode and layout. AITER's odd pairs and the H200 numerics shapes (ANCHORS.md).
 CPU_SHAPES = [Shape(2, 6, 113, 203), Shape(1, 4, 512, 512), Shape(1, 2, 1023, 1024), Shape(2, 4, 256, 77)]
 CPU_QUICK = [Shape(1, 2, 113, 203)]
+# AITER's own test pairs (batch 5, heads 6), so the kernel is held to the vendor suite's shapes too.
+AITER_PAIRS = [
+    (113, 203),
+    (128, 217),
+    (113, 211),
+    (108, 256),
+    (256, 512),
+    (512, 256),
+    (1024, 1024),
+    (1023, 1024),
+    (1024, 1023),
+    (2048, 2048),
+]
 GPU_SHAPES = [
-    Shape(2, 6, 113, 203),
+    *(Shape(5, 6, sq, sk) for sq, sk in AITER_PAIRS),
     Shape(2, 8, 1024, 1024),
-    Shape(5, 6, 1023, 1024),
     Shape(1, 4, 4096, 4096),
     Shape(1, 2, 16384, 16384),
     Shape(2, 40, 1024, 77),
