@@ -37,8 +37,8 @@ def main(url: str) -> None:
         ratios = [v[1] / v[0] for v in by_case.values() if 0 in v and 1 in v]
         if ratios:
             print(
-                f"same case, GPU1 p50 / GPU0 p50 over {len(ratios)} cases: median {statistics.median(ratios):.4f}, "
-                f"min {min(ratios):.4f}, max {max(ratios):.4f}"
+                f"same case, GPU1 p50 / GPU0 p50 over {len(ratios)} cases: "
+                f"median {statistics.median(ratios):.4f}, min {min(ratios):.4f}, max {max(ratios):.4f}"
             )
 
 
