@@ -2,6 +2,9 @@
 # One device call on the lent H200: the project's own `regress nightly --backend cuda` (all suites,
 # stored in SQLite), the live stack fingerprint, a compute-sanitizer pass, and the perf table last.
 # Needs the carried wheels folder (sqlalchemy, alembic, mako, tomli-w): the device has no registry.
+# Make it once (ignored by git):
+#   pip download sqlalchemy alembic mako tomli-w greenlet --only-binary :all: --python-version 3.12 \
+#     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d wheels/
 #   run(command="bash benchmarks/h200_nightly.sh", carry=["wheels"])
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
