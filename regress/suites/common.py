@@ -15,11 +15,16 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Rounding, Status
+
+if TYPE_CHECKING:
+    from regress.suites.base import SuiteContext
+
+T = TypeVar("T")
 
 HEAD_DIM = 128
 # ANCHORS.md "realistic" inputs: K rows with log-normal norms of this sigma.
@@ -214,6 +219,32 @@ def summarize_times(times_ms: Sequence[float]) -> dict[str, float]:
         "mean_ms": statistics.fmean(times_ms) if times_ms else math.nan,
         "stdev_ms": statistics.stdev(times_ms) if len(times_ms) > 1 else 0.0,
     }
+
+
+def for_device(ctx: SuiteContext, *, gpu: tuple[T, T], cpu: tuple[T, T]) -> T:
+    """The (quick, full) choice of the context's device kind: every suite sizes its cases this way."""
+    quick, full = gpu if ctx.is_gpu else cpu
+    return quick if ctx.quick else full
+
+
+def timing_metrics(
+    samples: dict[str, list[float]], rate_name: str, rate: Callable[[float], float]
+) -> dict[str, Any]:
+    """Summary of the kernel's "time_ms" series and of each interleaved "baseline:<name>:time_ms":
+    percentiles, a throughput at p50 (`rate` of milliseconds, e.g. TFLOP/s or tokens/s), and
+    speedup_vs_<name> = baseline p50 / kernel p50."""
+    kernel = summarize_times(samples["time_ms"])
+    metrics: dict[str, Any] = {**kernel, rate_name: rate(kernel["p50_ms"])}
+    for key, values in samples.items():
+        if not (key.startswith("baseline:") and key.endswith(":time_ms")):
+            continue
+        name = key.split(":")[1]
+        s = summarize_times(values)
+        metrics[f"baseline:{name}:p50_ms"] = s["p50_ms"]
+        metrics[f"baseline:{name}:p95_ms"] = s["p95_ms"]
+        metrics[f"baseline:{name}:{rate_name}"] = rate(s["p50_ms"])
+        metrics[f"speedup_vs_{name}"] = s["p50_ms"] / kernel["p50_ms"] if kernel["p50_ms"] > 0 else math.nan
+    return metrics
 
 
 # --- timing ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from regress.suites.common import (
     Shape,
     bits,
     derive_seed,
+    for_device,
     guarded,
     make_inputs,
     make_spec,
@@ -102,10 +103,7 @@ class DeterminismSuite:
     name = NAME
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
-        if ctx.is_gpu:
-            shapes = GPU_QUICK if ctx.quick else GPU_SHAPES
-        else:
-            shapes = CPU_QUICK if ctx.quick else CPU_SHAPES
+        shapes = for_device(ctx, gpu=(GPU_QUICK, GPU_SHAPES), cpu=(CPU_QUICK, CPU_SHAPES))
         specs: list[CaseSpec] = []
         for shape in shapes:
             for layout in LAYOUTS:

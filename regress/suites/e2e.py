@@ -26,11 +26,12 @@ from regress.suites.common import (
     Timer,
     as_mode,
     derive_seed,
+    for_device,
     guarded,
     make_spec,
     spec_shape,
-    summarize_times,
     synchronize,
+    timing_metrics,
     working_baselines,
 )
 
@@ -95,10 +96,7 @@ class E2eSuite:
     name = NAME
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
-        if ctx.is_gpu:
-            table = GPU_QUICK if ctx.quick else GPU_CASES
-        else:
-            table = CPU_QUICK if ctx.quick else CPU_CASES
+        table = for_device(ctx, gpu=(GPU_QUICK, GPU_CASES), cpu=(CPU_QUICK, CPU_CASES))
         # All modes only where it is cheap enough to matter: the mode changes one epilogue rounding.
         modes = ROUNDING_MODES if ctx.is_gpu and not ctx.quick else ("rtne",)
         return [
@@ -167,19 +165,12 @@ class E2eSuite:
         after = device_state(ctx.device)
 
         tokens = shape.b * shape.sq
-        k_stats = summarize_times(samples["time_ms"])
         metrics: dict[str, Any] = {
-            **k_stats,
-            "tokens_per_s": tokens / (k_stats["p50_ms"] * 1e-3),
+            **timing_metrics(
+                samples, "tokens_per_s", lambda ms: tokens / (ms * 1e-3) if ms > 0 else math.nan
+            ),
             "iterations": iters,
         }
-        for key, _ in variants[1:]:
-            name = key.split(":")[1]
-            s = summarize_times(samples[key])
-            metrics[f"baseline:{name}:p50_ms"] = s["p50_ms"]
-            metrics[f"baseline:{name}:p95_ms"] = s["p95_ms"]
-            metrics[f"baseline:{name}:tokens_per_s"] = tokens / (s["p50_ms"] * 1e-3)
-            metrics[f"speedup_vs_{name}"] = s["p50_ms"] / k_stats["p50_ms"]
         return CaseResult(
             case=spec,
             status="pass",

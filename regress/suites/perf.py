@@ -30,14 +30,15 @@ from regress.suites.common import (
     Shape,
     Timer,
     derive_seed,
+    for_device,
     guarded,
     make_inputs,
     make_spec,
     output_like,
     spec_layout_mode,
     spec_shape,
-    summarize_times,
     synchronize,
+    timing_metrics,
     working_baselines,
 )
 
@@ -136,10 +137,8 @@ class PerfSuite:
     name = NAME
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
-        if ctx.is_gpu:
-            shapes = GPU_QUICK if ctx.quick else GPU_SHAPES + (GPU_LONG_SHAPES if _long_shapes() else [])
-        else:
-            shapes = CPU_QUICK if ctx.quick else CPU_SHAPES
+        gpu_full = GPU_SHAPES + (GPU_LONG_SHAPES if _long_shapes() else [])
+        shapes = for_device(ctx, gpu=(GPU_QUICK, gpu_full), cpu=(CPU_QUICK, CPU_SHAPES))
         return [
             make_spec(NAME, shape, layout, mode)
             for shape in shapes
@@ -198,23 +197,12 @@ class PerfSuite:
         samples = timer.samples()
         after = device_state(ctx.device)
 
-        k_stats = summarize_times(samples["time_ms"])
         metrics: dict[str, Any] = {
-            **k_stats,
-            "tflops": tflops(shape, k_stats["p50_ms"]),
+            **timing_metrics(samples, "tflops", functools.partial(tflops, shape)),
             "iterations": iters,
             "warmup": warm,
             "input_sets": n_sets,
         }
-        for key, _ in runners[1:]:
-            name = key.split(":")[1]
-            s = summarize_times(samples[key])
-            metrics[f"baseline:{name}:p50_ms"] = s["p50_ms"]
-            metrics[f"baseline:{name}:p95_ms"] = s["p95_ms"]
-            metrics[f"baseline:{name}:tflops"] = tflops(shape, s["p50_ms"])
-            metrics[f"speedup_vs_{name}"] = (
-                s["p50_ms"] / k_stats["p50_ms"] if k_stats["p50_ms"] > 0 else math.nan
-            )
         return CaseResult(
             case=spec,
             status="pass",

@@ -28,6 +28,7 @@ from regress.suites.common import (
     HEAD_DIM,
     INPUT_KINDS,
     Shape,
+    for_device,
     guarded,
     make_inputs,
     make_spec,
@@ -125,10 +126,7 @@ class UlpSuite:
         self._ref: tuple[np.ndarray, np.ndarray] | None = None
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
-        if ctx.is_gpu:
-            shapes = GPU_QUICK if ctx.quick else GPU_SHAPES
-        else:
-            shapes = CPU_QUICK if ctx.quick else CPU_SHAPES
+        shapes = for_device(ctx, gpu=(GPU_QUICK, GPU_SHAPES), cpu=(CPU_QUICK, CPU_SHAPES))
         specs: list[CaseSpec] = []
         for shape in shapes:
             for layout in LAYOUTS:
