@@ -42,6 +42,11 @@ class GateConfig:
     pairwise: PairwiseConfig = field(default_factory=lambda: PairwiseConfig(min_effect=0.05, noise_k=6.0))
     history_runs: int = 30
     require_same_source: bool = True
+    # Same stack: a case is not flagged when the baseline kernel, timed in the same interleaved
+    # rounds, moved as much as ours (a burst on the machine during that case's window, not the
+    # kernel; seen on the shared CPU: one 0.3 ms case +11 %). Across stacks the control is part of
+    # what is judged (a driver can slow it too), so there is no such veto.
+    control_veto_same_stack: bool = True
     perf_suites: tuple[str, ...] = ("perf", "e2e")
     # A systematic slowdown: the geometric mean ratio over all perf cases at least this much...
     aggregate_min_effect: float = 0.03
@@ -152,8 +157,21 @@ def _results(session: Session, run_id: str) -> dict[str, tuple[Case, Result]]:
     return {case.key: (case, res) for res, case in rows}
 
 
-def _samples(res: Result) -> list[float]:
-    return next((list(s.values) for s in res.samples if s.name == PERF_SAMPLE), [])
+def _samples(res: Result, name: str = PERF_SAMPLE) -> list[float]:
+    return next((list(s.values) for s in res.samples if s.name == name), [])
+
+
+def control_ratio(b: Result, c: Result, q: float) -> tuple[str, float] | None:
+    """(control name, candidate/baseline location ratio) of the first baseline kernel that both
+    runs timed interleaved with ours; None when there is none."""
+    shared = {s.name for s in b.samples} & {s.name for s in c.samples}
+    for name in sorted(n for n in shared if n.startswith("baseline:") and n.endswith(":time_ms")):
+        xb, xc = _samples(b, name), _samples(c, name)
+        if xb and xc:
+            lb, lc = float(np.quantile(xb, q)), float(np.quantile(xc, q))
+            if lb > 0 and lc > 0:
+                return name.split(":")[1], lc / lb
+    return None
 
 
 def _scaled(res: Result) -> float | None:
@@ -170,7 +188,13 @@ def _history_levels(cfg: GateConfig, session: Session, base_run: Run, case: Case
 
 
 def _perf_row(
-    cfg: GateConfig, case: Case, b: Result, c: Result, levels: list[float], pooled: float | None
+    cfg: GateConfig,
+    case: Case,
+    b: Result,
+    c: Result,
+    levels: list[float],
+    pooled: float | None,
+    same_stack: bool = False,
 ) -> GateRow:
     row = GateRow(case.suite, case.name, case.key, "?", "undecided", "time_ms")
     cmp = compare_samples(_samples(b), _samples(c), history=levels, config=cfg.pairwise, pooled_noise=pooled)
@@ -184,6 +208,12 @@ def _perf_row(
         row.note = f"too few samples ({cmp.n_baseline} vs {cmp.n_candidate})"
     elif cmp.verdict == "slower":
         row.note = f"{(cmp.ratio - 1) * 100:+.1f}% (threshold {cmp.threshold * 100:.1f}%)"
+        control = control_ratio(b, c, cfg.pairwise.location_quantile) if same_stack else None
+        if cfg.control_veto_same_stack and control and cmp.ratio / control[1] - 1.0 < cmp.threshold:
+            row.status, row.mark = "same", "~"
+            row.note += (
+                f", but {control[0]} moved {(control[1] - 1) * 100:+.1f}% in the same rounds (machine)"
+            )
     return row
 
 
@@ -347,7 +377,7 @@ def _table(
             rows.append(_exact_row(case, b, c))
     pooled = pooled_noise([historical_noise(levels) for *_, levels in perf_inputs])
     for i, case, b, c, levels in perf_inputs:
-        rows[i] = _perf_row(cfg, case, b, c, levels, pooled)
+        rows[i] = _perf_row(cfg, case, b, c, levels, pooled, base.stack_id == cand.stack_id)
     _separate_common_mode(cfg, rows)
     aggregate = _aggregate(cfg, rows, aggregate_history_noise([levels for *_, levels in perf_inputs]))
     if aggregate.get("verdict") == "slower":

@@ -257,3 +257,29 @@ def test_a_stack_wide_shift_is_judged_once_not_per_case() -> None:
     assert common is not None and 1.08 < common < 1.10
     assert [r.status for r in rows[:12]] == ["same"] * 12
     assert rows[-1].status == "regression"
+
+
+def _with_control(result: CaseResult, control_level: float) -> CaseResult:
+    times = control_level * (1 + 0.005 * np.abs(_rng.standard_normal(len(result.samples["time_ms"]))))
+    result.samples["baseline:sdpa_cpu:time_ms"] = [float(t) for t in times]
+    return result
+
+
+def test_a_case_whose_interleaved_control_moved_too_is_not_flagged(store: Store) -> None:
+    """Same stack: one case 12 % slower while the baseline kernel in the same rounds is 12 % slower
+    too is the machine; 12 % slower with the control unchanged is the kernel."""
+    runs = [add_run(store, [_with_control(_perf(c, 1.0), 2.0) for c in CASES]) for _ in range(6)]
+    burst = add_run(
+        store,
+        [
+            _with_control(_perf(c, 1.12 if c == CASES[0] else 1.0), 2.24 if c == CASES[0] else 2.0)
+            for c in CASES
+        ],
+    )
+    report = gate(store, runs[-1], burst)
+    assert report.exit_code == 0, report.regressions
+    row = next(r for r in report.rows if r.case == CASES[0])
+    assert row.mark == "~" and "sdpa_cpu moved" in row.note
+    kernel = add_run(store, [_with_control(_perf(c, 1.12 if c == CASES[0] else 1.0), 2.0) for c in CASES])
+    report = gate(store, runs[-1], kernel)
+    assert report.exit_code == 1 and [r.case for r in report.regressions] == [CASES[0]]
