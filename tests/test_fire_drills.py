@@ -1,5 +1,9 @@
 """Fire drills end to end on the CPU backend: break the kernel on purpose, prove the gate sees it.
 
+Clean-against-clean on real CPU timings is a rate, not a pass/fail: it lives in
+benchmarks/fire_drills.py (false alarms per gate, reported in docs/detection.md); the gate's own
+no-false-alarm logic is tested on controlled noise in tests/test_gate.py.
+
 Each test builds its own temp SQLite database through `run_nightly` (the real path: build, suites,
 store, analysis). Timing runs single-threaded: on a 2-core runner shared with other jobs, the
 two-thread kernel's times turn bimodal (measured: ±40 % between clean runs), which no gate should
@@ -8,7 +12,6 @@ be asked to see through. Perf runs use 30 iterations, enough samples for the ran
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,17 +101,6 @@ def test_slowdown_drill_fails_the_gate_naming_the_slowed_cases(
     # The drill's own regressions are stored acknowledged: visible, never alerting.
     drill_regs = [r for r in list_regressions(store) if r["first_run"] == drill]
     assert all(r["drill"] and r["state"] == "acknowledged" for r in drill_regs)
-
-
-@pytest.mark.slow
-def test_clean_against_clean_never_alarms(quiet_cpu: None, db: tuple[str, Store], tmp_path: Path) -> None:
-    url, store = db
-    runs = [_night(url, tmp_path, ("perf",)) for _ in range(HISTORY_NIGHTS + 3)]
-    for base, cand in itertools.pairwise(runs[HISTORY_NIGHTS - 1 :]):
-        report = gate(store, base, cand)
-        assert (report.verdict, report.exit_code) == ("pass", 0), [
-            (r.case, r.ratio, r.note) for r in report.regressions
-        ]
 
 
 @pytest.mark.slow
