@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from . import resources
+
+# The source root: the checkout, or the copy a wheel carries (regress/resources.py).
+REPO_ROOT = resources.source_root()
 KERNEL_DIR = REPO_ROOT / "kernel"
-DEFAULT_CACHE = REPO_ROOT / ".regress" / "build"
 OUT = "<out>"  # placeholder for the output path in COMMANDS and in the recorded flags
 BUILD_JSON = "build.json"
 SCHEMA = 1
@@ -422,7 +424,7 @@ def build_kernel(
     shash = source_hash(backend, compile_only)
     key = hashlib.sha256(json.dumps([shash, argv, version], separators=(",", ":")).encode()).hexdigest()[:16]
 
-    cache_root = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
+    cache_root = Path(cache_dir) if cache_dir is not None else resources.cache_dir()
     out_dir = cache_root / f"{backend}-{key}"
     commit, dirty = git_state()
 

@@ -163,10 +163,14 @@ def _require_device(backend: str) -> None:
 
     vendor_hip = bool(getattr(torch.version, "hip", None))
     if not torch.cuda.is_available() or vendor_hip != (backend == "hip"):
+        hint = {
+            "cuda": "`regress build --backend cuda` still checks that the sm_90a kernel compiles (nvcc)",
+            "hip": "`regress build --backend hip --compile-only` still checks the gfx942 code object",
+        }.get(backend, "")
         raise UserError(
             f"backend {backend} needs {'an AMD' if backend == 'hip' else 'an NVIDIA'} GPU visible to torch "
             f"(torch {torch.__version__}, cuda available: {torch.cuda.is_available()}); "
-            "use --backend cpu, or `regress build --backend hip --compile-only` to check the gfx942 code"
+            f"use --backend cpu to run the suites here" + (f"; {hint}" if hint else "")
         )
 
 

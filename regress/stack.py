@@ -28,6 +28,7 @@ from typing import Any
 
 import tomli_w
 
+from . import resources
 from .errors import UserError
 
 SCHEMA_VERSION = 1
@@ -42,8 +43,7 @@ HASHED_KEYS = (
     "build_flags",
 )
 PINNED_KEYS = ("os_kernel", "torch", "baseline_library", "python")
-STACKS_DIR = Path(__file__).resolve().parents[1] / "runners" / "stacks"
-STACKS_ENV = "REGRESS_STACKS_DIR"  # another folder of pins (tests, a team's private pins)
+STACKS_ENV = "REGRESS_STACKS_DIR"  # the user's folder of pins (a team's private pins, tests)
 NOT_APPLICABLE = "n/a"
 
 
@@ -228,29 +228,70 @@ class Pin:
         return stack_digest(hashed)
 
 
-def default_stacks_dir() -> Path:
-    return Path(os.environ[STACKS_ENV]) if os.environ.get(STACKS_ENV) else STACKS_DIR
+def user_stacks_dir(stacks_dir: Path | None = None) -> Path | None:
+    """The folder of the user's own pins: --stacks-dir, else $REGRESS_STACKS_DIR, else none."""
+    if stacks_dir is not None:
+        return Path(stacks_dir)
+    return Path(os.environ[STACKS_ENV]) if os.environ.get(STACKS_ENV) else None
 
 
-def pin_path(name: str, stacks_dir: Path | None = None) -> Path:
+def stacks_search_path(stacks_dir: Path | None = None) -> list[Path]:
+    """Where pins are looked up, first match wins: the user's folder, then the shipped pins (the
+    checkout's runners/stacks/, or the copy an installed wheel carries)."""
+    dirs = [d for d in (user_stacks_dir(stacks_dir),) if d is not None]
+    shipped = resources.shipped_stacks_dir()
+    return dirs if shipped in dirs else [*dirs, shipped]
+
+
+def writable_stacks_dir(stacks_dir: Path | None = None) -> Path:
+    """Where `regress stack pin` writes: the user's folder, else the checkout's runners/stacks/.
+    An installed package's own pins are never written to."""
+    user = user_stacks_dir(stacks_dir)
+    if user is not None:
+        return user
+    if resources.in_checkout():
+        return resources.shipped_stacks_dir()
+    raise UserError(
+        f"no folder for your pins: pass --stacks-dir DIR or set ${STACKS_ENV} "
+        "(the pins shipped inside the installed package are read-only)"
+    )
+
+
+def _check_name(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise UserError(f"stack name {name!r} must be letters, digits, '.', '_' or '-'")
-    return (stacks_dir or default_stacks_dir()) / f"{name}.toml"
+    return name
+
+
+def known_stacks(stacks_dir: Path | None = None) -> list[str]:
+    return sorted({p.stem for d in stacks_search_path(stacks_dir) for p in d.glob("*.toml")})
+
+
+def find_pin(name_or_path: str, stacks_dir: Path | None = None) -> Path:
+    """The file of a pin given by path (*.toml) or by name (searched along stacks_search_path)."""
+    if name_or_path.endswith(".toml"):
+        return Path(name_or_path)
+    name = _check_name(name_or_path)
+    for d in stacks_search_path(stacks_dir):
+        if (d / f"{name}.toml").is_file():
+            return d / f"{name}.toml"
+    searched = ", ".join(str(d) for d in stacks_search_path(stacks_dir))
+    known = ", ".join(known_stacks(stacks_dir)) or "none"
+    raise UserError(f"no pinned stack {name!r} (searched {searched}); known stacks: {known}")
 
 
 def load_pin(name_or_path: str, stacks_dir: Path | None = None) -> Pin:
-    path = Path(name_or_path) if name_or_path.endswith(".toml") else pin_path(name_or_path, stacks_dir)
+    path = find_pin(name_or_path, stacks_dir)
     if not path.is_file():
-        known = (
-            ", ".join(sorted(p.stem for p in (stacks_dir or default_stacks_dir()).glob("*.toml"))) or "none"
-        )
-        raise UserError(f"no pinned stack {name_or_path!r} ({path}); known stacks: {known}")
+        raise UserError(f"no pinned stack file {path}")
     try:
         data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from exc
     stack = data.get("stack", {})
     expected = data.get("expected", {})
+    if not isinstance(stack, dict):
+        raise UserError(f"{path}: [stack] must be a table")
     if not isinstance(expected, dict) or not expected:
         raise UserError(f"{path}: missing [expected] table")
     missing = [k for k in (*HASHED_KEYS, *PINNED_KEYS) if k not in expected]
@@ -278,7 +319,7 @@ def write_pin(
     container: dict[str, str] | None = None,
     overwrite: bool = False,
 ) -> Path:
-    path = pin_path(name, stacks_dir)
+    path = writable_stacks_dir(stacks_dir) / f"{_check_name(name)}.toml"
     if path.exists() and not overwrite:
         raise UserError(f"{path} exists; pass --force to replace it")
     doc: dict[str, Any] = {

@@ -36,7 +36,7 @@ def gate_cmd(
     SEL is a run id (or a unique prefix) or stack:NAME, the latest finished non-drill run of the
     pinned stack NAME. Both runs must have measured the same kernel source.
     """
-    report = gate(open_store(db_url), baseline, candidate, report_dir=report_dir)
+    report = gate(open_store(db_url, must_exist=True), baseline, candidate, report_dir=report_dir)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -65,7 +65,7 @@ def compare_cmd(run_a: str, run_b: str, db_url: str | None, as_json: bool) -> No
     Marks: + slower, - faster, x fails its contract, ~ moved without both significance and size,
     ? could not compare.
     """
-    report = compare(open_store(db_url), run_a, run_b)
+    report = compare(open_store(db_url, must_exist=True), run_a, run_b)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
         return

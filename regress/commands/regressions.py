@@ -29,7 +29,7 @@ def regressions() -> None:
 @_db
 def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -> None:
     """Newest first."""
-    rows = list_regressions(open_store(db_url), state=state, limit=limit)
+    rows = list_regressions(open_store(db_url, must_exist=True), state=state, limit=limit)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
@@ -66,7 +66,7 @@ def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -
 @_db
 def ack_cmd(regression_id: int, note: str, db_url: str | None) -> None:
     """Acknowledge a regression: it stops alerting but stays visible."""
-    acknowledge(open_store(db_url), regression_id, note)
+    acknowledge(open_store(db_url, must_exist=True), regression_id, note)
     click.echo(f"regression {regression_id} acknowledged")
 
 
@@ -76,7 +76,7 @@ def ack_cmd(regression_id: int, note: str, db_url: str | None) -> None:
 @_db
 def resolve_cmd(regression_id: int, note: str, db_url: str | None) -> None:
     """Resolve a regression by hand (it also resolves itself when its series recovers)."""
-    resolve(open_store(db_url), regression_id, note)
+    resolve(open_store(db_url, must_exist=True), regression_id, note)
     click.echo(f"regression {regression_id} resolved")
 
 

@@ -13,9 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from ..errors import UserError
 from ..store import Case, Result, Run, Stack
-from ..store.repo import export_bundle, open_store, reap_stale_runs
+from ..store.repo import export_bundle, find_run, open_store, reap_stale_runs
 
 _db = click.option(
     "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
@@ -51,7 +50,7 @@ def runs() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
     """Newest runs first (a run whose process died shows as incomplete)."""
-    store = open_store(db_url)
+    store = open_store(db_url, must_exist=True)
     reap_stale_runs(store)
     with store.reader() as session:
         rows = session.execute(
@@ -64,11 +63,9 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
-    table = Table()
-    for col in ("id", "status", "trigger", "backend", "stack", "commit", "started", "results", "failed"):
-        table.add_column(col)
-    for r in data:
-        table.add_row(
+    columns = ("id", "status", "trigger", "backend", "stack", "commit", "started", "results", "failed")
+    rows = [
+        (
             r["id"],
             r["status"],
             r["trigger"] + (" (drill)" if r["drill"] else ""),
@@ -79,6 +76,19 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
             str(r["results"] if r["results"] is not None else "—"),
             str(r["failed"] if r["failed"] is not None else "—"),
         )
+        for r in data
+    ]
+    if not sys.stdout.isatty():
+        # Piped: tab-separated with full ids, so `cut -f1` gives ids a later command accepts.
+        click.echo("\t".join(columns))
+        for row in rows:
+            click.echo("\t".join(row))
+        return
+    table = Table()
+    for col in columns:
+        table.add_column(col, no_wrap=col == "id", min_width=24 if col == "id" else None)
+    for row in rows:
+        table.add_row(*row)
     Console().print(table)
 
 
@@ -87,13 +97,10 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
 @_db
 @click.option("--json", "as_json", is_flag=True, help="The full bundle (every result and sample).")
 def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
-    """One run: its stack, build and every result."""
-    store = open_store(db_url)
+    """One run (RUN_ID or a unique prefix of it): its stack, build and every result."""
+    store = open_store(db_url, must_exist=True)
     with store.reader() as session:
-        try:
-            bundle = export_bundle(session, run_id)
-        except KeyError as exc:
-            raise UserError(f"no run {run_id!r} in the database") from exc
+        bundle = export_bundle(session, find_run(session, run_id).id)
     if as_json:
         click.echo(json.dumps(bundle, indent=1, default=str))
         return
@@ -186,7 +193,7 @@ def export_rows(
 @click.option("--output", "-o", type=click.File("w"), default="-", help="File to write (default stdout).")
 def export(db_url: str | None, fmt: str, suite: str | None, output: Any) -> None:
     """Every stored result, one line each (raw samples: `regress runs show RUN --json`)."""
-    store = open_store(db_url)
+    store = open_store(db_url, must_exist=True)
     rows = export_rows(store, suite=suite)
     if fmt == "jsonl":
         for row in rows:

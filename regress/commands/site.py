@@ -28,7 +28,7 @@ def site_cmd(out_dir: Path, db_url: str | None, full: bool, base_url: str | None
     from ..store.repo import open_store
 
     try:
-        store = open_store(db_url)
+        store = open_store(db_url, must_exist=True)
     except DatabaseError as exc:
         raise UserError(str(exc)) from exc
     report = build_site(store, out_dir, full=full, base_url=base_url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -12,6 +13,13 @@ from ..stack import HASHED_KEYS, check_pin, format_drift, live_fingerprint, load
 
 _backend = click.option(
     "--backend", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "hip"])
+)
+_stacks_dir = click.option(
+    "--stacks-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of your own pins (default: $REGRESS_STACKS_DIR, else the checkout's runners/stacks/); "
+    "the shipped pins are searched after it.",
 )
 _compile_only = click.option(
     "--compile-only", is_flag=True, help="HIP without ROCm: fingerprint the clang-19 build."
@@ -48,23 +56,34 @@ def show(backend: str, compile_only: bool, as_json: bool) -> None:
 @click.option("--image", default="", help="Container image tag the stack runs in.")
 @click.option("--image-digest", default="", help="Container image digest (sha256:...).")
 @click.option("--force", is_flag=True, help="Replace an existing pin.")
+@_stacks_dir
 def pin(
-    name: str, backend: str, compile_only: bool, description: str, image: str, image_digest: str, force: bool
+    name: str,
+    backend: str,
+    compile_only: bool,
+    description: str,
+    image: str,
+    image_digest: str,
+    force: bool,
+    stacks_dir: Path | None,
 ) -> None:
-    """Write runners/stacks/NAME.toml from the live environment."""
+    """Write NAME.toml from the live environment into your stacks folder."""
     fp = live_fingerprint(resolve_backend(backend), compile_only=compile_only)
     container = {"image": image, "digest": image_digest} if image or image_digest else None
-    path = write_pin(name, fp, description=description, container=container, overwrite=force)
+    path = write_pin(
+        name, fp, description=description, container=container, overwrite=force, stacks_dir=stacks_dir
+    )
     click.echo(f"pinned {name} → {path} (digest {fp.digest[:16]})")
 
 
 @stack.command()
 @click.argument("name")
 @_compile_only
+@_stacks_dir
 @click.pass_context
-def check(ctx: click.Context, name: str, compile_only: bool) -> None:
+def check(ctx: click.Context, name: str, compile_only: bool, stacks_dir: Path | None) -> None:
     """Exit 0 if this machine matches pin NAME, 2 with a key-by-key diff if it drifted."""
-    pinned = load_pin(name)
+    pinned = load_pin(name, stacks_dir)
     fp = live_fingerprint(pinned.backend, compile_only=compile_only, extra_flags=pinned.extra_flags)
     drifts = check_pin(pinned, fp)
     if drifts:

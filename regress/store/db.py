@@ -16,11 +16,12 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from .. import resources
 from ..errors import UserError
 
 ENV_URL = "REGRESS_DATABASE_URL"
 DEFAULT_SQLITE = Path(".regress") / "regress.db"
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_DIR = resources.migrations_dir()
 
 
 class DatabaseError(UserError):
@@ -38,13 +39,28 @@ def database_url(url: str | None = None) -> str:
     return chosen
 
 
-def make_engine(url: str | None = None) -> Engine:
+def sqlite_path(url: str) -> Path | None:
+    """The file of a sqlite:/// URL (None for other databases and in-memory SQLite)."""
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split("sqlite:///", 1)[-1].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
+    """An engine for `url`. With create=False (commands that only read) a missing SQLite file is
+    refused instead of being created: a typo in --db must not produce an empty, valid-looking answer."""
     resolved = database_url(url)
     kwargs: dict[str, Any] = {"future": True}
     if resolved.startswith("sqlite"):
-        path = resolved.split("sqlite:///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        path = sqlite_path(resolved)
+        if path is not None and not create and not path.is_file():
+            raise DatabaseError(
+                f"no database at {path}: this command only reads, so it does not create one "
+                "(run `regress nightly` or `regress import BUNDLE` first, or pass --db)"
+            )
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"timeout": 30}
     else:
         kwargs["pool_pre_ping"] = True
@@ -96,13 +112,19 @@ def downgrade(engine: Engine, revision: str) -> None:
         command.downgrade(cfg, revision)
 
 
-def ensure_schema(engine: Engine, *, auto_upgrade: bool = True) -> None:
-    """Brings a new or old database to head (auto_upgrade), or refuses if it is behind."""
+def ensure_schema(engine: Engine, *, auto_upgrade: bool = True, must_exist: bool = False) -> None:
+    """Brings a new or old database to head (auto_upgrade), or refuses if it is behind. With
+    must_exist, a database without the regress schema is refused rather than initialised."""
     try:
         current = current_revision(engine)
     except OperationalError as exc:  # unreachable server, wrong credentials, unwritable file
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise DatabaseError(f"cannot connect to {engine.url.render_as_string()}: {reason}") from exc
+    if current is None and must_exist:
+        raise DatabaseError(
+            f"{engine.url.render_as_string()} holds no regress data (no schema); "
+            "this command only reads, so it does not create one"
+        )
     head = head_revision(engine)
     if current == head:
         return

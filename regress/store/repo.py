@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION, validate_bundle
+from ..errors import UserError
 from ..results import CaseResult, CaseSpec
 from .base import new_run_id, utcnow
 from .build import Build
@@ -53,10 +54,17 @@ class Store:
             yield session
 
 
-def open_store(url: str | None = None, *, upgrade: bool = True) -> Store:
-    """Opens (and, by default, migrates to head) the database at `url` or the default."""
-    engine = make_engine(url)
-    ensure_schema(engine, auto_upgrade=upgrade)
+def open_store(url: str | None = None, *, upgrade: bool = True, must_exist: bool = False) -> Store:
+    """Opens (and, by default, migrates to head) the database at `url` or the default.
+
+    must_exist: for commands that only read; a missing SQLite file or a database without the regress
+    schema is refused with one clear line, and nothing is created."""
+    engine = make_engine(url, create=not must_exist)
+    try:
+        ensure_schema(engine, auto_upgrade=upgrade, must_exist=must_exist)
+    except Exception:
+        engine.dispose()
+        raise
     return Store(engine, session_factory(engine))
 
 
@@ -252,6 +260,24 @@ def reap_stale_runs(store: Store) -> list[str]:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def find_run(session: Session, id_or_prefix: str) -> Run:
+    """The run with this id, or the one run whose id starts with this prefix (every command that
+    takes a run accepts both). Not found or ambiguous: a UserError that says which."""
+    sel = id_or_prefix.strip()
+    if not sel:
+        raise UserError("empty run id")
+    exact = session.get(Run, sel)
+    if exact is not None:
+        return exact
+    matches = session.scalars(select(Run).where(Run.id.startswith(sel, autoescape=True)).limit(6)).all()
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UserError(f"no run {sel!r} in the database (`regress runs list` shows the stored ones)")
+    shown = ", ".join(m.id for m in matches[:5])
+    raise UserError(f"run prefix {sel!r} is ambiguous: it matches {shown}{', …' if len(matches) > 5 else ''}")
 
 
 def export_bundle(session: Session, run_id: str) -> dict[str, Any]:
