@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,6 +19,16 @@ from ..errors import UserError
 ENV_URL = "REGRESS_DATABASE_URL"
 DEFAULT_SQLITE = Path(".regress") / "regress.db"
 MIGRATIONS_DIR = resources.migrations_dir()
+
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic (and the mako/pygments it pulls in) is imported only when a schema must change: opening an
+# up-to-date database for `regress runs list` should not pay ~0.3 s of imports (issue 11).
+_REVISION_LINE = re.compile(
+    r"""^(down_revision|revision)\s*(?::[^=]*)?=\s*(?:["']([0-9A-Za-z_]+)["']|None)""", re.M
+)
 
 
 class DatabaseError(UserError):
@@ -81,6 +88,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def alembic_config(engine: Engine) -> Config:
+    from alembic.config import Config
+
     if not (MIGRATIONS_DIR / "env.py").exists():
         raise DatabaseError(f"migrations not found at {MIGRATIONS_DIR}")
     cfg = Config()
@@ -90,15 +99,44 @@ def alembic_config(engine: Engine) -> Config:
 
 
 def head_revision(engine: Engine) -> str | None:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
 
 
+def quick_head_revision(versions_dir: Path | None = None) -> str | None:
+    """The head read straight from the revision files (no alembic import), or None when the files
+    do not give exactly one head; callers then ask alembic. tests/store checks it against alembic."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (versions_dir or MIGRATIONS_DIR / "versions").glob("*.py"):
+        found = dict((m.group(1), m.group(2)) for m in _REVISION_LINE.finditer(path.read_text()))
+        if "revision" not in found or not found["revision"]:
+            return None
+        revisions.add(found["revision"])
+        if found.get("down_revision"):
+            parents.add(found["down_revision"])
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
 def current_revision(engine: Engine) -> str | None:
+    """The revision stored in alembic_version (None for an empty database)."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(rows) > 1:  # branches: let alembic explain
+        from alembic.runtime.migration import MigrationContext
+
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    return rows[0] if rows else None
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
+    from alembic import command
+
     cfg = alembic_config(engine)
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
@@ -106,6 +144,8 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 
 def downgrade(engine: Engine, revision: str) -> None:
+    from alembic import command
+
     cfg = alembic_config(engine)
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
@@ -125,6 +165,8 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool = True, must_exist: bool
             f"{engine.url.render_as_string()} holds no regress data (no schema); "
             "this command only reads, so it does not create one"
         )
+    if current is not None and current == quick_head_revision():
+        return
     head = head_revision(engine)
     if current == head:
         return

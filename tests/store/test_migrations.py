@@ -56,3 +56,22 @@ def test_downgrade_to_base_removes_everything(db_url: str) -> None:
         assert set(inspect(engine).get_table_names()) >= TABLES
     finally:
         engine.dispose()
+
+
+def test_quick_head_matches_alembic(tmp_path: Path) -> None:
+    """The import-free head read (fast CLI start) must agree with alembic, and give up on a fork."""
+    from regress.store.db import MIGRATIONS_DIR, quick_head_revision
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'h.db'}")
+    try:
+        assert quick_head_revision() == head_revision(engine)
+    finally:
+        engine.dispose()
+    forked = tmp_path / "versions"
+    forked.mkdir()
+    for p in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        (forked / p.name).write_text(p.read_text())
+    head = quick_head_revision(forked)
+    for name in ("a", "b"):  # two children of the head: two heads, so no quick answer
+        (forked / f"fork_{name}.py").write_text(f'revision = "fork{name}"\ndown_revision = "{head}"\n')
+    assert quick_head_revision(forked) is None
