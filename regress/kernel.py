@@ -235,7 +235,9 @@ def attention(
 
     Which implementation runs:
       * use="kernel": this project's kernel for q's device (CPU golden model on CPU tensors, the
-        CUDA or HIP kernel on GPU tensors), built on first use by regress.build.build_kernel.
+        CUDA or HIP kernel on GPU tensors), built on first use by regress.build.build_kernel, called
+        through the operator torch.ops.regress.attention (regress.op), so torch.compile traces it
+        without a graph break and a CUDA call can be captured in a CUDA graph.
       * use="baseline": the vendor baseline for q's device (regress.baselines): SDPA on CPU and
         NVIDIA, AITER on ROCm. SDPA rounds with rtne only; asking it for another mode warns.
       * use=None (default): the kernel, unless the environment variable REGRESS_ATTENTION=baseline
@@ -250,8 +252,9 @@ def attention(
         return _baseline_attention(q, k, v, layout=layout, rounding=rounding, scale=scale)
     if use != "kernel":
         raise ValueError(f"use={use!r}: expected 'kernel', 'baseline' or None")
-    lib = default_library(backend_for_device(q.device))
-    return lib.forward(q, k, v, layout=layout, rounding=rounding, scale=scale)
+    from regress.op import attention_op
+
+    return attention_op(q, k, v, layout, rounding, scale)
 
 
 def _baseline_attention(
