@@ -61,6 +61,14 @@ def test_errors_still_name_the_problem() -> None:
         attention(q, k, v, layout="sbhd")  # type: ignore[arg-type]
 
 
+def test_forward_only_refuses_inputs_that_need_a_gradient() -> None:
+    q, k, v = make_qkv(1, 1, 8, 8, "bshd", seed=7)
+    with pytest.raises(ValueError, match="forward-only"):
+        attention(q.requires_grad_(), k, v)
+    with torch.no_grad():
+        assert attention(q, k, v).shape == q.shape
+
+
 class _Block(torch.nn.Module):
     """A small attention layer: fused QKV projection, the op, output projection."""
 
