@@ -166,9 +166,9 @@ __device__ __forceinline__ void warp_release(uint64_t* bar, int lane) {
 constexpr bool kNextQK = RA_CUDA_NEXT_QK != 0;
 
 /* A warpgroup whose 64 query rows all lie past seqlen_q (decode: seqlen_q <= 64 leaves warpgroup 2
- * with no row) skips the tile's P.V products, softmax and epilogue and only releases the stages it
- * would have read, so the producer's ring keeps turning. Not with ping-pong, whose turns both
- * warpgroups must take. */
+ * with no row) skips the tile's softmax, P.V products, epilogue and every Q K^T but the first
+ * (issued before the tile's rows were known), and only releases the stages it would have read, so
+ * the producer's ring keeps turning. Not with ping-pong, whose turns both warpgroups must take. */
 template <bool kPP>
 __device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg) {
   return !kPP && m_block * kBlockM + wg * 64 >= p.seqlen_q;
