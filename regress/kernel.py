@@ -235,7 +235,10 @@ def attention(
 
     Which implementation runs:
       * use="kernel": this project's kernel for q's device (CPU golden model on CPU tensors, the
-        CUDA or HIP kernel on GPU tensors), built on first use by regress.build.build_kernel.
+        CUDA or HIP kernel on GPU tensors), built on first use by regress.build.build_kernel, called
+        through the operator torch.ops.regress.attention (regress.op), so torch.compile traces it
+        without a graph break and a CUDA call can be captured in a CUDA graph. Forward only:
+        inputs that require grad (with grad mode on) are refused.
       * use="baseline": the vendor baseline for q's device (regress.baselines): SDPA on CPU and
         NVIDIA, AITER on ROCm. SDPA rounds with rtne only; asking it for another mode warns.
       * use=None (default): the kernel, unless the environment variable REGRESS_ATTENTION=baseline
@@ -250,8 +253,15 @@ def attention(
         return _baseline_attention(q, k, v, layout=layout, rounding=rounding, scale=scale)
     if use != "kernel":
         raise ValueError(f"use={use!r}: expected 'kernel', 'baseline' or None")
-    lib = default_library(backend_for_device(q.device))
-    return lib.forward(q, k, v, layout=layout, rounding=rounding, scale=scale)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # The operator has no backward; torch's fallback would only warn and drop the gradient.
+        raise ValueError(
+            "the kernel is forward-only (no backward): call it under torch.no_grad() or "
+            "torch.inference_mode(), or pass tensors that do not require grad"
+        )
+    from regress.op import attention_op
+
+    return attention_op(q, k, v, layout, rounding, scale)
 
 
 def _baseline_attention(

@@ -6,14 +6,16 @@
  *
  *   warpgroup 0 (producer, 40 regs)      warpgroups 1, 2 (consumers, 232 regs, 64 query rows each)
  *   -------------------------------      ---------------------------------------------------------
- *   TMA Q tile  -> smem q   [q_full]      wait q_full
+ *   TMA Q tile  -> smem q[t%2] [q_full]   wait q_full (2 Q buffers: the next tile's Q loads early)
  *   for each key block n:                 for each key block n:
  *     TMA K_n -> smem k[n%2] [k_full]       wgmma  S = Q K_n^T            (smem x smem, async)
  *     TMA V_n -> smem v[n%2] [v_full]       wgmma  O += P_{n-1} V_{n-1}   (regs x smem, async)
  *     (waits k_empty / v_empty before        wait S -> release k[n%2]; online softmax (exp2, MUFU)
  *      reusing a stage)                      wait P.V -> release v; rescale O; P_n = bf16(S)
- *                                          O /= l, round (rtne|rtna|rtz) -> per-warp smem -> 16-byte
- *                                          stores of rows < seqlen_q
+ *                                          O /= l, round (rtne|rtna|rtz; cvt.rn/rz.bf16x2) -> per-warp
+ *                                          smem -> 16-byte stores of rows < seqlen_q
+ *                                          A warpgroup with no row < seqlen_q (decode) only releases
+ *                                          the stages it would have read.
  * Optional (-DRA_CUDA_PINGPONG=1, or -1 for seqlen_k <= 2048; off by default, measured slower): the
  * two consumer warpgroups take turns issuing their wgmmas (named barriers 1, 2).
  *
@@ -226,7 +228,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"smem_epilogue\":" RA_XSTR(RA_CUDA_SMEM_EPILOGUE) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"smem_epilogue\":" RA_XSTR(RA_CUDA_SMEM_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

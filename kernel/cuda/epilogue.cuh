@@ -11,6 +11,13 @@
 #ifndef RA_CUDA_SMEM_EPILOGUE
 #define RA_CUDA_SMEM_EPILOGUE 1
 #endif
+/* 1: rtne and rtz round two values with one cvt.{rn,rz}.bf16x2.f32 (the same bits as bf16.h for
+ * every input, NaN giving the canonical 0x7FFF: checked against the golden model on the H200,
+ * docs/perf-notes.md v3) instead of bf16.h's 3-5 integer ops per value. rtna has no such
+ * instruction and keeps bf16.h. The ULP drill (RA_INJECT_ULP) always takes bf16.h's path. */
+#ifndef RA_CUDA_CVT_ROUND
+#define RA_CUDA_CVT_ROUND 1
+#endif
 
 namespace ra_cuda {
 
@@ -18,6 +25,21 @@ template <int kRound>
 __device__ __forceinline__ uint16_t round_out(float x) {
   uint16_t h = kRound == 2 ? ra_f32_to_bf16_rtz(x) : kRound == 1 ? ra_f32_to_bf16_rtna(x) : ra_f32_to_bf16_rtne(x);
   return ra_inject_ulp(h);
+}
+
+/* Two values rounded to a bf16x2 word, lo in the low half. */
+template <int kRound>
+__device__ __forceinline__ uint32_t round_pack(float lo, float hi) {
+  if constexpr (RA_CUDA_CVT_ROUND && RA_INJECT_ULP == 0 && kRound != 1) {
+    uint32_t r;
+    if constexpr (kRound == 0)
+      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+      asm("cvt.rz.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+  } else {
+    return (uint32_t)round_out<kRound>(lo) | ((uint32_t)round_out<kRound>(hi) << 16);
+  }
 }
 
 /* 1 / (row sum), the partial sums reduced over the quad in a fixed order (deterministic). */
@@ -71,14 +93,12 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[64], const fl
   const int qc = 2 * (lane & 3);
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    uint32_t lo = round_out<kRound>(acc[4 * i + 0] * inv[0]);
-    const uint32_t hi = round_out<kRound>(acc[4 * i + 1] * inv[0]);
-    if (RA_INJECT_NONDET && flip0 && i == 0 && qc == 0) lo ^= 1u;
-    const uint32_t lo1 = round_out<kRound>(acc[4 * i + 2] * inv[1]);
-    const uint32_t hi1 = round_out<kRound>(acc[4 * i + 3] * inv[1]);
+    uint32_t w0 = round_pack<kRound>(acc[4 * i + 0] * inv[0], acc[4 * i + 1] * inv[0]);
+    if (RA_INJECT_NONDET && flip0 && i == 0 && qc == 0) w0 ^= 1u;
+    const uint32_t w1 = round_pack<kRound>(acc[4 * i + 2] * inv[1], acc[4 * i + 3] * inv[1]);
     const int ch = (i ^ g) << 3; /* rows g and g + 8 share (r & 7) */
-    *reinterpret_cast<uint32_t*>(so + g * 128 + ch + qc) = lo | (hi << 16);
-    *reinterpret_cast<uint32_t*>(so + (g + 8) * 128 + ch + qc) = lo1 | (hi1 << 16);
+    *reinterpret_cast<uint32_t*>(so + g * 128 + ch + qc) = w0;
+    *reinterpret_cast<uint32_t*>(so + (g + 8) * 128 + ch + qc) = w1;
   }
   __syncwarp();
 #pragma unroll

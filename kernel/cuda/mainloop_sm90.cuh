@@ -1,12 +1,13 @@
 /*
  * mainloop_sm90.cuh — the sm_90a path: a TMA producer warp and two wgmma consumer warpgroups.
  *
- * Shared memory (one CTA per SM, 160 KB + barriers), every tile 128-byte swizzled by TMA and
+ * Shared memory (one CTA per SM, 224 KB + barriers), every tile 128-byte swizzled by TMA and
  * split in two d-halves of 64 columns (a 128-byte swizzle row holds 64 bf16):
- *   q[half][128 rows x 64]              Q tile, A operand of S = Q K^T (K-major)
+ *   q[qstage][half][128 rows x 64]      Q tile, A operand of S = Q K^T (K-major); 2 stages
+ *   o[warp][16 x 128]                   output staging of the epilogue (epilogue.cuh)
  *   k[stage][half][128 keys x 64]       B operand of S (K-major: keys are N, d is K)
  *   v[stage][half][128 keys x 64]       B operand of O += P V (MN-major: d is N, contiguous)
- * Barriers: q_full/q_empty, k_full/k_empty[stage], v_full/v_empty[stage]. "full" completes on
+ * Barriers: q_full/q_empty[qstage], k_full/k_empty[stage], v_full/v_empty[stage]. "full" completes on
  * the TMA byte count; "empty" on one arrival from each of the 8 consumer warps.
  *
  * Consumer warpgroup w owns query rows 64w..64w+63 of the tile; per key block n it overlaps the
@@ -38,30 +39,42 @@ __device__ __forceinline__ void turn_end(int wg) {
   if (kPingPong) named_bar_arrive(1 + (wg ^ 1), 256);
 }
 
+#ifndef RA_CUDA_Q_STAGES
+#define RA_CUDA_Q_STAGES 2
+#endif
+
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 128;
 constexpr int kStages = 2;
+/* Q buffers. With 2 the producer loads tile t + 1's Q (and, the K/V ring being free by then, its
+ * first K and V) while tile t still computes, so a CTA always has the next tile's loads in flight:
+ * this is what short key ranges (one or two key blocks per tile) need, where a tile is mostly load
+ * latency. 224 KB of the 227 KB a CTA may have. */
+constexpr int kQStages = RA_CUDA_Q_STAGES;
 constexpr int kThreads = 384;        /* warpgroup 0: producer; 1, 2: consumers */
 constexpr int kConsumerWarps = 8;    /* arrivals that complete an "empty" barrier */
 constexpr uint32_t kHalfBytes = 128 * 64 * 2; /* one d-half of a 128-row tile: 16 KB */
 constexpr uint32_t kTileBytes = 2 * kHalfBytes;
 
 struct Smem {
-  alignas(1024) uint16_t q[2][128 * 64];
+  alignas(1024) uint16_t q[kQStages][2][128 * 64];
   alignas(1024) uint16_t k[kStages][2][128 * 64];
   alignas(1024) uint16_t v[kStages][2][128 * 64];
 #if RA_CUDA_SMEM_EPILOGUE
   alignas(128) uint16_t o[kConsumerWarps][16 * 128]; /* per-warp output staging (epilogue.cuh) */
 #endif
-  uint64_t q_full, q_empty;
+  uint64_t q_full[kQStages], q_empty[kQStages];
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024; /* + room to align the base to 1024 */
+static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 
 __device__ __forceinline__ void init_barriers(Smem& sm) {
-  mbar_init(&sm.q_full, 1);
-  mbar_init(&sm.q_empty, kConsumerWarps);
+  for (int s = 0; s < kQStages; ++s) {
+    mbar_init(&sm.q_full[s], 1);
+    mbar_init(&sm.q_empty[s], kConsumerWarps);
+  }
   for (int s = 0; s < kStages; ++s) {
     mbar_init(&sm.k_full[s], 1);
     mbar_init(&sm.k_empty[s], kConsumerWarps);
@@ -79,10 +92,11 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem& sm) {
   int tq = 0;
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
     const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
-    mbar_wait(&sm.q_empty, (tq & 1) ^ 1);
-    mbar_arrive_expect_tx(&sm.q_full, kTileBytes);
-    tma_load_4d(sm.q[0], &p.tma_q, &sm.q_full, 0, t.m * kBlockM, t.h, t.b);
-    tma_load_4d(sm.q[1], &p.tma_q, &sm.q_full, 64, t.m * kBlockM, t.h, t.b);
+    const int qs = tq % kQStages;
+    mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
+    mbar_arrive_expect_tx(&sm.q_full[qs], kTileBytes);
+    tma_load_4d(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, t.m * kBlockM, t.h, t.b);
+    tma_load_4d(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, t.m * kBlockM, t.h, t.b);
     for (int n = 0; n < p.num_n_blocks; ++n, ++kv) {
       const int s = kv % kStages;
       const uint32_t ph = (kv / kStages) & 1;
@@ -113,12 +127,14 @@ __device__ __forceinline__ void gemm_qk(float (&s)[64], uint32_t q_addr, uint32_
 
 /* O(64 x 128) += P(64 x 128 keys, registers) V(128 keys x 128 d): 8 k-steps of 16 keys. V is
  * MN-major: LBO = 16 KB to the second d-half (next 64 columns of N), SBO = 1024 to the next 8 keys;
- * a k-step of 16 keys is 2048 bytes. */
-__device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[32], uint32_t v_addr) {
+ * a k-step of 16 keys is 2048 bytes. accumulate = 0 on a tile's first block: O = P V, so O is never
+ * zeroed by ordinary instructions (which, while the next tile's S = Q K^T is in flight, would make
+ * ptxas serialise the wgmmas: C7515). */
+__device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[32], uint32_t v_addr, int accumulate) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const uint32_t a[4] = {pf[4 * j + 0], pf[4 * j + 1], pf[4 * j + 2], pf[4 * j + 3]};
-    wgmma_m64n128k16_rs_tb(o, a, make_desc_sw128(v_addr + j * 2048, kHalfBytes, 1024), 1);
+    wgmma_m64n128k16_rs_tb(o, a, make_desc_sw128(v_addr + j * 2048, kHalfBytes, 1024), j > 0 || accumulate);
   }
 }
 
@@ -140,52 +156,108 @@ __device__ __forceinline__ void warp_release(uint64_t* bar, int lane) {
   if (lane == 0) mbar_arrive(bar);
 }
 
+/* 0 (default): the next tile's S = Q K_0^T is issued after this tile's epilogue (and waited for
+ * at once). 1: it is issued beside the tile's last P.V so that it overlaps the epilogue. Measured
+ * on the H200 (docs/perf-notes.md v3): no faster at the short shapes it was meant for (ncu: same
+ * duration within 1 %) and 1-3 % slower at long ones, so off. */
+#ifndef RA_CUDA_NEXT_QK
+#define RA_CUDA_NEXT_QK 0
+#endif
+constexpr bool kNextQK = RA_CUDA_NEXT_QK != 0;
+
+/* A warpgroup whose 64 query rows all lie past seqlen_q (decode: seqlen_q <= 64 leaves warpgroup 2
+ * with no row) skips the tile's softmax, P.V products, epilogue and every Q K^T but the first
+ * (issued before the tile's rows were known), and only releases the stages it would have read, so
+ * the producer's ring keeps turning. Not with ping-pong, whose turns both warpgroups must take. */
+template <bool kPP>
+__device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg) {
+  return !kPP && m_block * kBlockM + wg * 64 >= p.seqlen_q;
+}
+
 template <int kRound, Layout L, bool kPP>
 __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, int tid) {
   const int warp = tid >> 5;
   const int lane = tid & 31;
   const int qc = 2 * (lane & 3);
   const int row_in_tile = wg * 64 + warp * 16 + (lane >> 2);
-  const uint32_t q_addr = smem_u32(&sm.q[0][0]) + wg * 64 * 128; /* 64 rows of 128 B into each half */
   const int nb = p.num_n_blocks;
   const int last_valid = p.seqlen_k - (nb - 1) * kBlockN; /* keys in the last block, 1..128 */
   const bool tail = last_valid < kBlockN;
+  /* 64 rows of 128 B into each d-half of Q stage qs */
+  auto q_addr_of = [&](int qs) { return smem_u32(&sm.q[qs][0][0]) + wg * 64 * 128; };
+
+  float s[64];
+  uint32_t pf[32];
+
+  /* A tile's S = Q K_0^T is computed before the tile starts: the first tile's here, every later
+   * one's at the end of the previous tile (after its epilogue, or with RA_CUDA_NEXT_QK beside its
+   * last P.V), and waited for there. ptxas serialises every wgmma of the kernel (C7515) when an
+   * accumulator is in flight across the loop's back edge, or when the issue is conditional; so the
+   * wait stays inside the iteration and the last tile issues a discarded S = Q K_0^T on its own,
+   * already released, buffers (the producer loads nothing after a CTA's last tile). */
+  auto wait_qk0 = [&](int tq_n, int kv_n) {
+    mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
+    mbar_wait(&sm.k_full[kv_n % kStages], (kv_n / kStages) & 1);
+  };
+  auto issue_qk0 = [&](int tq_n, int kv_n) {
+    gemm_qk(s, q_addr_of(tq_n % kQStages), smem_u32(&sm.k[kv_n % kStages][0][0]));
+    wgmma_commit();
+  };
 
   int kv = 0;
   int tq = 0;
   if (wg == 1) turn_end<kPP>(wg); /* warpgroup 0 goes first */
+  if ((int)blockIdx.x < p.num_tiles) {
+    wait_qk0(0, 0);
+    turn_begin<kPP>(wg);
+    wgmma_fence();
+    issue_qk0(0, 0);
+    turn_end<kPP>(wg);
+    wgmma_wait<0>();
+  }
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
     const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
+    const int qs = tq % kQStages;
+    const uint32_t q_addr = q_addr_of(qs);
+    const bool has_next = tile + (int)gridDim.x < p.num_tiles;
+
+    /* key block 0: S is ready */
+    fence_regs(s);
+    warp_release(&sm.k_empty[kv % kStages], lane);
+
+    if (wg_idle<kPP>(p, t.m, wg)) {
+      warp_release(&sm.q_empty[qs], lane);
+      for (int n = 0; n < nb; ++n) {
+        const int kc = kv + n;
+        if (n > 0) {
+          mbar_wait(&sm.k_full[kc % kStages], (kc / kStages) & 1);
+          warp_release(&sm.k_empty[kc % kStages], lane);
+        }
+        mbar_wait(&sm.v_full[kc % kStages], (kc / kStages) & 1);
+        warp_release(&sm.v_empty[kc % kStages], lane);
+      }
+      kv += nb;
+      if (has_next) {
+        wait_qk0(tq + 1, kv);
+        turn_begin<kPP>(wg);
+        wgmma_fence();
+        issue_qk0(tq + 1, kv);
+        turn_end<kPP>(wg);
+      }
+      wgmma_wait<0>();
+      continue;
+    }
+
     float o[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] = 0.f;
-    float s[64];
-    uint32_t pf[32];
     float corr[2];
     OnlineSoftmax<16> sfm;
     sfm.init();
-
-    mbar_wait(&sm.q_full, tq & 1);
-
-    /* key block 0 */
-    {
-      const int st = kv % kStages;
-      mbar_wait(&sm.k_full[st], (kv / kStages) & 1);
-      turn_begin<kPP>(wg);
-      wgmma_fence();
-      gemm_qk(s, q_addr, smem_u32(&sm.k[st][0][0]));
-      wgmma_commit();
-      turn_end<kPP>(wg);
-      wgmma_wait<0>();
-      fence_regs(s);
-      warp_release(&sm.k_empty[st], lane);
-      if (nb == 1) warp_release(&sm.q_empty, lane);
-      if (nb == 1 && tail)
-        sfm.template step<true, true>(s, p.scale_log2, last_valid, qc, corr);
-      else
-        sfm.template step<true, false>(s, p.scale_log2, kBlockN, qc, corr);
-      scores_to_frags(s, pf);
-    }
+    if (nb == 1) warp_release(&sm.q_empty[qs], lane);
+    if (nb == 1 && tail)
+      sfm.template step<true, true>(s, p.scale_log2, last_valid, qc, corr);
+    else
+      sfm.template step<true, false>(s, p.scale_log2, kBlockN, qc, corr);
+    scores_to_frags(s, pf);
 
     for (int n = 1; n < nb; ++n) {
       const int kc = kv + n;
@@ -198,14 +270,14 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       wgmma_fence();
       gemm_qk(s, q_addr, smem_u32(&sm.k[sc][0][0]));
       wgmma_commit();
-      gemm_pv(o, pf, smem_u32(&sm.v[sp][0][0]));
+      gemm_pv(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
       wgmma_commit();
       turn_end<kPP>(wg);
 
       wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
       fence_regs(s);
       warp_release(&sm.k_empty[sc], lane);
-      if (n == nb - 1) warp_release(&sm.q_empty, lane);
+      if (n == nb - 1) warp_release(&sm.q_empty[qs], lane);
       if (n == nb - 1 && tail)
         sfm.template step<false, true>(s, p.scale_log2, last_valid, qc, corr);
       else
@@ -219,17 +291,26 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       scores_to_frags(s, pf);
     }
 
-    /* the last block's P.V */
+    /* the last block's P.V, then the next tile's S = Q K_0^T in the same turn (a discarded one after
+     * the last tile: see issue_qk0) */
     {
       const int kl = kv + nb - 1;
       const int sl = kl % kStages;
       mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
       turn_begin<kPP>(wg);
       wgmma_fence();
-      gemm_pv(o, pf, smem_u32(&sm.v[sl][0][0]));
+      gemm_pv(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
       wgmma_commit();
+      if constexpr (kNextQK) {
+        /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
+        if (has_next) wait_qk0(tq + 1, kv + nb);
+        issue_qk0(has_next ? tq + 1 : tq, has_next ? kv + nb : kv);
+      }
       turn_end<kPP>(wg);
-      wgmma_wait<0>();
+      if constexpr (kNextQK)
+        wgmma_wait<1>(); /* P.V done; the next S may still run */
+      else
+        wgmma_wait<0>();
       fence_regs(o);
       warp_release(&sm.v_empty[sl], lane);
     }
@@ -247,6 +328,14 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
     store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
 #endif
+    if constexpr (!kNextQK) {
+      if (has_next) wait_qk0(tq + 1, kv);
+      turn_begin<kPP>(wg);
+      wgmma_fence();
+      issue_qk0(has_next ? tq + 1 : tq, has_next ? kv : kv - nb);
+      turn_end<kPP>(wg);
+    }
+    wgmma_wait<0>(); /* the next tile's S */
   }
 }
 

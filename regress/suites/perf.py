@@ -71,6 +71,23 @@ GPU_SHAPES = [
     Shape(1, 16, 32768, 32768),
 ]
 GPU_LONG_SHAPES = [Shape(2, 24, 32768, 32768), Shape(1, 16, 131072, 131072)]
+# GPU: the families real models run (issue 15), so the nightly measures what users would pick a
+# kernel for. Odd lengths exercise partial query and key tiles.
+GPU_MODEL_SHAPES = [
+    Shape(8, 32, 2048, 2048),  # LLM prefill, 32 heads, 2k
+    Shape(1, 64, 8192, 8192),  # LLM prefill, 64 heads, 8k
+    Shape(1, 32, 32768, 32768),  # LLM prefill, 32 heads, 32k
+    Shape(2, 24, 4096, 4096),  # diffusion self-attention, 24 heads, 4k
+    Shape(1, 24, 16384, 16384),  # diffusion, 24 heads, 16k
+    Shape(64, 16, 256, 256),  # many short sequences
+    Shape(256, 32, 128, 128),  # many very short sequences
+    Shape(2, 24, 4096, 77),  # cross-attention to a 77-token text encoder
+    Shape(2, 24, 4096, 256),  # cross-attention to 256 keys
+    Shape(2, 24, 4096, 1024),  # cross-attention to 1024 keys
+    Shape(2, 32, 1531, 1531),  # odd lengths: partial query and key tiles
+    Shape(1, 24, 4097, 4097),  # one row and one key past a tile boundary
+    Shape(3, 40, 1000, 2049),  # odd, Sq != Sk
+]
 
 
 def _long_shapes() -> bool:
@@ -137,7 +154,7 @@ class PerfSuite:
     name = NAME
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
-        gpu_full = GPU_SHAPES + (GPU_LONG_SHAPES if _long_shapes() else [])
+        gpu_full = GPU_SHAPES + GPU_MODEL_SHAPES + (GPU_LONG_SHAPES if _long_shapes() else [])
         shapes = for_device(ctx, gpu=(GPU_QUICK, gpu_full), cpu=(CPU_QUICK, CPU_SHAPES))
         return [
             make_spec(NAME, shape, layout, mode)

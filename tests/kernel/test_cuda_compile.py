@@ -105,8 +105,11 @@ def test_register_budget(built):
 
 
 def test_wgmma_not_serialized(built):
-    # ptxas says so (C7510 family) when it must serialise wgmma for register hazards.
+    # ptxas says so (C7515 and family) when it must serialise wgmma for register hazards; C7517 says
+    # it injected a wait for registers still in flight (an overlap lost). C7519 (an injected
+    # warpgroup.arrive, a register fence) is allowed.
     assert "serialized" not in built[1], built[1]
+    assert "(C7517)" not in built[1], built[1]
 
 
 def test_inject_builds_compile(tmp_path):
@@ -156,8 +159,9 @@ def test_sass_tensor_cores_and_no_local_memory(built):
         body = "\n".join(lines)
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
         if "attn_fwd_sm90" in name:
-            # 8 k-steps x (Q K^T first block, Q K^T loop, P V loop, P V last block)
-            assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 32, name
+            # 8 k-steps x (Q K^T of the first tile, of an idle warpgroup's next tile, of the key
+            # loop and of the next tile beside the last P V; P V of the key loop and of the last block)
+            assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 48, name
             # the epilogue's 16-byte global stores (smem-staged)
             assert re.search(r"\bSTG\.E\.128\b", body), name
         else:
