@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """h200_kernel.py — dev harness for the CUDA (sm_90a) attention backend: build, check, time, sanitize.
 
-Self-contained on purpose (torch + ctypes only, no `regress` imports): the device machine has
-torch but not the project's database stack. One invocation does what one device call should:
+Light on purpose (torch + ctypes, and only the pure `regress.metrics` from the package): the
+device machine has torch but not the project's database stack. One invocation does what one
+device call should:
 
     PYTHONUNBUFFERED=1 python3 benchmarks/h200_kernel.py --lib main=build/cuda/libregress_attn_cuda.so \
         --lib mma=build/cuda/libforce_mma_sync.so --check --bench --sanitize --out "$OUT"
@@ -14,8 +15,9 @@ torch but not the project's database stack. One invocation does what one device 
   --bench        CUDA-event timing against SDPA flash and cuDNN, interleaved, input rotation
   --sanitize     compute-sanitizer memcheck + racecheck on a small and an odd shape (C driver)
 
-Scaled ULP: |o - ref| / ulp_bf16(P.|V|), ulp_bf16(x) = 2^(floor(log2 x) - 7); gate 1.5 (rtne, rtna),
-2.0 (rtz). Non-finite outputs must match the reference bit for bit (NaN canonical 0x7FFF).
+Scaled ULP: |o - ref| / ulp_bf16(P.|V|), ulp_bf16(x) = 2^(floor(log2 x) - 7); the gate per mode is
+regress/contract.toml's (read through regress.metrics, the one loader). Non-finite outputs must
+match the reference bit for bit (NaN canonical 0x7FFF).
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from regress.metrics import load_contract  # noqa: E402  (pure: numpy and the packaged toml only)
+
 DEV = "cuda"  # "cpu" only for --dry-run (a torch stand-in for the library, to debug this script)
 _TENSORS: dict[int, torch.Tensor] = {}  # data_ptr -> tensor, for the dry-run stand-in
 MODES = {"rtne": 0, "rtna": 1, "rtz": 2}
-GATE = {"rtne": 1.5, "rtna": 1.5, "rtz": 2.0}
+GATE = load_contract().scaled_ulp_max
 RA_OK, RA_ERR_NULL, RA_ERR_HEAD_DIM, RA_ERR_SHAPE, RA_ERR_STRIDE, RA_ERR_ROUNDING = 0, 1, 2, 3, 4, 5
 NVCC = (
     "nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -lineinfo "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import statistics
 import time
 import traceback
 import zlib
@@ -198,53 +197,10 @@ def sha256_bits(x: torch.Tensor) -> str:
     return hashlib.sha256(bits(x).cpu().numpy().tobytes()).hexdigest()
 
 
-# --- statistics -------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile, q in [0, 100] (numpy's default method)."""
-    if not values:
-        return math.nan
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def summarize_times(times_ms: Sequence[float]) -> dict[str, float]:
-    return {
-        "p50_ms": percentile(times_ms, 50),
-        "p95_ms": percentile(times_ms, 95),
-        "mean_ms": statistics.fmean(times_ms) if times_ms else math.nan,
-        "stdev_ms": statistics.stdev(times_ms) if len(times_ms) > 1 else 0.0,
-    }
-
-
 def for_device(ctx: SuiteContext, *, gpu: tuple[T, T], cpu: tuple[T, T]) -> T:
     """The (quick, full) choice of the context's device kind: every suite sizes its cases this way."""
     quick, full = gpu if ctx.is_gpu else cpu
     return quick if ctx.quick else full
-
-
-def timing_metrics(
-    samples: dict[str, list[float]], rate_name: str, rate: Callable[[float], float]
-) -> dict[str, Any]:
-    """Summary of the kernel's "time_ms" series and of each interleaved "baseline:<name>:time_ms":
-    percentiles, a throughput at p50 (`rate` of milliseconds, e.g. TFLOP/s or tokens/s), and
-    speedup_vs_<name> = baseline p50 / kernel p50."""
-    kernel = summarize_times(samples["time_ms"])
-    metrics: dict[str, Any] = {**kernel, rate_name: rate(kernel["p50_ms"])}
-    for key, values in samples.items():
-        if not (key.startswith("baseline:") and key.endswith(":time_ms")):
-            continue
-        name = key.split(":")[1]
-        s = summarize_times(values)
-        metrics[f"baseline:{name}:p50_ms"] = s["p50_ms"]
-        metrics[f"baseline:{name}:p95_ms"] = s["p95_ms"]
-        metrics[f"baseline:{name}:{rate_name}"] = rate(s["p50_ms"])
-        metrics[f"speedup_vs_{name}"] = s["p50_ms"] / kernel["p50_ms"] if kernel["p50_ms"] > 0 else math.nan
-    return metrics
 
 
 # --- timing ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from regress.gpu_state import device_state
+from regress.metrics import timing_metrics
 from regress.results import ROUNDING_MODES, CaseResult, CaseSpec, Layout
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
@@ -31,7 +32,6 @@ from regress.suites.common import (
     make_spec,
     spec_shape,
     synchronize,
-    timing_metrics,
     working_baselines,
 )
 
