@@ -48,6 +48,13 @@ def fmt_pct(value: Any) -> str:
     return f"{value * 100:+.1f}%"
 
 
+def fmt_ratio(value: Any) -> str:
+    """A speedup: three decimals and ×, so 1.5552 reads 1.555×, not 1.56×."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        return ""
+    return f"{value:.3f}×"
+
+
 def fmt_time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else "–"
 
@@ -66,7 +73,7 @@ def make_env(templates: Path) -> Environment:
     )
     # Compact JSON in <script type="application/json">; jinja's tojson escapes <, >, & and '.
     env.policies["json.dumps_kwargs"] = {"separators": (",", ":"), "sort_keys": False}
-    env.filters.update(num=fmt_num, pct=fmt_pct, time=fmt_time, date=fmt_date, show=fmt_show)
+    env.filters.update(ratio=fmt_ratio, num=fmt_num, pct=fmt_pct, time=fmt_time, date=fmt_date, show=fmt_show)
     return env
 
 
