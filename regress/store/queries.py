@@ -47,6 +47,10 @@ def list_runs(
     return [(run, stack) for run, stack in rows]
 
 
+def count_runs(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Run)) or 0
+
+
 def run_summary(run: Run, stack: Stack) -> dict[str, Any]:
     """One run as the CLI's `runs list --json` and the API's RunSummary show it."""
     summary = run.summary or {}
