@@ -177,3 +177,6 @@ def test_case_page_in_chromium(real: RealSite, browser: Any) -> None:
     browser.open(real.out / "case" / f"{perf['case_key']}.html")
     assert browser.console_errors() == []
     assert browser.eval("document.querySelectorAll('#chart-main svg .points circle').length") >= 1
+    heads = browser.eval("[...document.querySelectorAll('th.n')].map(th => th.innerText.trim())")
+    assert heads and all("(" in h and ")" in h for h in heads if h != "p-value"), heads
+    assert any(h.startswith("speedup vs sdpa_") for h in heads), heads  # names the baseline

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ...metrics import HEADLINE, scaled_ulp_limit
+from ...metrics import HEADLINE, SPEEDUP_PREFIX, scaled_ulp_limit
 from ..data import STATUS_CODES, CaseRow
 from ..format import clean, epoch, script_json
 from .common import STATE_ORDER, Pages
@@ -73,6 +73,15 @@ def case_payload(c: Pages, case: CaseRow) -> dict[str, Any]:
             )
     suite = case.suite
     head = HEADLINE.get(suite)
+    # The speedup's baseline as the runs of this series name it (sdpa_cudnn on CUDA, aiter on ROCm).
+    bases = sorted(
+        {
+            c.d.speedup_name.get(c.d.run_order[r], "").removeprefix(SPEEDUP_PREFIX)
+            for idx in c.m.series.get(case.id, {}).values()
+            for r in t["run"][idx].tolist()
+        }
+        - {""}
+    )
     return {
         "name": case.name,
         "suite": suite,
@@ -81,6 +90,7 @@ def case_payload(c: Pages, case: CaseRow) -> dict[str, Any]:
         "band": suite in ("perf", "e2e"),
         "limit": scaled_ulp_limit(case.mode) if suite == "ulp" else None,
         "speedup": suite in ("perf", "e2e"),
+        "speedup_label": f"speedup vs {' / '.join(bases) or 'the baseline'} (×)",
         "stacks": stacks,
         "markers": markers,
         "changes": changes,
