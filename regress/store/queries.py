@@ -8,6 +8,7 @@ row at a time, transactional) and bulk.py (the demo history).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Row, func, select
@@ -49,6 +50,11 @@ def list_runs(
 
 def count_runs(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(Run)) or 0
+
+
+def first_run_start(session: Session) -> datetime | None:
+    """When the oldest stored run started (the demo appends nights to a history from there)."""
+    return session.scalar(select(func.min(Run.started_at)))
 
 
 def run_summary(run: Run, stack: Stack) -> dict[str, Any]:
