@@ -420,6 +420,11 @@ def _device(n: Night, i: int, seconds: float) -> dict[str, Any]:
 # --- one generator per suite ------------------------------------------------------------------
 
 
+def _cases(n: Night, suite: str) -> Iterator[tuple[int, CaseSpec]]:
+    """(index in the plan, spec) of one suite's cases: the index keys the per-case constants."""
+    return ((i, s) for i, s in enumerate(n.plan.specs) if s.suite == suite)
+
+
 def _timed(n: Night, level_ms: float, speedup: dict[str, float]) -> dict[str, list[float]]:
     """Kernel and interleaved baseline samples around their levels, with the real-noise shape."""
     samples = {"time_ms": (level_ms * _noise(n.rng, (n.plan.samples,))).round(5).tolist()}
@@ -430,9 +435,7 @@ def _timed(n: Night, level_ms: float, speedup: dict[str, float]) -> dict[str, li
 
 
 def perf_results(n: Night) -> Iterator[CaseResult]:
-    for i, s in enumerate(n.plan.specs):
-        if s.suite != "perf":
-            continue
+    for i, s in _cases(n, "perf"):
         p = s.params
         level = _base_ms(p, n.sd) * n.factor[i] * float(n.rng.normal(1.0, 0.004))
         jitter = n.plan.speedup_jitter[i]
@@ -446,9 +449,7 @@ def perf_results(n: Night) -> Iterator[CaseResult]:
 
 
 def e2e_results(n: Night) -> Iterator[CaseResult]:
-    for i, s in enumerate(n.plan.specs):
-        if s.suite != "e2e":
-            continue
+    for i, s in _cases(n, "e2e"):
         p = s.params
         ms = (40.0 + 15 * (i % 3)) * (1.0 if n.sd.backend == "hip" else 0.8) * n.factor[i]
         ms *= float(n.rng.normal(1.0, 0.006))
@@ -463,9 +464,7 @@ def e2e_results(n: Night) -> Iterator[CaseResult]:
 
 def ulp_results(n: Night) -> Iterator[CaseResult]:
     contract = load_contract()
-    for i, s in enumerate(n.plan.specs):
-        if s.suite != "ulp":
-            continue
+    for i, s in _cases(n, "ulp"):
         p = s.params
         limit = contract.scaled_ulp_limit(p["mode"])
         v = float(n.plan.ulp_base[i]) * (1.35 if p["mode"] == "rtz" else 1.0)
@@ -514,9 +513,7 @@ def ulp_results(n: Night) -> Iterator[CaseResult]:
 
 def determinism_results(n: Night) -> Iterator[CaseResult]:
     contract = load_contract()
-    for i, s in enumerate(n.plan.specs):
-        if s.suite != "determinism":
-            continue
+    for i, s in _cases(n, "determinism"):
         p = s.params
         flaky = n.lane == len(n.plan.lanes) - 1 and n.night == n.plan.flaky_night and i % 4 == 0
         distinct = 2 if flaky else 1
