@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """h200_kernel.py — dev harness for the CUDA (sm_90a) attention backend: build, check, time, sanitize.
 
-Light on purpose (torch + ctypes, and only the pure `regress.metrics` from the package): the
-device machine has torch but not the project's database stack. One invocation does what one
-device call should:
+Light on purpose (torch + ctypes, and from the package only the stdlib-only `regress.build` and
+the pure `regress.metrics`): the device machine has torch but not the project's database stack.
+One invocation does what one device call should:
 
     PYTHONUNBUFFERED=1 python3 benchmarks/h200_kernel.py --lib main=build/cuda/libregress_attn_cuda.so \
         --lib mma=build/cuda/libforce_mma_sync.so --check --bench --sanitize --out "$OUT"
 
-  --build        compile the libraries with nvcc first (same command as the project's build module)
+  --build        compile the libraries first, through regress.build (the one nvcc command)
   --check        correctness on fresh random inputs vs an fp64 reference (scaled ULP gate), both
                  layouts, odd shapes, NaN/Inf cases, determinism, error codes, no out-of-range writes
   --drills       the fire-drill builds (RA_INJECT_*) behave as inject.h says
@@ -27,6 +27,7 @@ import ctypes
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,10 +45,6 @@ _TENSORS: dict[int, torch.Tensor] = {}  # data_ptr -> tensor, for the dry-run st
 MODES = {"rtne": 0, "rtna": 1, "rtz": 2}
 GATE = load_contract().scaled_ulp_max
 RA_OK, RA_ERR_NULL, RA_ERR_HEAD_DIM, RA_ERR_SHAPE, RA_ERR_STRIDE, RA_ERR_ROUNDING = 0, 1, 2, 3, 4, 5
-NVCC = (
-    "nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -lineinfo "
-    "-Xptxas -v -Ikernel kernel/cuda/attention_sm90.cu"
-)
 BUILD_FLAGS = {
     "main": "",
     "mma": "-DRA_CUDA_FORCE_MMA_SYNC=1",
@@ -797,16 +794,28 @@ SAN_LIBS = "main"
 
 
 def build(a):
-    """All libraries in parallel (~10 s each), ptxas report beside each."""
-    os.chdir(ROOT)
-    procs = []
-    for item in a.lib:
+    """All libraries in parallel (~10 s each) through the project's one build path
+    (regress.build: the same nvcc argv as `regress build --backend cuda`), ptxas report beside each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from regress.build import BuildError, build_kernel
+
+    def one(item):
         n, pth = item.split("=", 1)
         Path(pth).parent.mkdir(parents=True, exist_ok=True)
-        procs.append(
-            subprocess.Popen(f"{NVCC} {BUILD_FLAGS.get(n, '')} -o {pth} > {pth}.ptxas.txt 2>&1", shell=True)
-        )
-    rcs = [pr.wait() for pr in procs]
+        try:
+            art = build_kernel(
+                "cuda", extra_flags=BUILD_FLAGS.get(n, "").split(), cache_dir=Path(pth).parent / ".cache"
+            )
+        except BuildError as e:
+            Path(f"{pth}.ptxas.txt").write_text(str(e))
+            return 1
+        shutil.copyfile(art.path, pth)
+        shutil.copyfile(art.path.parent / "build.log", f"{pth}.ptxas.txt")
+        return 0
+
+    with ThreadPoolExecutor(len(a.lib) or 1) as pool:  # nvcc runs outside the GIL
+        rcs = list(pool.map(one, a.lib))
     log(f"build: rcs {rcs}")
     return int(any(rcs))
 
