@@ -1,4 +1,5 @@
-"""Reads the store into plain rows and one columnar result table, with an on-disk cache.
+"""Reads the store (through regress.store.queries, by column name) into plain rows and one
+columnar result table, with an on-disk cache.
 
 Why a cache: a year of nightly history is ~330k results with their samples; decoding them takes
 seconds, while a new night adds only ~1k. Completed runs never change, so the table of every result
@@ -22,7 +23,7 @@ from sqlalchemy import Engine
 from ..metrics import SPEEDUP_PREFIX, headline_value, percentile, speedups
 from ..store import queries
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the speedup column is against the run's first baseline by name (issue 12)
 STATUS_CODES = ("pass", "fail", "error", "skip", "other")
 STATUS_INDEX = {s: i for i, s in enumerate(STATUS_CODES)}
 COLUMNS = ("id", "run", "case", "status", "value", "lo", "hi", "speedup", "tflops")
