@@ -24,7 +24,6 @@ from regress.suites.base import SuiteContext
 from regress.suites.common import (
     HEAD_DIM,
     Shape,
-    Timer,
     as_mode,
     derive_seed,
     for_device,
@@ -32,8 +31,8 @@ from regress.suites.common import (
     make_spec,
     spec_shape,
     synchronize,
-    working_baselines,
 )
+from regress.suites.timing import Timer, working_baselines
 
 NAME = "e2e"
 LAYOUT: Layout = "bshd"  # what a projection's [B, S, H·D] output reshapes to without a copy

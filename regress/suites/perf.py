@@ -28,7 +28,6 @@ from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     Shape,
-    Timer,
     derive_seed,
     for_device,
     guarded,
@@ -38,8 +37,8 @@ from regress.suites.common import (
     spec_layout_mode,
     spec_shape,
     synchronize,
-    working_baselines,
 )
+from regress.suites.timing import Timer, working_baselines
 
 NAME = "perf"
 
