@@ -1,4 +1,5 @@
-"""Store operations: the only code that writes rows. Each public writer is one transaction."""
+"""Store writes, one at a time: each public writer is one transaction (bulk.py writes many finished
+runs at once; queries.py holds the reads)."""
 
 from __future__ import annotations
 
