@@ -73,7 +73,15 @@ def make_env(templates: Path) -> Environment:
     )
     # Compact JSON in <script type="application/json">; jinja's tojson escapes <, >, & and '.
     env.policies["json.dumps_kwargs"] = {"separators": (",", ":"), "sort_keys": False}
-    env.filters.update(ratio=fmt_ratio, num=fmt_num, pct=fmt_pct, time=fmt_time, date=fmt_date, show=fmt_show)
+    env.filters.update(
+        hostrows=host_rows,
+        ratio=fmt_ratio,
+        num=fmt_num,
+        pct=fmt_pct,
+        time=fmt_time,
+        date=fmt_date,
+        show=fmt_show,
+    )
     return env
 
 
@@ -208,4 +216,31 @@ def device_rows(gpu_state: Any) -> list[dict[str, str]]:
                         "after": describe_device(snaps.get("after")),
                     }
                 )
+    return rows
+
+
+def host_rows(host: Any) -> list[tuple[str, str]]:
+    """A run's host record as (label, text): the fingerprint's per-GPU diagnostics one line per GPU
+    (index, UUID, serial, clock, temperature), lists joined, anything else as it is."""
+    if not isinstance(host, dict):
+        return []
+    rows: list[tuple[str, str]] = []
+    for key, value in host.items():
+        if key == "fingerprint_diagnostics" and isinstance(value, dict):
+            for gpu in value.get("gpus") or []:
+                if isinstance(gpu, dict):
+                    temp = f"{gpu['temperature']} °C" if gpu.get("temperature") not in (None, "") else ""
+                    parts = [
+                        gpu.get("uuid"),
+                        f"serial {gpu['serial']}" if gpu.get("serial") else "",
+                        gpu.get("clock_sm"),
+                        temp,
+                    ]
+                    rows.append((f"GPU {gpu.get('index', '?')}", " · ".join(str(p) for p in parts if p)))
+            rest = {k: v for k, v in value.items() if k != "gpus" and k not in host}
+            rows += [(f"host {k}", fmt_show(v)) for k, v in rest.items()]
+        elif isinstance(value, list):
+            rows.append((f"host {key}", "\n".join(map(str, value))))
+        else:
+            rows.append((f"host {key}", fmt_show(value)))
     return rows

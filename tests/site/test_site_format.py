@@ -3,7 +3,7 @@ temperature and power, never as raw keys (the site showed `time_unix 1796018983.
 
 from __future__ import annotations
 
-from regress.site.format import describe_device, device_rows, fmt_ratio, throttle_text
+from regress.site.format import describe_device, device_rows, fmt_ratio, host_rows, throttle_text
 
 
 def test_nvidia_snapshot() -> None:
@@ -62,3 +62,24 @@ def test_throttle_bits_and_ratio() -> None:
     assert throttle_text("0x41") == "idle, HW thermal"
     assert throttle_text(0x10) == "0x10"
     assert fmt_ratio(1.5552) == "1.555×" and fmt_ratio(None) == "" and fmt_ratio(float("nan")) == ""
+
+
+def test_host_record_reads_per_gpu() -> None:
+    host = {
+        "hostname": "vm",
+        "cpus": 32,
+        "drift": ["a", "b"],
+        "fingerprint_diagnostics": {
+            "hostname": "vm",
+            "gpus": [
+                {"index": 1, "uuid": "GPU-x", "serial": "42", "clock_sm": "345 MHz", "temperature": "33"}
+            ],
+        },
+    }
+    assert host_rows(host) == [
+        ("host hostname", "vm"),
+        ("host cpus", "32"),
+        ("host drift", "a\nb"),
+        ("GPU 1", "GPU-x · serial 42 · 345 MHz · 33 °C"),
+    ]
+    assert host_rows("x") == []

@@ -167,7 +167,11 @@ def test_run_page_in_chromium(real: RealSite, browser: Any) -> None:
     perf = browser.eval(f"{rows}.map(tr => tr.cells[{col}].innerText)")
     assert perf and all(NUMBER.match(s) for s in perf), perf[:5]
     text = browser.eval("document.querySelector('dl.kv').innerText")
-    assert "time_unix" not in text and "°C" in text
+    assert "time_unix" not in text and "°C" in text and "{'" not in text  # no Python reprs
+    every = browser.eval("[...document.querySelectorAll('th.n')].map(th => th.innerText.trim())")
+    assert all("(" in h and ")" in h for h in every), every  # geomean, kernels and results tables
+    kernels = browser.eval("document.querySelectorAll('#kernels tbody tr').length")
+    assert kernels == len(real.bundle["build"]["stats"]["kernels"])
 
 
 @pytest.mark.chromium

@@ -45,6 +45,7 @@ def run_pages(c: Pages) -> None:
                 "failing": failing,
                 "devices": device_rows(run.gpu_state),
                 "build": c.d.builds.get(run.build_id) if run.build_id else None,
+                "build_kernels": kernel_table(c.d.builds.get(run.build_id or -1)),
                 "regressions": regs,
                 "speedup_name": c.d.speedup_name.get(run.id, "").removeprefix(SPEEDUP_PREFIX) or "baseline",
             }
@@ -114,3 +115,35 @@ def _run_fields(run: RunRow) -> tuple[Any, ...]:
         run.exit_code,
         run.runner,
     )
+
+
+# What the compiler reports per kernel (regress.build: ptxas for CUDA, clang remarks for gfx942),
+# in this order when present, each with its unit.
+KERNEL_COLUMNS = (
+    ("registers", "registers (per thread)"),
+    ("vgprs", "VGPRs (per lane)"),
+    ("agprs", "AGPRs (per lane)"),
+    ("sgprs", "SGPRs (per wave)"),
+    ("spill_store_bytes", "spill stores (bytes)"),
+    ("spill_load_bytes", "spill loads (bytes)"),
+    ("vgpr_spill", "VGPR spills (count)"),
+    ("sgpr_spill", "SGPR spills (count)"),
+    ("stack_bytes", "stack (bytes)"),
+    ("scratch_bytes", "scratch (bytes per lane)"),
+    ("smem_bytes", "shared memory (bytes)"),
+    ("lds_bytes", "LDS (bytes per block)"),
+    ("occupancy", "occupancy (waves per SIMD)"),
+    ("barriers", "barriers (count)"),
+)
+
+
+def kernel_table(build: dict[str, Any] | None) -> dict[str, Any]:
+    """The build's per-kernel report as a table, columns named with their units."""
+    kernels = (build or {}).get("stats", {}).get("kernels")
+    if not isinstance(kernels, dict) or not kernels:
+        return {"columns": [], "rows": []}
+    present = [(k, label) for k, label in KERNEL_COLUMNS if any(k in v for v in kernels.values())]
+    return {
+        "columns": [{"key": k, "label": label} for k, label in present],
+        "rows": [(name, [r.get(k) for k, _ in present]) for name, r in sorted(kernels.items())],
+    }
