@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
 """h200_kernel.py — dev harness for the CUDA (sm_90a) attention backend: build, check, time, sanitize.
 
-Self-contained on purpose (torch + ctypes only, no `regress` imports): the device machine has
-torch but not the project's database stack. One invocation does what one device call should:
+Light on purpose (torch + ctypes, and from the package only the stdlib-only `regress.build` and
+the pure `regress.metrics`): the device machine has torch but not the project's database stack.
+One invocation does what one device call should:
 
     PYTHONUNBUFFERED=1 python3 benchmarks/h200_kernel.py --lib main=build/cuda/libregress_attn_cuda.so \
         --lib mma=build/cuda/libforce_mma_sync.so --check --bench --sanitize --out "$OUT"
 
-  --build        compile the libraries with nvcc first (same command as the project's build module)
+  --build        compile the libraries first, through regress.build (the one nvcc command)
   --check        correctness on fresh random inputs vs an fp64 reference (scaled ULP gate), both
                  layouts, odd shapes, NaN/Inf cases, determinism, error codes, no out-of-range writes
   --drills       the fire-drill builds (RA_INJECT_*) behave as inject.h says
   --bench        CUDA-event timing against SDPA flash and cuDNN, interleaved, input rotation
   --sanitize     compute-sanitizer memcheck + racecheck on a small and an odd shape (C driver)
 
-Scaled ULP: |o - ref| / ulp_bf16(P.|V|), ulp_bf16(x) = 2^(floor(log2 x) - 7); gate 1.5 (rtne, rtna),
-2.0 (rtz). Non-finite outputs must match the reference bit for bit (NaN canonical 0x7FFF).
+Scaled ULP: |o - ref| / ulp_bf16(P.|V|), ulp_bf16(x) = 2^(floor(log2 x) - 7); the gate per mode is
+regress/contract.toml's (read through regress.metrics, the one loader). Non-finite outputs must
+match the reference bit for bit (NaN canonical 0x7FFF).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import ctypes
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,15 +37,14 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from regress.metrics import geomean, load_contract, percentile  # noqa: E402  (pure: numpy and the packaged toml only)
+
 DEV = "cuda"  # "cpu" only for --dry-run (a torch stand-in for the library, to debug this script)
 _TENSORS: dict[int, torch.Tensor] = {}  # data_ptr -> tensor, for the dry-run stand-in
 MODES = {"rtne": 0, "rtna": 1, "rtz": 2}
-GATE = {"rtne": 1.5, "rtna": 1.5, "rtz": 2.0}
+GATE = load_contract().scaled_ulp_max
 RA_OK, RA_ERR_NULL, RA_ERR_HEAD_DIM, RA_ERR_SHAPE, RA_ERR_STRIDE, RA_ERR_ROUNDING = 0, 1, 2, 3, 4, 5
-NVCC = (
-    "nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -lineinfo "
-    "-Xptxas -v -Ikernel kernel/cuda/attention_sm90.cu"
-)
 BUILD_FLAGS = {
     "main": "",
     "mma": "-DRA_CUDA_FORCE_MMA_SYNC=1",
@@ -267,7 +269,7 @@ def compare(o, ref, mag, mode_name):
     su = torch.where(ref_fin & torch.isfinite(of), su, torch.zeros_like(su))
     flat = su.flatten()
     mx = float(flat.max()) if flat.numel() else 0.0
-    p9999 = float(torch.quantile(flat.float()[: 2**24], 0.9999)) if flat.numel() > 1 else mx
+    p9999 = percentile(flat.float()[: 2**24].cpu().numpy(), 99.99) if flat.numel() > 1 else mx
     ok = nonfinite_bad == 0 and noncanon == 0 and fin_bad == 0 and mx <= GATE[mode_name]
     return {
         "ok": ok,
@@ -688,8 +690,8 @@ def bench(libs, out_dir, iters=50, warmup=5):
         )
     log("\ngeomean speedup (min over shapes):")
     for n, v in geo.items():
-        gf = math.exp(sum(math.log(a) for a, _ in v) / len(v))
-        gc = math.exp(sum(math.log(b) for _, b in v) / len(v))
+        gf = geomean(a for a, _ in v)
+        gc = geomean(b for _, b in v)
         log(
             f"  {n:<11} vs flash {gf:.3f}x (min {min(a for a, _ in v):.3f}x)  vs cuDNN {gc:.3f}x "
             f"(min {min(b for _, b in v):.3f}x)"
@@ -792,16 +794,28 @@ SAN_LIBS = "main"
 
 
 def build(a):
-    """All libraries in parallel (~10 s each), ptxas report beside each."""
-    os.chdir(ROOT)
-    procs = []
-    for item in a.lib:
+    """All libraries in parallel (~10 s each) through the project's one build path
+    (regress.build: the same nvcc argv as `regress build --backend cuda`), ptxas report beside each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from regress.build import BuildError, build_kernel
+
+    def one(item):
         n, pth = item.split("=", 1)
         Path(pth).parent.mkdir(parents=True, exist_ok=True)
-        procs.append(
-            subprocess.Popen(f"{NVCC} {BUILD_FLAGS.get(n, '')} -o {pth} > {pth}.ptxas.txt 2>&1", shell=True)
-        )
-    rcs = [pr.wait() for pr in procs]
+        try:
+            art = build_kernel(
+                "cuda", extra_flags=BUILD_FLAGS.get(n, "").split(), cache_dir=Path(pth).parent / ".cache"
+            )
+        except BuildError as e:
+            Path(f"{pth}.ptxas.txt").write_text(str(e))
+            return 1
+        shutil.copyfile(art.path, pth)
+        shutil.copyfile(art.path.parent / "build.log", f"{pth}.ptxas.txt")
+        return 0
+
+    with ThreadPoolExecutor(len(a.lib) or 1) as pool:  # nvcc runs outside the GIL
+        rcs = list(pool.map(one, a.lib))
     log(f"build: rcs {rcs}")
     return int(any(rcs))
 

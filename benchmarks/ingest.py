@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "tests" / "ingest"))  # the realistic bundle build
 
 from ingest_bundles import make_bundle  # noqa: E402
 
+from regress.metrics import percentile  # noqa: E402
 from regress.server.tokens import create_token  # noqa: E402
 from regress.store import Result, Run  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
@@ -71,11 +72,6 @@ def start_server(kind: str, db_url: str, port: int, workers: int, threads: int) 
             raise SystemExit(f"server exited with {proc.returncode}")
     proc.terminate()
     raise SystemExit("server did not come up in 60 s")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,9 +7,11 @@ and speedup vs each baseline), then the geomean speedup per mode.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from regress.metrics import geomean
 
 
 def main(path: str) -> None:
@@ -57,7 +59,7 @@ def main(path: str) -> None:
         for b in baselines:
             v = speed.get((mode, b), [])
             cells += [
-                f"{math.exp(sum(map(math.log, v)) / len(v)):.3f}×" if v else "—",
+                f"{geomean(v):.3f}×" if v else "—",
                 f"{min(v):.2f}×" if v else "—",
             ]
         print(f"| {mode} | " + " | ".join(cells) + " |")

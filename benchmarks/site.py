@@ -17,16 +17,14 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
-
-from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "site"))  # the CDP driver shared with the browser tests
 
 from regress.demo import demo_history  # noqa: E402
 from regress.site import build_site  # noqa: E402
+from regress.store import queries  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
 
 TARGETS = {
@@ -116,9 +114,10 @@ def main() -> int:
     fig["pages"] = full.pages
     fig["site_mb"] = round(sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20, 1)
 
-    with store.engine.connect() as conn:
-        first = conn.execute(text("SELECT min(started_at) FROM runs")).scalar()
-    start = datetime.fromisoformat(str(first)).replace(hour=0, minute=0, second=0, microsecond=0)
+    with store.reader() as session:
+        first = queries.first_run_start(session)
+    assert first is not None, "the history was just written"
+    start = first.replace(hour=0, minute=0, second=0, microsecond=0)
     demo_history(
         store,
         nights=1,

@@ -7,7 +7,6 @@ every finished result intact and no half-written one.
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import signal
@@ -24,6 +23,7 @@ from .build import BuildArtifact, BuildError, build_kernel
 from .bundle import write_bundle
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
 from .gpu_state import device_state
+from .metrics import summarise
 from .results import CaseResult, CaseSpec
 from .stack import Fingerprint, Pin, check_pin, format_drift, live_fingerprint, load_pin
 from .store.repo import (
@@ -365,34 +365,3 @@ def run_one(ctx: Any, suite_name: str, spec: CaseSpec) -> CaseResult:
         result = CaseResult(case=spec, status="error", message=f"{type(exc).__name__}: {exc}")
     result.metrics.setdefault("wall_s", round(time.perf_counter() - started, 4))
     return result
-
-
-def summarise(results: list[CaseResult]) -> dict[str, Any]:
-    """Counts per suite and status, and the geomean speedup per (mode, baseline) of the perf suite."""
-    per_suite: dict[str, dict[str, int]] = {}
-    for r in results:
-        counts = per_suite.setdefault(r.case.suite, {"pass": 0, "fail": 0, "error": 0, "skip": 0})
-        counts[r.status] = counts.get(r.status, 0) + 1
-    speedups: dict[str, dict[str, list[float]]] = {}
-    for r in results:
-        if r.case.suite != "perf":
-            continue
-        mode = str(r.case.params.get("mode"))
-        for key, value in r.metrics.items():
-            if key.startswith("speedup_vs_") and isinstance(value, int | float) and value > 0:
-                speedups.setdefault(mode, {}).setdefault(key.removeprefix("speedup_vs_"), []).append(
-                    float(value)
-                )
-    geomean = {
-        mode: {b: round(math.exp(sum(map(math.log, v)) / len(v)), 4) for b, v in per_base.items()}
-        for mode, per_base in speedups.items()
-    }
-    failing = [f"{r.case.suite}/{r.case.name}" for r in results if r.status in ("fail", "error")]
-    return {
-        "results": len(results),
-        "failed": sum(r.status == "fail" for r in results),
-        "errors": sum(r.status == "error" for r in results),
-        "suites": per_suite,
-        "geomean_speedup": geomean,
-        "failing_cases": failing[:200],
-    }

@@ -18,10 +18,8 @@ def demo_history_cmd(
     nights: int, stacks: int, cases: int, seed: int, db_url: str | None, force: bool
 ) -> None:
     """Fill a database with synthetic nightly runs: noise, steps, a stack upgrade, open regressions."""
-    from sqlalchemy import func, select
-
     from ..demo import demo_history
-    from ..store import Run
+    from ..store import queries
     from ..store.db import DatabaseError
     from ..store.repo import open_store
 
@@ -30,7 +28,7 @@ def demo_history_cmd(
     except DatabaseError as exc:
         raise UserError(str(exc)) from exc
     with store.reader() as session:
-        existing = session.scalar(select(func.count()).select_from(Run)) or 0
+        existing = queries.count_runs(session)
     if existing and not force:
         raise UserError(f"the database already holds {existing} runs; use a fresh --db (or --force)")
     s = demo_history(store, nights=nights, stacks=stacks, cases=cases, seed=seed)

@@ -5,38 +5,20 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import select
 
-from ..store import Case, Result, Run, Stack
+from ..metrics import HEADLINE, headline_value
+from ..store import queries
+from ..store.queries import run_summary
 from ..store.repo import export_bundle, find_run, open_store, reap_stale_runs
 
 _db = click.option(
     "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
 )
-
-
-def _run_row(run: Run, stack: Stack) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "status": run.status,
-        "trigger": run.trigger,
-        "drill": run.is_drill,
-        "backend": run.backend,
-        "stack": stack.name,
-        "stack_digest": stack.digest,
-        "kernel_commit": run.kernel_commit,
-        "started_at": run.started_at.isoformat(),
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-        "exit_code": run.exit_code,
-        "results": run.summary.get("results"),
-        "failed": run.summary.get("failed"),
-    }
 
 
 @click.group()
@@ -53,13 +35,7 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
     store = open_store(db_url, must_exist=True)
     reap_stale_runs(store)
     with store.reader() as session:
-        rows = session.execute(
-            select(Run, Stack)
-            .join(Stack, Stack.id == Run.stack_id)
-            .order_by(Run.started_at.desc(), Run.id.desc())
-            .limit(limit)
-        ).all()
-        data = [_run_row(run, stack) for run, stack in rows]
+        data = [run_summary(run, stack) for run, stack in queries.list_runs(session, limit=limit)]
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -70,7 +46,7 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
             r["status"],
             r["trigger"] + (" (drill)" if r["drill"] else ""),
             r["backend"],
-            r["stack"] or r["stack_digest"][:12],
+            r["stack_name"] or r["stack"][:12],
             (r["kernel_commit"] or "")[:10],
             r["started_at"][:19],
             str(r["results"] if r["results"] is not None else "—"),
@@ -117,11 +93,9 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     for col in ("suite", "case", "status", "headline"):
         table.add_column(col)
     for res in bundle["results"]:
-        m = res["metrics"]
-        headline = next(
-            (f"{k}={m[k]:.4g}" for k in ("p50_ms", "scaled_ulp_max", "distinct_hashes") if k in m), ""
-        )
-        table.add_row(res["suite"], res["name"], res["status"], headline)
+        h, value = HEADLINE.get(res["suite"]), headline_value(res["suite"], res["metrics"])
+        shown = f"{h.metric}={value:.4g} {h.unit}" if h and value is not None else ""
+        table.add_row(res["suite"], res["name"], res["status"], shown)
     console.print(table)
 
 
@@ -147,45 +121,6 @@ EXPORT_FIELDS = (
 )
 
 
-def export_rows(
-    store: Any, *, suite: str | None = None, since_run: str | None = None
-) -> Iterator[dict[str, Any]]:
-    """One row per stored result, oldest run first, with run, stack and case identity."""
-    with store.reader() as session:
-        query = (
-            select(Result, Run, Case, Stack)
-            .join(Run, Run.id == Result.run_id)
-            .join(Case, Case.id == Result.case_id)
-            .join(Stack, Stack.id == Run.stack_id)
-            .order_by(Run.started_at, Run.id, Result.id)
-        )
-        if suite:
-            query = query.where(Case.suite == suite)
-        if since_run:
-            query = query.where(Run.id >= since_run)
-        for res, run, case, stack in session.execute(query).yield_per(500):
-            yield {
-                "run_id": run.id,
-                "run_status": run.status,
-                "started_at": run.started_at.isoformat(),
-                "stack": stack.name,
-                "stack_digest": stack.digest,
-                "kernel_commit": run.kernel_commit,
-                "kernel": case.kernel,
-                "suite": case.suite,
-                "case": case.name,
-                "b": case.b,
-                "h": case.h,
-                "sq": case.sq,
-                "sk": case.sk,
-                "d": case.d,
-                "layout": case.layout,
-                "mode": case.mode,
-                "status": res.status,
-                "metrics": res.metrics,
-            }
-
-
 @click.command("export")
 @_db
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
@@ -194,17 +129,19 @@ def export_rows(
 def export(db_url: str | None, fmt: str, suite: str | None, output: Any) -> None:
     """Every stored result, one line each (raw samples: `regress runs show RUN --json`)."""
     store = open_store(db_url, must_exist=True)
-    rows = export_rows(store, suite=suite)
-    if fmt == "jsonl":
+    out = output if output is not None else sys.stdout
+    with store.reader() as session:  # streamed: a year of results need not fit in memory
+        rows = queries.export_rows(session, suite=suite)
+        if fmt == "jsonl":
+            for row in rows:
+                out.write(json.dumps(row, default=str) + "\n")
+            return
+        writer = csv.writer(out)
+        writer.writerow(EXPORT_FIELDS)
         for row in rows:
-            output.write(json.dumps(row, default=str) + "\n")
-        return
-    writer = csv.writer(output if output is not None else sys.stdout)
-    writer.writerow(EXPORT_FIELDS)
-    for row in rows:
-        writer.writerow(
-            [json.dumps(row[f], sort_keys=True) if f == "metrics" else row[f] for f in EXPORT_FIELDS]
-        )
+            writer.writerow(
+                [json.dumps(row[f], sort_keys=True) if f == "metrics" else row[f] for f in EXPORT_FIELDS]
+            )
 
 
 COMMANDS = [runs, export]

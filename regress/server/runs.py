@@ -10,12 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request, url_for
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from ..bundle import BundleError, validate_bundle
-from ..store import Run, RunnerToken, Stack, utcnow
+from ..store import Run, RunnerToken, utcnow
+from ..store.queries import list_runs as list_runs_query
+from ..store.queries import run_summary
 from ..store.repo import BundleConflict, export_bundle, import_bundle
 from .errors import ApiError, error_response
 from .extensions import store_ext
@@ -39,8 +40,12 @@ _RUN_SUMMARY = {
         "kernel_commit": {"type": "string", "nullable": True},
         "trigger": {"type": "string"},
         "origin": {"type": "string"},
+        "drill": {"type": "boolean"},
         "started_at": {"type": "string", "format": "date-time"},
         "finished_at": {"type": "string", "format": "date-time", "nullable": True},
+        "exit_code": {"type": "integer", "nullable": True},
+        "results": {"type": "integer", "nullable": True},
+        "failed": {"type": "integer", "nullable": True},
     },
 }
 
@@ -203,22 +208,6 @@ def upload() -> Any:
     return jsonify(body), (201 if created else 200), headers
 
 
-def _summary(run: Run, stack: Stack) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "status": run.status,
-        "runner": run.runner,
-        "backend": run.backend,
-        "stack": stack.digest,
-        "stack_name": stack.name,
-        "kernel_commit": run.kernel_commit,
-        "trigger": run.trigger,
-        "origin": run.origin,
-        "started_at": run.started_at.isoformat(),
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-    }
-
-
 @bp.get("")
 def list_runs() -> Any:
     try:
@@ -227,19 +216,16 @@ def list_runs() -> Any:
         raise ApiError(400, "limit must be an integer") from exc
     if not 1 <= limit <= 500:
         raise ApiError(400, "limit must be between 1 and 500")
-    query = select(Run, Stack).join(Stack, Stack.id == Run.stack_id)
-    if digest := request.args.get("stack"):
-        query = query.where(Stack.digest == digest)
-    if runner := request.args.get("runner"):
-        query = query.where(Run.runner == runner)
-    if status := request.args.get("status"):
-        query = query.where(Run.status == status)
-    if before := request.args.get("before"):
-        query = query.where(Run.id < before)  # ids are time-sortable
-    query = query.order_by(Run.id.desc()).limit(limit + 1)
     with store_ext.store.reader() as session:
-        rows = session.execute(query).all()
-    page = [_summary(run, stack) for run, stack in rows[:limit]]
+        rows = list_runs_query(
+            session,
+            limit=limit + 1,
+            stack_digest=request.args.get("stack"),
+            runner=request.args.get("runner"),
+            status=request.args.get("status"),
+            before=request.args.get("before"),
+        )
+        page = [run_summary(run, stack) for run, stack in rows[:limit]]
     return jsonify(runs=page, next=page[-1]["id"] if len(rows) > limit else None)
 
 

@@ -2,7 +2,11 @@
 
 Rules: reads the store, writes only under `out`; pages are self-contained (assets vendored from
 web/static, data embedded), so they work from file:// and any static host. Incremental: results of
-unchanged runs come from a cache and only pages whose data changed are rewritten (render.py).
+unchanged runs come from a cache and only pages whose data changed are rewritten (writer.py).
+
+Layout: data.py reads the store (through regress.store.queries) into rows and a columnar table;
+model.py derives series, transitions and overviews; pages/ holds one writer per page kind;
+format.py is how values look; writer.py writes only what changed.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from pathlib import Path
 from ..store.repo import Store
 from . import data as site_data
 from . import model as site_model
+from .format import make_env
+from .pages import WRITERS, Pages
 from .paths import web_dir
-from .render import Pages, SiteWriter, assets_hash, copy_static, make_env
+from .writer import SiteWriter, assets_hash, copy_static
 
 CACHE_DIR = ".regress-site"
 
@@ -64,17 +70,10 @@ def build_site(store: Store, out: Path, *, full: bool = False, base_url: str | N
     writer = SiteWriter(out, make_env(web / "templates"), assets_hash(web), full=full)
     pages = Pages(model, writer, base_url=base_url, generated=datetime.now().replace(microsecond=0))
     copy_static(writer, web / "static")
-    for step in (
-        pages.index,
-        pages.case_pages,
-        pages.run_pages,
-        pages.stack_pages,
-        pages.regression_pages,
-        pages.gate_pages,
-    ):
+    for write in WRITERS:
         ts = time.perf_counter()
-        step()
-        timings[step.__name__] = time.perf_counter() - ts
+        write(pages)
+        timings[write.__name__] = time.perf_counter() - ts
     ts = time.perf_counter()
     stats = writer.finish()
     timings["write"] = time.perf_counter() - ts

@@ -1,4 +1,5 @@
-"""Reads the store into plain rows and one columnar result table, with an on-disk cache.
+"""Reads the store (through regress.store.queries, by column name) into plain rows and one
+columnar result table, with an on-disk cache.
 
 Why a cache: a year of nightly history is ~330k results with their samples; decoding them takes
 seconds, while a new night adds only ~1k. Completed runs never change, so the table of every result
@@ -17,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, bindparam, text
+from sqlalchemy import Engine
 
-CACHE_VERSION = 1
+from ..metrics import SPEEDUP_PREFIX, headline_value, percentile, speedups
+from ..store import queries
+
+CACHE_VERSION = 2  # 2: the speedup column is against the run's first baseline by name (issue 12)
 STATUS_CODES = ("pass", "fail", "error", "skip", "other")
 STATUS_INDEX = {s: i for i, s in enumerate(STATUS_CODES)}
 COLUMNS = ("id", "run", "case", "status", "value", "lo", "hi", "speedup", "tflops")
@@ -110,76 +114,53 @@ class SiteData:
     full_reload: bool = False
 
 
-def _json(value: Any) -> Any:
-    # SQLite hands JSON back as text, PostgreSQL (psycopg) already decoded.
-    if isinstance(value, str | bytes):
-        return json.loads(value)
-    return value
-
-
-def _dt(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(str(value))
-
-
-def _percentile(sorted_vals: list[float], q: float) -> float:
-    n = len(sorted_vals)
-    if not n:
-        return math.nan
-    pos = (n - 1) * q
-    i = int(pos)
-    j = min(i + 1, n - 1)
-    return sorted_vals[i] + (sorted_vals[j] - sorted_vals[i]) * (pos - i)
-
-
 def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], dict[int, CaseRow]]:
     with engine.connect() as conn:
         stacks = {
-            r[0]: StackRow(r[0], r[1], r[2] or "", _json(r[3]), r[4], _dt(r[5]))
-            for r in conn.execute(
-                text("SELECT id, digest, name, keys, schema_version, created_at FROM stacks ORDER BY id")
-            )
+            r.id: StackRow(r.id, r.digest, r.name or "", r.keys, r.schema_version, r.created_at)
+            for r in queries.stacks(conn)
         }
-        counts = {
-            r[0]: (int(r[1]), int(r[2] or 0))
-            for r in conn.execute(text("SELECT run_id, count(*), max(id) FROM results GROUP BY run_id"))
-        }
+        counts = queries.result_counts(conn)
         runs: dict[str, RunRow] = {}
-        for r in conn.execute(
-            text(
-                "SELECT id, stack_id, status, trigger, is_drill, backend, kernel_commit, started_at, "
-                "finished_at, summary, gpu_state, host, ci, message, exit_code, runner, build_id "
-                "FROM runs ORDER BY started_at, id"
-            )
-        ):
-            n, mx = counts.get(r[0], (0, 0))
-            runs[r[0]] = RunRow(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                bool(r[4]),
-                r[5],
-                r[6],
-                _dt(r[7]) or datetime.min,
-                _dt(r[8]),
-                _json(r[9]) or {},
-                _json(r[10]) or {},
-                _json(r[11]) or {},
-                _json(r[12]) or {},
-                r[13] or "",
-                r[14],
-                r[15],
-                r[16],
-                n,
-                mx,
+        for r in queries.runs(conn):
+            n, mx = counts.get(r.id, (0, 0))
+            runs[r.id] = RunRow(
+                id=r.id,
+                stack_id=r.stack_id,
+                status=r.status,
+                trigger=r.trigger,
+                is_drill=bool(r.is_drill),
+                backend=r.backend,
+                kernel_commit=r.kernel_commit,
+                started_at=r.started_at or datetime.min,
+                finished_at=r.finished_at,
+                summary=r.summary or {},
+                gpu_state=r.gpu_state or {},
+                host=r.host or {},
+                ci=r.ci or {},
+                message=r.message or "",
+                exit_code=r.exit_code,
+                runner=r.runner,
+                build_id=r.build_id,
+                n_results=n,
+                max_result=mx,
             )
         cases = {
-            r[0]: CaseRow(r[0], r[1], r[2], r[3], r[4], _json(r[5]), r[6], r[7], r[8], r[9], r[10], r[11])
-            for r in conn.execute(
-                text("SELECT id, key, kernel, suite, name, params, b, h, sq, sk, layout, mode FROM cases")
+            r.id: CaseRow(
+                id=r.id,
+                key=r.key,
+                kernel=r.kernel,
+                suite=r.suite,
+                name=r.name,
+                params=r.params,
+                b=r.b,
+                h=r.h,
+                sq=r.sq,
+                sk=r.sk,
+                layout=r.layout,
+                mode=r.mode,
             )
+            for r in queries.cases(conn)
         }
     return stacks, runs, cases
 
@@ -191,59 +172,42 @@ def _load_results(
     cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
     speedup_name: dict[str, str] = {}
     messages: dict[int, str] = {}
-    where = "" if run_ids is None else " WHERE run_id IN :runs"
-    swhere = "" if run_ids is None else " AND r.run_id IN :runs"
-    params = {} if run_ids is None else {"runs": run_ids}
-
-    def stmt(sql: str) -> Any:
-        s = text(sql)
-        return s.bindparams(bindparam("runs", expanding=True)) if run_ids is not None else s
-
     with engine.connect() as conn:
         band: dict[int, tuple[float, float]] = {}
         # p5 is not a stored metric: it comes from the raw timings (and p95 where the metric is absent).
-        for rid, vals in conn.execute(
-            stmt(
-                'SELECT s.result_id, s."values" FROM samples s JOIN results r ON r.id = s.result_id '
-                "WHERE s.name = 'time_ms'" + swhere
-            ),
-            params,
-        ):
-            v = sorted(_json(vals))
+        for r in queries.time_samples(conn, run_ids):
+            v = r.values
             if v:
-                band[rid] = (_percentile(v, 0.05), _percentile(v, 0.95))
-        for rid, run_id, case_id, status, value, metrics, message in conn.execute(
-            stmt("SELECT id, run_id, case_id, status, value, metrics, message FROM results" + where), params
-        ):
-            m = _json(metrics) or {}
+                band[r.result_id] = (percentile(v, 5), percentile(v, 95))
+        for r in queries.results(conn, run_ids):
+            m = r.metrics or {}
             lo = m.get("p05_ms", m.get("p5_ms"))
             hi = m.get("p95_ms")
-            if rid in band:
-                lo = band[rid][0] if lo is None else lo
-                hi = band[rid][1] if hi is None else hi
+            if r.id in band:
+                lo = band[r.id][0] if lo is None else lo
+                hi = band[r.id][1] if hi is None else hi
+            # The table keeps one speedup per result: against the run's first baseline by name, so
+            # every row of a run is against the same one (the index names it in its header).
             sp = math.nan
-            for k, x in m.items():
-                if k.startswith("speedup_vs_") and isinstance(x, int | float):
-                    sp = float(x)
-                    speedup_name.setdefault(run_id, k)
-                    break
-            if value is None:  # older writers: fall back to the suite's own metric names
-                for k in ("p50_ms", "scaled_ulp_max", "distinct_hashes"):
-                    if isinstance(m.get(k), int | float):
-                        value = m[k]
-                        break
-            cols["id"].append(rid)
-            cols["run"].append(run_id)
-            cols["case"].append(case_id)
-            cols["status"].append(STATUS_INDEX.get(status, 4))
+            per_base = speedups(m)
+            if per_base:
+                base = speedup_name.setdefault(r.run_id, SPEEDUP_PREFIX + min(per_base))
+                sp = per_base.get(base.removeprefix(SPEEDUP_PREFIX), math.nan)
+            value = r.value
+            if value is None:  # rows written before results.value existed
+                value = headline_value(r.suite, m)
+            cols["id"].append(r.id)
+            cols["run"].append(r.run_id)
+            cols["case"].append(r.case_id)
+            cols["status"].append(STATUS_INDEX.get(r.status, 4))
             cols["value"].append(math.nan if value is None else float(value))
             cols["lo"].append(math.nan if lo is None else float(lo))
             cols["hi"].append(math.nan if hi is None else float(hi))
             cols["speedup"].append(sp)
             tf = m.get("tflops")
             cols["tflops"].append(float(tf) if isinstance(tf, int | float) else math.nan)
-            if message:
-                messages[rid] = message
+            if r.message:
+                messages[r.id] = r.message
     return cols, speedup_name, messages
 
 
@@ -318,38 +282,7 @@ def _load_small(
     engine: Engine,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, dict[str, Any]]]:
     with engine.connect() as conn:
-        regressions = [
-            {**dict(r._mapping), "details": _json(r.details) or {}}
-            for r in conn.execute(
-                text(
-                    "SELECT id, case_id, stack_id, kind, metric, state, first_run_id, baseline_run_id, "
-                    "last_run_id, magnitude, p_value, details, note, created_at, updated_at, resolved_at "
-                    "FROM regressions ORDER BY id"
-                )
-            )
-        ]
-        for reg in regressions:
-            for k in ("created_at", "updated_at", "resolved_at"):
-                reg[k] = _dt(reg[k])
-        gates = [
-            {**dict(r._mapping), "report": _json(r.report) or {}, "created_at": _dt(r.created_at)}
-            for r in conn.execute(
-                text(
-                    "SELECT id, baseline_run_id, candidate_run_id, verdict, exit_code, report, created_at "
-                    "FROM gate_decisions ORDER BY id"
-                )
-            )
-        ]
-        builds = {
-            r.id: {**dict(r._mapping), "stats": _json(r.stats) or {}, "flags": _json(r.flags) or []}
-            for r in conn.execute(
-                text(
-                    "SELECT id, backend, git_commit, git_dirty, compiler, compiler_version, flags, "
-                    "artifact_hash, stats FROM builds"
-                )
-            )
-        }
-    return regressions, gates, builds
+        return queries.regressions(conn), queries.gate_decisions(conn), queries.builds(conn)
 
 
 def _read_cache(cache_dir: Path) -> tuple[Any, ...] | None:

@@ -4,7 +4,6 @@ runs, geomeans and change points. No I/O except the change-point cache the calle
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,17 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics import geomean_by_mode, stored_geomean
 from ..stack import HASHED_KEYS
 from .data import STATUS_CODES, CaseRow, RunRow, SiteData, StackRow
-
-UNITS = {"perf": "ms", "e2e": "ms", "ulp": "scaled ULP", "determinism": "distinct hashes"}
-METRIC_LABEL = {
-    "perf": "p50 (ms)",
-    "e2e": "p50 (ms)",
-    "ulp": "max scaled ULP",
-    "determinism": "distinct hashes",
-}
-LOWER_IS_BETTER = True  # every headline metric: time, ULP, distinct hashes
 
 
 @dataclass
@@ -197,36 +188,33 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
     )
 
 
-def geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v > 0 and not math.isnan(v)]
-    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
-
-
 def run_overview(model: Model, run: RunRow) -> dict[str, Any]:
-    """Suite status counts and geomean speedup per rounding mode of one run."""
+    """Suite status counts and the geomean speedup per rounding mode against each baseline.
+
+    The geomean is the one the run stored (regress.metrics.summarise, at the end of the run); a run
+    still going has none yet, so it is computed by the same function from the speedups stored so far.
+    """
     data = model.data
     t = data.table
     rows = model.rows_by_run[model.run_index[run.id]]
     suites: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    speed: dict[str, list[float]] = defaultdict(list)
+    partial: list[tuple[str, dict[str, float]]] = []
+    name = data.speedup_name.get(run.id, "")
     for row in rows:
         case = data.cases.get(int(t["case"][row]))
         if case is None:
             continue
-        suites[case.suite][STATUS_CODES[int(t["status"][row])]] += 1
-        sp = float(t["speedup"][row])
-        if case.suite == "perf" and case.mode and not math.isnan(sp):
-            speed[case.mode].append(sp)
-    stored = run.summary.get("geomean_speedup") if isinstance(run.summary, dict) else None
-    geo: dict[str, float | None]
-    if isinstance(stored, dict) and stored:
-        geo = {str(k): float(v) for k, v in stored.items() if isinstance(v, int | float)}
-    else:
-        geo = {m: geomean(v) for m, v in sorted(speed.items())}
+        status = STATUS_CODES[int(t["status"][row])]
+        suites[case.suite][status] += 1
+        if case.suite == "perf" and case.mode and status == "pass" and name:
+            partial.append((case.mode, {name: float(t["speedup"][row])}))
+    geo = stored_geomean(run.summary) or geomean_by_mode(partial)
+    workers = run.gpu_state.get("workers") if isinstance(run.gpu_state, dict) else None
     return {
         "suites": {s: dict(c) for s, c in sorted(suites.items())},
         "geomean": geo,
-        "baseline": data.speedup_name.get(run.id, "").removeprefix("speedup_vs_"),
+        "baselines": sorted({b for per in geo.values() for b in per}),
+        "workers": sorted(workers) if isinstance(workers, dict) else [],
         "n_results": len(rows),
     }
 

@@ -1,4 +1,5 @@
-"""Store operations: the only code that writes rows. Each public writer is one transaction."""
+"""Store writes, one at a time: each public writer is one transaction (bulk.py writes many finished
+runs at once; queries.py holds the reads)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION, validate_bundle
 from ..errors import UserError
+from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
 from .base import new_run_id, utcnow
 from .build import Build
@@ -24,14 +26,6 @@ from .db import ensure_schema, make_engine, session_factory
 from .result import Result, Sample
 from .run import Run
 from .stack import Stack
-
-# Which metric is the headline `value` of a result, per suite (used by trend queries).
-HEADLINE_METRIC = {
-    "perf": "p50_ms",
-    "e2e": "p50_ms",
-    "ulp": "scaled_ulp_max",
-    "determinism": "distinct_hashes",
-}
 
 
 class BundleConflict(Exception):
@@ -180,12 +174,11 @@ def start_run(
 
 def _add_result_rows(session: Session, run_id: str, result: CaseResult) -> Result:
     case = get_or_create_case(session, result.case)
-    headline = result.metrics.get(HEADLINE_METRIC.get(result.case.suite, ""), None)
     row = Result(
         run_id=run_id,
         case_id=case.id,
         status=result.status,
-        value=float(headline) if isinstance(headline, int | float) else None,
+        value=headline_value(result.case.suite, result.metrics),
         metrics=result.metrics,
         device=result.device,
         message=result.message,

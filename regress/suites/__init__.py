@@ -7,11 +7,12 @@ nightly orchestrator runs them in order and the multi-GPU sharder can deal them 
 
 from __future__ import annotations
 
+from regress.metrics import geomean_speedups
 from regress.results import CaseResult
 from regress.suites.base import Suite, SuiteContext
 from regress.suites.determinism import DeterminismSuite
 from regress.suites.e2e import E2eSuite
-from regress.suites.perf import PerfSuite, geomean_speedups
+from regress.suites.perf import PerfSuite
 from regress.suites.ulp import UlpSuite
 
 SUITES: dict[str, Suite] = {

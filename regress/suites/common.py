@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-import statistics
-import time
 import traceback
 import zlib
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -198,117 +195,10 @@ def sha256_bits(x: torch.Tensor) -> str:
     return hashlib.sha256(bits(x).cpu().numpy().tobytes()).hexdigest()
 
 
-# --- statistics -------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile, q in [0, 100] (numpy's default method)."""
-    if not values:
-        return math.nan
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def summarize_times(times_ms: Sequence[float]) -> dict[str, float]:
-    return {
-        "p50_ms": percentile(times_ms, 50),
-        "p95_ms": percentile(times_ms, 95),
-        "mean_ms": statistics.fmean(times_ms) if times_ms else math.nan,
-        "stdev_ms": statistics.stdev(times_ms) if len(times_ms) > 1 else 0.0,
-    }
-
-
 def for_device(ctx: SuiteContext, *, gpu: tuple[T, T], cpu: tuple[T, T]) -> T:
     """The (quick, full) choice of the context's device kind: every suite sizes its cases this way."""
     quick, full = gpu if ctx.is_gpu else cpu
     return quick if ctx.quick else full
-
-
-def timing_metrics(
-    samples: dict[str, list[float]], rate_name: str, rate: Callable[[float], float]
-) -> dict[str, Any]:
-    """Summary of the kernel's "time_ms" series and of each interleaved "baseline:<name>:time_ms":
-    percentiles, a throughput at p50 (`rate` of milliseconds, e.g. TFLOP/s or tokens/s), and
-    speedup_vs_<name> = baseline p50 / kernel p50."""
-    kernel = summarize_times(samples["time_ms"])
-    metrics: dict[str, Any] = {**kernel, rate_name: rate(kernel["p50_ms"])}
-    for key, values in samples.items():
-        if not (key.startswith("baseline:") and key.endswith(":time_ms")):
-            continue
-        name = key.split(":")[1]
-        s = summarize_times(values)
-        metrics[f"baseline:{name}:p50_ms"] = s["p50_ms"]
-        metrics[f"baseline:{name}:p95_ms"] = s["p95_ms"]
-        metrics[f"baseline:{name}:{rate_name}"] = rate(s["p50_ms"])
-        metrics[f"speedup_vs_{name}"] = s["p50_ms"] / kernel["p50_ms"] if kernel["p50_ms"] > 0 else math.nan
-    return metrics
-
-
-# --- timing ---------------------------------------------------------------------------------
-
-# GPU cycles of the spin kernel queued before each timed round (~1 ms at 2 GHz): while it runs the
-# host enqueues the whole round, so the events bracket device work only, not host launch gaps
-# (which would dominate kernels of ~0.1 ms, e.g. the cross-attention shape).
-PRIME_CYCLES = 2_000_000
-
-
-class Timer:
-    """Times calls: CUDA events on GPU (read after one synchronise at the end), perf_counter_ns on CPU."""
-
-    def __init__(self, gpu: bool) -> None:
-        self.gpu = gpu
-        self._events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = defaultdict(list)
-        self._cpu: dict[str, list[float]] = defaultdict(list)
-        self._can_prime = True
-
-    def prime(self) -> None:
-        """Call before each round of timed calls (no-op on CPU)."""
-        if self.gpu and self._can_prime:
-            try:
-                torch.cuda._sleep(PRIME_CYCLES)
-            except (AttributeError, RuntimeError):  # a private API: time without it rather than fail
-                self._can_prime = False
-
-    def time(self, key: str, fn: Callable[[], object]) -> None:
-        if self.gpu:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            self._events[key].append((start, end))
-        else:
-            t0 = time.perf_counter_ns()
-            fn()
-            self._cpu[key].append((time.perf_counter_ns() - t0) / 1e6)
-
-    def samples(self) -> dict[str, list[float]]:
-        """Milliseconds per call, by key, in call order."""
-        if not self.gpu:
-            return dict(self._cpu)
-        torch.cuda.synchronize()
-        return {k: [float(s.elapsed_time(e)) for s, e in ev] for k, ev in self._events.items()}
-
-
-def working_baselines(
-    probes: Sequence[tuple[str, Callable[[], object]]], device: str, notes: list[str]
-) -> set[str]:
-    """The keys worth timing: each "baseline:..." probe is called once and dropped, with a note, if it
-    raises (cuDNN refuses Sk = 1, say), so a baseline's limits never cost the kernel its measurement.
-    Other keys (the kernel) are kept unprobed: their failure is the case's error."""
-    kept = set()
-    for key, fn in probes:
-        if key.startswith("baseline:"):
-            try:
-                fn()
-                synchronize(device)
-            except Exception as exc:  # any refusal: the kernel is still timed
-                notes.append(f"{key.split(':')[1]} left out: {type(exc).__name__}: {str(exc)[:200]}")
-                continue
-        kept.add(key)
-    return kept
 
 
 # --- running ----------------------------------------------------------------------------------

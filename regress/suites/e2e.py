@@ -18,12 +18,12 @@ import torch
 from torch import nn
 
 from regress.gpu_state import device_state
+from regress.metrics import timing_metrics
 from regress.results import ROUNDING_MODES, CaseResult, CaseSpec, Layout
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     HEAD_DIM,
     Shape,
-    Timer,
     as_mode,
     derive_seed,
     for_device,
@@ -31,9 +31,8 @@ from regress.suites.common import (
     make_spec,
     spec_shape,
     synchronize,
-    timing_metrics,
-    working_baselines,
 )
+from regress.suites.timing import Timer, working_baselines
 
 NAME = "e2e"
 LAYOUT: Layout = "bshd"  # what a projection's [B, S, H·D] output reshapes to without a copy

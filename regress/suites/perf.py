@@ -17,18 +17,17 @@ import functools
 import math
 import os
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from regress.gpu_state import device_state
+from regress.metrics import timing_metrics
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     Shape,
-    Timer,
     derive_seed,
     for_device,
     guarded,
@@ -38,9 +37,8 @@ from regress.suites.common import (
     spec_layout_mode,
     spec_shape,
     synchronize,
-    timing_metrics,
-    working_baselines,
 )
+from regress.suites.timing import Timer, working_baselines
 
 NAME = "perf"
 
@@ -228,21 +226,3 @@ class PerfSuite:
             message="; ".join(notes),
             device={"before": before, "after": after},
         )
-
-
-def geomean_speedups(results: Iterable[CaseResult]) -> dict[tuple[str, str], float]:
-    """Geometric mean of speedup_vs_<baseline> over the passed perf cases, per (mode, baseline)."""
-    logs: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in results:
-        if r.case.suite != NAME or r.status != "pass":
-            continue
-        mode = str(r.case.params.get("mode"))
-        for key, value in r.metrics.items():
-            if (
-                key.startswith("speedup_vs_")
-                and isinstance(value, int | float)
-                and value > 0
-                and math.isfinite(value)
-            ):
-                logs[(mode, key.removeprefix("speedup_vs_"))].append(math.log(value))
-    return {k: math.exp(sum(v) / len(v)) for k, v in sorted(logs.items())}

@@ -8,6 +8,7 @@ its figures.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from regress.build import build_kernel
+from regress.build import build_kernel, parse_ptxas
 
 ROOT = Path(__file__).resolve().parents[2]
 NVCC = shutil.which("nvcc")
@@ -29,11 +30,7 @@ LAYOUTS = 2
 SCHEDULES = 1  # sm90: the default build has no ping-pong variant (-DRA_CUDA_PINGPONG=-1 makes it 2)
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
 
-ENTRY_RE = re.compile(r"Compiling entry function '(?P<name>[^']+)' for 'sm_90a'")
-FRAME_RE = re.compile(
-    r"(?P<stack>\d+) bytes stack frame, (?P<st>\d+) bytes spill stores, (?P<ld>\d+) bytes spill loads"
-)
-REGS_RE = re.compile(r"Used (?P<regs>\d+) registers")
+INJECT = {"slowdown_pct": 25, "ulp": 1, "nondeterminism": 1}
 
 
 def find_tool(name: str) -> str | None:
@@ -49,31 +46,20 @@ def find_tool(name: str) -> str | None:
     return None
 
 
-def parse_ptxas(text: str) -> dict[str, dict[str, int]]:
-    """Kernel name -> {stack, spill_stores, spill_loads, registers} from -Xptxas -v output."""
-    kernels: dict[str, dict[str, int]] = {}
-    cur = None
-    for line in text.splitlines():
-        m = ENTRY_RE.search(line)
-        if m:
-            cur = kernels.setdefault(m.group("name"), {})
-            continue
-        if cur is None:
-            continue
-        m = FRAME_RE.search(line)
-        if m:
-            cur.update(stack=int(m["stack"]), spill_stores=int(m["st"]), spill_loads=int(m["ld"]))
-        m = REGS_RE.search(line)
-        if m:
-            cur["registers"] = int(m["regs"])
-    return kernels
+def kernels(log: str) -> dict[str, dict[str, int]]:
+    """Per-kernel resources, read by the product's own ptxas parser (what `regress build` stores)."""
+    return parse_ptxas(log).get("kernels", {})
 
 
-def build(out: Path, *defines: str) -> tuple[Path, str]:
+def build(out: Path, inject: dict[str, int] | None = None) -> tuple[Path, str]:
     """Builds through the project's one build path (regress.build), so the checks below hold for
-    exactly what `regress build --backend cuda` produces; returns the library and ptxas' log."""
-    art = build_kernel("cuda", extra_flags=defines, cache_dir=out)
-    return art.path, (art.path.parent / "build.log").read_text()
+    exactly what `regress build --backend cuda [--inject ...]` produces; returns the library and
+    ptxas' log. The stats the build stored are the product parser's reading of that log."""
+    art = build_kernel("cuda", inject=inject, cache_dir=out)
+    log = (art.path.parent / "build.log").read_text()
+    assert art.stats == parse_ptxas(log)
+    assert art.inject == (inject or {})
+    return art.path, log
 
 
 @pytest.fixture(scope="module")
@@ -81,25 +67,29 @@ def built(tmp_path_factory):
     return build(tmp_path_factory.mktemp("cuda"))
 
 
+@pytest.fixture(scope="module")
+def injected(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("cuda-inject"), INJECT)
+
+
 def test_every_kernel_is_reported(built):
-    kernels = parse_ptxas(built[1])
-    sm90 = [k for k in kernels if "attn_fwd_sm90" in k]
-    mma = [k for k in kernels if "attn_fwd_mma_sync" in k]
-    assert len(sm90) == MODES * LAYOUTS * SCHEDULES, kernels.keys()
-    assert len(mma) == MODES * LAYOUTS, kernels.keys()
+    found = kernels(built[1])
+    sm90 = [k for k in found if "attn_fwd_sm90" in k]
+    mma = [k for k in found if "attn_fwd_mma_sync" in k]
+    assert len(sm90) == MODES * LAYOUTS * SCHEDULES, found.keys()
+    assert len(mma) == MODES * LAYOUTS, found.keys()
 
 
 def test_no_spills_no_stack(built):
-    kernels = parse_ptxas(built[1])
-    for name, r in kernels.items():
-        assert r.get("stack") == 0, f"{name}: {r}"
-        assert r.get("spill_stores") == 0 and r.get("spill_loads") == 0, f"{name}: {r}"
+    for name, r in kernels(built[1]).items():
+        assert r.get("stack_bytes") == 0, f"{name}: {r}"
+        assert r.get("spill_store_bytes") == 0 and r.get("spill_load_bytes") == 0, f"{name}: {r}"
 
 
 def test_register_budget(built):
     """The warp-specialised kernel runs 384 threads, one CTA per SM: 65536 / 384 -> 168 at entry
     (setmaxnreg then moves 40 -> producer, 232 -> consumers)."""
-    for name, r in parse_ptxas(built[1]).items():
+    for name, r in kernels(built[1]).items():
         if "attn_fwd_sm90" in name:
             assert r["registers"] <= 168, f"{name}: {r}"
 
@@ -112,11 +102,38 @@ def test_wgmma_not_serialized(built):
     assert "(C7517)" not in built[1], built[1]
 
 
-def test_inject_builds_compile(tmp_path):
-    """A fire-drill build with every fault on still compiles without spills."""
-    _, text = build(tmp_path, "-DRA_INJECT_ULP=1", "-DRA_INJECT_NONDET=1", "-DRA_INJECT_SLOWDOWN_PCT=25")
-    for name, r in parse_ptxas(text).items():
-        assert r.get("spill_stores") == 0 and r.get("stack") == 0, f"{name}: {r}"
+def test_inject_builds_compile(injected):
+    """A fire-drill build with every fault on compiles every kernel, without spills."""
+    found = kernels(injected[1])
+    assert len(found) == (SCHEDULES + 1) * MODES * LAYOUTS, found.keys()
+    for name, r in found.items():
+        assert r.get("spill_store_bytes") == 0 and r.get("stack_bytes") == 0, f"{name}: {r}"
+
+
+def _build_info(lib: Path) -> dict[str, object]:
+    """ra_build_info()'s JSON, read from the library's bytes (loading it would need the driver)."""
+    m = re.search(rb'\{"backend":"cuda".*?"inject":\{[^}]*\}[^\x00]*\}', lib.read_bytes())
+    assert m, "ra_build_info's string is not in the library"
+    return json.loads(m.group(0))
+
+
+def test_injected_fault_is_reported(built, injected):
+    """The fault macros reach the compile: the library reports exactly the injected values (what
+    `regress build` records and a drill's bundle carries), the clean one none."""
+    assert _build_info(injected[0])["inject"] == INJECT
+    assert _build_info(built[0])["inject"] == dict.fromkeys(INJECT, 0)
+
+
+def test_injected_fault_is_in_the_device_code(built, injected):
+    """Every kernel's SASS differs from the clean build's: the fault is compiled into the device
+    code, not only into the build-info string (the ULP fault moves every output in the epilogue)."""
+    cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
+    clean, faulty = _sass(built[0], cuobjdump, nvdisasm), _sass(injected[0], cuobjdump, nvdisasm)
+    assert clean.keys() == faulty.keys()
+    same = [name for name in clean if clean[name] == faulty[name]]
+    assert not same, f"no fault in the device code of {same}"
 
 
 def test_exports_exactly_the_abi(built):
@@ -142,21 +159,9 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             "cuobjdump/nvdisasm not found (pip packages nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm "
             "provide them): SASS not checked"
         )
-    env = dict(os.environ, PATH=str(Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", ""))
-    sass = subprocess.run(
-        [cuobjdump, "--dump-sass", str(built[0])], capture_output=True, text=True, env=env, check=True
-    ).stdout
-    funcs: dict[str, list[str]] = {}
-    cur = None
-    for line in sass.splitlines():
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            cur = funcs.setdefault(m.group(1), [])
-        elif cur is not None:
-            cur.append(line)
+    funcs = _sass(built[0], cuobjdump, nvdisasm)
     assert len(funcs) == (SCHEDULES + 1) * MODES * LAYOUTS, list(funcs)
-    for name, lines in funcs.items():
-        body = "\n".join(lines)
+    for name, body in funcs.items():
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
         if "attn_fwd_sm90" in name:
             # 8 k-steps x (Q K^T of the first tile, of an idle warpgroup's next tile, of the key
@@ -166,3 +171,20 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             assert re.search(r"\bSTG\.E\.128\b", body), name
         else:
             assert re.search(r"\bHMMA\.16816\.F32\.BF16\b", body), name
+
+
+def _sass(lib: Path, cuobjdump: str, nvdisasm: str) -> dict[str, str]:
+    """Kernel name -> its SASS, addresses stripped so two builds compare by instructions."""
+    env = dict(os.environ, PATH=str(Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", ""))
+    sass = subprocess.run(
+        [cuobjdump, "--dump-sass", str(lib)], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    funcs: dict[str, list[str]] = {}
+    cur = None
+    for line in sass.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+        elif cur is not None:
+            cur.append(re.sub(r"/\*[0-9a-f]{4,}\*/", "", line).strip())
+    return {name: "\n".join(lines) for name, lines in funcs.items()}

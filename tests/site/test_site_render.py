@@ -12,12 +12,15 @@ import pytest
 from conftest import EVIL, NIGHTS, START, Site, make_site
 from sqlalchemy import func, select
 
+from regress.bundle import validate_bundle
 from regress.cli import main
 from regress.demo import demo_cases, demo_history
 from regress.site import build_site
 from regress.site.paths import WEB_ENV, web_dir
 from regress.store import Case, GateDecision, Regression, Run, Stack
-from regress.store.repo import Store, open_store
+from regress.store.repo import Store, export_bundle, open_store
+
+REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 def _chart(page: Path) -> dict:
@@ -229,6 +232,29 @@ def test_demo_history_shape(tmp_path: Path) -> None:
         suites = set(s.scalars(select(Case.suite)))
         assert suites == {"perf", "ulp", "determinism", "e2e"}
         assert s.scalar(select(func.count()).select_from(GateDecision)) == 1
+        # The demo writes what a nightly writes: a CUDA lane's run exports to a valid bundle whose
+        # metric names, summary and device state have the shapes of the committed real H200 run.
+        cuda = s.scalars(select(Run.id).where(Run.backend == "cuda").order_by(Run.id.desc())).first()
+        demo = export_bundle(s, cuda)
+    validate_bundle(demo)
+    real = json.loads(next(REAL.glob("h200-nightly-*.json")).read_text())
+    for suite in ("perf", "e2e", "determinism", "ulp"):
+        ours = {k for r in demo["results"] if r["suite"] == suite for k in r["metrics"]}
+        theirs = {k for r in real["results"] if r["suite"] == suite for k in r["metrics"]}
+        if suite == "ulp":  # the real one also compares against each baseline's own output
+            theirs = {k for k in theirs if not k.startswith(("baseline:", "kernel_vs:"))}
+        assert ours == theirs, suite
+        assert {k for r in demo["results"] if r["suite"] == suite for k in r["device"]} <= {
+            k for r in real["results"] if r["suite"] == suite for k in r["device"]
+        } | {"device", "worker", "gpu_index", "gpu_name"}
+    assert set(demo["run"]["summary"]) == set(real["run"]["summary"])
+    assert (
+        demo["run"]["summary"]["geomean_speedup"].keys() == real["run"]["summary"]["geomean_speedup"].keys()
+    )
+    assert set(demo["run"]["gpu_state"]["workers"]) == {"worker0", "worker1"}
+    assert (
+        demo["run"]["gpu_state"]["before"]["gpu"].keys() == real["run"]["gpu_state"]["before"]["gpu"].keys()
+    )
     store.engine.dispose()
 
 

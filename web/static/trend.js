@@ -305,7 +305,7 @@
       label: main.label, root: root }));
     var sp = document.getElementById("chart-speedup");
     if (sp && main.speedup) charts.push(new Chart(sp, { stacks: main.stacks, field: "sp", band: false,
-      markers: main.markers, unit: "×", label: "speedup vs baseline (×)", root: root, height: 220 }));
+      markers: main.markers, unit: "×", label: main.speedup_label, root: root, height: 220 }));
     (data.related || []).forEach(function (rel, k) {
       var h = document.getElementById("chart-related-" + k);
       if (h) charts.push(new Chart(h, { stacks: rel.stacks, field: "y", band: false, limit: rel.limit,

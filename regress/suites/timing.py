@@ -1,0 +1,73 @@
+"""Timing of the kernel and its baselines, interleaved: device events on GPU, perf_counter on CPU,
+and the probe that drops a baseline which refuses a case (perf and e2e use both)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import torch
+
+from regress.suites.common import synchronize
+
+# GPU cycles of the spin kernel queued before each timed round (~1 ms at 2 GHz): while it runs the
+# host enqueues the whole round, so the events bracket device work only, not host launch gaps
+# (which would dominate kernels of ~0.1 ms, e.g. the cross-attention shape).
+PRIME_CYCLES = 2_000_000
+
+
+class Timer:
+    """Times calls: CUDA events on GPU (read after one synchronise at the end), perf_counter_ns on CPU."""
+
+    def __init__(self, gpu: bool) -> None:
+        self.gpu = gpu
+        self._events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = defaultdict(list)
+        self._cpu: dict[str, list[float]] = defaultdict(list)
+        self._can_prime = True
+
+    def prime(self) -> None:
+        """Call before each round of timed calls (no-op on CPU)."""
+        if self.gpu and self._can_prime:
+            try:
+                torch.cuda._sleep(PRIME_CYCLES)
+            except (AttributeError, RuntimeError):  # a private API: time without it rather than fail
+                self._can_prime = False
+
+    def time(self, key: str, fn: Callable[[], object]) -> None:
+        if self.gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            self._events[key].append((start, end))
+        else:
+            t0 = time.perf_counter_ns()
+            fn()
+            self._cpu[key].append((time.perf_counter_ns() - t0) / 1e6)
+
+    def samples(self) -> dict[str, list[float]]:
+        """Milliseconds per call, by key, in call order."""
+        if not self.gpu:
+            return dict(self._cpu)
+        torch.cuda.synchronize()
+        return {k: [float(s.elapsed_time(e)) for s, e in ev] for k, ev in self._events.items()}
+
+
+def working_baselines(
+    probes: Sequence[tuple[str, Callable[[], object]]], device: str, notes: list[str]
+) -> set[str]:
+    """The keys worth timing: each "baseline:..." probe is called once and dropped, with a note, if it
+    raises (cuDNN refuses Sk = 1, say), so a baseline's limits never cost the kernel its measurement.
+    Other keys (the kernel) are kept unprobed: their failure is the case's error."""
+    kept = set()
+    for key, fn in probes:
+        if key.startswith("baseline:"):
+            try:
+                fn()
+                synchronize(device)
+            except Exception as exc:  # any refusal: the kernel is still timed
+                notes.append(f"{key.split(':')[1]} left out: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+        kept.add(key)
+    return kept
