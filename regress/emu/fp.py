@@ -1,0 +1,185 @@
+"""Bit-exact fp32 / bf16 arithmetic over numpy lanes, as the gfx942 VALU and matrix cores define it.
+
+Everything works on float32 arrays (or float64 where a wider intermediate is the definition). Each
+function says which ISA behaviour it models; tests/emu/test_fp.py checks each on hand-computed cases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32_MIN_NORMAL = np.float32(2.0**-126)
+
+
+def f32_bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+
+
+def bits_f32(u: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(u, dtype=np.uint32).view(np.float32)
+
+
+def _round_to_odd_f64(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """hi + lo (hi = fl(hi + lo), |lo| <= ulp(hi)/2) rounded to odd at fp64's 53 bits: truncate toward
+    zero, then set the last bit when inexact. Rounding that to fp32 (24 bits) is then the correctly
+    rounded fp32 of hi + lo (53 >= 24 + 2), which plain double rounding is not."""
+    bits = hi.view(np.int64).copy()
+    inexact = lo != 0
+    # hi was rounded away from zero when lo points back toward zero: step one ulp toward zero.
+    away = inexact & (np.signbit(hi) != np.signbit(lo)) & (hi != 0)
+    bits[away] -= 1
+    bits[inexact] |= 1
+    return bits.view(np.float64)
+
+
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """IEEE fused multiply-add, one rounding (v_fma_f32, v_fmac_f32, v_div_fmas_f32's core).
+
+    The fp64 product of two fp32 values is exact; the sum is made exact with TwoSum and rounded to
+    odd, so the final fp32 conversion is the single correct rounding."""
+    a64 = np.asarray(a, dtype=np.float32).astype(np.float64)
+    b64 = np.asarray(b, dtype=np.float32).astype(np.float64)
+    c64 = np.asarray(c, dtype=np.float32).astype(np.float64)
+    p = a64 * b64
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c64
+        bb = s - p
+        lo = (p - (s - bb)) + (c64 - bb)
+    finite = np.isfinite(s)
+    lo = np.where(finite, lo, 0.0)
+    r = _round_to_odd_f64(np.atleast_1d(s), np.atleast_1d(lo))
+    with np.errstate(over="ignore"):
+        out = r.astype(np.float32)
+    return out.reshape(np.shape(s))
+
+
+def flush_denorm(x: np.ndarray) -> np.ndarray:
+    """Denormal -> zero of the same sign."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def exp2_f32(x: np.ndarray) -> np.ndarray:
+    """v_exp_f32: 2^x. The ISA guarantees 1 ULP and no denormal results (LLVM scales the input when
+    denormals matter); modelled as the correctly rounded 2^x with denormal inputs read as 0 and
+    denormal results flushed to +0. exp2(-inf) = 0, exp2(+inf) = +inf, NaN stays NaN."""
+    x = flush_denorm(x)
+    with np.errstate(over="ignore", under="ignore"):
+        r = np.exp2(x.astype(np.float64)).astype(np.float32)
+    return flush_denorm(r)
+
+
+def rcp_f32(x: np.ndarray) -> np.ndarray:
+    """v_rcp_f32: 1/x, 1 ULP in the ISA; modelled as the correctly rounded reciprocal with denormal
+    inputs read as signed 0 (-> signed Inf) and denormal results flushed to signed 0."""
+    x = flush_denorm(x)
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
+        r = (np.float64(1.0) / x.astype(np.float64)).astype(np.float32)
+    return flush_denorm(r)
+
+
+def _exponent(x: np.ndarray) -> np.ndarray:
+    """Biased fp32 exponent field."""
+    return ((f32_bits(x) >> 23) & 0xFF).astype(np.int32)
+
+
+def div_scale_f32(s0: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """v_div_scale_f32 D, VCC = (S0, S1 = denominator, S2 = numerator): the pre-scaling step of the
+    IEEE division sequence. Returns (D, vcc lanes).
+
+    Cases (CDNA3 ISA pseudo-code): a quotient near fp32's top (exp(num) - exp(den) >= 96) scales only
+    the denominator by 2^64 and sets VCC; a denormal denominator scales both by 2^64; a quotient that
+    would be denormal scales only the numerator by 2^64 and sets VCC; a tiny numerator (exponent
+    field <= 23) scales both by 2^64. Otherwise D = S0, VCC = 0. A zero operand gives NaN."""
+    s0 = np.asarray(s0, np.float32)
+    s1 = np.asarray(s1, np.float32)
+    s2 = np.asarray(s2, np.float32)
+    e1, e2 = _exponent(s1), _exponent(s2)
+    d = s0.astype(np.float64)
+    vcc = np.zeros(np.shape(s0), dtype=bool)
+    done = np.zeros(np.shape(s0), dtype=bool)
+    finite = np.isfinite(s1) & np.isfinite(s2)
+
+    def apply(cond: np.ndarray, scale_if: np.ndarray | None, set_vcc: bool) -> None:
+        nonlocal d
+        c = cond & ~done & finite
+        if set_vcc:
+            vcc[c] = True
+        sc = c if scale_if is None else c & scale_if
+        d = np.where(sc, d * 2.0**64, d)
+        done[c] = True
+
+    zero = (s1 == 0) | (s2 == 0)
+    d = np.where(zero & finite, np.nan, d)
+    done |= zero
+    with np.errstate(divide="ignore", over="ignore", under="ignore", invalid="ignore"):
+        q = s2.astype(np.float64) / s1.astype(np.float64)
+    apply(e2 - e1 >= 96, s0 == s1, True)
+    apply(e1 == 0, None, False)
+    apply((np.abs(q) < 2.0**-126) & (q != 0), s0 == s2, True)
+    apply(e2 <= 23, None, False)
+    return d.astype(np.float32), vcc
+
+
+def div_fmas_f32(s0: np.ndarray, s1: np.ndarray, s2: np.ndarray, vcc: np.ndarray) -> np.ndarray:
+    """v_div_fmas_f32: fma(S0, S1, S2), then undo div_scale's one-sided scaling where VCC is set: x2^64
+    when the quotient is large (only the denominator was scaled), x2^-64 when it is small (only the
+    numerator was scaled)."""
+    r = fma_f32(s0, s1, s2)
+    big = _exponent(np.asarray(s2, np.float32)) >= 127
+    scale = np.where(big, 2.0**64, 2.0**-64)
+    with np.errstate(over="ignore", under="ignore"):
+        scaled = (r.astype(np.float64) * scale).astype(np.float32)
+    return np.where(vcc, scaled, r).astype(np.float32)
+
+
+def div_fixup_f32(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
+    """v_div_fixup_f32 (S0 = quotient, S1 = denominator, S2 = numerator): the special cases of IEEE
+    division (NaN, 0/0, Inf/Inf, x/0, Inf/x, x/Inf, 0/x), else |q| with the sign of num/den."""
+    q = np.asarray(q, np.float32)
+    den = np.asarray(den, np.float32)
+    num = np.asarray(num, np.float32)
+    neg = np.signbit(den) ^ np.signbit(num)
+    inf = np.where(neg, -np.inf, np.inf).astype(np.float32)
+    zero = np.where(neg, np.float32(-0.0), np.float32(0.0)).astype(np.float32)
+    out = np.where(neg, -np.abs(q), np.abs(q)).astype(np.float32)
+    out = np.where((np.abs(den) == np.inf) | (num == 0), zero, out)
+    out = np.where((den == 0) | (np.abs(num) == np.inf), inf, out)
+    out = np.where(
+        ((den == 0) & (num == 0)) | ((np.abs(den) == np.inf) & (np.abs(num) == np.inf)), np.nan, out
+    )
+    out = np.where(np.isnan(den), den + np.float32(0), out)
+    out = np.where(np.isnan(num), num + np.float32(0), out)
+    return out.astype(np.float32)
+
+
+def bf16_to_f32(h: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16 / uint32 low halves) -> fp32, exact."""
+    return (np.asarray(h, np.uint32) << 16).view(np.float32)
+
+
+def mfma_f32_16x16x16_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """D = A·B + C for one wave64 of v_mfma_f32_16x16x16_bf16.
+
+    a, b: [64, 2] uint32 (each lane's two VGPRs = 4 bf16, element e in bits 16(e%2).. of register e//2);
+    c: [64, 4] float32. Lane l = 16g + i holds A[i][4g + e], B[4g + e][i] and D[4g + r][i] in register r
+    (CDNA3 ISA, matrix core operand layouts). Summation model: every bf16 product is exact in fp64,
+    the 16 products and C are summed in fp64 and rounded once to fp32 (hardware sums in a different
+    order with its own internal precision; the two differ by fp32 rounding, which the ULP contract
+    covers)."""
+    ha = np.stack([a & 0xFFFF, a >> 16], axis=-1).reshape(64, 4)  # lane, e
+    hb = np.stack([b & 0xFFFF, b >> 16], axis=-1).reshape(64, 4)
+    fa = bf16_to_f32(ha).astype(np.float64)
+    fb = bf16_to_f32(hb).astype(np.float64)
+    # A[i][k]: lane 16g + i, e = k - 4g  ->  fa.reshape(g, i, e) -> A[i, 4g + e]
+    am = fa.reshape(4, 16, 4).transpose(1, 0, 2).reshape(16, 16)
+    # B[k][j]: lane 16g + j, e  ->  B[4g + e, j]
+    bm = fb.reshape(4, 16, 4).transpose(0, 2, 1).reshape(16, 16)
+    # C/D[r_row][j]: lane 16g + j, register r -> row 4g + r
+    cm = np.asarray(c, np.float32).astype(np.float64).reshape(4, 16, 4).transpose(0, 2, 1).reshape(16, 16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dm = am @ bm + cm
+        # matmul over Inf operands can produce NaN from 0*Inf exactly like the hardware's IEEE products,
+        # and Inf-Inf -> NaN; fp64 overflow cannot happen for bf16 products.
+        d = dm.reshape(4, 4, 16).transpose(0, 2, 1).reshape(64, 4).astype(np.float32)
+    return d
