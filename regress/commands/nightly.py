@@ -18,7 +18,7 @@ from ..results import CaseResult
     "--backend",
     default="auto",
     show_default=True,
-    type=click.Choice(["auto", "cpu", "cuda", "hip"]),
+    type=click.Choice(["auto", "cpu", "cuda", "hip", "hip-emu"]),
     help="auto: hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu.",
 )
 @click.option("--stack", "stack_name", help="Pinned stack (runners/stacks/NAME.toml) the machine must match.")

@@ -167,10 +167,8 @@ def mfma_f32_16x16x16_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.nd
     the 16 products and C are summed in fp64 and rounded once to fp32 (hardware sums in a different
     order with its own internal precision; the two differ by fp32 rounding, which the ULP contract
     covers)."""
-    ha = np.stack([a & 0xFFFF, a >> 16], axis=-1).reshape(64, 4)  # lane, e
-    hb = np.stack([b & 0xFFFF, b >> 16], axis=-1).reshape(64, 4)
-    fa = bf16_to_f32(ha).astype(np.float64)
-    fb = bf16_to_f32(hb).astype(np.float64)
+    fa = bf16_to_f32(np.ascontiguousarray(a, dtype=np.uint32).view(np.uint16)).astype(np.float64)  # [64, 4]
+    fb = bf16_to_f32(np.ascontiguousarray(b, dtype=np.uint32).view(np.uint16)).astype(np.float64)
     # A[i][k]: lane 16g + i, e = k - 4g  ->  fa.reshape(g, i, e) -> A[i, 4g + e]
     am = fa.reshape(4, 16, 4).transpose(1, 0, 2).reshape(16, 16)
     # B[k][j]: lane 16g + j, e  ->  B[4g + e, j]

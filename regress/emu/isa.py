@@ -181,7 +181,12 @@ def reader_f32(op: Operand) -> Reader:
 
 
 def _full(x: Any, dtype: Any) -> np.ndarray:
-    return np.broadcast_to(np.asarray(x, dtype=dtype), (64,))
+    """x as a [64] array of dtype (a lane vector is passed through, a scalar is broadcast)."""
+    if type(x) is np.ndarray and x.dtype == dtype and x.shape == (64,):
+        return x
+    if isinstance(x, np.ndarray) and x.shape == (64,):
+        return x.astype(dtype)
+    return np.full(64, x, dtype=dtype)
 
 
 # --- compilation -------------------------------------------------------------------------------------
@@ -643,17 +648,14 @@ def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
 def perm_b32(s0: np.ndarray, s1: np.ndarray, sel: np.ndarray) -> np.ndarray:
     """v_perm_b32: byte k of D picks from the 8 bytes {S0, S1} (S1 = bytes 0-3) by selector byte k;
     8-11 replicate the sign bit of bytes 1, 3, 5, 7; 12 gives 0x00, 13 and above 0xFF."""
-    pool = (s0.astype(np.uint64) << np.uint64(32)) | s1.astype(np.uint64)
-    out = np.zeros(s0.shape, dtype=np.uint32)
-    for k in range(4):
-        sb = (sel >> np.uint32(8 * k)) & np.uint32(0xFF)
-        byte = ((pool >> (np.minimum(sb, 7).astype(np.uint64) * np.uint64(8))) & np.uint64(0xFF)).astype(
-            np.uint32
-        )
-        src = (np.minimum(np.maximum(sb, 8), 11) - 8) * 2 + 1
-        sign = np.where(
-            ((pool >> (src.astype(np.uint64) * np.uint64(8) + np.uint64(7))) & np.uint64(1)) != 0, 0xFF, 0
-        )
-        byte = np.where(sb < 8, byte, np.where(sb < 12, sign, np.where(sb == 12, 0, 0xFF))).astype(np.uint32)
-        out |= byte << np.uint32(8 * k)
-    return out
+    pool = np.empty((64, 2), dtype=np.uint32)
+    pool[:, 0], pool[:, 1] = s1, s0
+    pool8 = np.concatenate(
+        [pool.view(np.uint8), np.zeros((64, 1), np.uint8), np.full((64, 1), 0xFF, np.uint8)], 1
+    )
+    sign = np.where(pool8[:, [1, 3, 5, 7]] & 0x80, 0xFF, 0).astype(np.uint8)
+    pool8 = np.concatenate([pool8, sign], 1)  # 0-7 bytes, 8 zero, 9 0xFF, 10-13 signs of bytes 1,3,5,7
+    sb = (sel[:, None] >> (np.arange(4, dtype=np.uint32) * 8)) & 0xFF  # [64, 4]
+    col = np.where(sb < 8, sb, np.where(sb < 12, sb + 2, np.where(sb == 12, 8, 9))).astype(np.intp)
+    out = np.take_along_axis(pool8, col, axis=1)
+    return np.ascontiguousarray(out).view(np.uint32).reshape(64)

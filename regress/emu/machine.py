@@ -598,9 +598,11 @@ class Launch:
     def run(self, grid: tuple[int, int], block: int) -> Trace:
         if block % 64 or not 0 < block <= int(self.kernel.metadata.get(".max_flat_workgroup_size", 1024)):
             raise EmuFault(f"block of {block} threads does not suit {self.kernel.name}")
-        for y in range(grid[1]):
-            for x in range(grid[0]):
-                Workgroup(self, (x, y, 0)).run(block // 64)
+        # IEEE results (NaN, Inf, underflow) are the modelled behaviour, not warnings.
+        with np.errstate(all="ignore"):
+            for y in range(grid[1]):
+                for x in range(grid[0]):
+                    Workgroup(self, (x, y, 0)).run(block // 64)
         self.trace.instructions = int(self.counts.sum())
         for i, c in enumerate(self.counts):
             if c:
