@@ -32,25 +32,27 @@ def _round_to_odd_f64(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     return bits.view(np.float64)
 
 
-def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """IEEE fused multiply-add, one rounding (v_fma_f32, v_fmac_f32, v_div_fmas_f32's core).
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray, scale: np.ndarray | float = 1.0) -> np.ndarray:
+    """IEEE fused multiply-add, one rounding (v_fma_f32, v_fmac_f32), optionally times a power of two
+    before that one rounding (v_div_fmas_f32).
 
     The fp64 product of two fp32 values is exact; the sum is made exact with TwoSum and rounded to
-    odd, so the final fp32 conversion is the single correct rounding."""
+    odd at 53 bits, scaling by 2^k is exact in fp64, so the final fp32 conversion is the single
+    correct rounding (53 >= 24 + 2)."""
     a64 = np.asarray(a, dtype=np.float32).astype(np.float64)
     b64 = np.asarray(b, dtype=np.float32).astype(np.float64)
     c64 = np.asarray(c, dtype=np.float32).astype(np.float64)
-    p = a64 * b64
     with np.errstate(invalid="ignore", over="ignore"):
+        p = a64 * b64
         s = p + c64
         bb = s - p
         lo = (p - (s - bb)) + (c64 - bb)
     finite = np.isfinite(s)
     lo = np.where(finite, lo, 0.0)
-    r = _round_to_odd_f64(np.atleast_1d(s), np.atleast_1d(lo))
+    r = _round_to_odd_f64(np.atleast_1d(s), np.atleast_1d(lo)) * scale
     with np.errstate(over="ignore"):
         out = r.astype(np.float32)
-    return out.reshape(np.shape(s))
+    return out.reshape(np.shape(r))
 
 
 def flush_denorm(x: np.ndarray) -> np.ndarray:
@@ -85,57 +87,68 @@ def _exponent(x: np.ndarray) -> np.ndarray:
 
 def div_scale_f32(s0: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """v_div_scale_f32 D, VCC = (S0, S1 = denominator, S2 = numerator): the pre-scaling step of the
-    IEEE division sequence. Returns (D, vcc lanes).
-
-    Cases (CDNA3 ISA pseudo-code): a quotient near fp32's top (exp(num) - exp(den) >= 96) scales only
-    the denominator by 2^64 and sets VCC; a denormal denominator scales both by 2^64; a quotient that
-    would be denormal scales only the numerator by 2^64 and sets VCC; a tiny numerator (exponent
-    field <= 23) scales both by 2^64. Otherwise D = S0, VCC = 0. A zero operand gives NaN."""
+    IEEE division sequence, so that v_rcp_f32 and the Newton steps never see a denormal. Returns
+    (D, VCC lanes). Cases, first match wins (CDNA3 ISA pseudo-code):
+      S1 or S2 zero                         D = NaN
+      exp(S2) - exp(S1) >= 96 (huge q)      VCC; scale the denominator by 2^64
+      S1 denormal                           scale both by 2^64
+      1/S1 and S2/S1 denormal               VCC; scale the denominator by 2^-64
+      1/S1 denormal                         scale both by 2^-64
+      S2/S1 denormal (tiny q)               VCC; scale the numerator by 2^64
+      exp(S2) <= 23 (tiny numerator)        scale both by 2^64
+    "Scale the denominator" scales D only when S0 is S1 (the call that prepares the denominator), and
+    likewise for the numerator; otherwise D = S0."""
     s0 = np.asarray(s0, np.float32)
     s1 = np.asarray(s1, np.float32)
     s2 = np.asarray(s2, np.float32)
     e1, e2 = _exponent(s1), _exponent(s2)
     d = s0.astype(np.float64)
     vcc = np.zeros(np.shape(s0), dtype=bool)
-    done = np.zeros(np.shape(s0), dtype=bool)
-    finite = np.isfinite(s1) & np.isfinite(s2)
-
-    def apply(cond: np.ndarray, scale_if: np.ndarray | None, set_vcc: bool) -> None:
-        nonlocal d
-        c = cond & ~done & finite
-        if set_vcc:
-            vcc[c] = True
-        sc = c if scale_if is None else c & scale_if
-        d = np.where(sc, d * 2.0**64, d)
-        done[c] = True
-
-    zero = (s1 == 0) | (s2 == 0)
-    d = np.where(zero & finite, np.nan, d)
-    done |= zero
+    done = ~(np.isfinite(s1) & np.isfinite(s2))
+    zero = ((s1 == 0) | (s2 == 0)) & ~done
+    d = np.where(zero, np.nan, d)
+    done = done | zero
     with np.errstate(divide="ignore", over="ignore", under="ignore", invalid="ignore"):
-        q = s2.astype(np.float64) / s1.astype(np.float64)
-    apply(e2 - e1 >= 96, s0 == s1, True)
-    apply(e1 == 0, None, False)
-    apply((np.abs(q) < 2.0**-126) & (q != 0), s0 == s2, True)
-    apply(e2 <= 23, None, False)
-    return d.astype(np.float32), vcc
+        r64 = 1.0 / s1.astype(np.float64)
+        q64 = s2.astype(np.float64) / s1.astype(np.float64)
+    tiny = 2.0**-126
+    rcp_denorm = np.abs(r64) < tiny
+    q_denorm = (np.abs(q64) < tiny) & (q64 != 0)
+    rules = (
+        (e2 - e1 >= 96, s0 == s1, 64, True),
+        (e1 == 0, None, 64, False),
+        (rcp_denorm & q_denorm, s0 == s1, -64, True),
+        (rcp_denorm, None, -64, False),
+        (q_denorm, s0 == s2, 64, True),
+        (e2 <= 23, None, 64, False),
+    )
+    for cond, only_if, exp, sets_vcc in rules:
+        c = cond & ~done
+        if sets_vcc:
+            vcc |= c
+        sc = c if only_if is None else c & only_if
+        d = np.where(sc, d * 2.0**exp, d)
+        done = done | c
+    with np.errstate(over="ignore"):
+        return d.astype(np.float32), vcc
 
 
 def div_fmas_f32(s0: np.ndarray, s1: np.ndarray, s2: np.ndarray, vcc: np.ndarray) -> np.ndarray:
-    """v_div_fmas_f32: fma(S0, S1, S2), then undo div_scale's one-sided scaling where VCC is set: x2^64
-    when the quotient is large (only the denominator was scaled), x2^-64 when it is small (only the
-    numerator was scaled)."""
-    r = fma_f32(s0, s1, s2)
+    """v_div_fmas_f32 = fma(S0, S1, S2), and where VCC is set the one-sided scaling of div_scale is
+    undone inside the same rounding: x2^64 when the quotient estimate S2 is large (only the
+    denominator was scaled up), x2^-64 when it is small (the numerator scaled up, or the denominator
+    down)."""
     big = _exponent(np.asarray(s2, np.float32)) >= 127
-    scale = np.where(big, 2.0**64, 2.0**-64)
-    with np.errstate(over="ignore", under="ignore"):
-        scaled = (r.astype(np.float64) * scale).astype(np.float32)
-    return np.where(vcc, scaled, r).astype(np.float32)
+    scale = np.where(vcc, np.where(big, 2.0**64, 2.0**-64), 1.0)
+    return fma_f32(s0, s1, s2, scale)
 
 
 def div_fixup_f32(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
     """v_div_fixup_f32 (S0 = quotient, S1 = denominator, S2 = numerator): the special cases of IEEE
-    division (NaN, 0/0, Inf/Inf, x/0, Inf/x, x/Inf, 0/x), else |q| with the sign of num/den."""
+    division, first match wins: NaN operand -> quiet NaN; 0/0 and Inf/Inf -> NaN; x/0 and Inf/x ->
+    signed Inf; x/Inf and 0/x -> signed 0; exp(num) - exp(den) < -150 -> signed 0 (underflow); a
+    quotient with exponent field 255 (it overflowed) -> signed Inf; else |S0| with the sign of
+    num/den."""
     q = np.asarray(q, np.float32)
     den = np.asarray(den, np.float32)
     num = np.asarray(num, np.float32)
@@ -143,13 +156,20 @@ def div_fixup_f32(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray
     inf = np.where(neg, -np.inf, np.inf).astype(np.float32)
     zero = np.where(neg, np.float32(-0.0), np.float32(0.0)).astype(np.float32)
     out = np.where(neg, -np.abs(q), np.abs(q)).astype(np.float32)
-    out = np.where((np.abs(den) == np.inf) | (num == 0), zero, out)
-    out = np.where((den == 0) | (np.abs(num) == np.inf), inf, out)
-    out = np.where(
-        ((den == 0) & (num == 0)) | ((np.abs(den) == np.inf) & (np.abs(num) == np.inf)), np.nan, out
+    cases = (
+        (np.isnan(num), num + np.float32(0)),
+        (np.isnan(den), den + np.float32(0)),
+        (((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), np.float32(np.nan)),
+        ((den == 0) | np.isinf(num), inf),
+        (np.isinf(den) | (num == 0), zero),
+        (_exponent(num) - _exponent(den) < -150, zero),
+        (_exponent(q) == 255, inf),
     )
-    out = np.where(np.isnan(den), den + np.float32(0), out)
-    out = np.where(np.isnan(num), num + np.float32(0), out)
+    done = np.zeros(np.shape(out), dtype=bool)
+    for cond, val in cases:
+        c = cond & ~done
+        out = np.where(c, val, out)
+        done = done | c
     return out.astype(np.float32)
 
 

@@ -366,6 +366,14 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
                 np.uint32
             ),
         )
+    if name == "v_lshl_add_u32":
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+        return lambda w: w.vset(
+            d,
+            (
+                (((np.asarray(a(w), np.uint64) << (np.asarray(b(w), np.uint64) & 31)) & M32) + c(w)) & M32
+            ).astype(np.uint32),
+        )
     if name == "v_and_or_b32":
         d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
         return lambda w: w.vset(d, _full((a(w) & b(w)) | c(w), np.uint32))
@@ -484,6 +492,11 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
 
         return run
     # ---- memory ----
+    if name == "global_store_short":
+        addr16, off16, src16 = reader_u64(ops[0]), int(ins.modifiers.get("offset", "0"), 0), ops[1].index
+        if ops[2].kind != "off":
+            raise UnsupportedInstruction(ins.text)
+        return lambda w: w.global_store(addr16(w), off16, src16, 1, nbytes=2)
     if name.startswith("global_load_dword") or name.startswith("global_store_dword"):
         store = name.startswith("global_store")
         ndw = {"": 1, "x2": 2, "x3": 3, "x4": 4}[name.rsplit("dword", 1)[1]]

@@ -116,9 +116,11 @@ class Memory:
         return out.view(np.uint32).reshape(addrs.size, nbytes // 4)
 
     def store(self, addrs: np.ndarray, data: np.ndarray) -> None:
-        nbytes = data.shape[1] * 4
+        """data: [n, dwords] uint32, or [n, bytes] uint8 for sub-dword stores."""
+        raw = np.ascontiguousarray(data)
+        raw = raw.view(np.uint8).reshape(addrs.size, -1)
+        nbytes = raw.shape[1]
         idx, off = self._locate(addrs, nbytes)
-        raw = np.ascontiguousarray(data, dtype=np.uint32).view(np.uint8).reshape(addrs.size, nbytes)
         span = np.arange(nbytes)
         for b in np.unique(idx):
             sel = idx == b
@@ -246,12 +248,16 @@ class Wave:
             self.wg.launch.trace.global_bytes_read += 4 * ndw * lanes.size
         self._issue_vm(regs)
 
-    def global_store(self, addr: Any, offset: int, src: int, ndw: int) -> None:
+    def global_store(self, addr: Any, offset: int, src: int, ndw: int, nbytes: int = 0) -> None:
+        """Stores ndw dwords per lane, or only the low `nbytes` bytes of one (global_store_short)."""
         lanes = self._active()
         if lanes.size:
             a = np.broadcast_to(np.asarray(addr, np.uint64), (64,))[lanes] + np.uint64(offset)
-            self.wg.launch.memory.store(a, self.v[src : src + ndw, lanes].T)
-            self.wg.launch.trace.global_bytes_written += 4 * ndw * lanes.size
+            data = np.ascontiguousarray(self.v[src : src + ndw, lanes].T)
+            if nbytes:
+                data = data.view(np.uint8)[:, :nbytes]
+            self.wg.launch.memory.store(a, data)
+            self.wg.launch.trace.global_bytes_written += (nbytes or 4 * ndw) * lanes.size
         self._issue_vm(())
 
     def _issue_vm(self, regs: tuple[int, ...]) -> None:
