@@ -230,6 +230,35 @@ _VCMP: dict[str, Callable[[Any, Any], Any]] = {
     "v_cmp_ge_u32": lambda a, b: np.asarray(a, np.uint32) >= np.asarray(b, np.uint32),
     "v_cmp_le_u32": lambda a, b: np.asarray(a, np.uint32) <= np.asarray(b, np.uint32),
 }
+for _rel, _f in (("gt", np.greater), ("lt", np.less), ("eq", np.equal), ("ne", np.not_equal)):
+    _VCMP[f"v_cmp_{_rel}_u16"] = lambda a, b, f=_f: f(
+        np.asarray(a, np.uint32) & 0xFFFF, np.asarray(b, np.uint32) & 0xFFFF
+    )
+_U32_BIN["v_mul_lo_u32"] = lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) & M32
+_PK_U16: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "v_pk_add_u16": lambda x, y: (x + y) & 0xFFFF,
+    "v_pk_min_u16": np.minimum,
+}
+_SDWA_SEL = {
+    "BYTE_0": (0, 0xFF),
+    "BYTE_1": (8, 0xFF),
+    "BYTE_2": (16, 0xFF),
+    "BYTE_3": (24, 0xFF),
+    "WORD_0": (0, 0xFFFF),
+    "WORD_1": (16, 0xFFFF),
+    "DWORD": (0, M32),
+}
+
+
+def _sdwa_reader(op: Operand, sel: str) -> Reader:
+    """An SDWA source: the selected byte or word of the operand, zero-extended."""
+    inner = reader_u32(op)
+    shift, mask = _SDWA_SEL[sel]
+    if sel == "DWORD":
+        return inner
+    return lambda w: (np.asarray(inner(w), np.uint32) >> np.uint32(shift)) & np.uint32(mask)
+
+
 _VCMP_F: dict[str, Callable[[Any, Any], Any]] = {
     "v_cmp_neq_f32": lambda a, b: ~(np.asarray(a) == np.asarray(b)),  # unordered or not equal
     "v_cmp_lt_f32": lambda a, b: np.asarray(a) < np.asarray(b),
@@ -274,6 +303,10 @@ def compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Met
 
 
 def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: dict[int, int]) -> Exec:
+    if name.endswith("_sdwa"):
+        return _compile_sdwa(name.removesuffix("_sdwa"), ins, ops)
+    if name in _PK_U16:
+        return _compile_pk_u16(name, ins, ops)
     # ---- vector ALU ----
     if name in _U32_BIN:
         f, d, a, b = _U32_BIN[name], ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
@@ -566,6 +599,46 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
             meta.sreads += (VCC, VCC + 1)
         return lambda w: tgt if cond(w) else None
     return _compile_salu(name, ins, ops, meta)
+
+
+def _compile_sdwa(name: str, ins: Instr, ops: list[Operand]) -> Exec:
+    """SDWA forms (sub-dword selects on the sources, whole-dword destination only)."""
+    mods = ins.modifiers
+    if mods.get("dst_sel", "DWORD") != "DWORD" or mods.get("dst_unused", "UNUSED_PAD") != "UNUSED_PAD":
+        raise UnsupportedInstruction(ins.text)
+    a = _sdwa_reader(ops[1], mods.get("src0_sel", "DWORD"))
+    b = _sdwa_reader(ops[2], mods.get("src1_sel", "DWORD"))
+    if name in _VCMP:
+        cmp, dst = _VCMP[name], ops[0].index
+
+        def run_cmp(w: Wave) -> None:
+            w.set_mask_reg(dst, np.broadcast_to(cmp(a(w), b(w)), (64,)) & w.mask)
+
+        return run_cmp
+    if name in _U32_BIN:
+        f, d = _U32_BIN[name], ops[0].index
+        return lambda w: w.vset(d, _full(np.asarray(f(a(w), b(w))), np.uint32))
+    raise UnsupportedInstruction(ins.text)
+
+
+def _compile_pk_u16(name: str, ins: Instr, ops: list[Operand]) -> Exec:
+    """Packed 16-bit integer ops: lo half from op_sel, hi half from op_sel_hi (default [0,0] / [1,1])."""
+    if any(k in ins.modifiers for k in ("neg_lo", "neg_hi", "clamp")):
+        raise UnsupportedInstruction(ins.text)
+    hi_sel = [int(x) for x in ins.modifiers.get("op_sel_hi", "[1,1]").strip("[]").split(",")]
+    lo_sel = [int(x) for x in ins.modifiers.get("op_sel", "[0,0]").strip("[]").split(",")]
+    f, d, a, b = _PK_U16[name], ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
+
+    def half(x: Any, sel: int) -> np.ndarray:
+        return (np.asarray(x, np.uint32) >> np.uint32(16 * sel)) & np.uint32(0xFFFF)
+
+    def run(w: Wave) -> None:
+        x, y = a(w), b(w)
+        lo = f(half(x, lo_sel[0]), half(y, lo_sel[1])) & 0xFFFF
+        hi = f(half(x, hi_sel[0]), half(y, hi_sel[1])) & 0xFFFF
+        w.vset(d, _full(np.asarray(lo | (hi << np.uint32(16)), np.uint32), np.uint32))
+
+    return run
 
 
 def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
