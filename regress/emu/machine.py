@@ -3,8 +3,9 @@ s_barrier, global memory over host buffers, and the hazard checks that make bugs
 
 Scheduling: the waves of a workgroup run one at a time, each until it reaches s_barrier or
 s_endpgm; the barrier releases when every wave that has not ended has arrived. Workgroups run one
-after another. Memory operations complete at issue, but their destinations stay *pending* until an
-s_waitcnt covers them, so a read of a pending register is reported, never silently satisfied.
+after another. Memory is read and written at issue, but a load's destination registers hold a NaN
+poison pattern until an s_waitcnt covers the load, when the data lands: a read of such a pending
+register is reported, and in non-strict mode it sees the poison, never the data early.
 
 Hazards reported (EmuHazard in strict mode, else collected in `Launch.hazards`):
   waitcnt   a register written by a load (global, LDS, scalar) is read or overwritten before an
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,6 +152,16 @@ class Trace:
 # --- a wave ------------------------------------------------------------------------------------------
 
 
+@dataclass
+class Pending:
+    """An issued memory operation no s_waitcnt has covered yet."""
+
+    pc: int
+    kind: str  # "vm", "lds", "smem"
+    regs: tuple[int, ...]  # destination registers (VGPRs, or SGPRs for "smem")
+    land: Callable[[], None] | None  # writes the loaded data into them
+
+
 class Wave:
     def __init__(self, wg: Workgroup, wave_id: int) -> None:
         self.wg = wg
@@ -165,8 +177,9 @@ class Wave:
         self.done = False
         self.epoch = 0  # barriers passed
         self.ws = 0  # wait states issued so far
-        self.vm_queue: list[tuple[int, tuple[int, ...]]] = []  # (pc, vgprs) in issue order
-        self.lgkm_queue: list[tuple[int, str, tuple[int, ...]]] = []  # (pc, "lds"/"smem", regs)
+        # Outstanding memory operations in issue order (see Pending).
+        self.vm_queue: list[Pending] = []
+        self.lgkm_queue: list[Pending] = []
         self.pending_v: Counter[int] = Counter()
         self.pending_s: Counter[int] = Counter()
         self.mfma_dst: dict[int, int] = {}
@@ -243,10 +256,22 @@ class Wave:
         if lanes.size:
             a = np.broadcast_to(np.asarray(addr, np.uint64), (64,))[lanes] + np.uint64(offset)
             data = self.wg.launch.memory.load(a, 4 * ndw)
+            self.wg.launch.trace.global_bytes_read += 4 * ndw * lanes.size
+            self.vm_queue.append(Pending(self.pc, "vm", regs, self._poison_v(d, ndw, lanes, data)))
+            for r in regs:
+                self.pending_v[r] += 1
+        else:
+            self.vm_queue.append(Pending(self.pc, "vm", (), None))
+
+    def _poison_v(self, d: int, ndw: int, lanes: np.ndarray, data: np.ndarray) -> Callable[[], None]:
+        """Fill the destination lanes with the poison pattern now; the returned write lands the data."""
+        self.v[d : d + ndw, lanes] = VGPR_POISON
+
+        def land() -> None:
             for k in range(ndw):
                 self.v[d + k, lanes] = data[:, k]
-            self.wg.launch.trace.global_bytes_read += 4 * ndw * lanes.size
-        self._issue_vm(regs)
+
+        return land
 
     def global_store(self, addr: Any, offset: int, src: int, ndw: int, nbytes: int = 0) -> None:
         """Stores ndw dwords per lane, or only the low `nbytes` bytes of one (global_store_short)."""
@@ -258,20 +283,20 @@ class Wave:
                 data = data.view(np.uint8)[:, :nbytes]
             self.wg.launch.memory.store(a, data)
             self.wg.launch.trace.global_bytes_written += (nbytes or 4 * ndw) * lanes.size
-        self._issue_vm(())
-
-    def _issue_vm(self, regs: tuple[int, ...]) -> None:
-        self.vm_queue.append((self.pc, regs))
-        for r in regs:
-            self.pending_v[r] += 1
+        self.vm_queue.append(Pending(self.pc, "vm", (), None))
 
     def smem_load(self, d: int, addr: int, ndw: int) -> None:
         data = self.wg.launch.memory.load(np.asarray([addr & ~3], dtype=np.uint64), 4 * ndw)[0]
-        for k in range(ndw):
-            self.s[d + k] = int(data[k])
         self.wg.launch.trace.smem_bytes += 4 * ndw
         regs = tuple(range(d, d + ndw))
-        self.lgkm_queue.append((self.pc, "smem", regs))
+        for r in regs:
+            self.s[r] = VGPR_POISON
+
+        def land() -> None:
+            for k in range(ndw):
+                self.sset(d + k, int(data[k]))
+
+        self.lgkm_queue.append(Pending(self.pc, "smem", regs, land))
         for r in regs:
             self.pending_s[r] += 1
 
@@ -292,13 +317,13 @@ class Wave:
         if lanes.size:
             wg.check_lds(self, idx.ravel(), write=False)
             data = wg.lds[idx]
-            for k in range(ndw):
-                self.v[d + k, lanes] = data[:, k]
             self._lds_cost(idx, ndw)
-        regs = tuple(range(d, d + ndw))
-        self.lgkm_queue.append((self.pc, "lds", regs))
-        for r in regs:
-            self.pending_v[r] += 1
+            regs = tuple(range(d, d + ndw))
+            self.lgkm_queue.append(Pending(self.pc, "lds", regs, self._poison_v(d, ndw, lanes, data)))
+            for r in regs:
+                self.pending_v[r] += 1
+        else:
+            self.lgkm_queue.append(Pending(self.pc, "lds", (), None))
 
     def lds_write(self, addr: Any, offset: int, src: int, ndw: int) -> None:
         lanes, idx = self._lds_dwords(addr, offset, ndw)
@@ -306,15 +331,16 @@ class Wave:
             self.wg.check_lds(self, idx.ravel(), write=True)
             self.wg.lds[idx] = self.v[src : src + ndw, lanes].T
             self._lds_cost(idx, ndw)
-        self.lgkm_queue.append((self.pc, "lds", ()))
+        self.lgkm_queue.append(Pending(self.pc, "lds", (), None))
 
     def ds_bpermute(self, d: int, addr: Any, src: Any, offset: int) -> None:
         """D[lane] = src[(addr[lane] + offset) / 4 mod 64], from active source lanes (else 0)."""
         a = np.broadcast_to(np.asarray(addr, np.uint64), (64,)) + np.uint64(offset)
         sel = ((a >> np.uint64(2)) & np.uint64(63)).astype(np.int64)
         data = np.where(self.mask, np.broadcast_to(np.asarray(src, np.uint32), (64,)), 0).astype(np.uint32)
-        self.vset(d, data[sel])
-        self.lgkm_queue.append((self.pc, "lds", (d,)))
+        lanes = self._active()
+        result = data[sel][lanes][:, None]
+        self.lgkm_queue.append(Pending(self.pc, "lds", (d,), self._poison_v(d, 1, lanes, result)))
         self.pending_v[d] += 1
 
     def _lds_cost(self, idx: np.ndarray, ndw: int) -> None:
@@ -335,22 +361,25 @@ class Wave:
 
     def waitcnt(self, vm: int, lgkm: int) -> None:
         while len(self.vm_queue) > vm:
-            _, regs = self.vm_queue.pop(0)
-            for r in regs:
-                self._retire(self.pending_v, r)
+            self._land(self.vm_queue.pop(0))
         if len(self.lgkm_queue) > lgkm:
-            keep: list[tuple[int, str, tuple[int, ...]]] = []
+            keep: list[Pending] = []
             excess = len(self.lgkm_queue) - lgkm
             for item in self.lgkm_queue:
                 # In-order LDS results retire oldest first; a scalar load only under lgkmcnt(0).
-                if excess > 0 and (item[1] == "lds" or lgkm == 0):
+                if excess > 0 and (item.kind == "lds" or lgkm == 0):
                     excess -= 1
-                    pend = self.pending_s if item[1] == "smem" else self.pending_v
-                    for r in item[2]:
-                        self._retire(pend, r)
+                    self._land(item)
                 else:
                     keep.append(item)
             self.lgkm_queue = keep
+
+    def _land(self, item: Pending) -> None:
+        if item.land is not None:
+            item.land()
+        pend = self.pending_s if item.kind == "smem" else self.pending_v
+        for r in item.regs:
+            self._retire(pend, r)
 
     @staticmethod
     def _retire(pend: Counter[int], r: int) -> None:

@@ -32,6 +32,7 @@ def test_missing_waitcnt_on_global_load(asm_kernel):
     hazards, _ = asm_kernel(LOAD_USE.format(wait=""))(buf, strict=False)
     assert _kinds(hazards) == {"waitcnt"}
     assert "v10" in hazards[0].detail and hazards[0].text.startswith("v_add_u32")
+    assert (buf == 0x7FBADBAD + 1).all()  # the read saw the poison, not the data early
     with pytest.raises(EmuHazard, match="waitcnt hazard"):
         asm_kernel(LOAD_USE.format(wait=""))(np.arange(64, dtype=np.uint32))
     buf = np.arange(64, dtype=np.uint32)
