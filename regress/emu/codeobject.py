@@ -292,6 +292,7 @@ class Kernel:
     descriptor: KernelDescriptor
     metadata: dict[str, Any]
     instructions: list[Instr] = field(default_factory=list)
+    compiled: Any = field(default=None, repr=False, compare=False)  # machine.compiled() fills it
 
     @property
     def args(self) -> list[dict[str, Any]]:

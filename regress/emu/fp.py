@@ -49,7 +49,9 @@ def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray, scale: np.ndarray | flo
         lo = (p - (s - bb)) + (c64 - bb)
     finite = np.isfinite(s)
     lo = np.where(finite, lo, 0.0)
-    r = _round_to_odd_f64(np.atleast_1d(s), np.atleast_1d(lo)) * scale
+    # The sum is exact in fp64 (the common case: the 48-bit product and c overlap): one rounding.
+    r = np.atleast_1d(s) if not lo.any() else _round_to_odd_f64(np.atleast_1d(s), np.atleast_1d(lo))
+    r = r * scale
     with np.errstate(over="ignore"):
         out = r.astype(np.float32)
     return out.reshape(np.shape(r))
@@ -102,6 +104,9 @@ def div_scale_f32(s0: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.nd
     s1 = np.asarray(s1, np.float32)
     s2 = np.asarray(s2, np.float32)
     e1, e2 = _exponent(s1), _exponent(s2)
+    # Fast path: every lane normal, quotient and reciprocal well inside the normal range.
+    if ((e1 > 1) & (e1 < 253) & (e2 > 23) & (e2 < 255) & (e2 - e1 < 96) & (e2 - e1 > -100)).all():
+        return s0.copy(), np.zeros(np.shape(s0), dtype=bool)
     d = s0.astype(np.float64)
     vcc = np.zeros(np.shape(s0), dtype=bool)
     done = ~(np.isfinite(s1) & np.isfinite(s2))
@@ -153,6 +158,10 @@ def div_fixup_f32(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray
     den = np.asarray(den, np.float32)
     num = np.asarray(num, np.float32)
     neg = np.signbit(den) ^ np.signbit(num)
+    en, ed, eq = _exponent(num), _exponent(den), _exponent(q)
+    # Fast path: no special operand (exponent field 0 with a zero, or 255) and no over/underflow.
+    if ((en > 0) & (en < 255) & (ed > 0) & (ed < 255) & (eq < 255) & (en - ed >= -150)).all():
+        return np.where(neg, -np.abs(q), np.abs(q)).astype(np.float32)
     inf = np.where(neg, -np.inf, np.inf).astype(np.float32)
     zero = np.where(neg, np.float32(-0.0), np.float32(0.0)).astype(np.float32)
     out = np.where(neg, -np.abs(q), np.abs(q)).astype(np.float32)

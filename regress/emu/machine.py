@@ -349,12 +349,18 @@ class Wave:
         distinct dwords."""
         t = self.wg.launch.trace
         per = {4: 8, 2: 16, 1: 32}[ndw]
-        cycles = ideal = 0
-        for g in range(0, idx.shape[0], per):
-            grp = np.unique(idx[g : g + per].ravel())
-            counts = np.bincount(grp % LDS_BANKS, minlength=LDS_BANKS)
-            cycles += int(counts.max())
-            ideal += -(-grp.size // LDS_BANKS)
+        n = idx.shape[0]
+        groups = -(-n // per)
+        pad = np.full((groups * per - n, ndw), -1, dtype=np.int64)
+        g = np.sort(np.concatenate([idx, pad]).reshape(groups, per * ndw), axis=1)
+        first = np.ones(g.shape, dtype=bool)
+        first[:, 1:] = g[:, 1:] != g[:, :-1]
+        first &= g >= 0  # distinct dwords only, padding left out
+        rows = np.broadcast_to(np.arange(groups)[:, None], g.shape)
+        load = np.zeros((groups, LDS_BANKS), dtype=np.int64)
+        np.add.at(load, (rows[first], g[first] % LDS_BANKS), 1)
+        cycles = int(load.max(axis=1).sum())
+        ideal = int((-(-first.sum(axis=1) // LDS_BANKS)).sum())
         t.lds_cycles += cycles
         t.lds_ideal_cycles += ideal
         t.lds_bytes += idx.size * 4
@@ -648,17 +654,13 @@ class Launch:
         return self.trace
 
 
-_COMPILED: dict[int, tuple[list[Exec], list[Meta]]] = {}
-
-
 def compiled(kernel: Kernel) -> tuple[list[Exec], list[Meta]]:
-    """The kernel's instructions as closures (cached per Kernel object)."""
-    key = id(kernel)
-    if key not in _COMPILED:
+    """The kernel's instructions as closures, compiled once and kept on the Kernel object."""
+    if kernel.compiled is None:
         index_of = {ins.addr: i for i, ins in enumerate(kernel.instructions)}
         pairs = [compile_instruction(ins, index_of) for ins in kernel.instructions]
-        _COMPILED[key] = ([p[0] for p in pairs], [p[1] for p in pairs])
-    return _COMPILED[key]
+        kernel.compiled = ([p[0] for p in pairs], [p[1] for p in pairs])
+    return kernel.compiled  # type: ignore[no-any-return]
 
 
 assert set(CLASSES) >= {
