@@ -139,3 +139,113 @@ def test_vop_integer_ops(asm_kernel):
     assert out1[68:128].tolist() == [0] * 60  # lanes 1..63 were off
     assert out1[128] == (0x80000001 * 6) >> 32
     assert out1[129] == 0  # no carry out of 64 bits
+
+
+def test_transcendental_compare_packed_and_lane_ops(asm_kernel):
+    """v_exp_f32, v_rcp_f32, v_max3_f32 (maxNum), v_cmp_neq_f32 (unordered), v_pk_mul_f32 with
+    op_sel_hi:[0,1] (src0's low half for both halves), ds_bpermute_b32, v_readfirstlane_b32 under a
+    partial EXEC, v_cvt_f32_u32 / v_cvt_u32_f32."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_lshlrev_b32 v8, 4, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[12:13], s[6:7], 0, v[8:9]
+  v_lshl_add_u64 v[14:15], s[8:9], 0, v[8:9]
+  global_load_dword v10, v[2:3], off
+  s_waitcnt vmcnt(0)
+  v_exp_f32 v16, v10
+  v_rcp_f32 v17, v10
+  v_max3_f32 v18, v10, -1.0, 0.5
+  v_cmp_neq_f32 vcc, v10, v10
+  v_cndmask_b32 v19, 0, 1, vcc
+  v_mov_b32 v20, 2.0
+  v_mov_b32 v21, 4.0
+  v_mov_b32 v22, v10
+  v_mov_b32 v23, v10
+  v_pk_mul_f32 v[22:23], v[20:21], v[22:23] op_sel_hi:[0,1]
+  v_xor_b32 v24, 16, v0
+  v_lshlrev_b32 v24, 2, v24
+  ds_bpermute_b32 v25, v24, v0
+  s_waitcnt lgkmcnt(0)
+  v_cvt_f32_u32 v26, v0
+  v_cvt_u32_f32 v27, v10
+  s_mov_b64 exec, 0xff00
+  v_readfirstlane_b32 s20, v0
+  s_mov_b64 exec, -1
+  v_mov_b32 v28, s20
+  global_store_dwordx4 v[12:13], v[16:19], off
+  global_store_dwordx4 v[14:15], v[22:25], off
+  global_store_dwordx4 v[14:15], v[26:29], off offset:1024
+  s_waitcnt vmcnt(0)
+"""
+    )
+    x = np.zeros(64, np.float32)
+    x[:8] = [0.0, 1.0, -1.0, -np.inf, np.nan, 3.0, 1e-40, 2.5]
+    x[8:] = np.arange(8, 64)
+    a = np.zeros((64, 4), np.float32)
+    b = np.zeros((128, 4), np.uint32)
+    hazards, _ = k(x, a, b)
+    assert not hazards
+    ex, rc, mx, neq = a[:, 0], a[:, 1], a[:, 2], a[:, 3].view(np.uint32)
+    assert ex[:4].tolist() == [1.0, 2.0, 0.5, 0.0] and np.isnan(ex[4]) and ex[6] == 1.0
+    assert rc[0] == np.inf and rc[1] == 1.0 and rc[2] == -1.0 and rc[5] == np.float32(1 / 3)
+    assert rc[3] == 0.0 and np.signbit(rc[3])  # 1 / -Inf = -0
+    assert mx[2] == 0.5 and mx[3] == 0.5 and mx[4] == 0.5 and mx[5] == 3.0  # NaN loses to numbers
+    assert neq.tolist() == [1 if i == 4 else 0 for i in range(64)]
+    pk_lo, pk_hi = b[:64, 0].view(np.float32), b[:64, 1].view(np.float32)
+    assert pk_lo[5] == 6.0 and pk_hi[5] == 6.0  # 2.0 (src0's low half) times x in both halves
+    assert b[:64, 3].tolist() == [lane ^ 16 for lane in range(64)]  # ds_bpermute from lane ^ 16
+    cvt_f, cvt_u, first = b[64:, 0].view(np.float32), b[64:, 1], b[64:, 2]
+    assert cvt_f.tolist() == [float(i) for i in range(64)]
+    assert cvt_u[:8].tolist() == [0, 1, 0, 0, 0, 3, 0, 2] and cvt_u[63] == 63
+    assert first.tolist() == [8] * 64  # first active lane of exec 0xff00
+
+
+def test_scalar_carry_chain_and_selects(asm_kernel):
+    """s_add_u32/s_addc_u32 (64-bit add through SCC), s_cselect_b32, s_bitset1_b32, s_lshl_b64,
+    s_andn2_b64, s_movk_i32 (sign-extended), s_cmp_lt_u32."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  s_mov_b32 s20, 0xffffffff
+  s_mov_b32 s21, 1
+  s_add_u32 s22, s20, 2
+  s_addc_u32 s23, s21, 0
+  s_cmp_lt_u32 s21, 2
+  s_cselect_b32 s24, 11, 22
+  s_mov_b32 s25, 0
+  s_bitset1_b32 s25, 5
+  s_mov_b64 s[26:27], 3
+  s_lshl_b64 s[26:27], s[26:27], 31
+  s_mov_b64 s[28:29], -1
+  s_andn2_b64 s[28:29], s[28:29], s[26:27]
+  s_movk_i32 s30, 0x8000
+  s_mov_b32 s31, 0
+  v_mov_b32 v16, s22
+  v_mov_b32 v17, s23
+  v_mov_b32 v18, s24
+  v_mov_b32 v19, s25
+  v_mov_b32 v20, s26
+  v_mov_b32 v21, s27
+  v_mov_b32 v22, s28
+  v_mov_b32 v23, s30
+  v_mov_b32 v10, 0
+  v_mov_b32 v11, 0
+  v_mov_b32 v12, 16
+  v_mov_b32 v13, 0
+  v_lshl_add_u64 v[24:25], s[4:5], 0, v[10:11]
+  v_lshl_add_u64 v[26:27], s[4:5], 0, v[12:13]
+  s_mov_b64 exec, 1
+  global_store_dwordx4 v[24:25], v[16:19], off
+  global_store_dwordx4 v[26:27], v[20:23], off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros(8, np.uint32)
+    assert not k(out)[0]
+    assert out[0] == 1 and out[1] == 2  # 0x1_ffffffff + 2 = 0x2_00000001
+    assert out[2] == 11 and out[3] == 32
+    assert (int(out[5]) << 32 | int(out[4])) == 3 << 31
+    assert out[6] == 0xFFFFFFFF & ~(3 << 31)
+    assert out[7] == 0xFFFF8000
