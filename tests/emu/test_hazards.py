@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import PROLOGUE
+from emu_asm import PROLOGUE
 
 from regress.emu.machine import EmuHazard
 

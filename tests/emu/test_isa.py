@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import PROLOGUE, lane_addr
+from emu_asm import PROLOGUE, lane_addr
 
 
 def f32(x: object) -> np.ndarray:
