@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from emu_asm import PROLOGUE, lane_addr
 
 
@@ -249,3 +250,95 @@ def test_scalar_carry_chain_and_selects(asm_kernel):
     assert (int(out[5]) << 32 | int(out[4])) == 3 << 31
     assert out[6] == 0xFFFFFFFF & ~(3 << 31)
     assert out[7] == 0xFFFF8000
+
+
+U32 = np.uint32
+F32 = np.float32
+_RNG = np.random.default_rng(11)
+_X = _RNG.integers(0, 2**32, 64, dtype=np.uint64).astype(U32)
+_Y = _RNG.integers(0, 2**32, 64, dtype=np.uint64).astype(U32)
+_FX = (_RNG.standard_normal(64) * 100).astype(F32)
+_FY = (_RNG.standard_normal(64) * 100).astype(F32)
+
+
+def _f(x: np.ndarray) -> np.ndarray:
+    return x.view(F32)
+
+
+# (instruction with v10 = x, v11 = y, result in v12 (v12 = 1.5 beforehand), x, y, expected v12)
+VALU_CASES = [
+    ("v_add_f32 v12, v10, v11", _FX, _FY, _FX + _FY),
+    ("v_sub_f32 v12, v10, v11", _FX, _FY, _FX - _FY),
+    ("v_mul_f32 v12, v10, v11", _FX, _FY, _FX * _FY),
+    ("v_max_f32 v12, v10, v11", _FX, _FY, np.maximum(_FX, _FY)),
+    ("v_fmac_f32 v12, v10, v11", _FX, _FY, (_FX.astype(np.float64) * _FY + 1.5).astype(F32)),
+    ("v_lshrrev_b32 v12, v10, v11", _X, _Y, _Y >> (_X & 31)),
+    ("v_lshlrev_b32 v12, v10, v11", _X, _Y, _Y << (_X & 31)),
+    ("v_and_b32 v12, v10, v11", _X, _Y, _X & _Y),
+    ("v_or_b32 v12, v10, v11", _X, _Y, _X | _Y),
+    ("v_xor_b32 v12, v10, v11", _X, _Y, _X ^ _Y),
+    ("v_add_u32 v12, v10, v11", _X, _Y, _X + _Y),
+    ("v_mul_lo_u32 v12, v10, v11", _X, _Y, _X * _Y),
+    ("v_and_or_b32 v12, v10, v11, 5", _X, _Y, (_X & _Y) | 5),
+    ("v_lshl_add_u32 v12, v10, 3, v11", _X, _Y, (_X << 3) + _Y),
+    ("v_bfe_u32 v12, v10, 7, 9", _X, _Y, (_X >> 7) & 511),
+]
+
+
+@pytest.mark.parametrize(("line", "x", "y", "want"), VALU_CASES, ids=[c[0].split()[0] for c in VALU_CASES])
+def test_valu_binary_ops(asm_kernel, line, x, y, want):
+    """Each VALU op on 64 random lanes against numpy. The v_fmac expectation is rounded from fp64;
+    for this fixed seed no lane sits on a double-rounding boundary (fp.fma_f32 itself is checked
+    against exact rationals in test_fp.py)."""
+    k = asm_kernel(
+        PROLOGUE
+        + lane_addr(1, "v[14:15]")
+        + lane_addr(2, "v[16:17]")
+        + f"""
+  global_load_dword v10, v[2:3], off
+  global_load_dword v11, v[14:15], off
+  v_mov_b32 v12, 1.5
+  s_waitcnt vmcnt(0)
+  {line}
+  global_store_dword v[16:17], v12, off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros(64, x.dtype)
+    assert not k(x.copy(), y.copy(), out)[0]
+    with np.errstate(over="ignore"):
+        assert (out.view(U32) == np.asarray(want, dtype=x.dtype).view(U32)).all()
+
+
+def test_branches_on_scc_and_vcc(asm_kernel):
+    """s_cbranch_scc0/scc1/vccz/vccnz and s_branch take or skip exactly as their condition says."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_mov_b32 v10, 0
+  s_cmp_eq_u32 1, 1
+  s_cbranch_scc0 .La
+  v_or_b32 v10, 1, v10
+.La:
+  s_cmp_gt_u32 1, 2
+  s_cbranch_scc1 .Lb
+  v_or_b32 v10, 2, v10
+.Lb:
+  v_cmp_gt_u32 vcc, 0, v0
+  s_cbranch_vccnz .Lc
+  v_or_b32 v10, 4, v10
+.Lc:
+  v_cmp_gt_u32 vcc, 1, v0
+  s_cbranch_vccz .Ld
+  v_or_b32 v10, 8, v10
+  s_branch .Le
+.Ld:
+  v_or_b32 v10, 16, v10
+.Le:
+  global_store_dword v[2:3], v10, off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros(64, U32)
+    assert not k(out)[0]
+    assert out.tolist() == [1 | 2 | 4 | 8] * 64
