@@ -12,7 +12,8 @@ Hazards reported (EmuHazard in strict mode, else collected in `Launch.hazards`):
             s_waitcnt whose counter covers that load (vmcnt in order; lgkmcnt in order for LDS,
             only lgkmcnt(0) for scalar loads, which may return out of order);
   lds-race  an LDS dword written by one wave and read or written by another (or read by one and
-            written by another) with no s_barrier between them; a read of LDS nobody wrote;
+            written by another) with no s_barrier between them; a read of LDS nobody wrote; an
+            s_barrier reached while the wave's own LDS writes are not yet covered by s_waitcnt;
   mfma      the gfx940/gfx942 matrix-core wait states (LLVM GCNHazardRecognizer, the numbers
             kernel/hip/parts/mfma.h cites): an XDL result read or overwritten by a non-MFMA
             instruction (or read as SrcA/B, or as a partially overlapping SrcC, by another MFMA)
@@ -157,7 +158,7 @@ class Pending:
     """An issued memory operation no s_waitcnt has covered yet."""
 
     pc: int
-    kind: str  # "vm", "lds", "smem"
+    kind: str  # "vm", "lds" (a read), "lds-write", "smem"
     regs: tuple[int, ...]  # destination registers (VGPRs, or SGPRs for "smem")
     land: Callable[[], None] | None  # writes the loaded data into them
 
@@ -331,7 +332,7 @@ class Wave:
             self.wg.check_lds(self, idx.ravel(), write=True)
             self.wg.lds[idx] = self.v[src : src + ndw, lanes].T
             self._lds_cost(idx, ndw)
-        self.lgkm_queue.append(Pending(self.pc, "lds", (), None))
+        self.lgkm_queue.append(Pending(self.pc, "lds-write", (), None))
 
     def ds_bpermute(self, d: int, addr: Any, src: Any, offset: int) -> None:
         """D[lane] = src[(addr[lane] + offset) / 4 mod 64], from active source lanes (else 0)."""
@@ -373,7 +374,7 @@ class Wave:
             excess = len(self.lgkm_queue) - lgkm
             for item in self.lgkm_queue:
                 # In-order LDS results retire oldest first; a scalar load only under lgkmcnt(0).
-                if excess > 0 and (item.kind == "lds" or lgkm == 0):
+                if excess > 0 and (item.kind != "smem" or lgkm == 0):
                     excess -= 1
                     self._land(item)
                 else:
@@ -510,6 +511,14 @@ class Wave:
             elif r >= 0:
                 pc = r
             elif r == -1:
+                if checking and any(p.kind == "lds-write" for p in self.lgkm_queue):
+                    # The barrier orders issue, not completion: another wave may read the old data.
+                    self.wg.hazard(
+                        self,
+                        pc,
+                        "lds-race",
+                        "s_barrier while this wave's LDS writes are not covered by s_waitcnt lgkmcnt",
+                    )
                 self.pc = pc + 1
                 return "barrier"
             else:

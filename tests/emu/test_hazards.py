@@ -115,6 +115,17 @@ def test_missing_barrier_between_waves(asm_kernel):
     assert buf[64:].tolist() == [1000 + t for t in range(64)]
 
 
+def test_barrier_before_lds_writes_complete(asm_kernel):
+    """s_barrier orders issue, not completion: without s_waitcnt lgkmcnt(0) before it, the writer's
+    data may not be in LDS when the reader passes the barrier."""
+    body = LDS_HANDOFF.replace("  ds_write_b32 v8, v9\n  s_waitcnt lgkmcnt(0)\n", "  ds_write_b32 v8, v9\n")
+    hazards, _ = asm_kernel(body.format(barrier="s_barrier"), lds=256)(
+        np.zeros(128, np.uint32), block=128, strict=False
+    )
+    assert _kinds(hazards) == {"lds-race"}
+    assert "s_barrier while this wave's LDS writes" in hazards[0].detail
+
+
 def test_lds_read_of_unwritten_memory(asm_kernel):
     body = PROLOGUE + "  ds_read_b32 v10, v6 offset:128\n  s_waitcnt lgkmcnt(0)\n"
     assert _kinds(asm_kernel(body, lds=512)(strict=False)[0]) == {"lds-race"}
