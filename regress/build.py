@@ -137,7 +137,9 @@ COMMANDS: dict[str, Recipe] = {
     ),
 }
 
-BACKENDS: tuple[str, ...] = ("cpu", "cuda", "hip")
+# hip-emu runs the compile-only gfx942 code object on the CPU emulator (regress/emu): same recipe,
+# same cache entry, so it is the very object `regress build --backend hip --compile-only` makes.
+BACKENDS: tuple[str, ...] = ("cpu", "cuda", "hip", "hip-emu")
 INJECT_MACROS: dict[str, str] = {
     "slowdown_pct": "RA_INJECT_SLOWDOWN_PCT",
     "ulp": "RA_INJECT_ULP",
@@ -176,7 +178,7 @@ def _recipe(backend: str, compile_only: bool) -> Recipe:
     if backend not in BACKENDS:
         raise BuildError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     # CPU and CUDA builds need no device to compile, so compile_only uses the normal command.
-    if backend == "hip" and compile_only:
+    if backend == "hip-emu" or (backend == "hip" and compile_only):
         return COMMANDS["hip-compile-only"]
     return COMMANDS[backend]
 
@@ -410,6 +412,7 @@ def build_kernel(
     Raises BuildError when the source or compiler is missing or the compiler fails (with the tail of
     its output).
     """
+    compile_only = compile_only or backend == "hip-emu"
     recipe = _recipe(backend, compile_only)
     src = REPO_ROOT / recipe.source
     if not src.is_file():
@@ -425,7 +428,7 @@ def build_kernel(
     key = hashlib.sha256(json.dumps([shash, argv, version], separators=(",", ":")).encode()).hexdigest()[:16]
 
     cache_root = Path(cache_dir) if cache_dir is not None else resources.cache_dir()
-    out_dir = cache_root / f"{backend}-{key}"
+    out_dir = cache_root / f"{'hip' if backend == 'hip-emu' else backend}-{key}"
     commit, dirty = git_state()
 
     def artifact(meta: dict[str, Any], path: Path, cached: bool, seconds: float) -> BuildArtifact:

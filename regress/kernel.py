@@ -186,11 +186,17 @@ _LOCK = threading.Lock()
 
 
 def load_library(path: str | os.PathLike[str]) -> KernelLibrary:
-    """Load (once per resolved path) a kernel library."""
+    """Load (once per resolved path) a kernel library. A gfx942 code object (`.co`, the compile-only
+    HIP build) loads as the hip-emu backend: the same interface, run on the CPU emulator."""
     key = Path(path).resolve()
     with _LOCK:
         if key not in _LIBS:
-            _LIBS[key] = KernelLibrary(key)
+            if key.suffix == ".co":
+                from regress.emu.library import EmuLibrary
+
+                _LIBS[key] = EmuLibrary(key)  # type: ignore[assignment]
+            else:
+                _LIBS[key] = KernelLibrary(key)
         return _LIBS[key]
 
 

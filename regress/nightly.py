@@ -39,6 +39,8 @@ from .store.repo import (
 )
 
 DEFAULT_SUITES: tuple[str, ...] = ("determinism", "ulp", "perf", "e2e")
+# The emulator has no clock worth timing: hip-emu runs the numerical suites only.
+EMU_SUITES: tuple[str, ...] = ("determinism", "ulp")
 CI_ENV_KEYS = (
     "CI",
     "GITHUB_RUN_ID",
@@ -84,10 +86,10 @@ Progress = Callable[[str, int, int, CaseResult | None], None]
 
 def resolve_backend(name: str) -> str:
     """auto → hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu."""
-    if name in ("cpu", "cuda", "hip"):
+    if name in ("cpu", "cuda", "hip", "hip-emu"):
         return name
     if name != "auto":
-        raise UserError(f"unknown backend {name!r}; expected auto, cpu, cuda or hip")
+        raise UserError(f"unknown backend {name!r}; expected auto, cpu, cuda, hip or hip-emu")
     try:
         import torch
 
@@ -157,7 +159,7 @@ def _resolve_stack(opts: NightlyOptions, backend: str) -> tuple[Pin | None, Fing
 
 def _require_device(backend: str) -> None:
     """A GPU backend without its GPU cannot run: refuse before anything is built or stored."""
-    if backend == "cpu":
+    if backend in ("cpu", "hip-emu"):
         return
     import torch
 
@@ -210,6 +212,11 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     pin, fp, drift_notes = _resolve_stack(opts, backend)
     backend = fp.keys["backend"]
     _require_device(backend)
+    if backend == "hip-emu":
+        if opts.suites == DEFAULT_SUITES:
+            opts.suites = EMU_SUITES
+        elif timed := [s for s in opts.suites if s not in EMU_SUITES]:
+            raise UserError(f"hip-emu runs {' and '.join(EMU_SUITES)} only, not {', '.join(timed)}")
     if opts.upload and not os.environ.get("REGRESS_TOKEN"):
         raise UserError("--upload needs the runner's token in $REGRESS_TOKEN (`regress token create RUNNER`)")
     store = open_store(opts.db)
@@ -262,7 +269,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
         bundle_path = _write_bundle(store, run_id, opts.out)
         return NightlyOutcome(run_id, EXIT_UNDECIDED, {"error": build_error}, bundle_path)
 
-    device = "cpu" if backend == "cpu" else "cuda"
+    device = "cpu" if backend in ("cpu", "hip-emu") else "cuda"
     run_id = start_run(
         store,
         stack_id=stack_id,

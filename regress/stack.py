@@ -105,7 +105,8 @@ def _compiler_identity(backend: str, compile_only: bool) -> tuple[str, list[str]
     """(the compiler's --version identity on one line, the build flags without paths)."""
     from .build import COMMANDS, OUT, BuildError, compiler_version
 
-    recipe = COMMANDS["hip-compile-only" if backend == "hip" and compile_only else backend]
+    compile_only = compile_only or backend == "hip-emu"
+    recipe = COMMANDS["hip-compile-only" if backend in ("hip", "hip-emu") and compile_only else backend]
     try:
         # Every identifying line: nvcc's first line names no version, its third does.
         version = "; ".join(compiler_version(recipe.argv[0]).splitlines()) or "unknown"
@@ -173,7 +174,7 @@ def _rocm_facts() -> tuple[dict[str, str], dict[str, Any]]:
 def live_fingerprint(
     backend: str, *, compile_only: bool = False, extra_flags: list[str] | None = None
 ) -> Fingerprint:
-    """Reads the fingerprint of this machine for `backend` ("cpu", "cuda" or "hip")."""
+    """Reads the fingerprint of this machine for `backend` ("cpu", "cuda", "hip" or "hip-emu")."""
     if backend == "cuda":
         keys, diag = _nvidia_facts()
         baseline = f"torch-sdpa {_version_of('torch')}"
@@ -183,6 +184,21 @@ def live_fingerprint(
             keys.update(gpu_product="none (compile only)", driver=NOT_APPLICABLE, firmware=NOT_APPLICABLE)
             keys["gpu_arch"] = "gfx942"
         baseline = f"aiter {_version_of('aiter')}"
+    elif backend == "hip-emu":
+        from .emu import EMU_VERSION
+
+        # The emulated gfx942: its identity is the emulator's version; the code object's sha256 is
+        # recorded per run by the build (artifact_hash), not hashed here, so that a kernel change
+        # stays on the same history instead of starting a new stack.
+        keys = {
+            "gpu_arch": "gfx942",
+            "gpu_product": "gfx942 instruction-level emulator (CPU)",
+            "driver": NOT_APPLICABLE,
+            "firmware": NOT_APPLICABLE,
+            "toolkit": EMU_VERSION,
+        }
+        diag = {"cpus": os.cpu_count(), "cpu_model": _cpu_model()}
+        baseline = f"torch-sdpa {_version_of('torch')}"
     elif backend == "cpu":
         keys = {
             "gpu_arch": f"cpu-{platform.machine()}",
@@ -194,7 +210,7 @@ def live_fingerprint(
         diag = {"cpus": os.cpu_count()}
         baseline = f"torch-sdpa {_version_of('torch')}"
     else:
-        raise UserError(f"unknown backend {backend!r}; expected cpu, cuda or hip")
+        raise UserError(f"unknown backend {backend!r}; expected cpu, cuda, hip or hip-emu")
     compiler, flags = _compiler_identity(backend, compile_only)
     keys.update(
         backend=backend,

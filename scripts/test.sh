@@ -10,6 +10,7 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v clang-19 >/dev/null 2>&1 || need_apt+=(clang-19)
 command -v llvm-objdump-19 >/dev/null 2>&1 || need_apt+=(llvm-19)
 # clang-19 links HIP code objects with lld; without it every HIP build fails ("lld doesn't exist").
+# llvm-mc-19 (llvm-19) and ld.lld-19 also assemble and link the emulator's hand-written test kernels.
 command -v ld.lld-19 >/dev/null 2>&1 || need_apt+=(lld-19)
 [ -x /usr/lib/postgresql/15/bin/pg_ctl ] || need_apt+=(postgresql-15)
 if [ ${#need_apt[@]} -gt 0 ]; then

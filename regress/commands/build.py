@@ -15,7 +15,10 @@ from ..stack import load_pin
 
 @click.command()
 @click.option(
-    "--backend", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "hip"])
+    "--backend",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "cpu", "cuda", "hip", "hip-emu"]),
 )
 @click.option("--stack", "stack_name", help="Pinned stack whose build flags to use.")
 @click.option(

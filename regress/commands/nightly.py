@@ -18,8 +18,9 @@ from ..results import CaseResult
     "--backend",
     default="auto",
     show_default=True,
-    type=click.Choice(["auto", "cpu", "cuda", "hip"]),
-    help="auto: hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu.",
+    type=click.Choice(["auto", "cpu", "cuda", "hip", "hip-emu"]),
+    help="auto: hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu. hip-emu: the gfx942 code object "
+    "on the CPU emulator (ulp and determinism only).",
 )
 @click.option("--stack", "stack_name", help="Pinned stack (runners/stacks/NAME.toml) the machine must match.")
 @click.option("--allow-drift", is_flag=True, help="Run even if the machine drifted from its pin (recorded).")

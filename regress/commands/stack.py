@@ -12,7 +12,10 @@ from ..nightly import resolve_backend
 from ..stack import HASHED_KEYS, check_pin, format_drift, live_fingerprint, load_pin, write_pin
 
 _backend = click.option(
-    "--backend", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "hip"])
+    "--backend",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "cpu", "cuda", "hip", "hip-emu"]),
 )
 _stacks_dir = click.option(
     "--stacks-dir",

@@ -46,6 +46,9 @@ HIST_KEYS = {">3": "gt3"}  # metric names stay identifiers
 # Realistic inputs, every mode and layout. AITER's odd pairs and the H200 numerics shapes (ANCHORS.md).
 CPU_SHAPES = [Shape(2, 6, 113, 203), Shape(1, 4, 512, 512), Shape(1, 2, 1023, 1024), Shape(2, 4, 256, 77)]
 CPU_QUICK = [Shape(1, 2, 113, 203)]
+# hip-emu (the gfx942 code object on the CPU emulator) adds its tail paths to the quick set:
+# one query row (a block of one live wave), 77 keys (a partial 64-key tile), 203 rows (a partial block).
+EMU_QUICK_EXTRA = [Shape(1, 1, 1, 77), Shape(1, 2, 203, 77)]
 # AITER's own test pairs (batch 5, heads 6), so the kernel is held to the vendor suite's shapes too.
 AITER_PAIRS = [
     (113, 203),
@@ -123,6 +126,8 @@ class UlpSuite:
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
         shapes = for_device(ctx, gpu=(GPU_QUICK, GPU_SHAPES), cpu=(CPU_QUICK, CPU_SHAPES))
+        if ctx.quick and getattr(ctx.library, "backend", "") == "hip-emu":
+            shapes = [*shapes, *EMU_QUICK_EXTRA]
         specs: list[CaseSpec] = []
         for shape in shapes:
             for layout in LAYOUTS:

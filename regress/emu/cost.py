@@ -1,0 +1,127 @@
+"""Static cost of each gfx942 kernel per 64-key tile, read off the emulator's trace (no timing).
+
+Two launches of one 256-row block (all 8 waves live) that differ only by TILES extra K/V tiles;
+their difference, divided by the extra tiles (and by 8 for per-wave figures), is the steady-state
+cost of one tile: instructions issued by class, s_nop wait states, LDS bytes and bank-conflict
+cycles (the model in machine.Wave._lds_cost), global bytes, and the MFMA share of issue slots
+(issued instructions plus the extra wait states of s_nop).
+
+    python -m regress.emu.cost [--code-object PATH]   # markdown table on stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from regress.emu.isa import CLASSES
+from regress.emu.library import BLOCK_Q, EmuLibrary
+from regress.emu.machine import Trace
+
+WAVES = 8
+TILES = 2
+KEYS = 64
+
+
+@dataclass(frozen=True)
+class TileCost:
+    kernel: str
+    per_wave: dict[str, float]  # instructions per tile per wave, by class
+    nop_wait_states: float  # per tile per wave
+    lds_bytes: float  # per tile per block
+    lds_conflict_cycles: float  # per tile per block: cycles beyond the conflict-free count
+    global_bytes: float  # per tile per block
+    mfma_issue_share: float  # MFMA / (issued instructions + extra s_nop wait states)
+
+
+def _launch(lib: EmuLibrary, rounding: str, layout: str, sk: int) -> Trace:
+    g = torch.Generator().manual_seed(0)
+    shape = (1, BLOCK_Q, 1, 128) if layout == "bshd" else (1, 1, BLOCK_Q, 128)
+    kshape = (1, sk, 1, 128) if layout == "bshd" else (1, 1, sk, 128)
+    # bshd with one head has seq stride 128 (packed); a second head makes it strided.
+    if layout == "bshd":
+        shape, kshape = (1, BLOCK_Q, 2, 128), (1, sk, 2, 128)
+    q = torch.randn(shape, generator=g).to(torch.bfloat16)
+    k = torch.randn(kshape, generator=g).to(torch.bfloat16)
+    v = torch.randn(kshape, generator=g).to(torch.bfloat16)
+    if layout == "bshd":  # one (batch, head) block: use head 0's views
+        q, k, v = q[:, :, :1], k[:, :, :1], v[:, :, :1]
+    lib.forward(q, k, v, layout=layout, rounding=rounding)  # type: ignore[arg-type]
+    assert lib.last_trace is not None
+    return lib.last_trace
+
+
+def tile_cost(lib: EmuLibrary, rounding: str, packed: bool) -> TileCost:
+    layout = "bhsd" if packed else "bshd"
+    small = _launch(lib, rounding, layout, KEYS)
+    big = _launch(lib, rounding, layout, KEYS * (1 + TILES))
+    name = lib.last_kernel or "?"
+
+    def d(attr: str) -> float:
+        return (getattr(big, attr) - getattr(small, attr)) / TILES
+
+    per_wave = {c: (big.issued[c] - small.issued[c]) / TILES / WAVES for c in CLASSES}
+    nops = d("nop_wait_states") / WAVES
+    issued = sum(per_wave.values())
+    slots = issued + nops - per_wave["nop"]
+    return TileCost(
+        kernel=name,
+        per_wave=per_wave,
+        nop_wait_states=nops,
+        lds_bytes=d("lds_bytes"),
+        lds_conflict_cycles=d("lds_cycles") - d("lds_ideal_cycles"),
+        global_bytes=d("global_bytes_read") + d("global_bytes_written"),
+        mfma_issue_share=per_wave["mfma"] / slots if slots else 0.0,
+    )
+
+
+def table(costs: list[TileCost]) -> str:
+    cols = ("mfma", "valu", "lds", "global", "smem", "salu", "branch", "waitcnt", "barrier", "nop")
+    head = [
+        "kernel",
+        *cols,
+        "s_nop wait states",
+        "LDS B/tile",
+        "LDS conflict cycles",
+        "global B/tile",
+        "MFMA share",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in costs:
+        row = [
+            f"`{c.kernel}`",
+            *(f"{c.per_wave[k]:g}" for k in cols),
+            f"{c.nop_wait_states:g}",
+            f"{c.lds_bytes:g}",
+            f"{c.lds_conflict_cycles:g}",
+            f"{c.global_bytes:g}",
+            f"{100 * c.mfma_issue_share:.1f}%",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m regress.emu.cost", description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--code-object", type=Path, help="default: build it (regress build --backend hip --compile-only)"
+    )
+    args = ap.parse_args(argv)
+    path = args.code_object
+    if path is None:
+        from regress.build import build_kernel
+
+        path = build_kernel("hip-emu").path
+    lib = EmuLibrary(path)
+    costs = [tile_cost(lib, r, p) for p in (True, False) for r in ("rtne", "rtna", "rtz")]
+    print(f"code object sha256 {lib.code.sha256}\n")
+    print(table(costs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

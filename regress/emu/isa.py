@@ -1,0 +1,747 @@
+"""Operand decoding and instruction semantics of the gfx942 subset the attention kernels use.
+
+`compile_instruction` turns one decoded `Instr` into a closure over a `Wave` plus the static facts the
+hazard checker and the cost trace need (`Meta`). Semantics follow AMD's CDNA3 ISA reference; the
+floating-point cores live in regress.emu.fp. An instruction outside the subset is refused when the
+kernel is loaded (UnsupportedInstruction), never skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from regress.emu import fp
+from regress.emu.codeobject import Instr
+
+if TYPE_CHECKING:
+    from regress.emu.machine import Wave
+
+M32 = 0xFFFFFFFF
+M64 = 0xFFFFFFFFFFFFFFFF
+VCC, M0, EXEC = 106, 124, 126
+SPECIAL = {
+    "vcc": (VCC, 2),
+    "vcc_lo": (VCC, 1),
+    "vcc_hi": (VCC + 1, 1),
+    "exec": (EXEC, 2),
+    "exec_lo": (EXEC, 1),
+    "exec_hi": (EXEC + 1, 1),
+    "m0": (M0, 1),
+}
+
+
+class UnsupportedInstruction(RuntimeError):
+    """The kernel uses an instruction or operand form the emulator does not implement."""
+
+
+@dataclass
+class Operand:
+    kind: str  # "v", "s", "imm", "off"
+    index: int = 0  # first register
+    count: int = 1
+    value: int = 0  # immediate bit pattern (64-bit sign-extended for ints)
+    neg: bool = False
+    abs: bool = False
+    is_float_imm: bool = False
+
+
+_REG = re.compile(r"^([vs])(?:(\d+)|\[(\d+):(\d+)\])$")
+
+
+def parse_operand(text: str) -> Operand:
+    t = text.strip()
+    neg = ab = False
+    if (t.startswith("-") and not re.match(r"^-\d", t)) or t.startswith("-|"):
+        neg, t = True, t[1:]
+    if t.startswith("|") and t.endswith("|"):
+        ab, t = True, t[1:-1]
+    if t == "off":
+        return Operand("off")
+    if t in SPECIAL:
+        i, n = SPECIAL[t]
+        return Operand("s", i, n, neg=neg, abs=ab)
+    if m := _REG.match(t):
+        lo = int(m.group(2) if m.group(2) is not None else m.group(3))
+        hi = int(m.group(2) if m.group(2) is not None else m.group(4))
+        return Operand(m.group(1), lo, hi - lo + 1, neg=neg, abs=ab)
+    if re.match(r"^-?0x[0-9a-fA-F]+$", t) or re.match(r"^-?\d+$", t):
+        v = int(t, 0)
+        return Operand("imm", value=v & M64, neg=neg, abs=ab)
+    if re.match(r"^-?\d+\.\d+(e[-+]?\d+)?$", t):
+        bits = struct.unpack("<I", struct.pack("<f", float(t)))[0]
+        return Operand("imm", value=bits, neg=neg, abs=ab, is_float_imm=True)
+    raise UnsupportedInstruction(f"operand {text!r}")
+
+
+# --- static facts per instruction -------------------------------------------------------------------
+
+CLASSES = ("mfma", "valu", "lds", "global", "smem", "salu", "branch", "nop", "waitcnt", "barrier")
+
+
+@dataclass
+class Meta:
+    cls: str
+    vreads: tuple[int, ...] = ()
+    vwrites: tuple[int, ...] = ()
+    sreads: tuple[int, ...] = ()
+    swrites: tuple[int, ...] = ()
+    wait_states: int = 1
+    mfma_ab: tuple[int, ...] = ()
+    mfma_c: tuple[int, ...] = ()
+    target: int | None = None  # branch target, instruction index
+
+
+def classify(mnemonic: str) -> str:
+    if mnemonic.startswith("v_mfma"):
+        return "mfma"
+    if mnemonic.startswith("v_"):
+        return "valu"
+    if mnemonic.startswith("ds_"):
+        return "lds"
+    if mnemonic.startswith("global_"):
+        return "global"
+    if mnemonic.startswith("s_load"):
+        return "smem"
+    if mnemonic == "s_nop":
+        return "nop"
+    if mnemonic == "s_waitcnt":
+        return "waitcnt"
+    if mnemonic == "s_barrier":
+        return "barrier"
+    if mnemonic.startswith("s_cbranch") or mnemonic in ("s_branch", "s_endpgm"):
+        return "branch"
+    return "salu"
+
+
+def _regs(op: Operand, kind: str) -> tuple[int, ...]:
+    return tuple(range(op.index, op.index + op.count)) if op.kind == kind else ()
+
+
+# --- operand access ---------------------------------------------------------------------------------
+
+Reader = Callable[["Wave"], Any]
+
+
+def _imm32(op: Operand) -> int:
+    return op.value & M32
+
+
+def reader_u32(op: Operand) -> Reader:
+    if op.kind == "v":
+        i = op.index
+        return lambda w: w.v[i]
+    if op.kind == "s":
+        i = op.index
+        return lambda w: w.s[i]
+    if op.kind == "imm":
+        c = _imm32(op)
+        return lambda w: c
+    raise UnsupportedInstruction(f"operand kind {op.kind} as a 32-bit source")
+
+
+def reader_u64(op: Operand) -> Reader:
+    """64-bit source: a [64] uint64 array (VGPR pair) or an int (SGPR pair, inline constant)."""
+    if op.kind == "v":
+        i = op.index
+        return lambda w: w.v[i].astype(np.uint64) | (w.v[i + 1].astype(np.uint64) << np.uint64(32))
+    if op.kind == "s":
+        i = op.index
+        return lambda w: w.s[i] | (w.s[i + 1] << 32)
+    if op.kind == "imm":
+        c = op.value & M64 if not op.is_float_imm else op.value
+        return lambda w: c
+    raise UnsupportedInstruction(f"operand kind {op.kind} as a 64-bit source")
+
+
+def reader_f32(op: Operand) -> Reader:
+    if op.kind == "v":
+        i = op.index
+        base: Reader = lambda w: w.vf[i]  # noqa: E731
+    elif op.kind == "s":
+        i = op.index
+        base = lambda w: np.uint32(w.s[i]).view(np.float32)  # noqa: E731
+    elif op.kind == "imm":
+        c = np.uint32(_imm32(op)).view(np.float32)
+        base = lambda w: c  # noqa: E731
+    else:
+        raise UnsupportedInstruction(f"operand kind {op.kind} as a float source")
+    if op.abs:
+        inner = base
+        base = lambda w: np.abs(inner(w))  # noqa: E731
+    if op.neg:
+        inner2 = base
+        base = lambda w: -inner2(w)  # noqa: E731
+    return base
+
+
+def _full(x: Any, dtype: Any) -> np.ndarray:
+    """x as a [64] array of dtype (a lane vector is passed through, a scalar is broadcast)."""
+    if type(x) is np.ndarray and x.dtype == dtype and x.shape == (64,):
+        return x
+    if isinstance(x, np.ndarray) and x.shape == (64,):
+        return x.astype(dtype)
+    return np.full(64, x, dtype=dtype)
+
+
+# --- compilation -------------------------------------------------------------------------------------
+
+Exec = Callable[["Wave"], int | None]
+
+
+def _waitcnt(ops: list[str]) -> tuple[int, int]:
+    vm, lgkm = 63, 15
+    for o in ops:
+        if m := re.match(r"vmcnt\((\d+)\)", o):
+            vm = int(m.group(1))
+        elif m := re.match(r"lgkmcnt\((\d+)\)", o):
+            lgkm = int(m.group(1))
+        elif not re.match(r"expcnt\(\d+\)", o):
+            raise UnsupportedInstruction(f"s_waitcnt operand {o!r}")
+    return vm, lgkm
+
+
+_U32_BIN: dict[str, Callable[[Any, Any], Any]] = {
+    "v_and_b32": lambda a, b: a & b,
+    "v_or_b32": lambda a, b: a | b,
+    "v_xor_b32": lambda a, b: a ^ b,
+    "v_add_u32": lambda a, b: (np.asarray(a, np.uint64) + b) & M32,
+    "v_sub_u32": lambda a, b: (np.asarray(a, np.uint64) - np.asarray(b, np.uint64)) & M32,
+    "v_lshlrev_b32": lambda a, b: (np.asarray(b, np.uint64) << (np.asarray(a, np.uint64) & 31)) & M32,
+    "v_lshrrev_b32": lambda a, b: np.asarray(b, np.uint32) >> (np.asarray(a, np.uint32) & 31),
+}
+_F32_BIN: dict[str, Callable[[Any, Any], Any]] = {
+    "v_mul_f32": lambda a, b: np.multiply(a, b, dtype=np.float32),
+    "v_add_f32": lambda a, b: np.add(a, b, dtype=np.float32),
+    "v_sub_f32": lambda a, b: np.subtract(a, b, dtype=np.float32),
+    # IEEE mode maxNum: a quiet NaN operand loses to a number.
+    "v_max_f32": lambda a, b: np.fmax(a, b, dtype=np.float32),
+}
+_VCMP: dict[str, Callable[[Any, Any], Any]] = {
+    "v_cmp_gt_u32": lambda a, b: np.asarray(a, np.uint32) > np.asarray(b, np.uint32),
+    "v_cmp_lt_u32": lambda a, b: np.asarray(a, np.uint32) < np.asarray(b, np.uint32),
+    "v_cmp_eq_u32": lambda a, b: np.asarray(a, np.uint32) == np.asarray(b, np.uint32),
+    "v_cmp_ne_u32": lambda a, b: np.asarray(a, np.uint32) != np.asarray(b, np.uint32),
+    "v_cmp_ge_u32": lambda a, b: np.asarray(a, np.uint32) >= np.asarray(b, np.uint32),
+    "v_cmp_le_u32": lambda a, b: np.asarray(a, np.uint32) <= np.asarray(b, np.uint32),
+}
+for _rel, _f in (("gt", np.greater), ("lt", np.less), ("eq", np.equal), ("ne", np.not_equal)):
+    _VCMP[f"v_cmp_{_rel}_u16"] = lambda a, b, f=_f: f(
+        np.asarray(a, np.uint32) & 0xFFFF, np.asarray(b, np.uint32) & 0xFFFF
+    )
+_U32_BIN["v_mul_lo_u32"] = lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) & M32
+_PK_U16: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "v_pk_add_u16": lambda x, y: (x + y) & 0xFFFF,
+    "v_pk_min_u16": np.minimum,
+}
+_SDWA_SEL = {
+    "BYTE_0": (0, 0xFF),
+    "BYTE_1": (8, 0xFF),
+    "BYTE_2": (16, 0xFF),
+    "BYTE_3": (24, 0xFF),
+    "WORD_0": (0, 0xFFFF),
+    "WORD_1": (16, 0xFFFF),
+    "DWORD": (0, M32),
+}
+
+
+def _sdwa_reader(op: Operand, sel: str) -> Reader:
+    """An SDWA source: the selected byte or word of the operand, zero-extended."""
+    inner = reader_u32(op)
+    shift, mask = _SDWA_SEL[sel]
+    if sel == "DWORD":
+        return inner
+    return lambda w: (np.asarray(inner(w), np.uint32) >> np.uint32(shift)) & np.uint32(mask)
+
+
+_VCMP_F: dict[str, Callable[[Any, Any], Any]] = {
+    "v_cmp_neq_f32": lambda a, b: ~(np.asarray(a) == np.asarray(b)),  # unordered or not equal
+    "v_cmp_lt_f32": lambda a, b: np.asarray(a) < np.asarray(b),
+    "v_cmp_gt_f32": lambda a, b: np.asarray(a) > np.asarray(b),
+    "v_cmp_eq_f32": lambda a, b: np.asarray(a) == np.asarray(b),
+}
+
+
+def _s32(x: int) -> int:
+    return x - (1 << 32) if x & 0x80000000 else x
+
+
+def compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Meta]:
+    """(closure, static facts). `index_of` maps entry-relative addresses to instruction indices."""
+    name = re.sub(r"_e(32|64)$", "", ins.mnemonic)
+    ops = [parse_operand(o) for o in ins.operands] if name != "s_waitcnt" else []
+    cls = classify(name)
+    meta = Meta(cls)
+    for k, op in enumerate(ops):
+        is_dst = k == 0 and not (
+            name.startswith("ds_write")
+            or name.startswith("global_store")
+            or name.startswith("s_cmp")
+            or name.startswith("s_cbranch")
+            or name == "s_branch"
+        )
+        if name.startswith("v_cmp") and k == 0:
+            is_dst = True
+        if name in ("v_div_scale_f32", "v_mad_u64_u32") and k == 1:
+            meta.swrites += _regs(op, "s")
+            continue
+        if is_dst:
+            meta.vwrites += _regs(op, "v")
+            meta.swrites += _regs(op, "s")
+        else:
+            meta.vreads += _regs(op, "v")
+            meta.sreads += _regs(op, "s")
+    if name in ("v_fmac_f32",):
+        meta.vreads += meta.vwrites
+    fn = _compile(name, ins, ops, meta, index_of)
+    return fn, meta
+
+
+def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: dict[int, int]) -> Exec:
+    if name.endswith("_sdwa"):
+        return _compile_sdwa(name.removesuffix("_sdwa"), ins, ops)
+    if name in _PK_U16:
+        return _compile_pk_u16(name, ins, ops)
+    # ---- vector ALU ----
+    if name in _U32_BIN:
+        f, d, a, b = _U32_BIN[name], ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
+
+        def run(w: Wave) -> None:
+            w.vset(d, np.asarray(f(a(w), b(w)), dtype=np.uint32))
+
+        return run
+    if name in _F32_BIN:
+        f, d, af, bf = _F32_BIN[name], ops[0].index, reader_f32(ops[1]), reader_f32(ops[2])
+
+        def run(w: Wave) -> None:
+            w.vsetf(d, f(af(w), bf(w)))
+
+        return run
+    if name in _VCMP or name in _VCMP_F:
+        cmp = _VCMP.get(name) or _VCMP_F[name]
+        rd = reader_f32 if name in _VCMP_F else reader_u32
+        a, b = rd(ops[1]), rd(ops[2])
+        dst = ops[0].index
+
+        def run(w: Wave) -> None:
+            lanes = np.broadcast_to(cmp(a(w), b(w)), (64,)) & w.mask
+            w.set_mask_reg(dst, lanes)
+
+        return run
+    if name == "v_mov_b32":
+        d, a = ops[0].index, reader_u32(ops[1])
+        return lambda w: w.vset(d, _full(a(w), np.uint32))
+    if name == "v_mov_b64":
+        d, a = ops[0].index, reader_u64(ops[1])
+
+        def run(w: Wave) -> None:
+            w.vset64(d, _full(a(w), np.uint64))
+
+        return run
+    if name == "v_cndmask_b32":
+        d, a, b = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
+        sel = ops[3].index if len(ops) > 3 else VCC
+
+        def run(w: Wave) -> None:
+            w.vset(
+                d, np.where(w.lanes(sel), _full(b(w), np.uint32), _full(a(w), np.uint32)).astype(np.uint32)
+            )
+
+        return run
+    if name == "v_readfirstlane_b32":
+        d, a = ops[0].index, reader_u32(ops[1])
+
+        def run(w: Wave) -> None:
+            x = _full(a(w), np.uint32)
+            act = np.flatnonzero(w.mask)
+            w.sset(d, int(x[act[0] if act.size else 0]))
+
+        return run
+    if name in ("v_fma_f32", "v_fmac_f32"):
+        d = ops[0].index
+        a, b = reader_f32(ops[1]), reader_f32(ops[2])
+        c = reader_f32(ops[3]) if name == "v_fma_f32" else reader_f32(Operand("v", d))
+        return lambda w: w.vsetf(
+            d, fp.fma_f32(_full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32))
+        )
+    if name == "v_max3_f32":
+        d, a, b, c = ops[0].index, reader_f32(ops[1]), reader_f32(ops[2]), reader_f32(ops[3])
+        return lambda w: w.vsetf(d, np.fmax(np.fmax(a(w), b(w)), c(w), dtype=np.float32))
+    if name in ("v_exp_f32", "v_rcp_f32", "v_rcp_iflag_f32"):
+        f1 = fp.exp2_f32 if name == "v_exp_f32" else fp.rcp_f32
+        d, a = ops[0].index, reader_f32(ops[1])
+        return lambda w: w.vsetf(d, f1(_full(a(w), np.float32)))
+    if name == "v_cvt_f32_u32":
+        d, a = ops[0].index, reader_u32(ops[1])
+        return lambda w: w.vsetf(d, _full(a(w), np.uint32).astype(np.float32))
+    if name == "v_cvt_u32_f32":
+        d, af = ops[0].index, reader_f32(ops[1])
+
+        def run(w: Wave) -> None:
+            x = _full(af(w), np.float32).astype(np.float64)
+            x = np.where(np.isnan(x), 0.0, np.clip(np.trunc(x), 0.0, float(M32)))
+            w.vset(d, x.astype(np.uint32))
+
+        return run
+    if name == "v_add3_u32":
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+        return lambda w: w.vset(d, ((np.asarray(a(w), np.uint64) + b(w) + c(w)) & M32).astype(np.uint32))
+    if name == "v_lshl_or_b32":
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+        return lambda w: w.vset(
+            d,
+            (((np.asarray(a(w), np.uint64) << (np.asarray(b(w), np.uint64) & 31)) & M32) | c(w)).astype(
+                np.uint32
+            ),
+        )
+    if name == "v_lshl_add_u32":
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+        return lambda w: w.vset(
+            d,
+            (
+                (((np.asarray(a(w), np.uint64) << (np.asarray(b(w), np.uint64) & 31)) & M32) + c(w)) & M32
+            ).astype(np.uint32),
+        )
+    if name == "v_and_or_b32":
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+        return lambda w: w.vset(d, _full((a(w) & b(w)) | c(w), np.uint32))
+    if name == "v_bfe_u32":
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+
+        def run(w: Wave) -> None:
+            off = np.asarray(b(w), np.uint64) & 31
+            width = np.asarray(c(w), np.uint64) & 31
+            w.vset(
+                d,
+                _full(
+                    (np.asarray(a(w), np.uint64) >> off) & ((np.uint64(1) << width) - np.uint64(1)), np.uint32
+                ),
+            )
+
+        return run
+    if name == "v_perm_b32":
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+
+        def run(w: Wave) -> None:
+            w.vset(d, perm_b32(_full(a(w), np.uint32), _full(b(w), np.uint32), _full(c(w), np.uint32)))
+
+        return run
+    if name == "v_lshl_add_u64":
+        d, a, b, c = ops[0].index, reader_u64(ops[1]), reader_u32(ops[2]), reader_u64(ops[3])
+
+        def run(w: Wave) -> None:
+            sh = np.asarray(b(w), np.uint64) & np.uint64(63)
+            w.vset64(d, _full((np.asarray(a(w), np.uint64) << sh) + np.asarray(c(w), np.uint64), np.uint64))
+
+        return run
+    if name == "v_lshlrev_b64":
+        d, a, b = ops[0].index, reader_u32(ops[1]), reader_u64(ops[2])
+
+        def run(w: Wave) -> None:
+            sh = np.asarray(a(w), np.uint64) & np.uint64(63)
+            w.vset64(d, _full(np.asarray(b(w), np.uint64) << sh, np.uint64))
+
+        return run
+    if name == "v_mad_u64_u32":
+        d, sd = ops[0].index, ops[1].index
+        a, b, c = reader_u32(ops[2]), reader_u32(ops[3]), reader_u64(ops[4])
+
+        def run(w: Wave) -> None:
+            addend = _full(c(w), np.uint64)
+            r = np.asarray(a(w), np.uint64) * np.asarray(b(w), np.uint64) + addend
+            w.vset64(d, _full(r, np.uint64))
+            w.set_mask_reg(sd, _full(r < addend, bool) & w.mask)
+
+        return run
+    if name == "v_pk_mul_f32":
+        d, a, b = ops[0].index, ops[1], ops[2]
+        hi_sel = [int(x) for x in ins.modifiers.get("op_sel_hi", "[1,1]").strip("[]").split(",")]
+        lo_sel = [int(x) for x in ins.modifiers.get("op_sel", "[0,0]").strip("[]").split(",")]
+        if any(k in ins.modifiers for k in ("neg_lo", "neg_hi")) or a.neg or b.neg:
+            raise UnsupportedInstruction(ins.text)
+
+        def half(op: Operand, sel: int) -> Reader:
+            return reader_f32(Operand(op.kind, op.index + sel, 1, op.value) if op.kind != "imm" else op)
+
+        a_lo, a_hi = half(a, lo_sel[0]), half(a, hi_sel[0])
+        b_lo, b_hi = half(b, lo_sel[1]), half(b, hi_sel[1])
+
+        def run(w: Wave) -> None:
+            lo = np.multiply(a_lo(w), b_lo(w), dtype=np.float32)
+            hi = np.multiply(a_hi(w), b_hi(w), dtype=np.float32)
+            w.vsetf(d, lo)
+            w.vsetf(d + 1, hi)
+
+        return run
+    if name == "v_div_scale_f32":
+        d, sd = ops[0].index, ops[1].index
+        a, b, c = reader_f32(ops[2]), reader_f32(ops[3]), reader_f32(ops[4])
+
+        def run(w: Wave) -> None:
+            r, vcc = fp.div_scale_f32(
+                _full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32)
+            )
+            w.vsetf(d, r)
+            w.set_mask_reg(sd, vcc & w.mask)
+
+        return run
+    if name == "v_div_fmas_f32":
+        d, a, b, c = ops[0].index, reader_f32(ops[1]), reader_f32(ops[2]), reader_f32(ops[3])
+        meta.sreads += (VCC, VCC + 1)
+
+        def run(w: Wave) -> None:
+            w.vsetf(
+                d,
+                fp.div_fmas_f32(
+                    _full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32), w.lanes(VCC)
+                ),
+            )
+
+        return run
+    if name == "v_div_fixup_f32":
+        d, a, b, c = ops[0].index, reader_f32(ops[1]), reader_f32(ops[2]), reader_f32(ops[3])
+        return lambda w: w.vsetf(
+            d, fp.div_fixup_f32(_full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32))
+        )
+    if name == "v_mfma_f32_16x16x16_bf16":
+        d, a, b, c = ops[0], ops[1], ops[2], ops[3]
+        if not (
+            d.kind == a.kind == b.kind == c.kind == "v" and d.count == 4 and a.count == 2 and b.count == 2
+        ):
+            raise UnsupportedInstruction(ins.text)
+        meta.mfma_ab = _regs(a, "v") + _regs(b, "v")
+        meta.mfma_c = _regs(c, "v")
+        di, ai, bi, ci = d.index, a.index, b.index, c.index
+
+        def run(w: Wave) -> None:
+            res = fp.mfma_f32_16x16x16_bf16(w.v[ai : ai + 2].T, w.v[bi : bi + 2].T, w.vf[ci : ci + 4].T)
+            for r in range(4):
+                w.vsetf(di + r, res[:, r])
+
+        return run
+    # ---- memory ----
+    if name == "global_store_short":
+        addr16, off16, src16 = reader_u64(ops[0]), int(ins.modifiers.get("offset", "0"), 0), ops[1].index
+        if ops[2].kind != "off":
+            raise UnsupportedInstruction(ins.text)
+        return lambda w: w.global_store(addr16(w), off16, src16, 1, nbytes=2)
+    if name.startswith("global_load_dword") or name.startswith("global_store_dword"):
+        store = name.startswith("global_store")
+        ndw = {"": 1, "x2": 2, "x3": 3, "x4": 4}[name.rsplit("dword", 1)[1]]
+        data_op = ops[1] if store else ops[0]
+        addr_op, saddr = (ops[0], ops[2]) if store else (ops[1], ops[2])
+        offset = int(ins.modifiers.get("offset", "0"), 0)
+        if saddr.kind == "off":
+            addr: Reader = reader_u64(addr_op)
+        else:  # saddr + 32-bit vaddr offset
+            s64, v32 = reader_u64(saddr), reader_u32(addr_op)
+            addr = lambda w: np.uint64(s64(w)) + np.asarray(v32(w), np.uint64)  # noqa: E731
+        di = data_op.index
+        if store:
+            return lambda w: w.global_store(addr(w), offset, di, ndw)
+        return lambda w: w.global_load(addr(w), offset, di, ndw)
+    if name in (
+        "ds_read_b128",
+        "ds_read_b64",
+        "ds_read_b32",
+        "ds_write_b128",
+        "ds_write_b64",
+        "ds_write_b32",
+    ):
+        nbytes = int(name.rsplit("_b", 1)[1]) // 8
+        offset = int(ins.modifiers.get("offset", "0"), 0)
+        if name.startswith("ds_read"):
+            d, a = ops[0].index, reader_u32(ops[1])
+            return lambda w: w.lds_read(a(w), offset, d, nbytes // 4)
+        a, src = reader_u32(ops[0]), ops[1].index
+        return lambda w: w.lds_write(a(w), offset, src, nbytes // 4)
+    if name == "ds_bpermute_b32":
+        d, a, src = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
+        offset = int(ins.modifiers.get("offset", "0"), 0)
+        return lambda w: w.ds_bpermute(d, a(w), src(w), offset)
+    if name.startswith("s_load_dword"):
+        ndw = {"": 1, "x2": 2, "x4": 4, "x8": 8, "x16": 16}[name.removeprefix("s_load_dword")]
+        d, base = ops[0].index, reader_u64(ops[1])
+        off = reader_u32(ops[2])
+        return lambda w: w.smem_load(d, int(base(w)) + int(off(w)), ndw)
+    # ---- scalar ----
+    if name in ("s_nop",):
+        meta.wait_states = int(ins.operands[0], 0) + 1
+        return lambda w: None
+    if name == "s_waitcnt":
+        vm, lgkm = _waitcnt(ins.operands)
+        return lambda w: w.waitcnt(vm, lgkm)
+    if name == "s_barrier":
+        return lambda w: -1
+    if name == "s_endpgm":
+        return lambda w: -2
+    if name == "s_branch" or name.startswith("s_cbranch"):
+        tgt_addr = ins.branch_target
+        if tgt_addr not in index_of:
+            raise UnsupportedInstruction(f"branch to 0x{tgt_addr:x} is not an instruction boundary")
+        tgt = index_of[tgt_addr]
+        meta.target = tgt
+        cond: Callable[[Wave], bool] = {
+            "s_branch": lambda w: True,
+            "s_cbranch_scc0": lambda w: w.scc == 0,
+            "s_cbranch_scc1": lambda w: w.scc == 1,
+            "s_cbranch_vccz": lambda w: (w.s[VCC] | w.s[VCC + 1]) == 0,
+            "s_cbranch_vccnz": lambda w: (w.s[VCC] | w.s[VCC + 1]) != 0,
+            "s_cbranch_execz": lambda w: w.exec == 0,
+            "s_cbranch_execnz": lambda w: w.exec != 0,
+        }[name]
+        if name in ("s_cbranch_vccz", "s_cbranch_vccnz"):
+            meta.sreads += (VCC, VCC + 1)
+        return lambda w: tgt if cond(w) else None
+    return _compile_salu(name, ins, ops, meta)
+
+
+def _compile_sdwa(name: str, ins: Instr, ops: list[Operand]) -> Exec:
+    """SDWA forms (sub-dword selects on the sources, whole-dword destination only)."""
+    mods = ins.modifiers
+    if mods.get("dst_sel", "DWORD") != "DWORD" or mods.get("dst_unused", "UNUSED_PAD") != "UNUSED_PAD":
+        raise UnsupportedInstruction(ins.text)
+    a = _sdwa_reader(ops[1], mods.get("src0_sel", "DWORD"))
+    b = _sdwa_reader(ops[2], mods.get("src1_sel", "DWORD"))
+    if name in _VCMP:
+        cmp, dst = _VCMP[name], ops[0].index
+
+        def run_cmp(w: Wave) -> None:
+            w.set_mask_reg(dst, np.broadcast_to(cmp(a(w), b(w)), (64,)) & w.mask)
+
+        return run_cmp
+    if name in _U32_BIN:
+        f, d = _U32_BIN[name], ops[0].index
+        return lambda w: w.vset(d, _full(np.asarray(f(a(w), b(w))), np.uint32))
+    raise UnsupportedInstruction(ins.text)
+
+
+def _compile_pk_u16(name: str, ins: Instr, ops: list[Operand]) -> Exec:
+    """Packed 16-bit integer ops: lo half from op_sel, hi half from op_sel_hi (default [0,0] / [1,1])."""
+    if any(k in ins.modifiers for k in ("neg_lo", "neg_hi", "clamp")):
+        raise UnsupportedInstruction(ins.text)
+    hi_sel = [int(x) for x in ins.modifiers.get("op_sel_hi", "[1,1]").strip("[]").split(",")]
+    lo_sel = [int(x) for x in ins.modifiers.get("op_sel", "[0,0]").strip("[]").split(",")]
+    f, d, a, b = _PK_U16[name], ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
+
+    def half(x: Any, sel: int) -> np.ndarray:
+        return (np.asarray(x, np.uint32) >> np.uint32(16 * sel)) & np.uint32(0xFFFF)
+
+    def run(w: Wave) -> None:
+        x, y = a(w), b(w)
+        lo = f(half(x, lo_sel[0]), half(y, lo_sel[1])) & 0xFFFF
+        hi = f(half(x, hi_sel[0]), half(y, hi_sel[1])) & 0xFFFF
+        w.vset(d, _full(np.asarray(lo | (hi << np.uint32(16)), np.uint32), np.uint32))
+
+    return run
+
+
+def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
+    def r32(k: int) -> Reader:
+        return reader_u32(ops[k])
+
+    def r64(k: int) -> Reader:
+        return reader_u64(ops[k])
+
+    if name == "s_movk_i32":
+        d, v = ops[0].index, int(ins.operands[1], 0) & 0xFFFF
+        v = (v - 0x10000 if v & 0x8000 else v) & M32
+        return lambda w: w.sset(d, v)
+    if name in ("s_mov_b32", "s_mov_b64"):
+        d = ops[0].index
+        if name == "s_mov_b32":
+            a = r32(1)
+            return lambda w: w.sset(d, a(w))
+        a = r64(1)
+        return lambda w: w.sset64(d, a(w))
+    if name == "s_cselect_b32":
+        d, a, b = ops[0].index, r32(1), r32(2)
+        return lambda w: w.sset(d, a(w) if w.scc else b(w))
+    if name == "s_cselect_b64":
+        d, a, b = ops[0].index, r64(1), r64(2)
+        return lambda w: w.sset64(d, a(w) if w.scc else b(w))
+    if name.startswith("s_cmp_"):
+        rel = name.split("_")[2]
+        a, b = r32(0), r32(1)
+        signed = name.endswith("_i32")
+        f = {
+            "lt": int.__lt__,
+            "le": int.__le__,
+            "gt": int.__gt__,
+            "ge": int.__ge__,
+            "eq": int.__eq__,
+            "lg": int.__ne__,
+        }[rel]
+
+        def run(w: Wave) -> None:
+            x, y = a(w), b(w)
+            if signed:
+                x, y = _s32(x), _s32(y)
+            w.scc = int(f(x, y))
+
+        return run
+    if name == "s_and_saveexec_b64":
+        d, a = ops[0].index, r64(1)
+
+        def run(w: Wave) -> None:
+            old = w.exec
+            new = a(w) & old
+            w.sset64(d, old)
+            w.sset64(EXEC, new)
+            w.scc = int(new != 0)
+
+        return run
+    bin32: dict[str, Callable[[Wave, int, int], int]] = {
+        "s_add_u32": lambda w, x, y: w.carry(x + y),
+        "s_addc_u32": lambda w, x, y: w.carry(x + y + w.scc),
+        "s_sub_u32": lambda w, x, y: w.borrow(x - y),
+        "s_add_i32": lambda w, x, y: w.overflow(_s32(x) + _s32(y)),
+        "s_sub_i32": lambda w, x, y: w.overflow(_s32(x) - _s32(y)),
+        "s_mul_i32": lambda w, x, y: (x * y) & M32,
+        "s_mul_hi_u32": lambda w, x, y: (x * y) >> 32,
+        "s_and_b32": lambda w, x, y: w.nz(x & y),
+        "s_or_b32": lambda w, x, y: w.nz(x | y),
+        "s_xor_b32": lambda w, x, y: w.nz(x ^ y),
+        "s_andn2_b32": lambda w, x, y: w.nz(x & ~y & M32),
+        "s_lshl_b32": lambda w, x, y: w.nz((x << (y & 31)) & M32),
+        "s_lshr_b32": lambda w, x, y: w.nz(x >> (y & 31)),
+    }
+    if name in bin32:
+        f2, d, a, b = bin32[name], ops[0].index, r32(1), r32(2)
+        return lambda w: w.sset(d, f2(w, a(w), b(w)))
+    bin64: dict[str, Callable[[Wave, int, int], int]] = {
+        "s_and_b64": lambda w, x, y: w.nz(x & y),
+        "s_or_b64": lambda w, x, y: w.nz(x | y),
+        "s_xor_b64": lambda w, x, y: w.nz(x ^ y),
+        "s_andn2_b64": lambda w, x, y: w.nz(x & ~y & M64),
+        "s_lshl_b64": lambda w, x, y: w.nz((x << (y & 63)) & M64),
+    }
+    if name in bin64:
+        f2, d, a = bin64[name], ops[0].index, r64(1)
+        b = r32(2) if name == "s_lshl_b64" else r64(2)
+        return lambda w: w.sset64(d, f2(w, a(w), b(w)))
+    if name == "s_bitset1_b32":
+        d, a = ops[0].index, r32(1)
+        return lambda w: w.sset(d, w.s[d] | (1 << (a(w) & 31)))
+    raise UnsupportedInstruction(ins.text)
+
+
+def perm_b32(s0: np.ndarray, s1: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """v_perm_b32: byte k of D picks from the 8 bytes {S0, S1} (S1 = bytes 0-3) by selector byte k;
+    8-11 replicate the sign bit of bytes 1, 3, 5, 7; 12 gives 0x00, 13 and above 0xFF."""
+    pool = np.empty((64, 2), dtype=np.uint32)
+    pool[:, 0], pool[:, 1] = s1, s0
+    pool8 = np.concatenate(
+        [pool.view(np.uint8), np.zeros((64, 1), np.uint8), np.full((64, 1), 0xFF, np.uint8)], 1
+    )
+    sign = np.where(pool8[:, [1, 3, 5, 7]] & 0x80, 0xFF, 0).astype(np.uint8)
+    pool8 = np.concatenate([pool8, sign], 1)  # 0-7 bytes, 8 zero, 9 0xFF, 10-13 signs of bytes 1,3,5,7
+    sb = (sel[:, None] >> (np.arange(4, dtype=np.uint32) * 8)) & 0xFF  # [64, 4]
+    col = np.where(sb < 8, sb, np.where(sb < 12, sb + 2, np.where(sb == 12, 8, 9))).astype(np.intp)
+    out = np.take_along_axis(pool8, col, axis=1)
+    return np.ascontiguousarray(out).view(np.uint32).reshape(64)

@@ -1,0 +1,121 @@
+"""The gfx942 code object itself, executed: the compile-only build run on the hip-emu emulator
+through the same suites, contract and reference as every backend (docs/hip-gfx942.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from regress import numerics
+from regress.build import build_kernel
+from regress.emu import EMU_VERSION
+from regress.emu.library import EmuLibrary
+from regress.nightly import NightlyOptions, run_nightly
+from regress.shard import make_context
+from regress.suites import get_suite
+from regress.suites.common import HEAD_DIM, Shape, make_inputs_bhsd
+from regress.suites.contract import load_contract
+from regress.suites.ulp import compare
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("clang-19") and shutil.which("llvm-objdump-19")),
+    reason="clang-19 and llvm-objdump-19 build and decode the gfx942 code object",
+)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gfx942-emu")
+
+
+def test_quick_nightly_runs_the_compile_only_code_object(tmp_path: Path, cache: Path) -> None:
+    """`regress nightly --backend hip-emu --quick`: every ULP and determinism case passes, on the very
+    object `regress build --backend hip --compile-only` makes, whose hash the bundle records."""
+    made = build_kernel("hip", compile_only=True, cache_dir=cache)
+    outcome = run_nightly(
+        NightlyOptions(
+            backend="hip-emu",
+            stack="gfx942-emu",
+            allow_drift=True,  # the pin names this image's OS kernel and Python
+            quick=True,
+            db=f"sqlite:///{tmp_path / 'r.db'}",
+            out=tmp_path / "out",
+            cache_dir=cache,
+        )
+    )
+    assert outcome.bundle_path is not None
+    bundle = json.loads(outcome.bundle_path.read_text())
+    failed = [(r["name"], r["message"]) for r in bundle["results"] if r["status"] != "pass"]
+    assert outcome.exit_code == 0 and not failed, failed
+    assert bundle["build"]["artifact_hash"] == made.artifact_hash
+    assert made.artifact_hash == hashlib.sha256(made.path.read_bytes()).hexdigest()
+    assert bundle["stack"]["keys"]["backend"] == "hip-emu"
+    assert bundle["stack"]["keys"]["toolkit"] == EMU_VERSION
+    names = {r["name"] for r in bundle["results"]}
+    suites = {r["suite"] for r in bundle["results"]}
+    assert suites == {"ulp", "determinism"}
+    for tag in ("sq1_sk77", "sq203_sk77", "sq113_sk203", "sk1", "nan_q", "posinf_k", "neginf_v", "extreme"):
+        assert any(tag in n for n in names), tag
+    for mode in ("rtne", "rtna", "rtz"):
+        for layout in ("bshd", "bhsd"):
+            assert f"b1_h2_sq113_sk203_{layout}_{mode}" in names
+
+
+def test_strided_views_in_and_out(cache: Path) -> None:
+    """BSHD views into wider buffers (head-dim slices of 256-wide rows) for Q, K, V and O: the
+    strided kernel reads and writes in place, meets the contract, and touches nothing else."""
+    lib = EmuLibrary(build_kernel("hip-emu", cache_dir=cache).path)
+    shape = Shape(1, 2, 77, 113)
+    q, k, v = (x.transpose(1, 2) for x in make_inputs_bhsd(shape, seed=7, device="cpu"))
+
+    def widen(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        base = torch.full((*x.shape[:3], 2 * HEAD_DIM), 3.0, dtype=torch.bfloat16)
+        view = base[..., 32 : 32 + HEAD_DIM]
+        view.copy_(x)
+        return base, view
+
+    (_, qv), (_, kv), (_, vv), (ob, ov) = widen(q), widen(k), widen(v), widen(torch.zeros_like(q))
+    assert not qv.is_contiguous()
+    lib.forward(qv, kv, vv, layout="bshd", rounding="rtz", out=ov)
+    assert lib.last_kernel == "ra_attn_fwd_gfx942_rtz_strided"
+    ref, mag = numerics.reference_attention(qv, kv, vv, layout="bshd", scale=HEAD_DIM**-0.5)
+    m = compare(numerics.to_bhsd_bits(ov, "bshd"), numerics.reference_bits(ref, "rtz"), ref, mag)
+    assert m["nonfinite_mismatches"] == 0
+    assert m["scaled_ulp_max"] <= load_contract().scaled_ulp_limit("rtz")
+    untouched = torch.cat([ob[..., :32], ob[..., 32 + HEAD_DIM :]], dim=-1)
+    assert (untouched == 3.0).all()
+
+
+@pytest.mark.parametrize(
+    ("inject", "suite", "case"),
+    [({"ulp": 2}, "ulp", "b1_h2_sq113_sk203_bhsd_rtne"), ({"nondeterminism": 1}, "determinism", "repeat")],
+    ids=["ulp2", "nondeterminism"],
+)
+def test_drill_builds_fail_their_suite(cache: Path, inject: dict[str, int], suite: str, case: str) -> None:
+    art = build_kernel("hip-emu", inject=inject, cache_dir=cache)
+    ctx = make_context(art.path, "cpu", quick=True, seed=42, iterations=None)
+    s = get_suite(suite)
+    spec = next(sp for sp in s.cases(ctx) if case in sp.name)
+    result = s.run_case(ctx, spec)
+    assert result.status == "fail", (result.status, result.message)
+
+
+def test_ulp_drill_moves_every_output_exactly(cache: Path) -> None:
+    """The drill build's epilogue (packed 16-bit adds/mins and SDWA compares in its code) moves each
+    finite non-zero output exactly 2 ULPs away from zero relative to the clean build, bit for bit."""
+    clean = EmuLibrary(build_kernel("hip-emu", cache_dir=cache).path)
+    drill = EmuLibrary(build_kernel("hip-emu", inject={"ulp": 2}, cache_dir=cache).path)
+    q, k, v = (x.contiguous() for x in make_inputs_bhsd(Shape(1, 1, 40, 64), seed=3, device="cpu"))
+    a = clean.forward(q, k, v, layout="bhsd", rounding="rtne").view(torch.int16).numpy().astype("uint16")
+    b = drill.forward(q, k, v, layout="bhsd", rounding="rtne").view(torch.int16).numpy().astype("uint16")
+    mag = a & 0x7FFF
+    moved = (a & 0x8000) | ((mag + 2).clip(max=0x7F7F))
+    want = a.copy()
+    live = (mag != 0) & (mag < 0x7F80)
+    want[live] = moved[live]
+    assert live.any() and (b == want).all()
