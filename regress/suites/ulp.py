@@ -22,6 +22,7 @@ import torch
 
 from regress import numerics
 from regress.gpu_state import device_state
+from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Status
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
@@ -173,14 +174,18 @@ class UlpSuite:
         contract = load_contract()
         limit = contract.scaled_ulp_limit(mode)
         # ANCHORS.md: realistic inputs use seed 42 itself, so our numbers compare with theirs.
-        q, k, v = make_inputs(shape, layout, seed=ctx.seed, device=ctx.device, kind=kind)
-        ref, mag = self._reference(ctx, shape, kind, q, k, v, layout)
-        ref_bits = numerics.reference_bits(ref, mode)
-        out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
-        synchronize(ctx.device)
-        o_bits = numerics.to_bhsd_bits(out, layout)
-        m = compare(o_bits, ref_bits, ref, mag)
-        blocks = _block_max(m.pop("scaled"))
+        with phase("inputs"):
+            q, k, v = make_inputs(shape, layout, seed=ctx.seed, device=ctx.device, kind=kind)
+        with phase("reference"):
+            ref, mag = self._reference(ctx, shape, kind, q, k, v, layout)
+            ref_bits = numerics.reference_bits(ref, mode)
+        with phase("kernel"):
+            out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+            synchronize(ctx.device)
+        with phase("compare"):
+            o_bits = numerics.to_bhsd_bits(out, layout)
+            m = compare(o_bits, ref_bits, ref, mag)
+            blocks = _block_max(m.pop("scaled"))
         metrics: dict[str, Any] = dict(m)
         metrics["block_scaled_ulp_max"] = float(blocks.max()) if blocks.size else 0.0
         metrics["scaled_ulp_limit"] = limit
@@ -192,17 +197,20 @@ class UlpSuite:
             if not bl.supports(mode):
                 continue
             try:
-                bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
-                synchronize(ctx.device)
+                with phase("baseline"):
+                    bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+                    synchronize(ctx.device)
             except Exception as exc:  # a broken baseline must not hide the kernel's numbers
                 notes.append(f"baseline {bl.name} failed: {type(exc).__name__}: {exc}")
                 continue
-            b_bits = numerics.to_bhsd_bits(bo, layout)
-            bm = compare(b_bits, ref_bits, ref, mag)
+            with phase("compare"):
+                b_bits = numerics.to_bhsd_bits(bo, layout)
+                bm = compare(b_bits, ref_bits, ref, mag)
             for key_ in ("scaled_ulp_max", "scaled_ulp_p9999", "plain_ulp_max", "nonfinite_mismatches"):
                 metrics[f"baseline:{bl.name}:{key_}"] = bm[key_]
             both = ~(numerics.is_nonfinite_bits(o_bits) | numerics.is_nonfinite_bits(b_bits))
-            d = numerics.ulp_distance(o_bits[both], b_bits[both])
+            with phase("compare"):
+                d = numerics.ulp_distance(o_bits[both], b_bits[both])
             metrics[f"kernel_vs:{bl.name}:plain_ulp_max"] = int(d.max()) if d.size else 0
             metrics[f"kernel_vs:{bl.name}:frac_gt1"] = float((d > 1).mean()) if d.size else 0.0
 
