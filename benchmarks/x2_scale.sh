@@ -22,6 +22,8 @@ BUILD_ARGS=(); [ -n "$STACK" ] && BUILD_ARGS=(--stack "$STACK")
 t0=$(date +%s.%N)
 timeout 240 python3 -m regress build --backend "$BACKEND" "${BUILD_ARGS[@]}" > "$OUT/build.log" 2>&1
 echo "build rc=$? $(python3 -c "print(round($(date +%s.%N)-$t0,1))") s"
+# The schema exists before the clock starts, as it does on a runner: neither run pays for migrations.
+python3 -m regress db upgrade --db "sqlite:///$OUT/x2.db" > /dev/null
 : > "$OUT/walls.txt"
 for g in $ORDER; do
   left=$((BUDGET - ($(date +%s) - START) - 15))

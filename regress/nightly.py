@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .build import BuildArtifact, BuildError, build_kernel
 from .bundle import write_bundle
@@ -26,6 +26,7 @@ from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
 from .gpu_state import device_state
 from .results import CaseResult, CaseSpec
 from .runner import DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
+from .shard import WorkerPool, parse_gpus
 from .stack import Fingerprint, Pin, check_pin, format_drift, live_fingerprint, load_pin
 from .store.repo import (
     Store,
@@ -39,9 +40,6 @@ from .store.repo import (
     record_build,
     start_run,
 )
-
-if TYPE_CHECKING:
-    from .shard import WorkerPool
 
 DEFAULT_SUITES: tuple[str, ...] = ("determinism", "ulp", "perf", "e2e")
 CI_ENV_KEYS = (
@@ -179,8 +177,6 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     _require_device(backend)
     if opts.upload and not os.environ.get("REGRESS_TOKEN"):
         raise UserError("--upload needs the runner's token in $REGRESS_TOKEN (`regress token create RUNNER`)")
-    from .shard import WorkerPool, parse_gpus
-
     device = "cpu" if backend == "cpu" else "cuda"
     gpus = parse_gpus(opts.gpus, device)
     # Workers start first: their interpreter, torch and device context come up while this process

@@ -124,18 +124,28 @@ def ulp_bf16(x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(x), ulp, x)  # Inf -> Inf, NaN -> NaN
 
 
-def scaled_ulp(o_bits: np.ndarray, ref: np.ndarray, mag: np.ndarray) -> np.ndarray:
+def magnitude_ulp(mag: np.ndarray) -> np.ndarray:
+    """The scaled-ULP denominator ulp_bf16(P·|V|), non-finite magnitudes as 0: it depends on the
+    reference only, so callers comparing several outputs with one reference compute it once."""
+    mag = np.asarray(mag, dtype=np.float64)
+    return ulp_bf16(np.where(np.isfinite(mag), mag, 0.0))
+
+
+def scaled_ulp(
+    o_bits: np.ndarray, ref: np.ndarray, mag: np.ndarray, mag_ulp: np.ndarray | None = None
+) -> np.ndarray:
     """|o - ref| / ulp_bf16(mag): the error in units of the magnitude of the summed terms P·|V|.
 
     Non-finite positions: 0 where o and ref are both NaN or the same infinity, inf where only one is
-    non-finite or they differ, so max() over the result is a complete gate.
+    non-finite or they differ, so max() over the result is a complete gate. `mag_ulp` is
+    magnitude_ulp(mag) when the caller has it already.
     """
     o = bf16_bits_to_f64(o_bits)
     ref = np.asarray(ref, dtype=np.float64)
-    mag = np.asarray(mag, dtype=np.float64)
+    denom = magnitude_ulp(mag) if mag_ulp is None else mag_ulp
     finite = np.isfinite(o) & np.isfinite(ref)
     with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(finite, np.abs(o - ref) / ulp_bf16(np.where(np.isfinite(mag), mag, 0.0)), 0.0)
+        err = np.where(finite, np.abs(o - ref) / denom, 0.0)
     same_nonfinite = (np.isnan(o) & np.isnan(ref)) | (np.isinf(o) & (o == ref))
     return np.where(finite, err, np.where(same_nonfinite, 0.0, np.inf))
 

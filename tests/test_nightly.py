@@ -287,3 +287,24 @@ def test_hang_drill_needs_a_query_length() -> None:
     assert parse_inject(["hang=64"]) == {"hang_sq": 64}
     with pytest.raises(UserError, match="query length"):
         parse_inject(["hang"])
+
+
+def test_phases_count_each_second_once() -> None:
+    import time as _time
+
+    from regress.phases import PhaseRecorder, phase, phase_seconds, recording
+
+    entered: list[str] = []
+    rec = PhaseRecorder(on_enter=entered.append)
+    started = _time.perf_counter()
+    with recording(rec), phase("compare"):
+        _time.sleep(0.02)
+        with phase("kernel"):
+            _time.sleep(0.05)
+    outer = _time.perf_counter() - started
+    split = phase_seconds(rec.metrics())
+    assert split["kernel"] >= 0.05 and split["compare"] >= 0.02
+    assert split["kernel"] + split["compare"] <= outer + 1e-3  # the inner time is not counted twice
+    assert entered == ["compare", "kernel", "compare"]  # the watchdog sees the step it is back in
+    with phase("ignored"):  # outside a recorder: nothing recorded, nothing raised
+        pass
