@@ -524,6 +524,8 @@ class WorkerPool:
                 lost = lose(w, "error", f"worker {w.slot} crashed during this case: {payload}")
                 if lost is not None:
                     done += 1
+                    if progress:
+                        progress(f"error {lost.case.suite}: {lost.case.name}", done, total, lost)
                     yield lost
             for w in list(self._workers.values()):  # the watchdog
                 lost = None

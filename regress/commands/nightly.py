@@ -124,7 +124,8 @@ def nightly(
             bar.update(task, description=label[:60], completed=done, total=total)
             if result is not None and result.status in ("fail", "error", "timeout"):
                 bar.console.print(
-                    f"[red]{result.status}[/] {result.case.suite}/{result.case.name}: {result.message}"
+                    f"[red]{result.status}[/] {result.case.suite}/{result.case.name}: "
+                    f"{(result.message.splitlines() or [''])[0]}"
                 )
 
         outcome = run_nightly(opts, progress)
