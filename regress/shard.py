@@ -14,7 +14,9 @@ backend `--gpus 0,1` names worker slots, which is how CI tests the pool without 
   Python stack, dumped by faulthandler), its worker is killed and replaced, and the run goes on. A
   worker that dies mid-case gets an 'error' result for that case and is replaced the same way.
 - The parent owns the database; workers only compute and send results back, so a dying worker can
-  lose at most its in-flight case, never a stored one. Results are yielded as they arrive.
+  lose at most its in-flight case, never a stored one. Results are yielded as they arrive. Each
+  worker writes to its own pipe: a shared queue's lock, held by a worker killed mid-send, would
+  stall every other worker.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_any
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +151,7 @@ def _worker_main(
     threads: int,
     options: CaseOptions,
     inbox: Any,
-    out: Any,
+    out: Any,  # this worker's own pipe: a worker killed mid-send can break only its own channel
     evidence_path: str,
     spawned_at: float,
     identify: bool,
@@ -170,7 +173,7 @@ def _worker_main(
         if device != "cpu":
             torch.zeros(1, device="cuda")  # the device context, made while the kernel builds
         marks["device_s"] = round(time.perf_counter() - t0, 3)
-        out.put(("up", wid, None))
+        out.send(("up", wid, None))
         kind, payload = _next_message(inbox, parent)
         if kind != "library":
             return
@@ -183,7 +186,7 @@ def _worker_main(
         identity = {"worker": slot, **_device_identity(device, gpu)}
         before = device_state(device)
         marks["ready_after_library_s"] = round(time.perf_counter() - waited, 3)
-        out.put(("ready", wid, {"startup": marks, "before": before, "identity": identity}))
+        out.send(("ready", wid, {"startup": marks, "before": before, "identity": identity}))
         while True:
             kind, payload = _next_message(inbox, parent)
             if kind != "unit":
@@ -191,14 +194,15 @@ def _worker_main(
             unit_id, items = payload
             for i, (suite, spec_dict) in enumerate(items):
                 spec = CaseSpec(**spec_dict)
-                out.put(("start", wid, (unit_id, i)))
-                result = run_one(ctx, suite, spec, on_phase=lambda name: out.put(("phase", wid, name)))
+                out.send(("start", wid, (unit_id, i)))
+                result = run_one(ctx, suite, spec, on_phase=lambda name: out.send(("phase", wid, name)))
                 if identify:  # sharded: which worker and GPU, for per-GPU agreement
                     result.device = {**result.device, **identity}
-                out.put(("result", wid, (unit_id, i, result.to_dict())))
-        out.put(("state", wid, {"after": device_state(device)}))
+                out.send(("result", wid, (unit_id, i, result.to_dict())))
+        out.send(("state", wid, {"after": device_state(device)}))
     except BaseException as exc:
-        out.put(("crash", wid, f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(OSError):
+            out.send(("crash", wid, f"{type(exc).__name__}: {exc}"))
 
 
 def _next_message(inbox: Any, parent: int) -> tuple[str, Any]:
@@ -269,9 +273,11 @@ class _Worker:
     gpu: int | None
     proc: Any
     inbox: Any
+    reader: Any  # the worker's messages; EOF once it is gone
     evidence: Path
     spawned: float
     ready: bool = False
+    eof: bool = False
     outstanding: deque[int] = field(default_factory=deque)  # unit ids sent, oldest first
     current: _Current | None = None
 
@@ -323,7 +329,6 @@ class WorkerPool:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.threads = max(1, cores // len(self.slots))
         self._mp = mp.get_context("spawn")
-        self._out: Any = self._mp.Queue()
         self._dir = Path(tempfile.mkdtemp(prefix="regress-workers-"))
         self._workers: dict[int, _Worker] = {}  # by wid
         self._wids = 0
@@ -363,6 +368,7 @@ class WorkerPool:
 
     def _spawn(self, slot: int, gpu: int | None) -> _Worker:
         inbox = self._mp.Queue()
+        reader, writer = self._mp.Pipe(duplex=False)
         self._wids += 1
         wid = self._wids
         evidence = self._dir / f"worker{slot}-{wid}.txt"
@@ -377,7 +383,7 @@ class WorkerPool:
                 self.threads,
                 self.options,
                 inbox,
-                self._out,
+                writer,
                 str(evidence),
                 spawned,
                 self.identify,
@@ -386,21 +392,37 @@ class WorkerPool:
             name=f"regress-worker{slot}",
         )
         proc.start()
-        worker = _Worker(wid, slot, gpu, proc, inbox, evidence, time.monotonic())
+        writer.close()  # the worker holds the only write end, so its death reads as EOF here
+        worker = _Worker(wid, slot, gpu, proc, inbox, reader, evidence, time.monotonic())
         self._workers[wid] = worker
         if self._library is not None:
             inbox.put(("library", self._library))
         return worker
 
     def _drain_states(self) -> None:
-        while True:
+        for w in self._workers.values():
+            with contextlib.suppress(EOFError, OSError):
+                while w.reader.poll():
+                    kind, _wid, payload = w.reader.recv()
+                    if kind == "state" and self.identify:
+                        self.states.setdefault(f"worker{w.slot}", {}).update(payload)
+            w.reader.close()
+
+    def _forget(self, w: _Worker) -> None:
+        del self._workers[w.wid]
+        w.reader.close()
+
+    def _receive(self, timeout: float) -> list[tuple[str, int, Any]]:
+        """Every message waiting from any worker (after up to `timeout` s of waiting for one)."""
+        readers = {w.reader: w for w in self._workers.values() if not w.eof}
+        messages = []
+        for conn in wait_any(list(readers), timeout=timeout):
             try:
-                kind, wid, payload = self._out.get_nowait()
-            except (queue_mod.Empty, OSError, ValueError):
-                return
-            w = self._workers.get(wid)
-            if kind == "state" and self.identify and w is not None:
-                self.states.setdefault(f"worker{w.slot}", {}).update(payload)
+                while conn.poll():
+                    messages.append(conn.recv())
+            except (EOFError, OSError):  # the worker is gone; the watchdog sees its process end
+                readers[conn].eof = True  # type: ignore[index]
+        return messages
 
     # running
 
@@ -458,10 +480,10 @@ class WorkerPool:
                     device={"worker": w.slot, "gpu_index": w.gpu} if self.identify else {},
                 )
             requeue(w)
-            del self._workers[w.wid]
             if w.proc.is_alive():
                 w.proc.kill()
             w.proc.join(timeout=10)
+            self._forget(w)
             count = self._replacements.get(w.slot, 0)
             if count < MAX_REPLACEMENTS:
                 self._replacements[w.slot] = count + 1
@@ -471,13 +493,13 @@ class WorkerPool:
                 crashes.append(f"worker {w.slot} replaced {count} times; not again")
             return lost
 
+        backlog: deque[tuple[str, int, Any]] = deque()
         while done < total:
             if not self._workers:
                 break
-            try:
-                kind, wid, payload = self._out.get(timeout=POLL_S)
-            except queue_mod.Empty:
-                kind, wid, payload = "", -1, None
+            if not backlog:
+                backlog.extend(self._receive(POLL_S))
+            kind, wid, payload = backlog.popleft() if backlog else ("", -1, None)
             w = self._workers.get(wid)
             now = time.monotonic()
             if kind == "ready" and w is not None:
@@ -519,7 +541,7 @@ class WorkerPool:
                 if not w.ready:  # could not even start: no replacement would do better
                     w.proc.join(timeout=10)
                     requeue(w)
-                    del self._workers[wid]
+                    self._forget(w)
                     continue
                 lost = lose(w, "error", f"worker {w.slot} crashed during this case: {payload}")
                 if lost is not None:
@@ -538,7 +560,7 @@ class WorkerPool:
                     code = w.proc.exitcode
                     if not w.ready:
                         requeue(w)
-                        del self._workers[w.wid]
+                        self._forget(w)
                         crashes.append(f"worker {w.slot} exited with code {code} before it was ready")
                         continue
                     lost = lose(w, "error", f"worker {w.slot} died (exit code {code}) during this case")
