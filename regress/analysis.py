@@ -398,7 +398,7 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
         checked: dict[int, Result] = {}  # case id -> result that was judged (for auto-resolve)
         perf: list[_PerfSeries] = []
         for result, case in rows:
-            if result.status in ("skip", "error"):
+            if result.status in ("skip", "error", "timeout"):
                 continue
             checked[case.id] = result
             if case.suite in cfg.perf_suites:

@@ -144,6 +144,7 @@ INJECT_MACROS: dict[str, str] = {
     "slowdown_pct": "RA_INJECT_SLOWDOWN_PCT",
     "ulp": "RA_INJECT_ULP",
     "nondeterminism": "RA_INJECT_NONDET",
+    "hang_sq": "RA_INJECT_HANG_SQ",
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 BUNDLE_SCHEMA = "regress.bundle"
 BUNDLE_VERSION = 1
 RUN_STATUSES = {"running", "complete", "failed", "incomplete"}
-RESULT_STATUSES = {"pass", "fail", "error", "skip"}
+RESULT_STATUSES = {"pass", "fail", "error", "timeout", "skip"}
 
 
 class BundleError(ValueError):

@@ -356,8 +356,8 @@ def _table(
             rows.append(GateRow(case.suite, case.name, key, "?", "undecided", "", note=f"missing in {side}"))
             continue
         (_, b), (_, c) = b_res[key], c_res[key]
-        if c.status in ("error", "skip") or b.status in ("error", "skip"):
-            what = c if c.status in ("error", "skip") else b
+        if c.status in ("error", "timeout", "skip") or b.status in ("error", "timeout", "skip"):
+            what = c if c.status in ("error", "timeout", "skip") else b
             rows.append(
                 GateRow(
                     case.suite,

@@ -152,13 +152,16 @@ def summarise(results: list[CaseResult]) -> dict[str, Any]:
     """The run summary a nightly stores: counts per suite and status, and the geomean speedups."""
     per_suite: dict[str, dict[str, int]] = {}
     for r in results:
-        counts = per_suite.setdefault(r.case.suite, {"pass": 0, "fail": 0, "error": 0, "skip": 0})
+        counts = per_suite.setdefault(
+            r.case.suite, {"pass": 0, "fail": 0, "error": 0, "timeout": 0, "skip": 0}
+        )
         counts[r.status] = counts.get(r.status, 0) + 1
-    failing = [f"{r.case.suite}/{r.case.name}" for r in results if r.status in ("fail", "error")]
+    failing = [f"{r.case.suite}/{r.case.name}" for r in results if r.status in ("fail", "error", "timeout")]
     return {
         "results": len(results),
         "failed": sum(r.status == "fail" for r in results),
         "errors": sum(r.status == "error" for r in results),
+        "timeouts": sum(r.status == "timeout" for r in results),
         "suites": per_suite,
         "geomean_speedup": geomean_speedups(results),
         "failing_cases": failing[:200],

@@ -25,10 +25,13 @@ from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
 from .gpu_state import device_state
 from .metrics import summarise
 from .results import CaseResult, CaseSpec
+from .runner import DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
+from .shard import WorkerPool, parse_gpus
 from .stack import Fingerprint, Pin, check_pin, format_drift, live_fingerprint, load_pin
 from .store.repo import (
     Store,
     add_result,
+    case_wall_times,
     export_bundle,
     finish_run,
     get_or_create_stack,
@@ -70,6 +73,11 @@ class NightlyOptions:
     trigger: str = "manual"
     runner: str | None = None
     cache_dir: Path | None = None
+    # The watchdog's floor: no case is stopped sooner (regress.runner.time_limit).
+    case_timeout: float = DEFAULT_TIME_LIMIT_FLOOR_S
+
+    def case_options(self) -> CaseOptions:
+        return CaseOptions(quick=self.quick, seed=self.seed, iterations=self.iterations)
 
 
 @dataclass
@@ -82,47 +90,6 @@ class NightlyOutcome:
 
 
 Progress = Callable[[str, int, int, CaseResult | None], None]
-
-
-def resolve_backend(name: str) -> str:
-    """auto → hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu."""
-    if name in ("cpu", "cuda", "hip", "hip-emu"):
-        return name
-    if name != "auto":
-        raise UserError(f"unknown backend {name!r}; expected auto, cpu, cuda, hip or hip-emu")
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return "hip" if getattr(torch.version, "hip", None) else "cuda"
-    except ImportError:
-        pass
-    return "cpu"
-
-
-def parse_inject(spec: tuple[str, ...] | list[str] | None) -> dict[str, int] | None:
-    """'slowdown=10', 'ulp=2', 'nondeterminism' → the build module's inject dict."""
-    if not spec:
-        return None
-    names = {
-        "slowdown": "slowdown_pct",
-        "slowdown_pct": "slowdown_pct",
-        "ulp": "ulp",
-        "nondeterminism": "nondeterminism",
-    }
-    out: dict[str, int] = {}
-    for item in spec:
-        key, _, value = item.partition("=")
-        if key not in names:
-            raise UserError(f"--inject {item!r}: expected slowdown=PCT, ulp=N or nondeterminism")
-        try:
-            number = int(value) if value else 1
-        except ValueError as exc:
-            raise UserError(f"--inject {item!r}: {value!r} is not a whole number") from exc
-        if number <= 0:
-            raise UserError(f"--inject {item!r}: the amount must be positive")
-        out[names[key]] = number
-    return out
 
 
 def ci_metadata() -> dict[str, str]:
@@ -139,12 +106,16 @@ def host_facts(fp: Fingerprint) -> dict[str, Any]:
     }
 
 
-def _resolve_stack(opts: NightlyOptions, backend: str) -> tuple[Pin | None, Fingerprint, list[str]]:
+def _resolve_pin(opts: NightlyOptions, backend: str) -> tuple[Pin | None, str]:
     pin = load_pin(opts.stack) if opts.stack else None
     if pin is not None and opts.backend == "auto":
         backend = pin.backend
     if pin is not None and pin.backend != backend:
         raise UserError(f"stack {pin.name} is pinned for backend {pin.backend}, not {backend}")
+    return pin, backend
+
+
+def _check_stack(opts: NightlyOptions, pin: Pin | None, backend: str) -> tuple[Fingerprint, list[str]]:
     fp = live_fingerprint(backend, extra_flags=pin.extra_flags if pin else None)
     notes: list[str] = []
     if pin is not None:
@@ -154,7 +125,7 @@ def _resolve_stack(opts: NightlyOptions, backend: str) -> tuple[Pin | None, Fing
             if not opts.allow_drift:
                 raise UserError(text + "\n(pass --allow-drift to run anyway, recorded under the live digest)")
             notes.append(text)
-    return pin, fp, notes
+    return fp, notes
 
 
 def _require_device(backend: str) -> None:
@@ -208,9 +179,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
             get_suite(name)  # unknown suite names fail before anything is built or stored
         except KeyError as exc:
             raise UserError(str(exc.args[0])) from None
-    backend = resolve_backend(opts.backend)
-    pin, fp, drift_notes = _resolve_stack(opts, backend)
-    backend = fp.keys["backend"]
+    pin, backend = _resolve_pin(opts, resolve_backend(opts.backend))
     _require_device(backend)
     if backend == "hip-emu":
         if opts.suites == DEFAULT_SUITES:
@@ -219,13 +188,39 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
             raise UserError(f"hip-emu runs {' and '.join(EMU_SUITES)} only, not {', '.join(timed)}")
     if opts.upload and not os.environ.get("REGRESS_TOKEN"):
         raise UserError("--upload needs the runner's token in $REGRESS_TOKEN (`regress token create RUNNER`)")
-    store = open_store(opts.db)
-    reap_stale_runs(store)
-    if opts.upload:
-        from .upload import flush_spool
+    device = "cpu" if backend in ("cpu", "hip-emu") else "cuda"
+    gpus = parse_gpus(opts.gpus, device)
+    # Workers start first: their interpreter, torch and device context come up while this process
+    # checks the stack and builds the kernel, so a warm start costs the run nothing.
+    pool = WorkerPool(
+        device, gpus, opts.case_options(), time_limit_floor_s=opts.case_timeout, identify=bool(gpus)
+    )
+    pool.start()
+    try:
+        fp, drift_notes = _check_stack(opts, pin, backend)
+        store = open_store(opts.db)
+        reap_stale_runs(store)
+        if opts.upload:
+            from .upload import flush_spool
 
-        flush_spool(opts.upload)
+            flush_spool(opts.upload)
+        return _run(opts, store, pool, backend, device, pin, fp, drift_notes, progress)
+    finally:
+        pool.close()
 
+
+def _run(
+    opts: NightlyOptions,
+    store: Store,
+    pool: WorkerPool,
+    backend: str,
+    device: str,
+    pin: Pin | None,
+    fp: Fingerprint,
+    drift_notes: list[str],
+    progress: Progress | None,
+) -> NightlyOutcome:
+    started = time.perf_counter()
     is_drill = bool(opts.inject)
     trigger = "drill" if is_drill else opts.trigger
     host = host_facts(fp)
@@ -249,6 +244,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
         )
         stack_id = stack.id
         build_id = record_build(session, stack, artifact.to_dict()).id if artifact else None
+        measured = case_wall_times(session, stack_id)
 
     if artifact is None:  # a build that breaks on a new stack is a result worth keeping
         run_id = start_run(
@@ -269,7 +265,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
         bundle_path = _write_bundle(store, run_id, opts.out)
         return NightlyOutcome(run_id, EXIT_UNDECIDED, {"error": build_error}, bundle_path)
 
-    device = "cpu" if backend in ("cpu", "hip-emu") else "cuda"
+    pool.load(artifact.path)
     run_id = start_run(
         store,
         stack_id=stack_id,
@@ -286,29 +282,42 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
         gpu_state={"before": device_state(device)},
     )
     results: list[CaseResult] = []
-    worker_states: dict[str, Any] = {}
+    store_s = 0.0
+    cases_started = time.perf_counter()
     try:
         with _terminate_as_exception():
-            for result in _execute(opts, artifact, device, progress, worker_states):
-                add_result(store, run_id, result)
+            for result in pool.run(plan_cases(opts, device), measured, progress):
+                t0 = time.perf_counter()
+                add_result(store, run_id, result)  # streamed: each result is safe as soon as it exists
+                store_s += time.perf_counter() - t0
                 results.append(result)
     except BaseException as exc:
         finish_run(
             store, run_id, status="incomplete", exit_code=EXIT_UNDECIDED, message=f"interrupted: {exc!r}"
         )
         raise
+    cases_s = time.perf_counter() - cases_started
 
     summary = summarise(results)
-    exit_code = EXIT_OK if summary["failed"] == 0 and summary["errors"] == 0 else EXIT_FAILED
+    summary["timing"] = timing_summary(
+        results,
+        workers=len(pool.slots),
+        cases_wall_s=cases_s,
+        setup_s=cases_started - started,
+        store_s=store_s,
+        pool=pool.stats.to_dict(),
+    )
+    exit_code = EXIT_OK if summary["failed"] == summary["errors"] == summary["timeouts"] == 0 else EXIT_FAILED
     if not results:
         exit_code = EXIT_UNDECIDED
+    pool.close()  # the workers' after-state belongs in the run record
     finish_run(
         store,
         run_id,
         status="complete" if exit_code == EXIT_OK else "failed",
         summary=summary,
         exit_code=exit_code,
-        gpu_state={"after": device_state(device), **({"workers": worker_states} if worker_states else {})},
+        gpu_state={"after": device_state(device), **({"workers": pool.states} if pool.states else {})},
     )
     regressions = _analyse(store, run_id)
     bundle_path = _write_bundle(store, run_id, opts.out)
@@ -333,42 +342,61 @@ def _write_bundle(store: Store, run_id: str, out: Path) -> Path:
     return write_bundle(bundle, out / "bundles")
 
 
-def _execute(
-    opts: NightlyOptions,
-    artifact: BuildArtifact,
-    device: str,
-    progress: Progress | None,
-    worker_states: dict[str, Any],
-) -> Iterator[CaseResult]:
-    from .shard import parse_gpus, run_sharded
-
-    workers = parse_gpus(opts.gpus, device)
-    if workers:
-        yield from run_sharded(opts, artifact.path, device, workers, progress, worker_states)
-        return
-    from .shard import make_context
+def plan_cases(opts: NightlyOptions, device: str) -> list[tuple[str, CaseSpec]]:
+    """Every case of the chosen suites, in suite order. Case lists depend on the device kind only,
+    so the parent plans without loading a library or touching a GPU."""
     from .suites import get_suite
+    from .suites.base import SuiteContext
 
-    ctx = make_context(artifact.path, device, quick=opts.quick, seed=opts.seed, iterations=opts.iterations)
-    plan = [(name, spec) for name in opts.suites for spec in get_suite(name).cases(ctx)]
-    total = len(plan)
-    for done, (name, spec) in enumerate(plan):
-        if progress:
-            progress(f"{name}: {spec.name}", done, total, None)
-        result = run_one(ctx, name, spec)
-        if progress:
-            progress(f"{name}: {spec.name}", done + 1, total, result)
-        yield result
+    class _Unloaded:
+        backend = device
+
+    probe = SuiteContext(
+        library=_Unloaded(),  # type: ignore[arg-type]
+        device=device,
+        quick=opts.quick,
+        seed=opts.seed,
+        iterations=opts.iterations,
+    )
+    return [(name, spec) for name in opts.suites for spec in get_suite(name).cases(probe)]
 
 
-def run_one(ctx: Any, suite_name: str, spec: CaseSpec) -> CaseResult:
-    """Runs one case; an unexpected exception becomes an 'error' result, never a lost run."""
-    from .suites import get_suite
+def timing_summary(
+    results: list[CaseResult],
+    *,
+    workers: int,
+    cases_wall_s: float,
+    setup_s: float,
+    store_s: float,
+    pool: dict[str, Any],
+) -> dict[str, Any]:
+    """Where the run's time went: per phase summed over cases, per suite, per worker, set-up and store."""
+    from .phases import phase_seconds
 
-    started = time.perf_counter()
-    try:
-        result = get_suite(suite_name).run_case(ctx, spec)
-    except Exception as exc:  # a suite bug must not discard the other cases
-        result = CaseResult(case=spec, status="error", message=f"{type(exc).__name__}: {exc}")
-    result.metrics.setdefault("wall_s", round(time.perf_counter() - started, 4))
-    return result
+    phases: dict[str, float] = {}
+    per_suite: dict[str, float] = {}
+    per_worker: dict[str, float] = {}
+    for r in results:
+        wall = float(r.metrics.get("wall_s", 0.0) or 0.0)
+        per_suite[r.case.suite] = per_suite.get(r.case.suite, 0.0) + wall
+        worker = f"worker{r.device.get('worker', 0)}"
+        per_worker[worker] = per_worker.get(worker, 0.0) + wall
+        split = phase_seconds(r.metrics)
+        for name, sec in split.items():
+            phases[name] = phases.get(name, 0.0) + sec
+        phases["other"] = phases.get("other", 0.0) + wall - sum(split.values())
+
+    def rounded(d: dict[str, float]) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in sorted(d.items())}
+
+    return {
+        "workers": workers,
+        "setup_s": round(setup_s, 3),
+        "cases_wall_s": round(cases_wall_s, 3),
+        "case_seconds": round(sum(per_suite.values()), 3),
+        "store_s": round(store_s, 3),
+        "phases_s": rounded(phases),
+        "suites_s": rounded(per_suite),
+        "workers_s": rounded(per_worker),
+        **pool,
+    }

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Status = Literal["pass", "fail", "error", "skip"]
+Status = Literal["pass", "fail", "error", "timeout", "skip"]
 Layout = Literal["bshd", "bhsd"]
 Rounding = Literal["rtne", "rtna", "rtz"]
 

@@ -1,49 +1,56 @@
-"""Cases spread over several devices of one host: one worker process per GPU, merged into one run.
+"""The worker pool: every case runs in a worker process, under a watchdog, on one device each.
 
-The parent owns the database; workers only compute and send CaseResults back over a queue, so a
-dying worker can lose at most its in-flight case, never a stored one. On the CPU backend the same
-code runs N worker processes (`--gpus 0,1`), which is how CI tests the sharding without a GPU.
+One worker per GPU (`--gpus 0,1` or `all`), or one worker on the default device when no GPUs are
+named, so a one-GPU `--gpus all` and a plain run are the same code and cost the same. On the CPU
+backend `--gpus 0,1` names worker slots, which is how CI tests the pool without a GPU.
+
+- Workers start before the kernel is built (interpreter, torch, device context and thread pools
+  overlap the build) and stay warm for the whole run; each gets an equal share of the CPU cores.
+- Cases are dealt one unit at a time to whichever worker is free, longest first by the cost the
+  same stack measured in earlier runs. A unit is the cases that share work: the ULP cases of one
+  shape and input share one fp64 reference, so they go to one worker together.
+- Each case has a time limit from its own expected time (regress.runner.time_limit). A case past
+  its limit is recorded as 'timeout' with its evidence (the step it was in and every thread's
+  Python stack, dumped by faulthandler), its worker is killed and replaced, and the run goes on. A
+  worker that dies mid-case gets an 'error' result for that case and is replaced the same way.
+- The parent owns the database; workers only compute and send results back, so a dying worker can
+  lose at most its in-flight case, never a stored one. Results are yielded as they arrive. Each
+  worker writes to its own pipe: a shared queue's lock, held by a worker killed mid-send, would
+  stall every other worker.
 """
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import multiprocessing as mp
 import os
 import queue as queue_mod
-from collections.abc import Iterator
+import shutil
+import signal
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_any
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import UserError
 from .results import CaseResult, CaseSpec
+from .runner import CaseOptions, make_context, run_one, time_limit
 
-if TYPE_CHECKING:
-    from .nightly import NightlyOptions, Progress
-    from .suites.base import SuiteContext
+Progress = Callable[[str, int, int, CaseResult | None], None]
+Item = tuple[str, CaseSpec]
 
-
-def make_context(
-    lib_path: Path, device: str, *, quick: bool, seed: int, iterations: int | None, log: Any = None
-) -> SuiteContext:
-    from .baselines import available_baselines
-    from .kernel import load_library
-    from .suites.base import SuiteContext
-
-    ctx = SuiteContext(
-        library=load_library(lib_path),
-        device=device,
-        baselines=available_baselines(device),
-        quick=quick,
-        seed=seed,
-        iterations=iterations,
-    )
-    if log is not None:
-        ctx.log = log
-    return ctx
+POLL_S = 0.25  # how often the parent checks the watchdog while no message arrives
+MAX_REPLACEMENTS = 4  # per worker slot: a device that kills every worker is not retried forever
+EVIDENCE_CHARS = 4000
 
 
 def parse_gpus(spec: str | None, device: str) -> list[int]:
-    """'all' or '0,1,...' → device indices; None → [] (no sharding, run in this process)."""
+    """'all' or '0,1,...' → device indices; None → [] (one worker on the default device)."""
     if not spec:
         return []
     if spec == "all":
@@ -70,66 +77,145 @@ def parse_gpus(spec: str | None, device: str) -> list[int]:
     return indices
 
 
+# --- planning -------------------------------------------------------------------------------------
+
+
 def case_cost(spec: CaseSpec) -> float:
+    """A first run's guess of a case's cost (no measurement yet): the attention work, perf-like suites
+    weighted for their many timed iterations."""
     p = spec.params
     return float(p.get("b", 1) * p.get("h", 1) * p.get("sq", 1) * p.get("sk", 1)) * (
         10.0 if spec.suite in ("perf", "e2e") else 1.0
     )
 
 
-def assign(plan: list[tuple[str, CaseSpec]], workers: list[int]) -> dict[int, list[tuple[str, CaseSpec]]]:
-    """Longest-processing-time-first: each case to the least loaded worker, so shards end together.
-
-    The assignment depends only on the plan, so a case lands on the same GPU every night.
-    """
-    loads = dict.fromkeys(workers, 0.0)
-    shards: dict[int, list[tuple[str, CaseSpec]]] = {w: [] for w in workers}
-    for item in sorted(plan, key=lambda it: (-case_cost(it[1]), it[0], it[1].name)):
-        target = min(workers, key=lambda w: (loads[w], w))
-        shards[target].append(item)
-        loads[target] += case_cost(item[1])
-    return shards
+def affinity(item: Item) -> tuple[Any, ...]:
+    """Cases with the same affinity share work in a worker, so they run together, in plan order."""
+    suite, spec = item
+    if suite == "ulp":  # one fp64 reference per (shape, input), whatever the layout and mode
+        p = spec.params
+        return (suite, p.get("b"), p.get("h"), p.get("sq"), p.get("sk"), p.get("d"), p.get("input"))
+    return (suite, spec.key)
 
 
-def _worker(
-    index: int,
+@dataclass
+class Unit:
+    items: list[Item]
+    cost: float
+
+
+def make_units(plan: list[Item], measured: dict[str, float]) -> list[Unit]:
+    """The plan grouped by affinity, longest first. Costs are the measured seconds when every case
+    has one; otherwise the first-run guess for all (the two are not in the same units)."""
+    use_measured = bool(measured) and all(spec.key in measured for _, spec in plan)
+    groups: dict[tuple[Any, ...], list[Item]] = {}
+    for item in plan:
+        groups.setdefault(affinity(item), []).append(item)
+
+    def cost(spec: CaseSpec) -> float:
+        return measured[spec.key] if use_measured else case_cost(spec)
+
+    units = [Unit(items, sum(cost(s) for _, s in items)) for items in groups.values()]
+    units.sort(key=lambda u: (-u.cost, u.items[0][0], u.items[0][1].name))
+    return units
+
+
+def predict_wall(costs: list[float], workers: int) -> float:
+    """Makespan of longest-first list scheduling of `costs` (seconds) over `workers` workers."""
+    loads = [0.0] * max(1, workers)
+    for c in sorted(costs, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += c
+    return max(loads)
+
+
+# --- the worker process ---------------------------------------------------------------------------
+
+
+def _pin_device(device: str, gpu: int | None) -> None:
+    """One GPU per worker, pinned before torch initialises the device in this process."""
+    if device == "cpu" or gpu is None:
+        return
+    var = "CUDA_VISIBLE_DEVICES"
+    visible = os.environ.get(var) or os.environ.get("HIP_VISIBLE_DEVICES")
+    physical = visible.split(",")[gpu] if visible else str(gpu)
+    os.environ[var] = physical
+    os.environ["HIP_VISIBLE_DEVICES"] = physical
+
+
+def _worker_main(
+    wid: int,
+    slot: int,
+    gpu: int | None,
     device: str,
-    lib_path: str,
-    options: dict[str, Any],
-    tasks: list[tuple[str, dict[str, Any]]],
-    out: Any,
+    threads: int,
+    options: CaseOptions,
+    inbox: Any,
+    out: Any,  # this worker's own pipe: a worker killed mid-send can break only its own channel
+    evidence_path: str,
+    spawned_at: float,
+    identify: bool,
 ) -> None:
-    if device != "cpu":
-        # One GPU per worker, pinned before torch initialises CUDA in this process.
-        os.environ["CUDA_VISIBLE_DEVICES" if not options.get("hip") else "HIP_VISIBLE_DEVICES"] = str(index)
-    else:
-        os.environ.setdefault("REGRESS_CPU_THREADS", "1")
+    marks: dict[str, float] = {"spawn_s": round(time.time() - spawned_at, 3)}
+    parent = os.getppid()
+    evidence = open(evidence_path, "w")  # noqa: SIM115 - lives as long as the process
+    faulthandler.register(signal.SIGUSR1, file=evidence, all_threads=True)
+    _pin_device(device, gpu)
+    os.environ.setdefault("REGRESS_CPU_THREADS", str(threads))
     try:
+        t0 = time.perf_counter()
+        import torch
+
+        # An equal share of the cores: two workers with a full pool each fight over every core.
+        torch.set_num_threads(threads)
+        marks["import_s"] = round(time.perf_counter() - t0, 3)
+        t0 = time.perf_counter()
+        if device != "cpu":
+            torch.zeros(1, device="cuda")  # the device context, made while the kernel builds
+        marks["device_s"] = round(time.perf_counter() - t0, 3)
+        out.send(("up", wid, None))
+        kind, payload = _next_message(inbox, parent)
+        if kind != "library":
+            return
+        waited = time.perf_counter()
         from .gpu_state import device_state
-        from .nightly import run_one
 
-        ctx = make_context(
-            Path(lib_path),
-            device,
-            quick=options["quick"],
-            seed=options["seed"],
-            iterations=options["iterations"],
-        )
-        identity = {"worker": index, **_device_identity(device, index)}
-        out.put(("state", index, {"before": device_state(device)}))
-        for suite, spec_dict in tasks:
-            spec = CaseSpec(**spec_dict)
-            result = run_one(ctx, suite, spec)
-            result.device = {**result.device, **identity}
-            out.put(("result", index, result.to_dict()))
-        out.put(("state", index, {"after": device_state(device)}))
+        t0 = time.perf_counter()
+        ctx = make_context(Path(payload), device, options)
+        marks["context_s"] = round(time.perf_counter() - t0, 3)
+        identity = {"worker": slot, **_device_identity(device, gpu)}
+        before = device_state(device)
+        marks["ready_after_library_s"] = round(time.perf_counter() - waited, 3)
+        out.send(("ready", wid, {"startup": marks, "before": before, "identity": identity}))
+        while True:
+            kind, payload = _next_message(inbox, parent)
+            if kind != "unit":
+                break
+            unit_id, items = payload
+            for i, (suite, spec_dict) in enumerate(items):
+                spec = CaseSpec(**spec_dict)
+                out.send(("start", wid, (unit_id, i)))
+                result = run_one(ctx, suite, spec, on_phase=lambda name: out.send(("phase", wid, name)))
+                if identify:  # sharded: which worker and GPU, for per-GPU agreement
+                    result.device = {**result.device, **identity}
+                out.send(("result", wid, (unit_id, i, result.to_dict())))
+        out.send(("state", wid, {"after": device_state(device)}))
     except BaseException as exc:
-        out.put(("crash", index, f"{type(exc).__name__}: {exc}"))
-    finally:
-        out.put(("done", index, None))
+        with contextlib.suppress(OSError):
+            out.send(("crash", wid, f"{type(exc).__name__}: {exc}"))
 
 
-def _device_identity(device: str, index: int) -> dict[str, Any]:
+def _next_message(inbox: Any, parent: int) -> tuple[str, Any]:
+    """The next order from the parent; ('stop', None) if the parent is gone (killed with -9)."""
+    while True:
+        try:
+            return inbox.get(timeout=2)  # type: ignore[no-any-return]
+        except queue_mod.Empty:
+            if os.getppid() != parent:
+                return ("stop", None)
+
+
+def _device_identity(device: str, gpu: int | None) -> dict[str, Any]:
     """Which physical GPU this worker ran on: index, UUID and serial (nvidia-smi ignores
     CUDA_VISIBLE_DEVICES, so the physical index addresses it directly)."""
     if device == "cpu":
@@ -140,12 +226,18 @@ def _device_identity(device: str, index: int) -> dict[str, Any]:
 
     identity: dict[str, Any] = {
         "device": device,
-        "gpu_index": index,
+        "gpu_index": gpu if gpu is not None else torch.cuda.current_device(),
         "gpu_name": torch.cuda.get_device_name(0),
     }
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=uuid,serial", "--format=csv,noheader", "-i", str(index)],
+            [
+                "nvidia-smi",
+                "--query-gpu=uuid,serial",
+                "--format=csv,noheader",
+                "-i",
+                str(identity["gpu_index"]),
+            ],
             capture_output=True,
             text=True,
             timeout=10,
@@ -161,83 +253,346 @@ def _device_identity(device: str, index: int) -> dict[str, Any]:
     return identity
 
 
-def run_sharded(
-    opts: NightlyOptions,
-    lib_path: Path,
-    device: str,
-    workers: list[int],
-    progress: Progress | None,
-    states: dict[str, Any] | None = None,
-) -> Iterator[CaseResult]:
-    """Yields results from all workers as they arrive (the caller stores each at once).
+# --- the parent's side ----------------------------------------------------------------------------
 
-    `states` receives each worker's device state before and after, keyed "worker<index>".
-    """
-    from .suites import get_suite
 
-    # Case lists depend on the device kind only, not on which GPU: plan without loading a library.
-    probe = _planning_context(lib_path, device, opts)
-    plan = [(name, spec) for name in opts.suites for spec in get_suite(name).cases(probe)]
-    shards = assign(plan, workers)
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    options = {"quick": opts.quick, "seed": opts.seed, "iterations": opts.iterations, "hip": False}
-    procs = []
-    for index, items in shards.items():
-        tasks = [
-            (suite, {"suite": s.suite, "name": s.name, "params": s.params, "kernel": s.kernel})
-            for suite, s in items
-        ]
-        proc = ctx.Process(
-            target=_worker, args=(index, device, str(lib_path), options, tasks, out), daemon=True
+@dataclass
+class _Current:
+    unit_id: int
+    index: int
+    started: float
+    limit: float
+    phase: str = "start"
+    phase_at: float = 0.0
+
+
+@dataclass
+class _Worker:
+    wid: int  # unique per process: a replaced worker's late messages are told apart
+    slot: int
+    gpu: int | None
+    proc: Any
+    inbox: Any
+    reader: Any  # the worker's messages; EOF once it is gone
+    evidence: Path
+    spawned: float
+    ready: bool = False
+    eof: bool = False
+    outstanding: deque[int] = field(default_factory=deque)  # unit ids sent, oldest first
+    current: _Current | None = None
+
+
+@dataclass
+class PoolStats:
+    """What the pool measured about itself: goes into the run's summary under "timing"."""
+
+    startup_s: dict[str, float] = field(default_factory=dict)
+    startup_split: dict[str, dict[str, float]] = field(default_factory=dict)
+    # What start-up cost the run: from the kernel being ready to the worker being ready.
+    startup_wait_s: dict[str, float] = field(default_factory=dict)
+    timeouts: int = 0
+    crashes: int = 0
+    replaced: int = 0
+    scheduled_by: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "startup_s": self.startup_s,
+            "startup_split": self.startup_split,
+            "startup_wait_s": self.startup_wait_s,
+            "timeouts": self.timeouts,
+            "crashes": self.crashes,
+            "replaced": self.replaced,
+            "scheduled_by": self.scheduled_by,
+        }
+
+
+class WorkerPool:
+    """Started early (`start`), told the library once built (`load`), then `run` yields results."""
+
+    def __init__(
+        self,
+        device: str,
+        gpus: list[int],
+        options: CaseOptions,
+        *,
+        time_limit_floor_s: float,
+        identify: bool,
+    ) -> None:
+        self.device = device
+        self.slots: list[tuple[int, int | None]] = [(g, g) for g in gpus] or [(0, None)]
+        self.options = options
+        self.floor_s = time_limit_floor_s
+        self.identify = identify  # sharded runs tag each result with its worker and GPU
+        self.states: dict[str, Any] = {}
+        self.stats = PoolStats()
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.threads = max(1, cores // len(self.slots))
+        self._mp = mp.get_context("spawn")
+        self._dir = Path(tempfile.mkdtemp(prefix="regress-workers-"))
+        self._workers: dict[int, _Worker] = {}  # by wid
+        self._wids = 0
+        self._library: str | None = None
+        self._replacements: dict[int, int] = {}
+        self._closed = False
+        self._loaded_at = 0.0
+
+    # lifecycle
+
+    def start(self) -> None:
+        for slot, gpu in self.slots:
+            self._spawn(slot, gpu)
+
+    def load(self, lib_path: Path) -> None:
+        self._library = str(lib_path)
+        self._loaded_at = time.monotonic()
+        for w in self._workers.values():
+            w.inbox.put(("library", self._library))
+
+    def close(self) -> None:
+        """Stops every worker (idempotent); their after-states land in `states`."""
+        if self._closed:
+            return
+        self._closed = True
+        for w in self._workers.values():
+            if w.proc.is_alive():
+                w.inbox.put(("stop", None))
+        deadline = time.monotonic() + 10
+        for w in self._workers.values():
+            w.proc.join(timeout=max(0.1, deadline - time.monotonic()))
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(timeout=5)
+        self._drain_states()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _spawn(self, slot: int, gpu: int | None) -> _Worker:
+        inbox = self._mp.Queue()
+        reader, writer = self._mp.Pipe(duplex=False)
+        self._wids += 1
+        wid = self._wids
+        evidence = self._dir / f"worker{slot}-{wid}.txt"
+        spawned = time.time()
+        proc = self._mp.Process(
+            target=_worker_main,
+            args=(
+                wid,
+                slot,
+                gpu,
+                self.device,
+                self.threads,
+                self.options,
+                inbox,
+                writer,
+                str(evidence),
+                spawned,
+                self.identify,
+            ),
+            daemon=True,
+            name=f"regress-worker{slot}",
         )
         proc.start()
-        procs.append(proc)
-    total, done, running = len(plan), 0, len(procs)
-    crashes: list[str] = []
-    try:
-        while running:
+        writer.close()  # the worker holds the only write end, so its death reads as EOF here
+        worker = _Worker(wid, slot, gpu, proc, inbox, reader, evidence, time.monotonic())
+        self._workers[wid] = worker
+        if self._library is not None:
+            inbox.put(("library", self._library))
+        return worker
+
+    def _drain_states(self) -> None:
+        for w in self._workers.values():
+            with contextlib.suppress(EOFError, OSError):
+                while w.reader.poll():
+                    kind, _wid, payload = w.reader.recv()
+                    if kind == "state" and self.identify:
+                        self.states.setdefault(f"worker{w.slot}", {}).update(payload)
+            w.reader.close()
+
+    def _forget(self, w: _Worker) -> None:
+        del self._workers[w.wid]
+        w.reader.close()
+
+    def _receive(self, timeout: float) -> list[tuple[str, int, Any]]:
+        """Every message waiting from any worker (after up to `timeout` s of waiting for one)."""
+        readers = {w.reader: w for w in self._workers.values() if not w.eof}
+        messages = []
+        for conn in wait_any(list(readers), timeout=timeout):
             try:
-                kind, index, payload = out.get(timeout=5)
-            except queue_mod.Empty:
-                if not any(p.is_alive() for p in procs):
-                    break
-                continue
-            if kind == "result":
-                result = CaseResult.from_dict(payload)
+                while conn.poll():
+                    messages.append(conn.recv())
+            except (EOFError, OSError):  # the worker is gone; the watchdog sees its process end
+                readers[conn].eof = True  # type: ignore[index]
+        return messages
+
+    # running
+
+    def run(
+        self, plan: list[Item], measured: dict[str, float], progress: Progress | None
+    ) -> Iterator[CaseResult]:
+        """Yields every case's result (pass, fail, error or timeout) as it arrives."""
+        units = make_units(plan, measured)
+        self.stats.scheduled_by = (
+            "measured" if units and measured and all(s.key in measured for _, s in plan) else "estimate"
+        )
+        table: dict[int, list[Item]] = {i: u.items for i, u in enumerate(units)}
+        pending: deque[int] = deque(range(len(units)))
+        left: dict[int, set[int]] = {i: set(range(len(items))) for i, items in table.items()}
+        total, done = len(plan), 0
+        crashes: list[str] = []
+
+        def dispatch(w: _Worker) -> None:
+            while w.ready and not w.outstanding and pending:  # one at a time: the free worker takes the next
+                uid = pending.popleft()
+                items = table[uid]
+                w.outstanding.append(uid)
+                wire = [
+                    (suite, {"suite": s.suite, "name": s.name, "params": s.params, "kernel": s.kernel})
+                    for suite, s in items
+                ]
+                w.inbox.put(("unit", (uid, wire)))
+
+        def requeue(w: _Worker) -> None:
+            """The cases a lost worker had not finished go back to the front of the queue."""
+            for uid in reversed(w.outstanding):
+                rest = sorted(left[uid])
+                if not rest:
+                    continue
+                new_id = len(table)
+                table[new_id] = [table[uid][i] for i in rest]
+                left[new_id] = set(range(len(rest)))
+                left[uid] = set()
+                pending.appendleft(new_id)
+            w.outstanding.clear()
+
+        def lose(w: _Worker, status: str, message: str) -> CaseResult | None:
+            """Records the in-flight case of a hung or dead worker and starts its replacement."""
+            lost: CaseResult | None = None
+            cur = w.current
+            if cur is not None:
+                spec = table[cur.unit_id][cur.index][1]
+                left[cur.unit_id].discard(cur.index)
+                elapsed = time.monotonic() - cur.started
+                lost = CaseResult(
+                    case=spec,
+                    status=status,  # type: ignore[arg-type]
+                    metrics={"wall_s": round(elapsed, 3), "time_limit_s": round(cur.limit, 3)},
+                    message=message,
+                    device={"worker": w.slot, "gpu_index": w.gpu} if self.identify else {},
+                )
+            requeue(w)
+            if w.proc.is_alive():
+                w.proc.kill()
+            w.proc.join(timeout=10)
+            self._forget(w)
+            count = self._replacements.get(w.slot, 0)
+            if count < MAX_REPLACEMENTS:
+                self._replacements[w.slot] = count + 1
+                self.stats.replaced += 1
+                self._spawn(w.slot, w.gpu)
+            else:
+                crashes.append(f"worker {w.slot} replaced {count} times; not again")
+            return lost
+
+        backlog: deque[tuple[str, int, Any]] = deque()
+        while done < total:
+            if not self._workers:
+                break
+            if not backlog:
+                backlog.extend(self._receive(POLL_S))
+            kind, wid, payload = backlog.popleft() if backlog else ("", -1, None)
+            w = self._workers.get(wid)
+            now = time.monotonic()
+            if kind == "ready" and w is not None:
+                w.ready = True
+                name = f"worker{w.slot}" + (f"-{wid}" if wid > len(self.slots) else "")
+                self.stats.startup_s[name] = round(now - w.spawned, 3)
+                self.stats.startup_split[name] = payload["startup"]
+                self.stats.startup_wait_s[name] = round(now - max(self._loaded_at, w.spawned), 3)
+                if self.identify:
+                    self.states.setdefault(f"worker{w.slot}", {}).setdefault("before", payload["before"])
+                dispatch(w)
+            elif kind == "start" and w is not None:
+                uid, index = payload
+                spec = table[uid][index][1]
+                w.current = _Current(uid, index, now, time_limit(measured.get(spec.key), self.floor_s))
+                w.current.phase_at = now
+            elif kind == "phase" and w is not None and w.current is not None:
+                w.current.phase, w.current.phase_at = payload, now
+            elif kind == "result" and w is not None:
+                uid, index, data = payload
+                if index not in left[uid]:  # already recorded (a lost worker's late message)
+                    continue
+                result = CaseResult.from_dict(data)
+                left[uid].discard(index)
+                w.current = None
+                if not left[uid] and uid in w.outstanding:
+                    w.outstanding.remove(uid)
+                dispatch(w)
                 done += 1
                 if progress:
-                    progress(f"gpu{index} {result.case.suite}: {result.case.name}", done, total, result)
+                    where = f"gpu{w.slot} " if self.identify else ""
+                    progress(f"{where}{result.case.suite}: {result.case.name}", done, total, result)
                 yield result
-            elif kind == "state" and states is not None:
-                states.setdefault(f"worker{index}", {}).update(payload)
-            elif kind == "crash":
-                crashes.append(f"worker {index}: {payload}")
-            elif kind == "done":
-                running -= 1
-    finally:
-        for proc in procs:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.terminate()
-    if crashes or done < total:
-        raise RuntimeError(
-            f"sharded run lost {total - done} of {total} cases; {'; '.join(crashes) or 'worker died'}"
+            elif kind == "state" and w is not None and self.identify:
+                self.states.setdefault(f"worker{w.slot}", {}).update(payload)
+            elif kind == "crash" and w is not None:
+                crashes.append(f"worker {w.slot}: {payload}")
+                self.stats.crashes += 1
+                if not w.ready:  # could not even start: no replacement would do better
+                    w.proc.join(timeout=10)
+                    requeue(w)
+                    self._forget(w)
+                    continue
+                lost = lose(w, "error", f"worker {w.slot} crashed during this case: {payload}")
+                if lost is not None:
+                    done += 1
+                    if progress:
+                        progress(f"error {lost.case.suite}: {lost.case.name}", done, total, lost)
+                    yield lost
+            for w in list(self._workers.values()):  # the watchdog
+                lost = None
+                cur = w.current
+                if cur is not None and time.monotonic() - cur.started > cur.limit:
+                    self.stats.timeouts += 1
+                    lost = lose(w, "timeout", self._timeout_message(w, cur))
+                elif not w.proc.is_alive():
+                    self.stats.crashes += 1
+                    code = w.proc.exitcode
+                    if not w.ready:
+                        requeue(w)
+                        self._forget(w)
+                        crashes.append(f"worker {w.slot} exited with code {code} before it was ready")
+                        continue
+                    lost = lose(w, "error", f"worker {w.slot} died (exit code {code}) during this case")
+                if lost is not None:
+                    done += 1
+                    if progress:
+                        progress(f"{lost.status} {lost.case.suite}: {lost.case.name}", done, total, lost)
+                    yield lost
+        if done < total:
+            raise RuntimeError(
+                f"worker pool lost {total - done} of {total} cases; {'; '.join(crashes) or 'workers died'}"
+            )
+
+    def _timeout_message(self, w: _Worker, cur: _Current) -> str:
+        """The evidence of a hang: the step it was in, for how long, and every thread's stack."""
+        in_phase = time.monotonic() - cur.phase_at
+        with contextlib.suppress(OSError):
+            os.kill(w.proc.pid, signal.SIGUSR1)  # faulthandler dumps every thread's stack
+        stacks, deadline = "", time.monotonic() + 3
+        while time.monotonic() < deadline:  # until the dump is written and stops growing
+            time.sleep(0.2)
+            try:
+                now = w.evidence.read_text(errors="replace")
+            except OSError:
+                continue
+            if now and now == stacks:
+                break
+            stacks = now
+        where = "GPU " + str(w.gpu) if w.gpu is not None else f"worker {w.slot}"
+        return (
+            f"timeout: no result after {time.monotonic() - cur.started:.1f} s "
+            f"(limit {cur.limit:.1f} s) on {where}; "
+            f"last step: {cur.phase} (for {in_phase:.1f} s); worker killed and replaced.\n"
+            f"{stacks.strip()[-EVIDENCE_CHARS:]}"
         )
-
-
-def _planning_context(lib_path: Path, device: str, opts: NightlyOptions) -> Any:
-    """A context that only lists cases: no library is loaded, so the parent never touches a GPU."""
-    from .suites.base import SuiteContext
-
-    class _Unloaded:
-        backend = "cuda"
-        path = lib_path
-
-    return SuiteContext(
-        library=_Unloaded(),
-        device=device,
-        quick=opts.quick,
-        seed=opts.seed,  # type: ignore[arg-type]
-        iterations=opts.iterations,
-    )

@@ -230,3 +230,81 @@ def test_bad_database_urls_are_one_clear_line(
     assert main(["runs", "list", "--db", url]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_hung_case_is_recorded_as_timeout_and_the_run_goes_on(tmp_path: Path) -> None:
+    """The watchdog's fire drill: launches with Sq = 64 spin forever (only the sk1 edge case has it)."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    outcome = run_nightly(
+        _opts(db, tmp_path, suites=("ulp",), inject={"hang_sq": 64}, gpus="0,1", case_timeout=8.0)
+    )
+    assert outcome.exit_code == 1
+    assert outcome.summary["timeouts"] == 1 and outcome.summary["failed"] == outcome.summary["errors"] == 0
+    timing = outcome.summary["timing"]
+    assert timing["timeouts"] == 1 and timing["replaced"] == 1
+    store = open_store(db)
+    with store.reader() as s:
+        run = s.scalars(select(Run)).one()
+        rows = s.execute(select(Result, Case).join(Case, Case.id == Result.case_id)).all()
+    assert run.status == "failed"
+    by_status: dict[str, list[str]] = {}
+    for res, case in rows:
+        by_status.setdefault(res.status, []).append(case.name)
+    assert by_status["timeout"] == ["b1_h2_sq64_sk1_bshd_rtne_sk1"]
+    assert len(by_status["pass"]) == outcome.summary["results"] - 1  # every other case ran and passed
+    hung = next(res for res, case in rows if res.status == "timeout")
+    # The evidence: the step it was stuck in and the worker's Python stack at the kernel call.
+    assert "last step: kernel" in hung.message
+    assert "ulp.py" in hung.message and "forward" in hung.message
+    assert hung.metrics["time_limit_s"] == 8.0
+
+
+def test_units_keep_a_shared_reference_together_and_run_longest_first() -> None:
+    from regress.nightly import plan_cases
+    from regress.shard import make_units, predict_wall
+
+    plan = plan_cases(NightlyOptions(backend="cpu", suites=("ulp", "perf")), "cpu")
+    units = make_units(plan, {})
+    ulp_units = [u for u in units if u.items[0][0] == "ulp"]
+    for unit in ulp_units:  # one fp64 reference per (shape, input): its cases share a worker
+        shapes = {
+            (s.params["b"], s.params["h"], s.params["sq"], s.params["sk"], s.params["input"])
+            for _, s in unit.items
+        }
+        assert len(shapes) == 1
+    assert sum(len(u.items) for u in units) == len(plan)
+    assert [u.cost for u in units] == sorted((u.cost for u in units), reverse=True)
+    measured = {spec.key: 1.0 for _, spec in plan}
+    measured[plan[-1][1].key] = 50.0
+    assert make_units(plan, measured)[0].items[0][1] == plan[-1][1]  # measured cost decides
+    assert predict_wall([4, 3, 3, 2], 2) == 6 and predict_wall([4, 3, 3, 2], 1) == 12
+
+
+def test_hang_drill_needs_a_query_length() -> None:
+    from regress.errors import UserError
+    from regress.runner import parse_inject
+
+    assert parse_inject(["hang=64"]) == {"hang_sq": 64}
+    with pytest.raises(UserError, match="query length"):
+        parse_inject(["hang"])
+
+
+def test_phases_count_each_second_once() -> None:
+    import time as _time
+
+    from regress.phases import PhaseRecorder, phase, phase_seconds, recording
+
+    entered: list[str] = []
+    rec = PhaseRecorder(on_enter=entered.append)
+    started = _time.perf_counter()
+    with recording(rec), phase("compare"):
+        _time.sleep(0.02)
+        with phase("kernel"):
+            _time.sleep(0.05)
+    outer = _time.perf_counter() - started
+    split = phase_seconds(rec.metrics())
+    assert split["kernel"] >= 0.05 and split["compare"] >= 0.02
+    assert split["kernel"] + split["compare"] <= outer + 1e-3  # the inner time is not counted twice
+    assert entered == ["compare", "kernel", "compare"]  # the watchdog sees the step it is back in
+    with phase("ignored"):  # outside a recorder: nothing recorded, nothing raised
+        pass

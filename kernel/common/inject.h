@@ -7,6 +7,7 @@
  *   RA_INJECT_SLOWDOWN_PCT=N  the kernel does about N % more work; outputs unchanged
  *   RA_INJECT_ULP=N           every finite non-zero output moves N ULPs away from zero
  *   RA_INJECT_NONDET=1        odd-numbered launches flip the lowest bit of one output element
+ *   RA_INJECT_HANG_SQ=N       a launch whose query length is N never returns (watchdog drill)
  */
 #ifndef REGRESS_INJECT_H
 #define REGRESS_INJECT_H
@@ -37,9 +38,40 @@ RA_HD uint16_t ra_inject_ulp(uint16_t h) {
 #endif
 }
 
+#ifndef RA_INJECT_HANG_SQ
+#define RA_INJECT_HANG_SQ 0
+#endif
+
+/* Watchdog drill: true for the launches that must hang. The backend spins where its work would be
+ * (a CPU loop, or a device loop that never retires), so the hang looks like a real one: no error,
+ * no return. Other launches are untouched, so one chosen case hangs and the rest of the run is clean. */
+RA_HD int ra_inject_hangs(int64_t seqlen_q) {
+#if RA_INJECT_HANG_SQ > 0
+  return seqlen_q == (int64_t)RA_INJECT_HANG_SQ ? 1 : 0;
+#else
+  (void)seqlen_q;
+  return 0;
+#endif
+}
+
+#if defined(__CUDACC__) && RA_INJECT_HANG_SQ > 0
+/* The device side of the hang drill: one thread that never retires, queued ahead of the real
+ * kernel on the same stream, so the launch returns and the next synchronise never does. */
+__global__ void ra_inject_hang_kernel(void) {
+  volatile unsigned int spin = 0;
+  for (;;) spin = spin + 1u;
+}
+#define RA_INJECT_HANG_LAUNCH(seqlen_q, stream) \
+  do {                                           \
+    if (ra_inject_hangs(seqlen_q)) ra_inject_hang_kernel<<<1, 1, 0, (stream)>>>(); \
+  } while (0)
+#else
+#define RA_INJECT_HANG_LAUNCH(seqlen_q, stream) ((void)0)
+#endif
+
 #define RA_INJECT_INFO                                                                      \
   "{\"slowdown_pct\":" RA_STR(RA_INJECT_SLOWDOWN_PCT) ",\"ulp\":" RA_STR(RA_INJECT_ULP) \
-  ",\"nondeterminism\":" RA_STR(RA_INJECT_NONDET) "}"
+  ",\"nondeterminism\":" RA_STR(RA_INJECT_NONDET) ",\"hang_sq\":" RA_STR(RA_INJECT_HANG_SQ) "}"
 #define RA_STR_(x) #x
 #define RA_STR(x) RA_STR_(x)
 

@@ -274,6 +274,10 @@ ra_status ra_validate(const ra_attention_params* params, char* err, size_t err_l
 ra_status ra_attention_fwd(const ra_attention_params* params, char* err, size_t err_len) {
   ra_status st = ra_validate_params(params, err, err_len);
   if (st != RA_OK) return st;
+  if (ra_inject_hangs(params->seqlen_q)) {
+    // Drill: this launch never returns, like a kernel stuck on a lost wavefront.
+    for (;;) g_sink.fetch_add(1, std::memory_order_relaxed);
+  }
   try {
     dispatch_rounding(params->rounding, [&](auto mode) { run<decltype(mode)::value>(*params); });
   } catch (const std::exception& e) {  // allocation or thread creation failure

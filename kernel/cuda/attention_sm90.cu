@@ -301,6 +301,7 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   }
 #endif
 
+  RA_INJECT_HANG_LAUNCH(P->seqlen_q, stream); /* drill: the stream never drains */
   const unsigned long long n = ++g_launches;
   p.nondet_flip = (RA_INJECT_NONDET && (n & 1ull)) ? 1 : 0;
   return launch(p, use_tma, P->rounding, layout, dev, stream, err, err_len);

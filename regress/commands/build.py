@@ -9,7 +9,7 @@ import click
 
 from ..build import BuildError, build_kernel
 from ..errors import UserError
-from ..nightly import parse_inject, resolve_backend
+from ..runner import parse_inject, resolve_backend
 from ..stack import load_pin
 
 
@@ -25,7 +25,10 @@ from ..stack import load_pin
     "--compile-only", is_flag=True, help="HIP without ROCm: compile device code for gfx942 with clang-19."
 )
 @click.option(
-    "--inject", multiple=True, metavar="FAULT", help="Fire drill: slowdown=PCT, ulp=N or nondeterminism."
+    "--inject",
+    multiple=True,
+    metavar="FAULT",
+    help="Fire drill: slowdown=PCT, ulp=N, nondeterminism or hang=SQ.",
 )
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Build cache (default ./.regress/build).")
 @click.option("--json", "as_json", is_flag=True)

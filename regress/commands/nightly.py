@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..nightly import DEFAULT_SUITES, NightlyOptions, NightlyOutcome, parse_inject, run_nightly
+from ..nightly import DEFAULT_SUITES, NightlyOptions, NightlyOutcome, run_nightly
 from ..results import CaseResult
+from ..runner import DEFAULT_TIME_LIMIT_FLOOR_S, parse_inject
 
 
 @click.command()
@@ -40,9 +41,22 @@ from ..results import CaseResult
     "--inject",
     multiple=True,
     metavar="FAULT",
-    help="Fire drill: build a broken kernel (slowdown=PCT, ulp=N, nondeterminism); the run is a drill.",
+    help="Fire drill: build a broken kernel (slowdown=PCT, ulp=N, nondeterminism, hang=SQ: launches with "
+    "that query length spin forever); the run is a drill.",
 )
-@click.option("--gpus", help="Shard cases over GPUs: 'all' or '0,1,...' (one worker process per GPU).")
+@click.option(
+    "--case-timeout",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_TIME_LIMIT_FLOOR_S,
+    show_default=True,
+    help="Watchdog floor in seconds: a case is stopped after max(this, 10x its measured time) and "
+    "recorded as 'timeout'.",
+)
+@click.option(
+    "--gpus",
+    help="Shard cases over GPUs: 'all' or '0,1,...' (one worker process per GPU; on the CPU backend, "
+    "worker slots).",
+)
 @click.option(
     "--upload", "upload_url", help="Results service URL to upload the bundle to (token in REGRESS_TOKEN)."
 )
@@ -67,6 +81,7 @@ def nightly(
     db_url: str | None,
     out: Path,
     inject: tuple[str, ...],
+    case_timeout: float,
     gpus: str | None,
     upload_url: str | None,
     iterations: int | None,
@@ -93,6 +108,7 @@ def nightly(
         seed=seed,
         trigger=trigger,
         runner=runner,
+        case_timeout=case_timeout,
     )
     console = Console(stderr=True)
     with Progress(
@@ -107,9 +123,10 @@ def nightly(
 
         def progress(label: str, done: int, total: int, result: CaseResult | None) -> None:
             bar.update(task, description=label[:60], completed=done, total=total)
-            if result is not None and result.status in ("fail", "error"):
+            if result is not None and result.status in ("fail", "error", "timeout"):
                 bar.console.print(
-                    f"[red]{result.status}[/] {result.case.suite}/{result.case.name}: {result.message}"
+                    f"[red]{result.status}[/] {result.case.suite}/{result.case.name}: "
+                    f"{(result.message.splitlines() or [''])[0]}"
                 )
 
         outcome = run_nightly(opts, progress)
@@ -123,10 +140,10 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
         console.print(f"[red]run {outcome.run_id} could not run:[/] {summary['error']}")
         return
     table = Table(title=f"run {outcome.run_id}")
-    for col in ("suite", "pass", "fail", "error", "skip"):
+    for col in ("suite", "pass", "fail", "error", "timeout", "skip"):
         table.add_column(col, justify="left" if col == "suite" else "right")
     for suite, counts in summary.get("suites", {}).items():
-        table.add_row(suite, *(str(counts.get(k, 0)) for k in ("pass", "fail", "error", "skip")))
+        table.add_row(suite, *(str(counts.get(k, 0)) for k in ("pass", "fail", "error", "timeout", "skip")))
     console.print(table)
     geo = summary.get("geomean_speedup", {})
     if geo:

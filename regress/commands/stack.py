@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_OK, EXIT_UNDECIDED
-from ..nightly import resolve_backend
+from ..runner import resolve_backend
 from ..stack import HASHED_KEYS, check_pin, format_drift, live_fingerprint, load_pin, write_pin
 
 _backend = click.option(

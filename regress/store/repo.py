@@ -425,3 +425,27 @@ def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
         for r in bundle["results"]
     )
     return (run["id"], run["status"], run["backend"], bundle["stack"]["digest"], tuple(results))
+
+
+def case_wall_times(session: Session, stack_id: int, *, last_runs: int = 3) -> dict[str, float]:
+    """Each case's measured wall time (seconds, median over the stack's last finished runs), by case
+    key: what the scheduler deals cases by and the watchdog sets each case's time limit from."""
+    run_ids = session.scalars(
+        select(Run.id)
+        .where(Run.stack_id == stack_id, Run.status.in_(("complete", "failed")), Run.is_drill.is_(False))
+        .order_by(Run.started_at.desc())
+        .limit(last_runs)
+    ).all()
+    if not run_ids:
+        return {}
+    seen: dict[str, list[float]] = {}
+    rows = session.execute(
+        select(Case.key, Result.metrics)
+        .join(Case, Case.id == Result.case_id)
+        .where(Result.run_id.in_(run_ids))
+    )
+    for key, metrics in rows:
+        wall = metrics.get("wall_s") if isinstance(metrics, dict) else None
+        if isinstance(wall, int | float) and wall > 0:
+            seen.setdefault(key, []).append(float(wall))
+    return {key: sorted(v)[len(v) // 2] for key, v in seen.items()}

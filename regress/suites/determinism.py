@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from regress.gpu_state import device_state
+from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
@@ -132,7 +133,8 @@ class DeterminismSuite:
         kind = str(p.get("input", "realistic"))
         seed = derive_seed(ctx.seed, NAME, shape.dims(), kind)
         n = default_launches(ctx)
-        q, k, v = make_inputs(shape, layout, seed=seed, device=ctx.device, kind=kind)
+        with phase("inputs"):
+            q, k, v = make_inputs(shape, layout, seed=seed, device=ctx.device, kind=kind)
         tally = _Tally()
         dev_before = device_state(ctx.device)
         out = output_like(q)
@@ -174,7 +176,8 @@ class DeterminismSuite:
             launch(0)
             synchronize(ctx.device)
             tally.add(out)
-            digest, foreign = _run_worker(ctx, shape, layout, mode, kind, seed, launches=2)
+            with phase("process"):  # a fresh interpreter: its start-up is most of this case
+                digest, foreign = _run_worker(ctx, shape, layout, mode, kind, seed, launches=2)
             for d in digest:
                 tally.add_foreign(d, foreign)
         else:

@@ -19,6 +19,7 @@ from torch import nn
 
 from regress.gpu_state import device_state
 from regress.metrics import timing_metrics
+from regress.phases import phase
 from regress.results import ROUNDING_MODES, CaseResult, CaseSpec, Layout
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
@@ -112,16 +113,19 @@ class E2eSuite:
         mode = as_mode(spec.params["mode"])
         kind = str(spec.params.get("layer", "self"))
         seed = derive_seed(ctx.seed, NAME, shape.dims(), kind)
-        g = torch.Generator(device=ctx.device)
-        g.manual_seed(seed)
-        layer = AttentionLayer(shape.h, device=ctx.device, generator=g, head_dim=shape.d)
-        dim = shape.h * shape.d
-        x = torch.randn((shape.b, shape.sq, dim), generator=g, device=ctx.device).to(torch.bfloat16)
-        context = (
-            x
-            if kind == "self"
-            else (torch.randn((shape.b, shape.sk, dim), generator=g, device=ctx.device).to(torch.bfloat16))
-        )
+        with phase("inputs"):
+            g = torch.Generator(device=ctx.device)
+            g.manual_seed(seed)
+            layer = AttentionLayer(shape.h, device=ctx.device, generator=g, head_dim=shape.d)
+            dim = shape.h * shape.d
+            x = torch.randn((shape.b, shape.sq, dim), generator=g, device=ctx.device).to(torch.bfloat16)
+            context = (
+                x
+                if kind == "self"
+                else (
+                    torch.randn((shape.b, shape.sk, dim), generator=g, device=ctx.device).to(torch.bfloat16)
+                )
+            )
 
         def kernel_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return ctx.library.forward(q, k, v, layout=LAYOUT, rounding=mode)
@@ -149,7 +153,7 @@ class E2eSuite:
             kept = working_baselines(probes, ctx.device, notes)
         variants = [(key, fn) for key, fn in variants if key in kept]
         before = device_state(ctx.device)
-        with torch.inference_mode():
+        with torch.inference_mode(), phase("timing"):  # kernel and baselines interleaved
             for _ in range(warm):
                 for _, fn in variants:
                     layer(x, context, fn)

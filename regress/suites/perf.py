@@ -24,6 +24,7 @@ import torch
 
 from regress.gpu_state import device_state
 from regress.metrics import timing_metrics
+from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
@@ -168,10 +169,13 @@ class PerfSuite:
         shape = spec_shape(spec)
         layout, mode = spec_layout_mode(spec)
         iters, warm, n_sets = default_iterations(ctx), warmup_iterations(ctx), input_sets(ctx, shape)
-        sets = [
-            make_inputs(shape, layout, seed=derive_seed(ctx.seed, NAME, shape.dims(), i), device=ctx.device)
-            for i in range(n_sets)
-        ]
+        with phase("inputs"):
+            sets = [
+                make_inputs(
+                    shape, layout, seed=derive_seed(ctx.seed, NAME, shape.dims(), i), device=ctx.device
+                )
+                for i in range(n_sets)
+            ]
         outs = [output_like(s[0]) for s in sets]
         notes: list[str] = []
         runners: list[tuple[str, Callable[[int], object]]] = []
@@ -196,20 +200,21 @@ class PerfSuite:
         kept = working_baselines(probes, ctx.device, notes)
         runners = [(key, fn) for key, fn in runners if key in kept]
         before = device_state(ctx.device)
-        warm_start = time.perf_counter()
-        for i in range(warm):
-            for _, fn in runners:
-                fn(i)
-        synchronize(ctx.device)
-        iters = timed_iterations(ctx, iters, (time.perf_counter() - warm_start) / max(1, warm))
+        with phase("timing"):  # kernel and baselines interleaved: one phase, not separable
+            warm_start = time.perf_counter()
+            for i in range(warm):
+                for _, fn in runners:
+                    fn(i)
+            synchronize(ctx.device)
+            iters = timed_iterations(ctx, iters, (time.perf_counter() - warm_start) / max(1, warm))
 
-        timer = Timer(ctx.is_gpu)
-        for i in range(iters):
-            order = runners if i % 2 == 0 else runners[::-1]
-            timer.prime()
-            for key, fn in order:
-                timer.time(key, functools.partial(fn, i))
-        samples = timer.samples()
+            timer = Timer(ctx.is_gpu)
+            for i in range(iters):
+                order = runners if i % 2 == 0 else runners[::-1]
+                timer.prime()
+                for key, fn in order:
+                    timer.time(key, functools.partial(fn, i))
+            samples = timer.samples()
         after = device_state(ctx.device)
 
         metrics: dict[str, Any] = {

@@ -23,6 +23,7 @@ import torch
 from regress import numerics
 from regress.gpu_state import device_state
 from regress.metrics import load_contract, percentile
+from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Status
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
@@ -88,17 +89,24 @@ def _block_max(su: np.ndarray) -> np.ndarray:
     return su.reshape(b, h, nb, BLOCK_ROWS * d).max(axis=-1)
 
 
-def compare(o_bits: np.ndarray, ref_bits: np.ndarray, ref: np.ndarray, mag: np.ndarray) -> dict[str, Any]:
+def compare(
+    o_bits: np.ndarray,
+    ref_bits: np.ndarray,
+    ref: np.ndarray,
+    mag: np.ndarray,
+    mag_ulp: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Every measure of one output ([B,H,Sq,D] bf16 bit patterns) against the reference.
 
     Returns plain numbers plus "scaled": the per-element scaled ULP with non-finite positions as 0
-    (those are judged bit for bit, by the mismatch count), for the block maxima.
+    (those are judged bit for bit, by the mismatch count), for the block maxima. `mag_ulp`
+    (numerics.magnitude_ulp of mag) saves recomputing it for every output of one reference.
     """
     either = numerics.is_nonfinite_bits(o_bits) | numerics.is_nonfinite_bits(ref_bits)
     mismatch = either & (numerics.canonicalize_nan(o_bits) != numerics.canonicalize_nan(ref_bits))
     finite = ~either
     dist = numerics.ulp_distance(o_bits[finite], ref_bits[finite])
-    su = np.where(finite, numerics.scaled_ulp(o_bits, ref, mag), 0.0)
+    su = np.where(finite, numerics.scaled_ulp(o_bits, ref, mag, mag_ulp), 0.0)
     su_f = su[finite]
     hist = numerics.ulp_histogram(dist)
     return {
@@ -121,8 +129,12 @@ class UlpSuite:
     def __init__(self) -> None:
         # The fp64 reference depends on (shape, input, seed, device) only, not on mode or layout;
         # cases are ordered so the six mode×layout cases of one input follow each other.
+        # Per reference, also its scaled-ULP denominator and its bf16 rounding per mode: the six
+        # cases and every baseline compare against the same ones (most of the compare's CPU time).
         self._ref_key: tuple[Any, ...] | None = None
         self._ref: tuple[np.ndarray, np.ndarray] | None = None
+        self._mag_ulp: np.ndarray | None = None
+        self._ref_bits: dict[str, np.ndarray] = {}
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
         shapes = for_device(ctx, gpu=(GPU_QUICK, GPU_SHAPES), cpu=(CPU_QUICK, CPU_SHAPES))
@@ -161,10 +173,17 @@ class UlpSuite:
     ) -> tuple[np.ndarray, np.ndarray]:
         key = (shape, kind, ctx.seed, ctx.device)
         if self._ref_key != key or self._ref is None:
-            self._ref = None  # free the old one first: at 16k×16k it is gigabytes
+            self._ref, self._mag_ulp = None, None  # free the old ones first: at 16k×16k they are large
+            self._ref_bits = {}
             self._ref = numerics.reference_attention(q, k, v, layout=layout, scale=HEAD_DIM**-0.5)
+            self._mag_ulp = numerics.magnitude_ulp(self._ref[1])
             self._ref_key = key
         return self._ref
+
+    def _rounded_reference(self, ref: np.ndarray, mode: str) -> np.ndarray:
+        if mode not in self._ref_bits:
+            self._ref_bits[mode] = numerics.reference_bits(ref, mode)  # type: ignore[arg-type]
+        return self._ref_bits[mode]
 
     def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
         p = spec.params
@@ -174,14 +193,18 @@ class UlpSuite:
         contract = load_contract()
         limit = contract.scaled_ulp_limit(mode)
         # ANCHORS.md: realistic inputs use seed 42 itself, so our numbers compare with theirs.
-        q, k, v = make_inputs(shape, layout, seed=ctx.seed, device=ctx.device, kind=kind)
-        ref, mag = self._reference(ctx, shape, kind, q, k, v, layout)
-        ref_bits = numerics.reference_bits(ref, mode)
-        out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
-        synchronize(ctx.device)
-        o_bits = numerics.to_bhsd_bits(out, layout)
-        m = compare(o_bits, ref_bits, ref, mag)
-        blocks = _block_max(m.pop("scaled"))
+        with phase("inputs"):
+            q, k, v = make_inputs(shape, layout, seed=ctx.seed, device=ctx.device, kind=kind)
+        with phase("reference"):
+            ref, mag = self._reference(ctx, shape, kind, q, k, v, layout)
+            ref_bits = self._rounded_reference(ref, mode)
+        with phase("kernel"):
+            out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+            synchronize(ctx.device)
+        with phase("compare"):
+            o_bits = numerics.to_bhsd_bits(out, layout)
+            m = compare(o_bits, ref_bits, ref, mag, self._mag_ulp)
+            blocks = _block_max(m.pop("scaled"))
         metrics: dict[str, Any] = dict(m)
         metrics["block_scaled_ulp_max"] = float(blocks.max()) if blocks.size else 0.0
         metrics["scaled_ulp_limit"] = limit
@@ -193,17 +216,20 @@ class UlpSuite:
             if not bl.supports(mode):
                 continue
             try:
-                bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
-                synchronize(ctx.device)
+                with phase("baseline"):
+                    bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+                    synchronize(ctx.device)
             except Exception as exc:  # a broken baseline must not hide the kernel's numbers
                 notes.append(f"baseline {bl.name} failed: {type(exc).__name__}: {exc}")
                 continue
-            b_bits = numerics.to_bhsd_bits(bo, layout)
-            bm = compare(b_bits, ref_bits, ref, mag)
+            with phase("compare"):
+                b_bits = numerics.to_bhsd_bits(bo, layout)
+                bm = compare(b_bits, ref_bits, ref, mag, self._mag_ulp)
             for key_ in ("scaled_ulp_max", "scaled_ulp_p9999", "plain_ulp_max", "nonfinite_mismatches"):
                 metrics[f"baseline:{bl.name}:{key_}"] = bm[key_]
             both = ~(numerics.is_nonfinite_bits(o_bits) | numerics.is_nonfinite_bits(b_bits))
-            d = numerics.ulp_distance(o_bits[both], b_bits[both])
+            with phase("compare"):
+                d = numerics.ulp_distance(o_bits[both], b_bits[both])
             metrics[f"kernel_vs:{bl.name}:plain_ulp_max"] = int(d.max()) if d.size else 0
             metrics[f"kernel_vs:{bl.name}:frac_gt1"] = float((d > 1).mean()) if d.size else 0.0
 

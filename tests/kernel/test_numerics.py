@@ -248,3 +248,12 @@ def test_reference_attention_ieee_rules() -> None:
     ref, _ = nm.reference_attention(q, k, v, layout="bshd")
     assert np.isnan(ref[0, 0, 0]).all()  # all -inf row -> NaN, no shortcut
     assert np.isinf(ref[0, 0, 1, 5]) and np.isfinite(np.delete(ref[0, 0, 1], 5)).all()
+
+
+def test_scaled_ulp_with_a_precomputed_denominator_is_the_same() -> None:
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal((2, 3, 17, 8))
+    ref[0, 0, 0, 0], ref[0, 0, 0, 1] = np.inf, np.nan
+    mag = np.abs(ref) + 0.25
+    o = nm.f64_to_bf16_bits(ref * 1.01, "rtne")
+    assert np.array_equal(nm.scaled_ulp(o, ref, mag), nm.scaled_ulp(o, ref, mag, nm.magnitude_ulp(mag)))

@@ -1,0 +1,125 @@
+"""Running one case, and the options that say how: shared by the orchestrator (nightly), the worker
+pool (shard) and `regress build`, so none of them imports another's helpers.
+
+`run_one` is the only place a case is executed: it times the whole case (`wall_s`) and each of
+its phases (`phase_<name>_s`, see regress.phases), and turns a suite bug into an 'error' result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import UserError
+from .phases import PhaseRecorder, recording
+from .results import CaseResult, CaseSpec
+
+if TYPE_CHECKING:
+    from .suites.base import SuiteContext
+
+# Watchdog: a case may take this many times its expected time, and never less than the floor (the
+# floor covers first runs, when nothing is expected yet, and a loaded machine's jitter).
+TIME_LIMIT_FACTOR = 10.0
+DEFAULT_TIME_LIMIT_FLOOR_S = 300.0
+
+INJECT_NAMES = {
+    "slowdown": "slowdown_pct",
+    "slowdown_pct": "slowdown_pct",
+    "ulp": "ulp",
+    "nondeterminism": "nondeterminism",
+    "hang": "hang_sq",
+}
+
+
+@dataclass(frozen=True)
+class CaseOptions:
+    """What every case of one run is told (picklable: it travels to the worker processes)."""
+
+    quick: bool = False
+    seed: int = 42
+    iterations: int | None = None
+
+
+def resolve_backend(name: str) -> str:
+    """auto → hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu."""
+    if name in ("cpu", "cuda", "hip", "hip-emu"):
+        return name
+    if name != "auto":
+        raise UserError(f"unknown backend {name!r}; expected auto, cpu, cuda, hip or hip-emu")
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return "hip" if getattr(torch.version, "hip", None) else "cuda"
+    except ImportError:
+        pass
+    return "cpu"
+
+
+def parse_inject(spec: tuple[str, ...] | list[str] | None) -> dict[str, int] | None:
+    """'slowdown=10', 'ulp=2', 'nondeterminism', 'hang=SQ' → the build module's inject dict.
+
+    hang=SQ: every launch whose query length is SQ spins forever (the watchdog's fire drill)."""
+    if not spec:
+        return None
+    out: dict[str, int] = {}
+    for item in spec:
+        key, _, value = item.partition("=")
+        if key not in INJECT_NAMES:
+            raise UserError(f"--inject {item!r}: expected slowdown=PCT, ulp=N, nondeterminism or hang=SQ")
+        if key == "hang" and not value:
+            raise UserError(f"--inject {item!r}: name the query length of the launch to hang, e.g. hang=64")
+        try:
+            number = int(value) if value else 1
+        except ValueError as exc:
+            raise UserError(f"--inject {item!r}: {value!r} is not a whole number") from exc
+        if number <= 0:
+            raise UserError(f"--inject {item!r}: the amount must be positive")
+        out[INJECT_NAMES[key]] = number
+    return out
+
+
+def make_context(lib_path: Path, device: str, options: CaseOptions, log: Any = None) -> SuiteContext:
+    from .baselines import available_baselines
+    from .kernel import load_library
+    from .suites.base import SuiteContext
+
+    ctx = SuiteContext(
+        library=load_library(lib_path),
+        device=device,
+        baselines=available_baselines(device),
+        quick=options.quick,
+        seed=options.seed,
+        iterations=options.iterations,
+    )
+    if log is not None:
+        ctx.log = log
+    return ctx
+
+
+def run_one(
+    ctx: SuiteContext, suite_name: str, spec: CaseSpec, on_phase: Callable[[str], None] | None = None
+) -> CaseResult:
+    """Runs one case; an unexpected exception becomes an 'error' result, never a lost run."""
+    from .suites import get_suite
+
+    recorder = PhaseRecorder(on_enter=on_phase)
+    started = time.perf_counter()
+    with recording(recorder):
+        try:
+            result = get_suite(suite_name).run_case(ctx, spec)
+        except Exception as exc:  # a suite bug must not discard the other cases
+            result = CaseResult(case=spec, status="error", message=f"{type(exc).__name__}: {exc}")
+    result.metrics.setdefault("wall_s", round(time.perf_counter() - started, 4))
+    result.metrics.update(recorder.metrics())
+    return result
+
+
+def time_limit(expected_s: float | None, floor_s: float) -> float:
+    """The watchdog's limit for one case: generous, from the case's own measured time if known."""
+    if expected_s is None or expected_s <= 0:
+        return floor_s
+    return max(floor_s, TIME_LIMIT_FACTOR * expected_s)
