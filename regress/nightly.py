@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
+from types import FrameType, SimpleNamespace
 from typing import Any
 
 from .build import BuildArtifact, BuildError, build_kernel
@@ -286,7 +286,7 @@ def _run(
     cases_started = time.perf_counter()
     try:
         with _terminate_as_exception():
-            for result in pool.run(plan_cases(opts, device), measured, progress):
+            for result in pool.run(plan_cases(opts, device, backend), measured, progress):
                 t0 = time.perf_counter()
                 add_result(store, run_id, result)  # streamed: each result is safe as soon as it exists
                 store_s += time.perf_counter() - t0
@@ -342,17 +342,14 @@ def _write_bundle(store: Store, run_id: str, out: Path) -> Path:
     return write_bundle(bundle, out / "bundles")
 
 
-def plan_cases(opts: NightlyOptions, device: str) -> list[tuple[str, CaseSpec]]:
-    """Every case of the chosen suites, in suite order. Case lists depend on the device kind only,
-    so the parent plans without loading a library or touching a GPU."""
+def plan_cases(opts: NightlyOptions, device: str, backend: str) -> list[tuple[str, CaseSpec]]:
+    """Every case of the chosen suites, in suite order. Case lists depend on the device kind and the
+    backend's name only, so the parent plans without loading a library or touching a GPU."""
     from .suites import get_suite
     from .suites.base import SuiteContext
 
-    class _Unloaded:
-        backend = device
-
     probe = SuiteContext(
-        library=_Unloaded(),  # type: ignore[arg-type]
+        library=SimpleNamespace(backend=backend),  # type: ignore[arg-type]  # only .backend is read
         device=device,
         quick=opts.quick,
         seed=opts.seed,

@@ -263,7 +263,7 @@ def test_units_keep_a_shared_reference_together_and_run_longest_first() -> None:
     from regress.nightly import plan_cases
     from regress.shard import make_units, predict_wall
 
-    plan = plan_cases(NightlyOptions(backend="cpu", suites=("ulp", "perf")), "cpu")
+    plan = plan_cases(NightlyOptions(backend="cpu", suites=("ulp", "perf")), "cpu", "cpu")
     units = make_units(plan, {})
     ulp_units = [u for u in units if u.items[0][0] == "ulp"]
     for unit in ulp_units:  # one fp64 reference per (shape, input): its cases share a worker

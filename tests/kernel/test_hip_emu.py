@@ -16,7 +16,7 @@ from regress.build import build_kernel
 from regress.emu import EMU_VERSION
 from regress.emu.library import EmuLibrary
 from regress.nightly import NightlyOptions, run_nightly
-from regress.shard import make_context
+from regress.runner import CaseOptions, make_context
 from regress.suites import get_suite
 from regress.suites.common import HEAD_DIM, Shape, make_inputs_bhsd
 from regress.suites.contract import load_contract
@@ -98,7 +98,7 @@ def test_strided_views_in_and_out(cache: Path) -> None:
 )
 def test_drill_builds_fail_their_suite(cache: Path, inject: dict[str, int], suite: str, case: str) -> None:
     art = build_kernel("hip-emu", inject=inject, cache_dir=cache)
-    ctx = make_context(art.path, "cpu", quick=True, seed=42, iterations=None)
+    ctx = make_context(art.path, "cpu", CaseOptions(quick=True, seed=42, iterations=None))
     s = get_suite(suite)
     spec = next(sp for sp in s.cases(ctx) if case in sp.name)
     result = s.run_case(ctx, spec)
