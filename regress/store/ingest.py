@@ -1,0 +1,169 @@
+"""Bulk ingest of a validated bundle: results and samples in multi-row INSERTs (issue #13).
+
+The row-by-row path (`_add_result_rows` in repo.py: a SELECT and a savepoint per case, then one
+INSERT per result and per sample) costs ~4 round trips per result; a 14,000-result bundle took 42 s.
+Here a bundle costs a handful of statements whatever its size:
+
+1. `ensure_dimensions` (its own short transaction, committed first): the stack, the build and every
+   case, looked up by key in one SELECT per chunk and the missing ones inserted with
+   ON CONFLICT DO NOTHING. Committing these shared rows first means a concurrent upload never waits
+   on another upload's uncommitted case row (PostgreSQL makes a duplicate-key insert wait for the
+   transaction holding the key), so a large bundle does not hold small ones up.
+2. `add_results` (inside the run's transaction): results with INSERT ... RETURNING in batches
+   (SQLAlchemy's insertmanyvalues), then every sample in executemany batches.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from ..results import CaseResult, CaseSpec
+from .case import Case
+from .result import Result, Sample
+
+KEY_CHUNK = 500  # keys per IN (...) lookup: under SQLite's 999-parameter floor
+
+
+def case_values(spec: CaseSpec) -> dict[str, Any]:
+    """The columns of a case row (the shape columns are copies of params, for filtering)."""
+    p = spec.params
+    return {
+        "key": spec.key,
+        "kernel": spec.kernel,
+        "suite": spec.suite,
+        "name": spec.name,
+        "params": p,
+        "b": p.get("b"),
+        "h": p.get("h"),
+        "sq": p.get("sq"),
+        "sk": p.get("sk"),
+        "d": p.get("d"),
+        "layout": p.get("layout"),
+        "mode": p.get("mode"),
+    }
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _case_ids(session: Session, keys: Sequence[str]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for chunk in _chunks(keys, KEY_CHUNK):
+        rows = session.execute(select(Case.key, Case.id).where(Case.key.in_(chunk)))
+        found.update((key, id_) for key, id_ in rows)
+    return found
+
+
+def ensure_cases(session: Session, specs: Iterable[CaseSpec]) -> dict[str, int]:
+    """Case id by key for every spec, inserting the missing ones (a concurrent insert wins quietly)."""
+    by_key = {spec.key: spec for spec in specs}
+    ids = _case_ids(session, list(by_key))
+    # Sorted, so two writers inserting overlapping cases take the key locks in the same order.
+    missing = [case_values(by_key[key]) for key in sorted(by_key) if key not in ids]
+    if missing:
+        dialect = session.get_bind().dialect.name
+        make = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
+        for chunk in _chunks(missing, KEY_CHUNK // 4):
+            if make is None:  # another backend: plain insert (no concurrent writers assumed)
+                session.execute(insert(Case), list(chunk))
+            else:
+                session.execute(make(Case).values(list(chunk)).on_conflict_do_nothing(index_elements=["key"]))
+        ids.update(_case_ids(session, [v["key"] for v in missing]))
+    return ids
+
+
+def add_results(session: Session, run_id: str, results: Sequence[CaseResult]) -> int:
+    """Writes every result of a run and all their samples in batched multi-row INSERTs."""
+    from .repo import HEADLINE_METRIC  # repo imports this module lazily; no cycle at import time
+
+    if not results:
+        return 0
+    case_ids = ensure_cases(session, (r.case for r in results))
+    rows = []
+    for r in results:
+        headline = r.metrics.get(HEADLINE_METRIC.get(r.case.suite, ""))
+        rows.append(
+            {
+                "run_id": run_id,
+                "case_id": case_ids[r.case.key],
+                "status": r.status,
+                "value": float(headline)
+                if isinstance(headline, int | float) and not isinstance(headline, bool)
+                else None,
+                "metrics": r.metrics,
+                "device": r.device,
+                "message": r.message,
+            }
+        )
+    stmt = insert(Result).returning(Result.case_id, Result.id, sort_by_parameter_order=True)
+    result_id = {case_id: id_ for case_id, id_ in session.execute(stmt, rows)}
+    samples = [
+        {"result_id": result_id[case_ids[r.case.key]], "name": name, "values": [float(v) for v in values]}
+        for r in results
+        for name, values in r.samples.items()
+    ]
+    if samples:
+        # RETURNING makes SQLAlchemy send multi-row VALUES batches (insertmanyvalues) on every driver.
+        session.execute(insert(Sample).returning(Sample.id), samples)
+    return len(rows)
+
+
+# ---- stack names -------------------------------------------------------------------------------
+
+
+def pinned_stack_name(digest: str, stacks_dir: Path | None = None) -> str | None:
+    """The name of the pin (runners/stacks/*.toml) whose digest this is, else None.
+
+    Uploads name their stack, but the shared stack row must not take whatever name the first
+    uploader chose: the pins, reviewed in the repository, are the source of names.
+    """
+    from ..stack import default_stacks_dir
+
+    folder = stacks_dir or default_stacks_dir()
+    try:
+        listing = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.toml")))
+    except OSError:
+        return None
+    return _pins_by_digest(str(folder), listing).get(digest)
+
+
+@functools.lru_cache(maxsize=8)
+def _pins_by_digest(folder: str, listing: tuple[tuple[str, int], ...]) -> dict[str, str]:
+    from ..errors import UserError
+    from ..stack import load_pin
+
+    names: dict[str, str] = {}
+    for file_name, _mtime in listing:
+        try:
+            pin = load_pin(str(Path(folder) / file_name))
+        except (UserError, OSError):
+            continue  # a broken pin names nothing; `regress stack check` reports it
+        names.setdefault(pin.digest, pin.name)
+    return names
+
+
+def ensure_dimensions(session: Session, bundle: dict[str, Any]) -> None:
+    """The shared rows a validated bundle refers to (stack, build, cases), for a transaction of their
+    own before the run's: see the module docstring. Idempotent."""
+    from .repo import get_or_create_stack, record_build
+
+    st = bundle["stack"]
+    stack = get_or_create_stack(
+        session,
+        digest=st["digest"],
+        keys=st["keys"],
+        schema_version=st["schema_version"],
+        name=pinned_stack_name(st["digest"]),
+    )
+    if bundle.get("build"):
+        record_build(session, stack, bundle["build"])
+    ensure_cases(session, (CaseResult.from_dict(r).case for r in bundle["results"]))
