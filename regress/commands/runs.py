@@ -23,6 +23,10 @@ _db = click.option(
 
 
 def _run_row(run: Run, stack: Stack) -> dict[str, Any]:
+    # A summary written before the bundle schema may be anything: show it as odd, never crash.
+    summary = run.summary
+    if not isinstance(summary, dict):
+        summary = {"results": f"odd summary {summary!r:.20}"}
     return {
         "id": run.id,
         "status": run.status,
@@ -35,8 +39,8 @@ def _run_row(run: Run, stack: Stack) -> dict[str, Any]:
         "started_at": run.started_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "exit_code": run.exit_code,
-        "results": run.summary.get("results"),
-        "failed": run.summary.get("failed"),
+        "results": summary.get("results"),
+        "failed": summary.get("failed"),
     }
 
 
@@ -110,9 +114,14 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     for col in ("suite", "case", "status", "headline"):
         table.add_column(col)
     for res in bundle["results"]:
-        m = res["metrics"]
+        m = res["metrics"] if isinstance(res["metrics"], dict) else {}
         headline = next(
-            (f"{k}={m[k]:.4g}" for k in ("p50_ms", "scaled_ulp_max", "distinct_hashes") if k in m), ""
+            (
+                f"{k}={m[k]:.4g}" if isinstance(m[k], int | float) else f"{k}={m[k]!r:.20}"
+                for k in ("p50_ms", "scaled_ulp_max", "distinct_hashes")
+                if k in m
+            ),
+            "",
         )
         table.add_row(res["suite"], res["name"], res["status"], headline)
     console.print(table)

@@ -111,10 +111,28 @@ class SiteData:
 
 
 def _json(value: Any) -> Any:
-    # SQLite hands JSON back as text, PostgreSQL (psycopg) already decoded.
+    # SQLite hands JSON back as text, PostgreSQL (psycopg) already decoded (a JSON string is a str).
     if isinstance(value, str | bytes):
-        return json.loads(value)
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
     return value
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """A stored JSON object; anything else (written before the bundle schema) shown as such."""
+    decoded = _json(value)
+    if decoded is None:
+        return {}
+    return decoded if isinstance(decoded, dict) else {"(not an object)": decoded}
+
+
+def _numbers(value: Any) -> list[float]:
+    decoded = _json(value)
+    if not isinstance(decoded, list):
+        return []
+    return [float(v) for v in decoded if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
 def _dt(value: Any) -> datetime | None:
@@ -136,7 +154,7 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
 def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], dict[int, CaseRow]]:
     with engine.connect() as conn:
         stacks = {
-            r[0]: StackRow(r[0], r[1], r[2] or "", _json(r[3]), r[4], _dt(r[5]))
+            r[0]: StackRow(r[0], r[1], r[2] or "", _obj(r[3]), r[4], _dt(r[5]))
             for r in conn.execute(
                 text("SELECT id, digest, name, keys, schema_version, created_at FROM stacks ORDER BY id")
             )
@@ -164,10 +182,10 @@ def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], 
                 r[6],
                 _dt(r[7]) or datetime.min,
                 _dt(r[8]),
-                _json(r[9]) or {},
-                _json(r[10]) or {},
-                _json(r[11]) or {},
-                _json(r[12]) or {},
+                _obj(r[9]),
+                _obj(r[10]),
+                _obj(r[11]),
+                _obj(r[12]),
                 r[13] or "",
                 r[14],
                 r[15],
@@ -176,7 +194,7 @@ def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], 
                 mx,
             )
         cases = {
-            r[0]: CaseRow(r[0], r[1], r[2], r[3], r[4], _json(r[5]), r[6], r[7], r[8], r[9], r[10], r[11])
+            r[0]: CaseRow(r[0], r[1], r[2], r[3], r[4], _obj(r[5]), r[6], r[7], r[8], r[9], r[10], r[11])
             for r in conn.execute(
                 text("SELECT id, key, kernel, suite, name, params, b, h, sq, sk, layout, mode FROM cases")
             )
@@ -209,13 +227,13 @@ def _load_results(
             ),
             params,
         ):
-            v = sorted(_json(vals))
+            v = sorted(_numbers(vals))
             if v:
                 band[rid] = (_percentile(v, 0.05), _percentile(v, 0.95))
         for rid, run_id, case_id, status, value, metrics, message in conn.execute(
             stmt("SELECT id, run_id, case_id, status, value, metrics, message FROM results" + where), params
         ):
-            m = _json(metrics) or {}
+            m = _obj(metrics)
             lo = m.get("p05_ms", m.get("p5_ms"))
             hi = m.get("p95_ms")
             if rid in band:
