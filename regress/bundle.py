@@ -96,9 +96,23 @@ def _regress_json(validator: Any, options: Any, instance: Any, _schema: Any) -> 
             yield ValidationError(problem, path=deque(where))
 
 
+def _all_finite(values: list[Any]) -> bool:
+    """Raw samples are most of a bundle's bytes: checked in C-speed builtins (type set, fsum) first,
+    element by element only when that is not conclusive."""
+    kinds = set(map(type, values))
+    if kinds <= {float, int}:
+        if int in kinds and not all(map(_finite, values)):
+            return False
+        try:
+            if math.isfinite(math.fsum(values)):
+                return True
+        except (OverflowError, ValueError):  # inf - inf, or finite values whose sum overflows
+            pass
+    return all(map(_finite, values))
+
+
 def _regress_numbers(validator: Any, enabled: Any, instance: Any, _schema: Any) -> Iterator[ValidationError]:
-    # One pass in C-speed builtins: raw samples are most of a bundle's bytes.
-    if enabled and isinstance(instance, list) and not all(map(_finite, instance)):
+    if enabled and isinstance(instance, list) and not _all_finite(instance):
         i = next(i for i, v in enumerate(instance) if not _finite(v))
         yield ValidationError(f"{_short(instance[i])} is not a finite number", path=deque([i]))
 
@@ -141,7 +155,21 @@ def _validator() -> Any:
     )
     schema = bundle_schema()
     cls.check_schema(schema)
-    return cls(schema, format_checker=_FORMATS)
+    # The schema has no recursive reference: inlining every $ref once saves a registry lookup per
+    # field per result (half of the time on a 14,000-result bundle).
+    return cls(_inline_refs(schema, schema["$defs"]), format_checker=_FORMATS)
+
+
+def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_inline_refs(v, defs) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if isinstance(node.get("$ref"), str) and node["$ref"].startswith("#/$defs/"):
+        target = _inline_refs(defs[node["$ref"].removeprefix("#/$defs/")], defs)
+        rest = {k: _inline_refs(v, defs) for k, v in node.items() if k != "$ref"}
+        return {**target, **rest} if not (set(target) & set(rest)) else {"allOf": [target], **rest}
+    return {k: _inline_refs(v, defs) for k, v in node.items() if k != "$defs"}
 
 
 def _short(value: Any) -> str:

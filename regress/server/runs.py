@@ -195,7 +195,9 @@ def _store_bundle(session: Session, bundle: dict[str, Any], token: RunnerToken) 
     if existing is not None and existing.runner != token.runner:
         raise ApiError(403, f"run {existing.id} belongs to another runner")
     row_by_row = bool(current_app.config.get("INGEST_ROW_BY_ROW"))
-    run_id, created = import_bundle(session, bundle, runner=token.runner, row_by_row=row_by_row)
+    run_id, created = import_bundle(
+        session, bundle, runner=token.runner, row_by_row=row_by_row, validated=True
+    )
     row = session.get(RunnerToken, token.id)
     now = utcnow()
     if row is not None and (row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION):

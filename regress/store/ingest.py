@@ -9,13 +9,15 @@ Here a bundle costs a handful of statements whatever its size:
    ON CONFLICT DO NOTHING. Committing these shared rows first means a concurrent upload never waits
    on another upload's uncommitted case row (PostgreSQL makes a duplicate-key insert wait for the
    transaction holding the key), so a large bundle does not hold small ones up.
-2. `add_results` (inside the run's transaction): results with INSERT ... RETURNING in batches
-   (SQLAlchemy's insertmanyvalues), then every sample in executemany batches.
+2. `add_results` (inside the run's transaction): on PostgreSQL, result ids drawn from the sequence in
+   one query, then COPY for results and for samples; elsewhere, INSERT ... RETURNING in multi-row
+   batches (SQLAlchemy's insertmanyvalues), then every sample in one executemany.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,16 @@ def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
 
 def _case_ids(session: Session, keys: Sequence[str]) -> dict[str, int]:
     found: dict[str, int] = {}
+    if not keys:
+        return found
+    if session.get_bind().dialect.name == "postgresql":
+        # One array parameter, never a prepared (generic) plan: psycopg prepares a statement after
+        # five runs, and a generic plan compares every row with every key of the IN list (O(n*m):
+        # 12 s for a 14,000-result bundle); a custom plan hashes the keys or uses the unique index.
+        cursor = session.connection().connection.cursor()
+        cursor.execute("SELECT key, id FROM cases WHERE key = ANY(%s)", (list(keys),), prepare=False)
+        found.update((key, id_) for key, id_ in cursor.fetchall())
+        return found
     for chunk in _chunks(keys, KEY_CHUNK):
         rows = session.execute(select(Case.key, Case.id).where(Case.key.in_(chunk)))
         found.update((key, id_) for key, id_ in rows)
@@ -72,49 +84,116 @@ def ensure_cases(session: Session, specs: Iterable[CaseSpec]) -> dict[str, int]:
     if missing:
         dialect = session.get_bind().dialect.name
         make = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
-        for chunk in _chunks(missing, KEY_CHUNK // 4):
-            if make is None:  # another backend: plain insert (no concurrent writers assumed)
-                session.execute(insert(Case), list(chunk))
-            else:
-                session.execute(make(Case).values(list(chunk)).on_conflict_do_nothing(index_elements=["key"]))
-        ids.update(_case_ids(session, [v["key"] for v in missing]))
+        if dialect == "postgresql":
+            _copy_cases_postgresql(session, missing)
+        elif make is None:  # another backend: plain inserts (no concurrent writers assumed)
+            session.execute(insert(Case.__table__), missing)
+        else:
+            # RETURNING makes SQLAlchemy batch the rows into multi-row VALUES (insertmanyvalues).
+            stmt = make(Case.__table__).on_conflict_do_nothing(index_elements=["key"])
+            ids.update((key, id_) for key, id_ in session.execute(stmt.returning(Case.key, Case.id), missing))
+        lost = [v["key"] for v in missing if v["key"] not in ids]  # inserted concurrently by another
+        ids.update(_case_ids(session, lost))
     return ids
 
 
-def add_results(session: Session, run_id: str, results: Sequence[CaseResult]) -> int:
-    """Writes every result of a run and all their samples in batched multi-row INSERTs."""
+CASE_COLUMNS = ("key", "kernel", "suite", "name", "params", "b", "h", "sq", "sk", "d", "layout", "mode")
+
+
+def _copy_cases_postgresql(session: Session, missing: list[dict[str, Any]]) -> None:
+    """COPY into a temporary table, then one INSERT ... SELECT ... ON CONFLICT DO NOTHING: a multi-row
+    VALUES of 14,000 cases costs seconds of client-side placeholder parsing in the driver."""
+    cursor = session.connection().connection.cursor()
+    cols = ", ".join(CASE_COLUMNS)
+    cursor.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS regress_cases_in (LIKE cases INCLUDING DEFAULTS) ON COMMIT DROP"
+    )
+    cursor.execute("TRUNCATE regress_cases_in")
+    with cursor.copy(f"COPY regress_cases_in ({cols}) FROM STDIN") as copy:
+        for row in missing:
+            copy.write_row(tuple(json.dumps(row[c]) if c == "params" else row[c] for c in CASE_COLUMNS))
+    cursor.execute(
+        f"INSERT INTO cases ({cols}) SELECT {cols} FROM regress_cases_in ORDER BY key "
+        "ON CONFLICT (key) DO NOTHING"
+    )
+
+
+def _result_rows(
+    run_id: str, results: Sequence[CaseResult], case_ids: dict[str, int]
+) -> list[dict[str, Any]]:
     from .repo import HEADLINE_METRIC  # repo imports this module lazily; no cycle at import time
 
-    if not results:
-        return 0
-    case_ids = ensure_cases(session, (r.case for r in results))
     rows = []
     for r in results:
         headline = r.metrics.get(HEADLINE_METRIC.get(r.case.suite, ""))
+        numeric = isinstance(headline, int | float) and not isinstance(headline, bool)
         rows.append(
             {
                 "run_id": run_id,
                 "case_id": case_ids[r.case.key],
                 "status": r.status,
-                "value": float(headline)
-                if isinstance(headline, int | float) and not isinstance(headline, bool)
-                else None,
+                "value": float(headline) if numeric else None,
                 "metrics": r.metrics,
                 "device": r.device,
                 "message": r.message,
             }
         )
-    stmt = insert(Result).returning(Result.case_id, Result.id, sort_by_parameter_order=True)
-    result_id = {case_id: id_ for case_id, id_ in session.execute(stmt, rows)}
-    samples = [
-        {"result_id": result_id[case_ids[r.case.key]], "name": name, "values": [float(v) for v in values]}
-        for r in results
-        for name, values in r.samples.items()
-    ]
-    if samples:
-        # RETURNING makes SQLAlchemy send multi-row VALUES batches (insertmanyvalues) on every driver.
-        session.execute(insert(Sample).returning(Sample.id), samples)
+    return rows
+
+
+def add_results(session: Session, run_id: str, results: Sequence[CaseResult]) -> int:
+    """Writes every result of a run and all their samples: COPY on PostgreSQL, batched multi-row
+    INSERTs elsewhere. Inside the caller's transaction, so the run is still whole or absent."""
+    if not results:
+        return 0
+    case_ids = ensure_cases(session, (r.case for r in results))
+    rows = _result_rows(run_id, results, case_ids)
+    if session.get_bind().dialect.name == "postgresql":
+        _copy_postgresql(session, rows, results)
+    else:
+        stmt = insert(Result.__table__).returning(
+            Result.__table__.c.case_id, Result.__table__.c.id, sort_by_parameter_order=True
+        )
+        result_id = {case_id: id_ for case_id, id_ in session.execute(stmt, rows)}
+        samples = [
+            {"result_id": result_id[row["case_id"]], "name": name, "values": [float(v) for v in values]}
+            for row, r in zip(rows, results, strict=True)
+            for name, values in r.samples.items()
+        ]
+        if samples:
+            session.execute(insert(Sample.__table__), samples)
     return len(rows)
+
+
+def _copy_postgresql(session: Session, rows: list[dict[str, Any]], results: Sequence[CaseResult]) -> None:
+    """COPY FROM STDIN: the result ids are drawn from the sequence first, so samples can name them
+    without a round trip per row."""
+    cursor = session.connection().connection.cursor()  # the psycopg cursor of this transaction
+    cursor.execute(
+        "SELECT nextval(pg_get_serial_sequence('results', 'id')) FROM generate_series(1, %s)", (len(rows),)
+    )
+    ids = [row[0] for row in cursor.fetchall()]
+    dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+    with cursor.copy(
+        "COPY results (id, run_id, case_id, status, value, metrics, device, message) FROM STDIN"
+    ) as copy:
+        for id_, row in zip(ids, rows, strict=True):
+            copy.write_row(
+                (
+                    id_,
+                    row["run_id"],
+                    row["case_id"],
+                    row["status"],
+                    row["value"],
+                    dumps(row["metrics"]),
+                    dumps(row["device"]),
+                    row["message"],
+                )
+            )
+    with cursor.copy('COPY samples (result_id, name, "values") FROM STDIN') as copy:
+        for id_, r in zip(ids, results, strict=True):
+            for name, values in r.samples.items():
+                copy.write_row((id_, name, dumps([float(v) for v in values])))
 
 
 # ---- stack names -------------------------------------------------------------------------------
