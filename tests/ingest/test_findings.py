@@ -424,3 +424,20 @@ def test_validate_bundle_error_is_a_user_error() -> None:
     with pytest.raises(BundleError, match=r"bundle\.run\.started_at") as caught:
         validate_bundle(_set(real(), "run.started_at", "yesterday"))
     assert isinstance(caught.value, UserError)
+
+
+def test_openapi_request_body_is_the_bundle_schema() -> None:
+    from regress.bundle import bundle_schema
+    from regress.server.openapi import openapi_document
+
+    doc = openapi_document()
+    body = doc["paths"]["/api/v1/runs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/Bundle"}
+    schemas = doc["components"]["schemas"]
+    run = schemas["Bundle_run"]["properties"]
+    source = bundle_schema()["$defs"]["run"]["properties"]
+    assert run["backend"]["maxLength"] == source["backend"]["maxLength"] == 16
+    samples = schemas["Bundle_result"]["properties"]["samples"]["additionalProperties"]
+    assert samples["items"]["type"] == "number"  # regress's own keyword, spelled for generic tools
+    refs = {v for v in json.dumps(doc).split('"') if v.startswith("#/components/schemas/")}
+    assert all(ref.removeprefix("#/components/schemas/") in schemas for ref in refs)
