@@ -9,9 +9,9 @@ Here a bundle costs a handful of statements whatever its size:
    ON CONFLICT DO NOTHING. Committing these shared rows first means a concurrent upload never waits
    on another upload's uncommitted case row (PostgreSQL makes a duplicate-key insert wait for the
    transaction holding the key), so a large bundle does not hold small ones up.
-2. `add_results` (inside the run's transaction): on PostgreSQL, result ids drawn from the sequence in
-   one query, then COPY for results and for samples; elsewhere, INSERT ... RETURNING in multi-row
-   batches (SQLAlchemy's insertmanyvalues), then every sample in one executemany.
+2. `add_results` (inside the run's transaction), with every JSON value encoded beforehand
+   (`prepare_results`, outside any lock): on PostgreSQL, result ids drawn from the sequence in one
+   query, then COPY for results and for samples; on SQLite, one executemany per table.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,82 +119,114 @@ def _copy_cases_postgresql(session: Session, missing: list[dict[str, Any]]) -> N
     )
 
 
-def _result_rows(
-    run_id: str, results: Sequence[CaseResult], case_ids: dict[str, int]
-) -> list[dict[str, Any]]:
+_dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+
+
+@dataclass
+class PreparedResults:
+    """Results with every JSON value already encoded: the CPU work of a write, done before the
+    transaction takes a lock (SQLite has one writer at a time; a 14,000-result bundle's JSON takes
+    seconds to encode)."""
+
+    results: Sequence[CaseResult]
+    rows: list[tuple[str, str, float | None, str, str, str]]  # case key, status, value, metrics, device, msg
+    samples: list[list[tuple[str, str]]]  # per result: (name, values as JSON)
+
+
+def prepare_results(results: Sequence[CaseResult]) -> PreparedResults:
     from .repo import HEADLINE_METRIC  # repo imports this module lazily; no cycle at import time
 
     rows = []
+    samples = []
     for r in results:
         headline = r.metrics.get(HEADLINE_METRIC.get(r.case.suite, ""))
         numeric = isinstance(headline, int | float) and not isinstance(headline, bool)
-        rows.append(
-            {
-                "run_id": run_id,
-                "case_id": case_ids[r.case.key],
-                "status": r.status,
-                "value": float(headline) if numeric else None,
-                "metrics": r.metrics,
-                "device": r.device,
-                "message": r.message,
-            }
-        )
-    return rows
+        value = float(headline) if numeric else None
+        rows.append((r.case.key, r.status, value, _dumps(r.metrics), _dumps(r.device), r.message))
+        samples.append([(name, _dumps([float(v) for v in values])) for name, values in r.samples.items()])
+    return PreparedResults(results, rows, samples)
 
 
-def add_results(session: Session, run_id: str, results: Sequence[CaseResult]) -> int:
-    """Writes every result of a run and all their samples: COPY on PostgreSQL, batched multi-row
-    INSERTs elsewhere. Inside the caller's transaction, so the run is still whole or absent."""
-    if not results:
+def add_results(session: Session, run_id: str, results: Sequence[CaseResult] | PreparedResults) -> int:
+    """Writes every result of a run and all their samples: COPY on PostgreSQL, executemany of
+    pre-encoded rows on SQLite. Inside the caller's transaction, so the run is whole or absent."""
+    prepared = results if isinstance(results, PreparedResults) else prepare_results(results)
+    if not prepared.rows:
         return 0
-    case_ids = ensure_cases(session, (r.case for r in results))
-    rows = _result_rows(run_id, results, case_ids)
-    if session.get_bind().dialect.name == "postgresql":
-        _copy_postgresql(session, rows, results)
-    else:
-        stmt = insert(Result.__table__).returning(
-            Result.__table__.c.case_id, Result.__table__.c.id, sort_by_parameter_order=True
-        )
+    case_ids = ensure_cases(session, (r.case for r in prepared.results))
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        _copy_postgresql(session, run_id, prepared, case_ids)
+    elif dialect == "sqlite":
+        _executemany_sqlite(session, run_id, prepared, case_ids)
+    else:  # another backend: SQLAlchemy Core, one executemany per table
+        t = Result.__table__
+        stmt = insert(t).returning(t.c.case_id, t.c.id, sort_by_parameter_order=True)
+        rows = [
+            {"run_id": run_id, "case_id": case_ids[key], "status": status, "value": value}
+            | {"metrics": r.metrics, "device": r.device, "message": message}
+            for (key, status, value, _m, _d, message), r in zip(prepared.rows, prepared.results, strict=True)
+        ]
         result_id = {case_id: id_ for case_id, id_ in session.execute(stmt, rows)}
         samples = [
             {"result_id": result_id[row["case_id"]], "name": name, "values": [float(v) for v in values]}
-            for row, r in zip(rows, results, strict=True)
+            for row, r in zip(rows, prepared.results, strict=True)
             for name, values in r.samples.items()
         ]
         if samples:
             session.execute(insert(Sample.__table__), samples)
-    return len(rows)
+    return len(prepared.rows)
 
 
-def _copy_postgresql(session: Session, rows: list[dict[str, Any]], results: Sequence[CaseResult]) -> None:
+def _executemany_sqlite(
+    session: Session, run_id: str, prepared: PreparedResults, case_ids: dict[str, int]
+) -> None:
+    """sqlite3's executemany (a C loop) over pre-encoded rows. Result ids follow the largest one:
+    the caller has already written in this transaction (import_bundle writes the run row first), so
+    it holds SQLite's write lock and no other writer can take an id meanwhile; if one ever did, the
+    primary key would refuse it and the whole transaction would roll back."""
+    cursor = session.connection().connection.cursor()
+    cursor.execute("SELECT coalesce(max(id), 0) FROM results")
+    first = int(cursor.fetchone()[0]) + 1
+    ids = range(first, first + len(prepared.rows))
+    cursor.executemany(
+        "INSERT INTO results (id, run_id, case_id, status, value, metrics, device, message) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (id_, run_id, case_ids[key], status, value, metrics, device, message)
+            for id_, (key, status, value, metrics, device, message) in zip(ids, prepared.rows, strict=True)
+        ],
+    )
+    cursor.executemany(
+        'INSERT INTO samples (result_id, name, "values") VALUES (?, ?, ?)',
+        [
+            (id_, name, values)
+            for id_, series in zip(ids, prepared.samples, strict=True)
+            for name, values in series
+        ],
+    )
+
+
+def _copy_postgresql(
+    session: Session, run_id: str, prepared: PreparedResults, case_ids: dict[str, int]
+) -> None:
     """COPY FROM STDIN: the result ids are drawn from the sequence first, so samples can name them
     without a round trip per row."""
     cursor = session.connection().connection.cursor()  # the psycopg cursor of this transaction
     cursor.execute(
-        "SELECT nextval(pg_get_serial_sequence('results', 'id')) FROM generate_series(1, %s)", (len(rows),)
+        "SELECT nextval(pg_get_serial_sequence('results', 'id')) FROM generate_series(1, %s)",
+        (len(prepared.rows),),
     )
     ids = [row[0] for row in cursor.fetchall()]
-    dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
     with cursor.copy(
         "COPY results (id, run_id, case_id, status, value, metrics, device, message) FROM STDIN"
     ) as copy:
-        for id_, row in zip(ids, rows, strict=True):
-            copy.write_row(
-                (
-                    id_,
-                    row["run_id"],
-                    row["case_id"],
-                    row["status"],
-                    row["value"],
-                    dumps(row["metrics"]),
-                    dumps(row["device"]),
-                    row["message"],
-                )
-            )
+        for id_, (key, status, value, metrics, device, message) in zip(ids, prepared.rows, strict=True):
+            copy.write_row((id_, run_id, case_ids[key], status, value, metrics, device, message))
     with cursor.copy('COPY samples (result_id, name, "values") FROM STDIN') as copy:
-        for id_, r in zip(ids, results, strict=True):
-            for name, values in r.samples.items():
-                copy.write_row((id_, name, dumps([float(v) for v in values])))
+        for id_, series in zip(ids, prepared.samples, strict=True):
+            for name, values in series:
+                copy.write_row((id_, name, values))
 
 
 # ---- stack names -------------------------------------------------------------------------------

@@ -336,7 +336,7 @@ def import_bundle(
     row_by_row=True keeps the old one-row-per-statement path, for the ingest benchmark's comparison.
     validated=True: the caller has just run validate_bundle on this very dict (the service).
     """
-    from .ingest import add_results, pinned_stack_name
+    from .ingest import add_results, pinned_stack_name, prepare_results
 
     if not validated:
         validate_bundle(bundle)
@@ -346,6 +346,10 @@ def import_bundle(
         if bundle_fingerprint(export_bundle(session, existing.id)) == bundle_fingerprint(bundle):
             return existing.id, False
         raise BundleConflict(f"run {existing.id} is already stored with different content")
+    results = [CaseResult.from_dict(res) for res in bundle["results"]]
+    # The JSON encoding of every result before the first write: SQLite's lock is then held only
+    # for the inserts themselves.
+    prepared = None if row_by_row else prepare_results(results)
     st = bundle["stack"]
     stack = get_or_create_stack(
         session,
@@ -382,12 +386,11 @@ def import_bundle(
         )
     )
     session.flush()
-    results = [CaseResult.from_dict(res) for res in bundle["results"]]
-    if row_by_row:
+    if prepared is None:
         for result in results:
             _add_result_rows(session, run_doc["id"], result)
     else:
-        add_results(session, run_doc["id"], results)
+        add_results(session, run_doc["id"], prepared)
     return run_doc["id"], True
 
 
