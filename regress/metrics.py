@@ -46,9 +46,11 @@ HEADLINE: dict[str, Headline] = {
 }
 
 
-def headline_value(suite: str, metrics: Mapping[str, Any]) -> float | None:
+def headline_value(suite: str, metrics: Any) -> float | None:
+    """The suite's headline number from a result's metrics; None when absent or not a number (a
+    stored result of any shape is read, never trusted)."""
     h = HEADLINE.get(suite)
-    v = metrics.get(h.metric) if h else None
+    v = metrics.get(h.metric) if h and isinstance(metrics, Mapping) else None
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 

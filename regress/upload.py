@@ -4,9 +4,14 @@ Every bundle is first copied into a local spool directory (atomically), then POS
 spool only when the service answers 200 or 201. While the service is down the bundle waits there and
 `flush_spool` (run at the start of every nightly, and by `regress upload --flush`) sends it later.
 Nothing is counted twice because the service is idempotent by run id: a resend after a lost answer
-gets 200. Bundles the service refuses for their content (400, 409, 413) move to spool/rejected/ with
-the reason beside them, so a flush does not resend them forever; auth failures (401, 403) stay
-spooled, since a new token fixes them.
+gets 200. Bundles the service refuses for their content (any 4xx but 401/403/408/429) move to
+spool/rejected/ with the server's reason beside them, so a flush does not resend them forever; auth
+failures (401, 403) stay spooled, since a new token fixes them.
+
+No bundle blocks the others: a bundle that still fails after its retries (5xx, network) stays spooled
+with its own backoff (<run>.retry beside it: attempts, next try, last error) and the next bundle is
+sent all the same. `flush_spool` skips bundles whose next try is not due; `force=True`
+(`regress upload --flush`) tries every one now.
 """
 
 from __future__ import annotations
@@ -34,9 +39,17 @@ RUNS_PATH = "/api/v1/runs"
 
 # Answers worth retrying: the request may succeed later unchanged.
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-# Answers that mean "this bundle will never be accepted as is".
-REJECT_STATUSES = frozenset({400, 409, 413, 422})
+# Answers that do not depend on the bundle: a new token fixes them, so the bundle stays spooled.
+AUTH_STATUSES = frozenset({401, 403})
 GZIP_OVER_BYTES = 64 * 1024
+# A spooled bundle that failed n flushes waits min(cap, base * 2**(n-1)) s before the next flush tries it.
+SPOOL_BACKOFF_BASE_S = 60.0
+SPOOL_BACKOFF_CAP_S = 3600.0
+
+
+def is_rejection(code: int) -> bool:
+    """A 4xx that says "this bundle will never be accepted as is" (400, 409, 413, 422, ...)."""
+    return 400 <= code < 500 and code not in AUTH_STATUSES and code not in RETRY_STATUSES
 
 
 def default_spool_dir() -> Path:
@@ -104,6 +117,10 @@ class UploadReport:
 class _Unreachable(Exception):
     """The service did not answer usefully after every retry (down, or busy throughout)."""
 
+    def __init__(self, message: str, *, network: bool) -> None:
+        super().__init__(message)
+        self.network = network  # no HTTP answer at all (refused, timed out), not a 5xx
+
 
 class UploadClient:
     def __init__(
@@ -124,29 +141,30 @@ class UploadClient:
         self.session.headers.update({"Authorization": f"Bearer {token}", "User-Agent": "regress-upload"})
         self.sleep = sleep
 
-    def post(self, payload: bytes) -> requests.Response:
+    def post(self, payload: bytes, attempts: int | None = None) -> requests.Response:
         """POSTs one bundle, retrying connection errors and retryable statuses with backoff."""
+        attempts = attempts or self.policy.attempts
         headers = {"Content-Type": "application/json"}
         if len(payload) > GZIP_OVER_BYTES:
             payload = gzip.compress(payload, compresslevel=5)
             headers["Content-Encoding"] = "gzip"
-        last = ""
-        for attempt in range(self.policy.attempts):
+        last, network = "", False
+        for attempt in range(attempts):
             retry_after = None
             try:
                 resp = self.session.post(
                     self.endpoint, data=payload, headers=headers, timeout=self.policy.timeout_s
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last, network = f"{type(exc).__name__}: {exc}", True
             else:
                 if resp.status_code not in RETRY_STATUSES:
                     return resp
-                last = f"HTTP {resp.status_code}: {_error_text(resp)}"
+                last, network = f"HTTP {resp.status_code}: {_error_text(resp)}", False
                 retry_after = resp.headers.get("Retry-After")
-            if attempt < self.policy.attempts - 1:
+            if attempt < attempts - 1:
                 self.sleep(self.policy.delay(attempt, retry_after))
-        raise _Unreachable(f"{self.endpoint}: {last} (after {self.policy.attempts} attempts)")
+        raise _Unreachable(f"{self.endpoint}: {last} (after {attempts} attempts)", network=network)
 
 
 def _error_text(resp: requests.Response) -> str:
@@ -168,28 +186,60 @@ def _spool_lock(spool_dir: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _retry_file(spooled: Path) -> Path:
+    return spooled.with_suffix(".retry")  # not *.json: never taken for a bundle
+
+
+@dataclass
+class _Backoff:
+    attempts: int = 0
+    next_try: float = 0.0
+    last_error: str = ""
+
+    @classmethod
+    def load(cls, spooled: Path) -> _Backoff:
+        try:
+            doc = json.loads(_retry_file(spooled).read_text())
+            return cls(int(doc["attempts"]), float(doc["next_try"]), str(doc.get("last_error", "")))
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls()
+
+    def failed(self, spooled: Path, error: str, now: float) -> None:
+        self.attempts += 1
+        wait = min(SPOOL_BACKOFF_CAP_S, SPOOL_BACKOFF_BASE_S * 2 ** (self.attempts - 1))
+        self.next_try, self.last_error = now + wait, error
+        tmp = _retry_file(spooled).with_suffix(".retry.tmp")
+        doc = {"attempts": self.attempts, "next_try": self.next_try, "last_error": error}
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(_retry_file(spooled))
+
+
 def _reject(spool_dir: Path, spooled: Path, reason: str) -> None:
     rejected = spool_dir / "rejected"
     rejected.mkdir(parents=True, exist_ok=True)
     spooled.replace(rejected / spooled.name)
     (rejected / (spooled.stem + ".reason.txt")).write_text(reason + "\n")
+    _retry_file(spooled).unlink(missing_ok=True)
 
 
-def _send_spooled(client: UploadClient, spool_dir: Path, spooled: Path, origin: Path) -> UploadOutcome:
+def _send_spooled(
+    client: UploadClient, spool_dir: Path, spooled: Path, origin: Path, attempts: int | None = None
+) -> UploadOutcome:
     """Sends one spooled file; removes it once stored, moves it aside if refused for its content."""
     try:
-        bundle = read_bundle(spooled)
+        bundle = read_bundle(spooled)  # the schema check, before anything is sent
     except BundleError as exc:
         _reject(spool_dir, spooled, f"invalid bundle: {exc}")
         return UploadOutcome(origin, None, "invalid", message=str(exc))
     run_id = bundle["run"]["id"]
-    resp = client.post(json.dumps(bundle, sort_keys=True, default=str).encode())
+    resp = client.post(json.dumps(bundle, sort_keys=True, default=str).encode(), attempts)
     code = resp.status_code
     if code in (200, 201):
         spooled.unlink(missing_ok=True)
+        _retry_file(spooled).unlink(missing_ok=True)
         return UploadOutcome(origin, run_id, "stored" if code == 201 else "duplicate", code)
     message = _error_text(resp)
-    if code in REJECT_STATUSES:
+    if is_rejection(code):
         _reject(spool_dir, spooled, f"HTTP {code}: {message}")
         return UploadOutcome(origin, run_id, "rejected", code, message)
     return UploadOutcome(origin, run_id, "spooled", code, message)
@@ -200,19 +250,33 @@ def _spool(bundle: dict[str, Any], spool_dir: Path) -> Path:
 
 
 def _send_all(
-    client: UploadClient, spool_dir: Path, items: Iterable[tuple[Path, Path]], report: UploadReport
+    client: UploadClient,
+    spool_dir: Path,
+    items: Iterable[tuple[Path, Path]],
+    report: UploadReport,
+    *,
+    force: bool = True,
 ) -> None:
-    down: str | None = None
+    """Sends each bundle in turn; one that fails keeps its own backoff and the next is still sent."""
+    network_down = False
     for spooled, origin in items:
-        if down is not None:
-            # One unreachable answer is enough: do not sit through the backoff again for each bundle.
-            report.outcomes.append(UploadOutcome(origin, spooled.stem, "spooled", message=down))
+        backoff = _Backoff.load(spooled)
+        now = time.time()
+        if not force and backoff.next_try > now:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(backoff.next_try))
+            message = f"waiting: failed {backoff.attempts}x ({backoff.last_error}); next try after {when}"
+            report.outcomes.append(UploadOutcome(origin, spooled.stem, "spooled", message=message))
             continue
+        # Once the service did not answer at all, later bundles get one try each: still sent, but
+        # without sitting through the whole retry ladder again for every one of them.
+        attempts = 1 if network_down else None
         try:
-            report.outcomes.append(_send_spooled(client, spool_dir, spooled, origin))
+            report.outcomes.append(_send_spooled(client, spool_dir, spooled, origin, attempts))
         except _Unreachable as exc:
-            down = f"service unreachable, kept in {spool_dir}: {exc}"
-            report.outcomes.append(UploadOutcome(origin, spooled.stem, "spooled", message=down))
+            network_down = network_down or exc.network
+            backoff.failed(spooled, str(exc), now)
+            message = f"service unreachable, kept in {spool_dir} (try {backoff.attempts}): {exc}"
+            report.outcomes.append(UploadOutcome(origin, spooled.stem, "spooled", message=message))
 
 
 def upload_bundles(
@@ -259,10 +323,12 @@ def flush_spool(
     *,
     policy: RetryPolicy | None = None,
     client: UploadClient | None = None,
+    force: bool = False,
 ) -> UploadReport:
-    """Sends every spooled bundle, oldest first; those the service holds leave the spool.
+    """Sends every spooled bundle that is due, oldest first; those the service holds leave the spool.
 
     Same defaults as `upload_bundles`; an empty or missing spool is a no-op (no token needed).
+    force=True also sends bundles still inside their backoff (`regress upload --flush`).
     """
     spool = Path(spool_dir) if spool_dir is not None else default_spool_dir()
     report = UploadReport()
@@ -271,5 +337,5 @@ def flush_spool(
     client = client or UploadClient(url, token, policy=policy)
     with _spool_lock(spool):
         files = spooled_files(spool)
-        _send_all(client, spool, [(f, f) for f in files], report)
+        _send_all(client, spool, [(f, f) for f in files], report, force=force)
     return report

@@ -42,14 +42,21 @@ def create(runner: str, db_url: str | None) -> None:
 
 
 @token_group.command("revoke")
-@click.argument("runner_or_id")
+@click.option("--id", "token_id", type=int, metavar="N", help="The token with this id (see `token list`).")
+@click.option("--runner", metavar="NAME", help="Every live token of this runner.")
 @_db_option
 @click.pass_context
-def revoke(ctx: click.Context, runner_or_id: str, db_url: str | None) -> None:
-    """Revoke token ID, or every live token of RUNNER. Uploads with it then answer 403."""
-    revoked = revoke_tokens(_store(db_url), runner_or_id)
+def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url: str | None) -> None:
+    """Revoke one token (--id N) or every live token of a runner (--runner NAME).
+
+    Uploads with a revoked token then answer 403. Exactly one of --id and --runner.
+    """
+    if (token_id is None) == (runner is None):
+        raise UserError("give exactly one of --id N or --runner NAME (see `regress token list`)")
+    revoked = revoke_tokens(_store(db_url), token_id=token_id, runner=runner)
     if not revoked:
-        raise UserError(f"no live token matches {runner_or_id!r} (see `regress token list`)")
+        which = f"id {token_id}" if token_id is not None else f"runner {runner!r}"
+        raise UserError(f"no live token with {which} (see `regress token list`)")
     for info in revoked:
         click.echo(f"revoked token {info.id} of runner {info.runner!r}")
     ctx.exit(0)

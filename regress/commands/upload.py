@@ -14,7 +14,9 @@ from ..upload import ENV_SPOOL, ENV_TOKEN, UploadReport, default_spool_dir, flus
 @click.command("upload")
 @click.argument("bundles", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--url", envvar="REGRESS_URL", metavar="URL", help="Service base URL (or $REGRESS_URL).")
-@click.option("--flush", is_flag=True, help="First send every bundle waiting in the spool.")
+@click.option(
+    "--flush", is_flag=True, help="First send every bundle in the spool now (backoff or not); report each."
+)
 @click.option(
     "--spool",
     "spool_dir",
@@ -27,8 +29,11 @@ def upload(
 ) -> None:
     """Upload run bundles with the token in $REGRESS_TOKEN.
 
-    Bundles wait in the spool while the service is unreachable; `--flush` sends them later. Exit 0
-    when everything is stored, 1 when the service refused a bundle, 2 when some are still spooled.
+    Each bundle is checked against the bundle schema before it is sent. Bundles wait in the spool
+    while the service is unreachable or failing (each with its own backoff; one failing bundle never
+    holds the others back); `--flush` sends them later. A bundle the service refuses (4xx) moves to
+    <spool>/rejected/ with the reason. Exit 0 when everything is stored, 1 when a bundle was
+    refused, 2 when some are still spooled.
     """
     if not bundles and not flush:
         raise UserError("nothing to do: name bundle files, or --flush the spool")
@@ -40,7 +45,7 @@ def upload(
     spool = spool_dir or default_spool_dir()
     report = UploadReport()
     if flush:
-        report.outcomes += flush_spool(url, token, spool).outcomes
+        report.outcomes += flush_spool(url, token, spool, force=True).outcomes
     if bundles:
         report.outcomes += upload_bundles(bundles, url, token, spool).outcomes
     for line in report.lines():

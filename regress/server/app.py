@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask, jsonify
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from . import health, openapi, runs, series
@@ -16,6 +18,11 @@ from .extensions import store_ext
 # A nightly bundle with every raw timing is a few MiB; 64 MiB leaves room and still bounds memory.
 DEFAULT_MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 ENV_MAX_BYTES = "REGRESS_MAX_BUNDLE_BYTES"
+# Benchmark only (benchmarks/ingest.py): store results one row per statement, as before issue #13.
+ENV_ROW_BY_ROW = "REGRESS_INGEST_ROW_BY_ROW"
+RETRY_AFTER_S = 5  # what a client waits after a 503: a database restart takes a few seconds
+# Errors that mean "the database does not answer now" (refused, restarting, locked, pool empty).
+UNAVAILABLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -27,6 +34,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         MAX_CONTENT_LENGTH=int(os.environ.get(ENV_MAX_BYTES, DEFAULT_MAX_BUNDLE_BYTES)),
         AUTO_UPGRADE=True,
         JSON_SORT_KEYS=False,
+        INGEST_ROW_BY_ROW=os.environ.get(ENV_ROW_BY_ROW, "") not in ("", "0"),
     )
     if config:
         app.config.update(config)
@@ -39,6 +47,16 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     @app.errorhandler(ApiError)
     def _api_error(err: ApiError) -> Any:
         return jsonify(error=err.message, status=err.status), err.status, err.headers
+
+    def _db_unavailable(err: Exception) -> Any:
+        # Every endpoint, token lookup included: the client should come back, not give up.
+        reason = str(getattr(err, "orig", None) or err).strip().splitlines()
+        app.logger.warning("database unavailable: %s", reason[0] if reason else type(err).__name__)
+        body = jsonify(error="database unavailable, retry later", status=503)
+        return body, 503, {"Retry-After": str(RETRY_AFTER_S)}
+
+    for error_class in UNAVAILABLE:
+        app.register_error_handler(error_class, _db_unavailable)
 
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException) -> Any:

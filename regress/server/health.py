@@ -17,7 +17,7 @@ OPENAPI_PATHS: dict[str, Any] = {
             "summary": "Liveness and database reachability",
             "responses": {
                 "200": {"description": "Service and database are up"},
-                "503": {"description": "The database does not answer"},
+                "503": {"description": "The database does not answer (`database` says why; Retry-After)"},
             },
         }
     }
@@ -30,5 +30,7 @@ def healthz() -> Any:
         with store_ext.store.reader() as session:
             session.execute(text("SELECT 1"))
     except Exception as exc:  # any driver error means "not healthy", and says why
-        return jsonify(status="unavailable", database=str(exc).splitlines()[0]), 503
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        body = jsonify(status="unavailable", database=reason[0] if reason else type(exc).__name__)
+        return body, 503, {"Retry-After": "5"}
     return jsonify(status="ok", database="ok")

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from ..bundle import BundleError, validate_bundle
 from ..store import Run, RunnerToken, utcnow
+from ..store.ingest import ensure_dimensions
 from ..store.queries import list_runs as list_runs_query
 from ..store.queries import run_summary
 from ..store.repo import BundleConflict, export_bundle, import_bundle
@@ -63,7 +64,7 @@ OPENAPI_PATHS: dict[str, Any] = {
             "security": [{"runnerToken": []}],
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": {"type": "object"}}},
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Bundle"}}},
             },
             "responses": {
                 "201": {"description": "Stored"},
@@ -131,7 +132,7 @@ def _authenticate() -> RunnerToken:
     challenge = {"WWW-Authenticate": 'Bearer realm="regress"'}
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing bearer token (Authorization: Bearer <token>)", challenge)
-    with store_ext.store.reader() as session:
+    with store_ext.store.reader() as session:  # a database error here is 503 (app.py), not 500
         row = lookup_token(session, token.strip())
         if row is None:
             raise ApiError(401, "unknown token", challenge)
@@ -141,32 +142,67 @@ def _authenticate() -> RunnerToken:
         return row
 
 
+def _too_large(limit: int, what: str = "") -> ApiError:
+    return ApiError(413, f"bundle is larger than the limit of {limit} bytes{what}")
+
+
+def _read_body(limit: int) -> bytes:
+    """The raw body, at most `limit` bytes. With Content-Length werkzeug refuses a larger one; a
+    chunked body has none, and werkzeug's capped stream would silently cut it at the limit."""
+    if request.content_length is not None:
+        return request.get_data(cache=False)  # raises 413 past MAX_CONTENT_LENGTH
+    stream = request.environ["wsgi.input"]  # chunked: the server de-chunks and ends the stream
+    body = bytearray()
+    while chunk := stream.read(min(1 << 20, limit + 1 - len(body))):
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
+
+
+def _gunzip(raw: bytes, limit: int) -> bytes:
+    """Every gzip member in turn (RFC 1952 allows several), bounded so that a small compressed body
+    cannot expand past the limit in memory."""
+    out = bytearray()
+    rest = raw
+    try:
+        while rest:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out += inflater.decompress(rest, limit + 1 - len(out))
+            if len(out) > limit or inflater.unconsumed_tail:
+                raise _too_large(limit, " (after gzip)")
+            if not inflater.eof:
+                raise ApiError(400, "body is not valid gzip: truncated member")
+            rest = inflater.unused_data
+    except (zlib.error, gzip.BadGzipFile) as exc:
+        raise ApiError(400, f"body is not valid gzip: {exc}") from exc
+    return bytes(out)
+
+
 def _read_json() -> Any:
     limit = int(current_app.config["MAX_CONTENT_LENGTH"])
-    raw = request.get_data(cache=False)  # raises 413 past MAX_CONTENT_LENGTH
+    raw = _read_body(limit)
     encoding = request.headers.get("Content-Encoding", "identity").lower()
     if encoding == "gzip":
-        try:
-            # Bounded, so a small compressed body cannot expand past the limit in memory.
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            raw = inflater.decompress(raw, limit + 1)
-        except (zlib.error, gzip.BadGzipFile) as exc:
-            raise ApiError(400, f"body is not valid gzip: {exc}") from exc
-        if len(raw) > limit:
-            raise ApiError(413, f"bundle is larger than the limit of {limit} bytes (after gzip)")
+        raw = _gunzip(raw, limit)
     elif encoding != "identity":
         raise ApiError(400, f"unsupported Content-Encoding {encoding!r} (gzip or none)")
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"body is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ApiError(400, "body is not a bundle: JSON nested too deep") from exc
 
 
 def _store_bundle(session: Session, bundle: dict[str, Any], token: RunnerToken) -> tuple[str, bool]:
     existing = session.get(Run, bundle["run"]["id"])
     if existing is not None and existing.runner != token.runner:
         raise ApiError(403, f"run {existing.id} belongs to another runner")
-    run_id, created = import_bundle(session, bundle, runner=token.runner)
+    row_by_row = bool(current_app.config.get("INGEST_ROW_BY_ROW"))
+    run_id, created = import_bundle(
+        session, bundle, runner=token.runner, row_by_row=row_by_row, validated=True
+    )
     row = session.get(RunnerToken, token.id)
     now = utcnow()
     if row is not None and (row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION):
@@ -188,6 +224,9 @@ def upload() -> Any:
     store = store_ext.store
     for attempt in range(WRITE_ATTEMPTS):
         try:
+            if not current_app.config.get("INGEST_ROW_BY_ROW"):
+                with store.transaction() as session:  # shared rows first, in a short transaction
+                    ensure_dimensions(session, bundle)
             with store.transaction() as session:
                 run_id, created = _store_bundle(session, bundle, token)
             break
@@ -200,7 +239,7 @@ def upload() -> Any:
         except OperationalError as exc:
             if attempt == WRITE_ATTEMPTS - 1:
                 current_app.logger.warning("upload gave up on a busy database: %s", exc)
-                raise ApiError(503, "database busy, retry later", {"Retry-After": "1"}) from exc
+                raise  # app.py answers 503 with Retry-After
             time.sleep(0.05 * 2**attempt)
     current_app.logger.info("run %s from %s: %s", run_id, token.runner, "stored" if created else "duplicate")
     body = {"run_id": run_id, "created": created, "runner": token.runner, "results": len(bundle["results"])}

@@ -51,14 +51,17 @@ def create_token(store: Store, runner: str) -> tuple[TokenInfo, str]:
         return _info(row), token
 
 
-def revoke_tokens(store: Store, runner_or_id: str) -> list[TokenInfo]:
-    """Revokes one token by id, or every live token of a runner by name. Returns those revoked."""
+def revoke_tokens(store: Store, *, token_id: int | None = None, runner: str | None = None) -> list[TokenInfo]:
+    """Revokes the live token `token_id`, or every live token of `runner` (exactly one of them:
+    a runner may be named "1", so a bare argument would be ambiguous). Returns those revoked."""
+    if (token_id is None) == (runner is None):
+        raise ValueError("give exactly one of a token id or a runner name")
     with store.transaction() as session:
         query = select(RunnerToken).where(RunnerToken.revoked_at.is_(None))
-        if runner_or_id.isdigit():
-            query = query.where(RunnerToken.id == int(runner_or_id))
+        if token_id is not None:
+            query = query.where(RunnerToken.id == token_id)
         else:
-            query = query.where(RunnerToken.runner == runner_or_id)
+            query = query.where(RunnerToken.runner == runner)
         rows = list(session.scalars(query))
         now = utcnow()
         for row in rows:

@@ -114,10 +114,27 @@ class SiteData:
     full_reload: bool = False
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """A stored JSON object; anything else (written before the bundle schema) shown as such."""
+    if value is None:
+        return {}
+    return value if isinstance(value, dict) else {"(not an object)": value}
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
+
+def _numbers(value: Any) -> list[float]:
+    if not isinstance(value, list):
+        return []
+    return [float(v) for v in value if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
 def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], dict[int, CaseRow]]:
     with engine.connect() as conn:
         stacks = {
-            r.id: StackRow(r.id, r.digest, r.name or "", r.keys, r.schema_version, r.created_at)
+            r.id: StackRow(r.id, r.digest, r.name or "", _obj(r.keys), r.schema_version, r.created_at)
             for r in queries.stacks(conn)
         }
         counts = queries.result_counts(conn)
@@ -134,10 +151,10 @@ def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], 
                 kernel_commit=r.kernel_commit,
                 started_at=r.started_at or datetime.min,
                 finished_at=r.finished_at,
-                summary=r.summary or {},
-                gpu_state=r.gpu_state or {},
-                host=r.host or {},
-                ci=r.ci or {},
+                summary=_obj(r.summary),
+                gpu_state=_obj(r.gpu_state),
+                host=_obj(r.host),
+                ci=_obj(r.ci),
                 message=r.message or "",
                 exit_code=r.exit_code,
                 runner=r.runner,
@@ -152,7 +169,7 @@ def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], 
                 kernel=r.kernel,
                 suite=r.suite,
                 name=r.name,
-                params=r.params,
+                params=_obj(r.params),
                 b=r.b,
                 h=r.h,
                 sq=r.sq,
@@ -176,13 +193,15 @@ def _load_results(
         band: dict[int, tuple[float, float]] = {}
         # p5 is not a stored metric: it comes from the raw timings (and p95 where the metric is absent).
         for r in queries.time_samples(conn, run_ids):
-            v = r.values
+            v = _numbers(r.values)
             if v:
                 band[r.result_id] = (percentile(v, 5), percentile(v, 95))
         for r in queries.results(conn, run_ids):
-            m = r.metrics or {}
+            m = _obj(r.metrics)
             lo = m.get("p05_ms", m.get("p5_ms"))
             hi = m.get("p95_ms")
+            lo = None if lo is None else _number(lo)
+            hi = None if hi is None else _number(hi)
             if r.id in band:
                 lo = band[r.id][0] if lo is None else lo
                 hi = band[r.id][1] if hi is None else hi
@@ -205,7 +224,7 @@ def _load_results(
             cols["hi"].append(math.nan if hi is None else float(hi))
             cols["speedup"].append(sp)
             tf = m.get("tflops")
-            cols["tflops"].append(float(tf) if isinstance(tf, int | float) else math.nan)
+            cols["tflops"].append(_number(tf))
             if r.message:
                 messages[r.id] = r.message
     return cols, speedup_name, messages

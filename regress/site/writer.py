@@ -142,8 +142,13 @@ class SiteWriter:
 
     def finish(self) -> WriteStats:
         self.flush()
+        root = self.out.resolve()
         for rel in set(self.old) - set(self.new):  # pages of runs or cases that are gone
             path = self.out / rel
+            # The manifest is a file anyone with write access to <out> can edit: never follow it
+            # outside the output folder ("../x", "/etc/x", a symlinked folder).
+            if not path.resolve().is_relative_to(root):
+                continue
             if path.is_file():
                 path.unlink()
                 self.stats.removed += 1

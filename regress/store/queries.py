@@ -58,8 +58,11 @@ def first_run_start(session: Session) -> datetime | None:
 
 
 def run_summary(run: Run, stack: Stack) -> dict[str, Any]:
-    """One run as the CLI's `runs list --json` and the API's RunSummary show it."""
-    summary = run.summary or {}
+    """One run as the CLI's `runs list --json` and the API's RunSummary show it. A summary stored
+    before the bundle schema may be anything: it is shown as odd, never a crash."""
+    summary = (
+        run.summary if isinstance(run.summary, dict) else {"results": f"odd summary {run.summary!r:.20}"}
+    )
     return {
         "id": run.id,
         "status": run.status,

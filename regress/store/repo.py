@@ -3,6 +3,7 @@ runs at once; queries.py holds the reads)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -15,7 +16,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION, validate_bundle
+from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION, normalised, parse_timestamp, validate_bundle
 from ..errors import UserError
 from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
@@ -89,23 +90,10 @@ def get_or_create_stack(
 
 
 def get_or_create_case(session: Session, spec: CaseSpec) -> Case:
-    p = spec.params
-    return _get_or_create(
-        session,
-        Case,
-        {"key": spec.key},
-        kernel=spec.kernel,
-        suite=spec.suite,
-        name=spec.name,
-        params=p,
-        b=p.get("b"),
-        h=p.get("h"),
-        sq=p.get("sq"),
-        sk=p.get("sk"),
-        d=p.get("d"),
-        layout=p.get("layout"),
-        mode=p.get("mode"),
-    )
+    from .ingest import case_values
+
+    values = case_values(spec)
+    return _get_or_create(session, Case, {"key": values.pop("key")}, **values)
 
 
 def record_build(session: Session, stack: Stack, build: dict[str, Any]) -> Build:
@@ -240,7 +228,9 @@ def reap_stale_runs(store: Store) -> list[str]:
     host = socket.gethostname()
     reaped: list[str] = []
     with store.transaction() as session:
-        for run in session.scalars(select(Run).where(Run.status == "running", Run.hostname == host)):
+        # Uploaded runs carry the uploader's hostname and pid: they are never this host's processes.
+        running = select(Run).where(Run.status == "running", Run.hostname == host, Run.origin == "local")
+        for run in session.scalars(running):
             if run.pid is None or run.pid == os.getpid() or not _pid_alive(run.pid):
                 if run.pid == os.getpid():
                     continue
@@ -347,36 +337,45 @@ def export_bundle(session: Session, run_id: str) -> dict[str, Any]:
 
 
 def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    parsed = datetime.fromisoformat(str(value))
-    return (
-        parsed.replace(tzinfo=None)
-        if parsed.tzinfo is None
-        else parsed.astimezone(tz=None).replace(tzinfo=None)
-    )
+    return parse_timestamp(str(value)) if value else None
 
 
-def import_bundle(session: Session, bundle: dict[str, Any], *, runner: str | None = None) -> tuple[str, bool]:
+def import_bundle(
+    session: Session,
+    bundle: dict[str, Any],
+    *,
+    runner: str | None = None,
+    row_by_row: bool = False,
+    validated: bool = False,
+) -> tuple[str, bool]:
     """Stores a bundle inside the caller's transaction. Returns (run id, created).
 
     Idempotent by run id: the same bundle again is a no-op (created=False); a different bundle under
-    a stored run id raises BundleConflict.
+    a stored run id raises BundleConflict. Results go in with multi-row inserts (store/ingest.py);
+    row_by_row=True keeps the old one-row-per-statement path, for the ingest benchmark's comparison.
+    validated=True: the caller has just run validate_bundle on this very dict (the service).
     """
-    validate_bundle(bundle)
+    from .ingest import add_results, pinned_stack_name, prepare_results
+
+    if not validated:
+        validate_bundle(bundle)
     run_doc = bundle["run"]
     existing = session.get(Run, run_doc["id"])
     if existing is not None:
         if bundle_fingerprint(export_bundle(session, existing.id)) == bundle_fingerprint(bundle):
             return existing.id, False
         raise BundleConflict(f"run {existing.id} is already stored with different content")
+    results = [CaseResult.from_dict(res) for res in bundle["results"]]
+    # The JSON encoding of every result before the first write: SQLite's lock is then held only
+    # for the inserts themselves.
+    prepared = None if row_by_row else prepare_results(results)
     st = bundle["stack"]
     stack = get_or_create_stack(
         session,
         digest=st["digest"],
         keys=st["keys"],
         schema_version=st["schema_version"],
-        name=st.get("name"),
+        name=pinned_stack_name(st["digest"]),
     )
     build_id = record_build(session, stack, bundle["build"]).id if bundle.get("build") else None
     session.add(
@@ -406,21 +405,28 @@ def import_bundle(session: Session, bundle: dict[str, Any], *, runner: str | Non
         )
     )
     session.flush()
-    for res in bundle["results"]:
-        _add_result_rows(session, run_doc["id"], CaseResult.from_dict(res))
+    if prepared is None:
+        for result in results:
+            _add_result_rows(session, run_doc["id"], result)
+    else:
+        add_results(session, run_doc["id"], prepared)
     return run_doc["id"], True
 
 
 def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
-    """What must match for two bundles to be 'the same run': identity and every result's numbers."""
+    """What must match for two bundles to be 'the same run': identity and every result's numbers.
+
+    Numbers compare as floats (a resent 3 is the stored 3.0); call only on a validated bundle.
+    """
     run = bundle["run"]
     results = sorted(
         (
             r["suite"],
             r["name"],
             r["status"],
-            repr(sorted(r["samples"].items())),
-            repr(sorted(r["metrics"].items())),
+            json.dumps(normalised(r["params"]), sort_keys=True),
+            json.dumps(normalised(r["samples"]), sort_keys=True),
+            json.dumps(normalised(r["metrics"]), sort_keys=True),
         )
         for r in bundle["results"]
     )

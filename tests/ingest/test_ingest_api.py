@@ -100,7 +100,7 @@ def test_missing_and_wrong_token_are_401(service: Service) -> None:
 
 def test_revoked_token_is_403(service: Service) -> None:
     token = service.token("mi300x-01")
-    revoke_tokens(service.store, "mi300x-01")
+    revoke_tokens(service.store, runner="mi300x-01")
     resp = post(service, make_bundle(), token)
     assert resp.status_code == 403
     assert "revoked" in resp.json()["error"]

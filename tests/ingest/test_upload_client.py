@@ -71,7 +71,7 @@ def test_revoked_token_keeps_bundle_spooled(service: Service, tmp_path: Path) ->
     token = service.token("mi300x-01")
     from regress.server.tokens import revoke_tokens
 
-    revoke_tokens(service.store, "mi300x-01")
+    revoke_tokens(service.store, runner="mi300x-01")
     report = upload_bundles(write(tmp_path, [make_bundle()]), service.url, token, tmp_path / "spool")
     assert [(o.state, o.status) for o in report.outcomes] == [("spooled", 403)]
     # A fresh token fixes it: the spooled bundle goes out on the next flush.
@@ -101,7 +101,10 @@ def test_service_down_then_up_every_run_lands_once(
         p.unlink()  # the nightly's output may be gone; the spool alone must be enough
 
     assert server_factory(port) == url
-    flushed = flush_spool(url, token, spool, policy=FAST)
+    waiting = flush_spool(url, token, spool, policy=FAST)  # each bundle is inside its own backoff
+    assert [o.state for o in waiting.outcomes] == ["spooled"] * 5
+    assert all("waiting: failed 1x" in o.message for o in waiting.outcomes)
+    flushed = flush_spool(url, token, spool, policy=FAST, force=True)
     assert flushed.ok and len(flushed.stored) == 5
     assert spooled_files(spool) == []
     assert flush_spool(url, token, spool, policy=FAST).outcomes == []  # nothing left to send
@@ -144,8 +147,8 @@ def test_token_cli(db_url: str, capsys: pytest.CaptureFixture[str], service: Ser
     assert main(["token", "list", "--db", db_url]) == 0
     listing = capsys.readouterr().out
     assert "h200-01" in listing and token not in listing
-    assert main(["token", "revoke", "h200-01", "--db", db_url]) == 0
-    assert main(["token", "revoke", "h200-01", "--db", db_url]) == 2  # nothing live left
+    assert main(["token", "revoke", "--runner", "h200-01", "--db", db_url]) == 0
+    assert main(["token", "revoke", "--runner", "h200-01", "--db", db_url]) == 2  # nothing live left
     denied = requests.post(
         f"{service.url}/api/v1/runs",
         json=make_bundle(),

@@ -1,0 +1,278 @@
+"""Bulk ingest of a validated bundle: results and samples in multi-row INSERTs (issue #13).
+
+The row-by-row path (`_add_result_rows` in repo.py: a SELECT and a savepoint per case, then one
+INSERT per result and per sample) costs ~4 round trips per result; a 14,000-result bundle took 42 s.
+Here a bundle costs a handful of statements whatever its size:
+
+1. `ensure_dimensions` (its own short transaction, committed first): the stack, the build and every
+   case, looked up by key in one SELECT per chunk and the missing ones inserted with
+   ON CONFLICT DO NOTHING. Committing these shared rows first means a concurrent upload never waits
+   on another upload's uncommitted case row (PostgreSQL makes a duplicate-key insert wait for the
+   transaction holding the key), so a large bundle does not hold small ones up.
+2. `add_results` (inside the run's transaction), with every JSON value encoded beforehand
+   (`prepare_results`, outside any lock): on PostgreSQL, result ids drawn from the sequence in one
+   query, then COPY for results and for samples; on SQLite, one executemany per table.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from ..metrics import headline_value
+from ..results import CaseResult, CaseSpec
+from .case import Case
+from .result import Result, Sample
+
+KEY_CHUNK = 500  # keys per IN (...) lookup: under SQLite's 999-parameter floor
+
+
+def case_values(spec: CaseSpec) -> dict[str, Any]:
+    """The columns of a case row (the shape columns are copies of params, for filtering)."""
+    p = spec.params
+    return {
+        "key": spec.key,
+        "kernel": spec.kernel,
+        "suite": spec.suite,
+        "name": spec.name,
+        "params": p,
+        "b": p.get("b"),
+        "h": p.get("h"),
+        "sq": p.get("sq"),
+        "sk": p.get("sk"),
+        "d": p.get("d"),
+        "layout": p.get("layout"),
+        "mode": p.get("mode"),
+    }
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _case_ids(session: Session, keys: Sequence[str]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    if not keys:
+        return found
+    if session.get_bind().dialect.name == "postgresql":
+        # One array parameter, never a prepared (generic) plan: psycopg prepares a statement after
+        # five runs, and a generic plan compares every row with every key of the IN list (O(n*m):
+        # 12 s for a 14,000-result bundle); a custom plan hashes the keys or uses the unique index.
+        cursor = session.connection().connection.cursor()
+        cursor.execute("SELECT key, id FROM cases WHERE key = ANY(%s)", (list(keys),), prepare=False)
+        found.update((key, id_) for key, id_ in cursor.fetchall())
+        return found
+    for chunk in _chunks(keys, KEY_CHUNK):
+        rows = session.execute(select(Case.key, Case.id).where(Case.key.in_(chunk)))
+        found.update((key, id_) for key, id_ in rows)
+    return found
+
+
+def ensure_cases(session: Session, specs: Iterable[CaseSpec]) -> dict[str, int]:
+    """Case id by key for every spec, inserting the missing ones (a concurrent insert wins quietly)."""
+    by_key = {spec.key: spec for spec in specs}
+    ids = _case_ids(session, list(by_key))
+    # Sorted, so two writers inserting overlapping cases take the key locks in the same order.
+    missing = [case_values(by_key[key]) for key in sorted(by_key) if key not in ids]
+    if missing:
+        dialect = session.get_bind().dialect.name
+        make = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
+        if dialect == "postgresql":
+            _copy_cases_postgresql(session, missing)
+        elif make is None:  # another backend: plain inserts (no concurrent writers assumed)
+            session.execute(insert(Case.__table__), missing)
+        else:
+            # RETURNING makes SQLAlchemy batch the rows into multi-row VALUES (insertmanyvalues).
+            stmt = make(Case.__table__).on_conflict_do_nothing(index_elements=["key"])
+            ids.update((key, id_) for key, id_ in session.execute(stmt.returning(Case.key, Case.id), missing))
+        lost = [v["key"] for v in missing if v["key"] not in ids]  # inserted concurrently by another
+        ids.update(_case_ids(session, lost))
+    return ids
+
+
+CASE_COLUMNS = ("key", "kernel", "suite", "name", "params", "b", "h", "sq", "sk", "d", "layout", "mode")
+
+
+def _copy_cases_postgresql(session: Session, missing: list[dict[str, Any]]) -> None:
+    """COPY into a temporary table, then one INSERT ... SELECT ... ON CONFLICT DO NOTHING: a multi-row
+    VALUES of 14,000 cases costs seconds of client-side placeholder parsing in the driver."""
+    cursor = session.connection().connection.cursor()
+    cols = ", ".join(CASE_COLUMNS)
+    cursor.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS regress_cases_in (LIKE cases INCLUDING DEFAULTS) ON COMMIT DROP"
+    )
+    cursor.execute("TRUNCATE regress_cases_in")
+    with cursor.copy(f"COPY regress_cases_in ({cols}) FROM STDIN") as copy:
+        for row in missing:
+            copy.write_row(tuple(json.dumps(row[c]) if c == "params" else row[c] for c in CASE_COLUMNS))
+    cursor.execute(
+        f"INSERT INTO cases ({cols}) SELECT {cols} FROM regress_cases_in ORDER BY key "
+        "ON CONFLICT (key) DO NOTHING"
+    )
+
+
+_dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+
+
+@dataclass
+class PreparedResults:
+    """Results with every JSON value already encoded: the CPU work of a write, done before the
+    transaction takes a lock (SQLite has one writer at a time; a 14,000-result bundle's JSON takes
+    seconds to encode)."""
+
+    results: Sequence[CaseResult]
+    rows: list[tuple[str, str, float | None, str, str, str]]  # case key, status, value, metrics, device, msg
+    samples: list[list[tuple[str, str]]]  # per result: (name, values as JSON)
+
+
+def prepare_results(results: Sequence[CaseResult]) -> PreparedResults:
+    rows = []
+    samples = []
+    for r in results:
+        value = headline_value(r.case.suite, r.metrics)
+        rows.append((r.case.key, r.status, value, _dumps(r.metrics), _dumps(r.device), r.message))
+        samples.append([(name, _dumps([float(v) for v in values])) for name, values in r.samples.items()])
+    return PreparedResults(results, rows, samples)
+
+
+def add_results(session: Session, run_id: str, results: Sequence[CaseResult] | PreparedResults) -> int:
+    """Writes every result of a run and all their samples: COPY on PostgreSQL, executemany of
+    pre-encoded rows on SQLite. Inside the caller's transaction, so the run is whole or absent."""
+    prepared = results if isinstance(results, PreparedResults) else prepare_results(results)
+    if not prepared.rows:
+        return 0
+    case_ids = ensure_cases(session, (r.case for r in prepared.results))
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        _copy_postgresql(session, run_id, prepared, case_ids)
+    elif dialect == "sqlite":
+        _executemany_sqlite(session, run_id, prepared, case_ids)
+    else:  # another backend: SQLAlchemy Core, one executemany per table
+        t = Result.__table__
+        stmt = insert(t).returning(t.c.case_id, t.c.id, sort_by_parameter_order=True)
+        rows = [
+            {"run_id": run_id, "case_id": case_ids[key], "status": status, "value": value}
+            | {"metrics": r.metrics, "device": r.device, "message": message}
+            for (key, status, value, _m, _d, message), r in zip(prepared.rows, prepared.results, strict=True)
+        ]
+        result_id = {case_id: id_ for case_id, id_ in session.execute(stmt, rows)}
+        samples = [
+            {"result_id": result_id[row["case_id"]], "name": name, "values": [float(v) for v in values]}
+            for row, r in zip(rows, prepared.results, strict=True)
+            for name, values in r.samples.items()
+        ]
+        if samples:
+            session.execute(insert(Sample.__table__), samples)
+    return len(prepared.rows)
+
+
+def _executemany_sqlite(
+    session: Session, run_id: str, prepared: PreparedResults, case_ids: dict[str, int]
+) -> None:
+    """sqlite3's executemany (a C loop) over pre-encoded rows. Result ids follow the largest one:
+    the caller has already written in this transaction (import_bundle writes the run row first), so
+    it holds SQLite's write lock and no other writer can take an id meanwhile; if one ever did, the
+    primary key would refuse it and the whole transaction would roll back."""
+    cursor = session.connection().connection.cursor()
+    cursor.execute("SELECT coalesce(max(id), 0) FROM results")
+    first = int(cursor.fetchone()[0]) + 1
+    ids = range(first, first + len(prepared.rows))
+    cursor.executemany(
+        "INSERT INTO results (id, run_id, case_id, status, value, metrics, device, message) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (id_, run_id, case_ids[key], status, value, metrics, device, message)
+            for id_, (key, status, value, metrics, device, message) in zip(ids, prepared.rows, strict=True)
+        ],
+    )
+    cursor.executemany(
+        'INSERT INTO samples (result_id, name, "values") VALUES (?, ?, ?)',
+        [
+            (id_, name, values)
+            for id_, series in zip(ids, prepared.samples, strict=True)
+            for name, values in series
+        ],
+    )
+
+
+def _copy_postgresql(
+    session: Session, run_id: str, prepared: PreparedResults, case_ids: dict[str, int]
+) -> None:
+    """COPY FROM STDIN: the result ids are drawn from the sequence first, so samples can name them
+    without a round trip per row."""
+    cursor = session.connection().connection.cursor()  # the psycopg cursor of this transaction
+    cursor.execute(
+        "SELECT nextval(pg_get_serial_sequence('results', 'id')) FROM generate_series(1, %s)",
+        (len(prepared.rows),),
+    )
+    ids = [row[0] for row in cursor.fetchall()]
+    with cursor.copy(
+        "COPY results (id, run_id, case_id, status, value, metrics, device, message) FROM STDIN"
+    ) as copy:
+        for id_, (key, status, value, metrics, device, message) in zip(ids, prepared.rows, strict=True):
+            copy.write_row((id_, run_id, case_ids[key], status, value, metrics, device, message))
+    with cursor.copy('COPY samples (result_id, name, "values") FROM STDIN') as copy:
+        for id_, series in zip(ids, prepared.samples, strict=True):
+            for name, values in series:
+                copy.write_row((id_, name, values))
+
+
+# ---- stack names -------------------------------------------------------------------------------
+
+
+def pinned_stack_name(digest: str, stacks_dir: Path | None = None) -> str | None:
+    """The name of the pin (runners/stacks/*.toml) whose digest this is, else None.
+
+    Uploads name their stack, but the shared stack row must not take whatever name the first
+    uploader chose: the pins, reviewed in the repository, are the source of names.
+    """
+    from ..stack import default_stacks_dir
+
+    folder = stacks_dir or default_stacks_dir()
+    try:
+        listing = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.toml")))
+    except OSError:
+        return None
+    return _pins_by_digest(str(folder), listing).get(digest)
+
+
+@functools.lru_cache(maxsize=8)
+def _pins_by_digest(folder: str, listing: tuple[tuple[str, int], ...]) -> dict[str, str]:
+    from ..errors import UserError
+    from ..stack import load_pin
+
+    names: dict[str, str] = {}
+    for file_name, _mtime in listing:
+        try:
+            pin = load_pin(str(Path(folder) / file_name))
+        except (UserError, OSError):
+            continue  # a broken pin names nothing; `regress stack check` reports it
+        names.setdefault(pin.digest, pin.name)
+    return names
+
+
+def ensure_dimensions(session: Session, bundle: dict[str, Any]) -> None:
+    """The shared rows a validated bundle refers to (stack, build, cases), for a transaction of their
+    own before the run's: see the module docstring. Idempotent."""
+    from .repo import get_or_create_stack, record_build
+
+    st = bundle["stack"]
+    stack = get_or_create_stack(
+        session,
+        digest=st["digest"],
+        keys=st["keys"],
+        schema_version=st["schema_version"],
+        name=pinned_stack_name(st["digest"]),
+    )
+    if bundle.get("build"):
+        record_build(session, stack, bundle["build"])
+    ensure_cases(session, (CaseResult.from_dict(r).case for r in bundle["results"]))
