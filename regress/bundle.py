@@ -301,8 +301,8 @@ def write_bundle(bundle: dict[str, Any], directory: Path) -> Path:
 
 def read_bundle(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
         raise BundleError(f"{path}: cannot read bundle: {exc}") from exc
     validate_bundle(data)
     return data

@@ -13,6 +13,7 @@ Bump SCHEMA_VERSION whenever a key is added, removed or re-derived: the digest c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -324,6 +325,34 @@ def load_pin(name_or_path: str, stacks_dir: Path | None = None) -> Pin:
         container={str(k): str(v) for k, v in data.get("container", {}).items()},
         description=str(stack.get("description", "")),
     )
+
+
+def pin_name_for_digest(digest: str, stacks_dir: Path | None = None) -> str | None:
+    """The name of the pin whose digest this is (your folder first, then the shipped pins), else None.
+
+    Uploads name their stack, but the shared stack row must not take whatever name the first
+    uploader chose: the pins, reviewed in the repository, are the source of names."""
+    for folder in stacks_search_path(stacks_dir):
+        try:
+            listing = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.toml")))
+        except OSError:
+            continue
+        if (name := _pins_by_digest(str(folder), listing).get(digest)) is not None:
+            return name
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _pins_by_digest(folder: str, listing: tuple[tuple[str, int], ...]) -> dict[str, str]:
+    # Keyed by the folder's (name, mtime) listing, so an edited or new pin is read again.
+    names: dict[str, str] = {}
+    for file_name, _mtime in listing:
+        try:
+            pin = load_pin(str(Path(folder) / file_name))
+        except (UserError, OSError):
+            continue  # a broken pin names nothing; `regress stack check` reports it
+        names.setdefault(pin.digest, pin.name)
+    return names
 
 
 def write_pin(

@@ -16,11 +16,9 @@ Here a bundle costs a handful of statements whatever its size:
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -29,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
+from ..stack import pin_name_for_digest
 from .case import Case
 from .result import Result, Sample
 
@@ -229,37 +228,6 @@ def _copy_postgresql(
 # ---- stack names -------------------------------------------------------------------------------
 
 
-def pinned_stack_name(digest: str, stacks_dir: Path | None = None) -> str | None:
-    """The name of the pin (runners/stacks/*.toml) whose digest this is, else None.
-
-    Uploads name their stack, but the shared stack row must not take whatever name the first
-    uploader chose: the pins, reviewed in the repository, are the source of names.
-    """
-    from ..stack import default_stacks_dir
-
-    folder = stacks_dir or default_stacks_dir()
-    try:
-        listing = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.toml")))
-    except OSError:
-        return None
-    return _pins_by_digest(str(folder), listing).get(digest)
-
-
-@functools.lru_cache(maxsize=8)
-def _pins_by_digest(folder: str, listing: tuple[tuple[str, int], ...]) -> dict[str, str]:
-    from ..errors import UserError
-    from ..stack import load_pin
-
-    names: dict[str, str] = {}
-    for file_name, _mtime in listing:
-        try:
-            pin = load_pin(str(Path(folder) / file_name))
-        except (UserError, OSError):
-            continue  # a broken pin names nothing; `regress stack check` reports it
-        names.setdefault(pin.digest, pin.name)
-    return names
-
-
 def ensure_dimensions(session: Session, bundle: dict[str, Any]) -> None:
     """The shared rows a validated bundle refers to (stack, build, cases), for a transaction of their
     own before the run's: see the module docstring. Idempotent."""
@@ -271,7 +239,7 @@ def ensure_dimensions(session: Session, bundle: dict[str, Any]) -> None:
         digest=st["digest"],
         keys=st["keys"],
         schema_version=st["schema_version"],
-        name=pinned_stack_name(st["digest"]),
+        name=pin_name_for_digest(st["digest"]),
     )
     if bundle.get("build"):
         record_build(session, stack, bundle["build"])

@@ -20,6 +20,7 @@ from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION, normalised, parse_timestamp,
 from ..errors import UserError
 from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
+from ..stack import pin_name_for_digest
 from .base import new_run_id, utcnow
 from .build import Build
 from .case import Case
@@ -355,7 +356,7 @@ def import_bundle(
     row_by_row=True keeps the old one-row-per-statement path, for the ingest benchmark's comparison.
     validated=True: the caller has just run validate_bundle on this very dict (the service).
     """
-    from .ingest import add_results, pinned_stack_name, prepare_results
+    from .ingest import add_results, prepare_results
 
     if not validated:
         validate_bundle(bundle)
@@ -375,7 +376,7 @@ def import_bundle(
         digest=st["digest"],
         keys=st["keys"],
         schema_version=st["schema_version"],
-        name=pinned_stack_name(st["digest"]),
+        name=pin_name_for_digest(st["digest"]),
     )
     build_id = record_build(session, stack, bundle["build"]).id if bundle.get("build") else None
     session.add(

@@ -31,7 +31,7 @@ def import_files(store: Store, paths: Iterable[Path]) -> list[ImportOutcome]:
         try:
             bundle = read_bundle(path)
             with store.transaction() as session:
-                run_id, created = import_bundle(session, bundle)
+                run_id, created = import_bundle(session, bundle, validated=True)
         except (BundleError, BundleConflict) as exc:
             outcomes.append(ImportOutcome(path, "refused", reason=str(exc).removeprefix(f"{path}: ")))
             continue

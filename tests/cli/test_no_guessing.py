@@ -106,6 +106,8 @@ def test_import_refuses_bad_and_conflicting_bundles_and_keeps_the_rest(
 ) -> None:
     not_json = tmp_path / "junk.json"
     not_json.write_text("{not json")
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
     conflicting = tmp_path / "conflict.json"
     doc = json.loads(REAL_BUNDLES[0].read_text())
     doc["results"][0]["status"] = "fail" if doc["results"][0]["status"] == "pass" else "pass"
@@ -115,11 +117,12 @@ def test_import_refuses_bad_and_conflicting_bundles_and_keeps_the_rest(
     doc2["run"]["id"] = "01ffffffffffffffffffffff"
     fresh.write_text(json.dumps(doc2))
     capsys.readouterr()
-    assert main(["import", "--db", real_db, str(not_json), str(conflicting), str(fresh)]) == 2
+    assert main(["import", "--db", real_db, str(not_json), str(binary), str(conflicting), str(fresh)]) == 2
     out = capsys.readouterr()
     assert f"refused {not_json}" in out.err and f"refused {conflicting}" in out.err
+    assert f"refused {binary}" in out.err
     assert "already stored with different content" in out.err
-    assert "1 stored, 0 already stored, 2 refused" in out.out
+    assert "1 stored, 0 already stored, 3 refused" in out.out
     store = open_store(real_db, must_exist=True)
     try:
         from regress.store import Run

@@ -247,7 +247,9 @@ def test_demo_history_shape(tmp_path: Path) -> None:
         assert {k for r in demo["results"] if r["suite"] == suite for k in r["device"]} <= {
             k for r in real["results"] if r["suite"] == suite for k in r["device"]
         } | {"device", "worker", "gpu_index", "gpu_name"}
-    assert set(demo["run"]["summary"]) == set(real["run"]["summary"])
+    # The summary may only have grown since the real run was recorded (timeouts came with the watchdog).
+    assert set(real["run"]["summary"]) <= set(demo["run"]["summary"])
+    assert set(demo["run"]["summary"]) - set(real["run"]["summary"]) <= {"timeouts"}
     assert (
         demo["run"]["summary"]["geomean_speedup"].keys() == real["run"]["summary"]["geomean_speedup"].keys()
     )
