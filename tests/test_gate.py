@@ -216,49 +216,6 @@ def test_gate_config_floor_is_documented_default() -> None:
     assert GateConfig().pairwise.min_effect == 0.05
 
 
-def test_aggregate_floor_follows_the_stacks_night_to_night_swing() -> None:
-    """A stack whose nights swing ±3 % together must not fail on a 5 % geomean shift; a quiet one must."""
-    from regress.gate import GateRow, _aggregate, aggregate_history_noise
-
-    quiet = [[1.0, 1.001, 0.999, 1.0, 1.001, 1.0] for _ in range(10)]
-    swinging = [[1.0, 1.03, 0.97, 1.03, 0.97, 1.0] for _ in range(10)]
-    calm = aggregate_history_noise(quiet)
-    assert calm is not None and calm.sigma < 0.002 and calm.changes == 5
-    sigma = aggregate_history_noise(swinging)
-    assert sigma is not None and sigma.sigma > 0.02
-    assert aggregate_history_noise([[1.0, 1.1]]) is None  # too few nights to know
-
-    def rows() -> list[GateRow]:
-        return [
-            GateRow("perf", f"c{i}", f"k{i}", " ", "same", "time_ms", ratio=1.05 + i * 1e-3, p_value=1e-4)
-            for i in range(12)
-        ]
-
-    cfg = GateConfig()
-    assert _aggregate(cfg, rows(), calm)["verdict"] == "slower"
-    assert _aggregate(cfg, rows(), sigma)["verdict"] == "same"
-
-
-def test_a_stack_wide_shift_is_judged_once_not_per_case() -> None:
-    """Every case 8 % slower is one event for the aggregate; a case 20 % slower on a night the rest
-    moved 8 % is still its own regression."""
-    from regress.gate import GateRow, _separate_common_mode
-
-    rows = [
-        GateRow(
-            "perf", f"c{i}", f"k{i}", "+", "regression", "time_ms", ratio=1.08, p_value=1e-5, threshold=0.05
-        )
-        for i in range(12)
-    ]
-    rows.append(
-        GateRow("perf", "odd", "ko", "+", "regression", "time_ms", ratio=1.20, p_value=1e-5, threshold=0.05)
-    )
-    common = _separate_common_mode(GateConfig(), rows)
-    assert common is not None and 1.08 < common < 1.10
-    assert [r.status for r in rows[:12]] == ["same"] * 12
-    assert rows[-1].status == "regression"
-
-
 def _with_control(result: CaseResult, control_level: float) -> CaseResult:
     times = control_level * (1 + 0.005 * np.abs(_rng.standard_normal(len(result.samples["time_ms"]))))
     result.samples["baseline:sdpa_cpu:time_ms"] = [float(t) for t in times]
