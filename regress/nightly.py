@@ -277,7 +277,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     results: list[CaseResult] = []
     worker_states: dict[str, Any] = {}
     try:
-        with _terminate_as_exception():
+        with _terminate_as_exception(), _drill_control(opts, backend, pin):
             for result in _execute(opts, artifact, device, progress, worker_states):
                 add_result(store, run_id, result)
                 results.append(result)
@@ -306,6 +306,28 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
 
         upload_bundles([bundle_path], opts.upload)
     return NightlyOutcome(run_id, exit_code, summary, bundle_path, regressions)
+
+
+@contextmanager
+def _drill_control(opts: NightlyOptions, backend: str, pin: Any) -> Iterator[None]:
+    """A slowdown drill also builds the clean kernel (same flags, no fault) and names it in
+    $REGRESS_DRILL_CONTROL_LIB, so the perf suite times it interleaved with the drill and records
+    what the drill really cost (workers of a sharded run inherit the variable)."""
+    if not (opts.inject or {}).get("slowdown_pct"):
+        yield
+        return
+    from .suites.perf import DRILL_CONTROL_ENV
+
+    clean = build_kernel(backend, extra_flags=pin.extra_flags if pin else (), cache_dir=opts.cache_dir)
+    previous = os.environ.get(DRILL_CONTROL_ENV)
+    os.environ[DRILL_CONTROL_ENV] = str(clean.path)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DRILL_CONTROL_ENV, None)
+        else:
+            os.environ[DRILL_CONTROL_ENV] = previous
 
 
 def _analyse(store: Store, run_id: str) -> list[int]:
@@ -384,11 +406,40 @@ def summarise(results: list[CaseResult]) -> dict[str, Any]:
         for mode, per_base in speedups.items()
     }
     failing = [f"{r.case.suite}/{r.case.name}" for r in results if r.status in ("fail", "error")]
+    drill = drill_costs(results)
     return {
+        **({"drill": drill} if drill else {}),
         "results": len(results),
         "failed": sum(r.status == "fail" for r in results),
         "errors": sum(r.status == "error" for r in results),
         "suites": per_suite,
         "geomean_speedup": geomean,
         "failing_cases": failing[:200],
+    }
+
+
+def drill_costs(results: list[CaseResult]) -> dict[str, Any]:
+    """A slowdown drill's cost per perf case, measured against the clean build timed interleaved in
+    the same rounds (regress/suites/perf.py), beside what was requested; {} when not a drill."""
+    per_case = {
+        r.case.name: float(r.metrics["drill_measured_pct"])
+        for r in results
+        if r.case.suite == "perf" and isinstance(r.metrics.get("drill_measured_pct"), int | float)
+    }
+    requested = next(
+        (r.metrics["drill_requested_pct"] for r in results if "drill_requested_pct" in r.metrics), None
+    )
+    if not per_case or requested is None:
+        return {}
+    tolerance = max(1.0, float(requested) / 5.0)
+    logs = [math.log1p(v / 100.0) for v in per_case.values()]
+    return {
+        "requested_pct": requested,
+        "tolerance_pct": tolerance,
+        "measured_pct_geomean": round(math.expm1(sum(logs) / len(logs)) * 100.0, 2),
+        "measured_pct_min": round(min(per_case.values()), 2),
+        "measured_pct_max": round(max(per_case.values()), 2),
+        "within_tolerance": sum(abs(v - requested) <= tolerance for v in per_case.values()),
+        "cases": len(per_case),
+        "per_case_pct": {k: round(v, 2) for k, v in sorted(per_case.items())},
     }

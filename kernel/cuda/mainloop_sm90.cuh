@@ -15,6 +15,7 @@
  * tensor cores run P.V), wait P.V, rescale O, P_n = bf16(S_n).
  */
 #pragma once
+#include "drill.cuh"
 #include "epilogue.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
@@ -156,6 +157,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
   if (wg == 1) turn_end<kPP>(wg); /* warpgroup 0 goes first */
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
     const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
+    const long long tile_start = inject_clock(); /* fire drill: this tile's own time (inject.h) */
     float o[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
@@ -247,6 +249,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
     store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
 #endif
+    inject_spin(tile_start);
   }
 }
 

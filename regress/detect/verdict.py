@@ -198,7 +198,9 @@ def _advice(cfg: RuleConfig, power: Any, j: CaseJudgement) -> str:
     factor = power.rounds_factor(cfg.max_mde, pw.alpha, cfg.power)
     parts = [f"could miss a slowdown below {_pct(power.mde)} (limit {_pct(cfg.max_mde)})"]
     if factor is not None and have:
-        parts.append(f"about {math.ceil(have * factor)} rounds instead of {have} would resolve it")
+        parts.append(
+            f"about {math.ceil(have * factor)} rounds (--iterations) instead of {have} would resolve it"
+        )
     else:
         parts.append(
             f"more rounds cannot: run-to-run noise (sigma {_pct(power.sigma_between)}) alone puts it "
@@ -235,25 +237,43 @@ def _separate_common_mode(cfg: RuleConfig, cases: list[CaseJudgement]) -> float 
 
 
 def _aggregate(
-    cfg: RuleConfig, cases: list[CaseJudgement], history: StackNoise | None, pair_sigma: float | None
+    cfg: RuleConfig,
+    cases: list[CaseJudgement],
+    history: StackNoise | None,
+    pair_sigma: float | None,
+    controls: Sequence[float | None] = (),
 ) -> dict[str, Any]:
     """Geometric-mean ratio over the cases and a one-sided Wilcoxon signed-rank test on them; a
     systematic slowdown names every case that moved past the aggregate floor significantly. The
     floor is the larger of aggregate_min_effect and the stack's own night-to-night band. Its MDE
-    (`mde`) is the smallest common shift caught with probability `power`."""
+    (`mde`) is the smallest common shift caught with probability `power`.
+
+    With an interleaved control for every case (same stack), the controls' geomean ratio is taken
+    out first: a loaded night slows the control in the same rounds, a slower kernel does not
+    (measured on the shared CPU: a clean second night moved every case +14 % to +121 %). The
+    controls' mean, not each case's own control, so one noisy control call adds 1/n of its noise."""
+    by_key = dict(zip([c.key for c in cases], controls, strict=False)) if controls else {}
     perf = [c for c in cases if c.ratio and c.ratio > 0 and c.p_value is not None]
     n = len(perf)
     if n < cfg.aggregate_min_cases:
         return {"cases": n, "verdict": "too few cases", "mde": None}
-    logs = np.log([c.ratio for c in perf if c.ratio])
+    normalized = all(by_key.get(c.key) for c in perf)
+    shift = float(np.mean(np.log([by_key[c.key] or 1.0 for c in perf]))) if normalized else 0.0
+    logs = np.log([c.ratio or 1.0 for c in perf]) - shift
     geomean = float(np.exp(logs.mean()))
     p_slower = float(stats.wilcoxon(logs, alternative="greater").pvalue) if np.any(logs) else 1.0
     floor = cfg.aggregate_min_effect
     if history is not None:
         floor = max(floor, history.band(cfg.aggregate_noise_alpha))
+    elif pair_sigma is not None:
+        # No stack history yet: assume the stack can swing as much as one case does between two runs
+        # (a loaded night moves every case; measured on the shared CPU: a clean second night
+        # +66 % geomean with per-case ratios 0.8x-15x), so a noisy pair cannot look systematic.
+        z = float(stats.norm.isf(cfg.aggregate_noise_alpha))
+        floor = max(floor, math.expm1(z * math.sqrt(2.0) * pair_sigma))
     systematic = geomean - 1.0 >= floor and p_slower < cfg.aggregate_alpha
     # The geomean's own noise: the stack's night-to-night swing (history) and the cases' independent
-    # run-to-run noise averaged over n cases (this pair's spread).
+    # run-to-run noise, sampling included, averaged over n cases (this pair's spread).
     sigma = math.hypot(history.sigma if history else 0.0, math.sqrt(2.0) * (pair_sigma or 0.0) / math.sqrt(n))
     mde = math.expm1(math.log1p(floor) + float(stats.norm.ppf(cfg.power)) * sigma)
     agg: dict[str, Any] = {
@@ -264,6 +284,7 @@ def _aggregate(
         "history_sigma": history.sigma if history else None,
         "history_changes": history.changes if history else 0,
         "mde": mde,
+        "control_shift": math.exp(shift) if normalized else None,
         "verdict": "slower" if systematic else "same",
     }
     if systematic:
@@ -305,11 +326,14 @@ def judge(cases: Sequence[CaseInput], config: RuleConfig | None = None) -> Judge
             if se_b is not None and se_c is not None:
                 ses.append(math.hypot(se_b, se_c))
     pair = pair_noise(ratios, ses)
+    swing = pair_noise(ratios)  # sampling noise included: what one case does between two runs
     floor_noise = max((v for v in (pooled, pair) if v is not None), default=None)
     out = [_judge_case(cfg, c, floor_noise) for c in cases]
     _separate_common_mode(cfg, out)
-    aggregate = _aggregate(cfg, out, aggregate_history_noise([c.history for c in cases]), pair)
-    aggregate["pooled_sigma"], aggregate["pair_sigma"] = pooled, pair
+    controls = [c.control[1] if c.control else None for c in cases]
+    history = aggregate_history_noise([c.history for c in cases])
+    aggregate = _aggregate(cfg, out, history, swing, controls)
+    aggregate["pooled_sigma"], aggregate["pair_sigma"], aggregate["pair_swing"] = pooled, pair, swing
 
     reasons: list[str] = []
     regressed = [c for c in out if c.status == "regression"]

@@ -15,11 +15,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..analysis import FINISHED, PERF_SAMPLE, perf_levels, plain_ulp_frac_gt1, series_history
+from ..analysis import (
+    FINISHED,
+    PERF_SAMPLE,
+    control_ratio,
+    perf_levels,
+    plain_ulp_frac_gt1,
+    series_history,
+)
 from ..detect import PairwiseConfig
 from ..detect.verdict import CaseInput, CaseJudgement, Judgement, RuleConfig, judge
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
@@ -165,19 +171,6 @@ def _results(session: Session, run_id: str) -> dict[str, tuple[Case, Result]]:
 
 def _samples(res: Result, name: str = PERF_SAMPLE) -> list[float]:
     return next((list(s.values) for s in res.samples if s.name == name), [])
-
-
-def control_ratio(b: Result, c: Result, q: float) -> tuple[str, float] | None:
-    """(control name, candidate/baseline location ratio) of the first baseline kernel that both
-    runs timed interleaved with ours; None when there is none."""
-    shared = {s.name for s in b.samples} & {s.name for s in c.samples}
-    for name in sorted(n for n in shared if n.startswith("baseline:") and n.endswith(":time_ms")):
-        xb, xc = _samples(b, name), _samples(c, name)
-        if xb and xc:
-            lb, lc = float(np.quantile(xb, q)), float(np.quantile(xc, q))
-            if lb > 0 and lc > 0:
-                return name.split(":")[1], lc / lb
-    return None
 
 
 def _scaled(res: Result) -> float | None:

@@ -44,6 +44,11 @@ from regress.suites.common import (
 
 NAME = "perf"
 
+# A slowdown drill names the clean build of the same kernel here (regress/nightly.py); the suite then
+# times it interleaved with the drill, so the drill's cost is measured in the same rounds, per case.
+DRILL_CONTROL_ENV = "REGRESS_DRILL_CONTROL_LIB"
+DRILL_CONTROL_SAMPLE = "drill_control:time_ms"
+
 # CPU: the golden model runs at ~5 GFLOP/s on 2 cores, so "very long" is S = 1024 at B·H = 1
 # (≈0.12 s a launch; 100 rounds × 6 mode/layout cases ≈ 75 s of the 5-minute budget).
 CPU_SHAPES = [
@@ -166,6 +171,14 @@ class PerfSuite:
             return ctx.library.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
 
         runners.append(("time_ms", kernel))
+        requested, control = _drill_control(ctx)
+        if control is not None:
+
+            def clean(i: int, lib: Any = control) -> object:
+                q, k, v = sets[i % n_sets]
+                return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
+
+            runners.append((DRILL_CONTROL_SAMPLE, clean))
         for bl in ctx.baselines:
             bmode = _baseline_mode(bl, mode)
             if bmode != mode:
@@ -202,6 +215,7 @@ class PerfSuite:
             "iterations": iters,
             "warmup": warm,
             "input_sets": n_sets,
+            **_drill_metrics(samples, requested),
         }
         return CaseResult(
             case=spec,
@@ -211,6 +225,36 @@ class PerfSuite:
             message="; ".join(notes),
             device={"before": before, "after": after},
         )
+
+
+def _drill_control(ctx: SuiteContext) -> tuple[int, Any]:
+    """(requested slowdown %, the clean library) for a slowdown drill with a control; (0, None) else."""
+    requested = int((ctx.library.build_info().get("inject") or {}).get("slowdown_pct", 0) or 0)
+    path = os.environ.get(DRILL_CONTROL_ENV)
+    if not requested or not path:
+        return requested, None
+    from regress.kernel import load_library
+
+    return requested, load_library(path)
+
+
+def _drill_metrics(samples: dict[str, list[float]], requested: int) -> dict[str, Any]:
+    """The drill's measured cost: the ratio of the lower quartiles of the drill's and the clean
+    build's times, timed in the same interleaved rounds (so machine drift is shared). The lower
+    quartile, the gate's own location (PairwiseConfig.location_quantile): a busy machine only adds
+    time, and on the shared 2-core runner most of a 1.6 ms call's rounds can be preempted (measured:
+    calls of 6-10 ms beside 1.6 ms), which pulls a median of per-round ratios anywhere."""
+    drill, clean = samples.get("time_ms", []), samples.get(DRILL_CONTROL_SAMPLE, [])
+    if not requested or len(drill) < 4 or len(clean) < 4:
+        return {}
+    d, c = sorted(drill)[len(drill) // 4], sorted(clean)[len(clean) // 4]
+    if c <= 0:
+        return {}
+    return {
+        "drill_requested_pct": requested,
+        "drill_measured_pct": (d / c - 1.0) * 100.0,
+        "drill_rounds": min(len(drill), len(clean)),
+    }
 
 
 def geomean_speedups(results: Iterable[CaseResult]) -> dict[tuple[str, str], float]:
