@@ -14,7 +14,9 @@ python benchmarks/fire_drills.py calibrate --drills 2,3,5,10 --rounds 200
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import tempfile
 import time
@@ -95,6 +97,54 @@ def gates(url: str, pairs: int, drill: int, iterations: int | None, regate: bool
     return result
 
 
+def table(url: str) -> None:
+    """Clean-vs-clean gates and, per drill run, requested vs measured cost and the gate's verdict."""
+    from sqlalchemy import select
+
+    from regress.gate import gate
+    from regress.store import Case, Result, Run
+    from regress.store.repo import open_store
+
+    store = open_store(url)
+    runs = _runs(url)
+    cleans = [r for r, drill in runs if not drill]
+    print("clean vs clean:")
+    for base, cand in itertools.pairwise(cleans):
+        report = gate(store, base, cand)
+        why = "; ".join(report.reasons)
+        print(f"  {base[:12]} -> {cand[:12]}: exit {report.exit_code} ({report.verdict}); {why}")
+    print(f"{'drill':>6} {'cases':>5} {'geomean':>8} {'min':>7} {'max':>7} {'in tol':>7}  gate")
+    for run_id, is_drill in runs:
+        if not is_drill:
+            continue
+        base = [r for r, d in runs[: [x for x, _ in runs].index(run_id)] if not d]
+        with store.reader() as session:
+            rows = session.execute(
+                select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run_id)
+            ).all()
+            cost = {
+                c.name: (float(r.metrics["drill_requested_pct"]), float(r.metrics["drill_measured_pct"]))
+                for r, c in rows
+                if c.suite == "perf" and "drill_measured_pct" in r.metrics
+            }
+            run = session.get(Run, run_id)
+            assert run is not None
+        if not cost or not base:
+            continue
+        req = next(iter(cost.values()))[0]
+        measured = [m for _, m in cost.values()]
+        tol = max(1.0, req / 5)
+        geo = (math.exp(sum(math.log1p(m / 100) for m in measured) / len(measured)) - 1) * 100
+        report = gate(store, base[-1], run_id)
+        print(
+            f"{req:>5.0f}% {len(cost):>5} {geo:>7.1f}% {min(measured):>6.1f}% {max(measured):>6.1f}% "
+            f"{sum(abs(m - req) <= tol for m in measured):>3}/{len(measured):<3}  exit {report.exit_code} "
+            f"({report.verdict}, {len(report.regressions)} named)"
+        )
+        for name, (_, m) in sorted(cost.items()):
+            print(f"         {m:>6.1f}%  {name}")
+
+
 def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, Any]:
     """Requested vs measured cost per shape: both builds on the same inputs, alternating order."""
     os.environ["REGRESS_CPU_THREADS"] = str(threads)
@@ -137,6 +187,8 @@ def main() -> None:
     g.add_argument("--drill", type=int, default=30)
     g.add_argument("--iterations", type=int, default=None)
     g.add_argument("--regate", action="store_true", help="Judge the runs already in --db again.")
+    t = sub.add_parser("table")
+    t.add_argument("--db", required=True)
     c = sub.add_parser("calibrate")
     c.add_argument("--drills", default="2,3,5,10")
     c.add_argument("--rounds", type=int, default=200)
@@ -144,6 +196,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.cmd == "gates":
         gates(args.db, args.pairs, args.drill, args.iterations, args.regate)
+    elif args.cmd == "table":
+        table(args.db)
     else:
         calibrate([int(x) for x in args.drills.split(",") if x], args.rounds, args.threads)
 

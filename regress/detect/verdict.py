@@ -143,7 +143,8 @@ class Judgement:
 
 
 def _pct(x: float) -> str:
-    return f"{x * 100:.1f}%"
+    # Past 10x an MDE says "hopeless here"; its digits would only look precise.
+    return f"{x * 100:.1f}%" if x <= 10.0 else ">1000%"
 
 
 def _judge_case(cfg: RuleConfig, c: CaseInput, floor_noise: float | None) -> CaseJudgement:

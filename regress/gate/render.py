@@ -34,7 +34,9 @@ def fmt_value(v: float | None, metric: str) -> str:
 
 
 def fmt_pct(v: float | None) -> str:
-    return "" if v is None else f"{v * 100:.1f}%"
+    if v is None:
+        return ""
+    return f"{v * 100:.1f}%" if v <= 10.0 else ">1000%"
 
 
 def fmt_ratio(v: float | None) -> str:
