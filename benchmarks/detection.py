@@ -575,7 +575,7 @@ def recall_at(points: list[dict[str, Any]], fa: float, step: str) -> float:
 
 def curve_markdown(res: dict[str, Any]) -> str:
     steps = [str(s) for s in CURVE_STEPS]
-    head = " | ".join(f"{float(s) * 100:g} %" for s in steps)
+    head = " / ".join(f"{float(s) * 100:g}" for s in steps) + " %"
     lines = [
         f"Seed {res['seed']}: {res['null']} steady + {res['per_step']} per step size series × "
         f"{res['nights']} nights (sigma 0.3-3 %, 1 % one-night outliers).",

@@ -192,6 +192,30 @@ def test_reports_markdown_html_junit(store: Store, tmp_path: Path) -> None:
     assert "<script>" not in render_html(report)
 
 
+def test_a_noisy_stack_is_undecided_in_every_format_with_mde_and_reason(store: Store, tmp_path: Path) -> None:
+    """Nights that wander 10-30 % per case: nothing is called slower, but a pass would be a guess,
+    so exit 2, naming the cases, their MDE and what would make them decidable."""
+    rng = np.random.default_rng(4)
+    runs = [
+        add_run(store, [_perf(c, float(np.exp(0.2 * rng.standard_normal()))) for c in CASES])
+        for _ in range(7)
+    ]
+    report = gate(store, runs[-2], runs[-1], report_dir=tmp_path)
+    assert (report.verdict, report.exit_code) == ("undecided", 2), report.reasons
+    assert report.too_noisy and all(r.mde is not None and r.mde > 0.15 for r in report.too_noisy)
+    assert any("too noisy" in r for r in report.reasons)
+    md = Path(report.reports["markdown"]).read_text()
+    assert "| MDE |" in md and "verdict: undecided" in md and report.too_noisy[0].advice in md
+    html = Path(report.reports["html"]).read_text()
+    assert "MDE" in html and "too noisy" in html
+    suite = ET.parse(report.reports["junit"]).getroot()
+    skipped = [tc for tc in suite.iter("testcase") if tc.find("skipped") is not None]
+    assert len(skipped) == len(report.too_noisy)
+    assert any(p.get("name") == "reason.0" for p in suite.iter("property"))
+    doc = json.loads(Path(report.reports["json"]).read_text())
+    assert doc["power"]["too_noisy"] and all("mde" in row for row in doc["rows"])
+
+
 def test_compare_has_no_verdict(store: Store) -> None:
     a, b = history(store, nights=2)
     report = compare(store, a, b)
