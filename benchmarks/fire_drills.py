@@ -146,7 +146,8 @@ def table(url: str) -> None:
 
 
 def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, Any]:
-    """Requested vs measured cost per shape: both builds on the same inputs, alternating order."""
+    """Requested vs measured cost per shape: both builds on the same inputs, alternating order, the
+    cost computed as the perf suite records it (`regress.suites.perf.drill_cost`)."""
     os.environ["REGRESS_CPU_THREADS"] = str(threads)
     import torch
 
@@ -154,7 +155,7 @@ def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, Any]:
     from regress.build import build_kernel
     from regress.kernel import load_library
     from regress.suites.common import make_inputs
-    from regress.suites.perf import CPU_QUICK, CPU_SHAPES
+    from regress.suites.perf import CPU_QUICK, CPU_SHAPES, DRILL_CONTROL_SAMPLE, drill_cost
 
     clean = load_library(build_kernel("cpu").path)
     shapes = list(dict.fromkeys([*CPU_QUICK, *CPU_SHAPES]))
@@ -170,9 +171,9 @@ def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, Any]:
                     t0 = time.perf_counter_ns()
                     one.forward(q, k, v, layout="bhsd", rounding="rtne")
                     times[name].append((time.perf_counter_ns() - t0) / 1e6)
-            lq = {n: sorted(t)[len(t) // 4] for n, t in times.items()}
+            cost = drill_cost({"time_ms": times["drill"], DRILL_CONTROL_SAMPLE: times["clean"]}, pct)
             table.setdefault(f"{shape.b}x{shape.h}x{shape.sq}x{shape.sk}", {})[str(pct)] = round(
-                (lq["drill"] / lq["clean"] - 1) * 100, 2
+                cost["drill_measured_pct"], 2
             )
     print(json.dumps({"threads": threads, "rounds": rounds, "measured_pct": table}, indent=1))
     return table
