@@ -197,7 +197,7 @@ def _advice(cfg: RuleConfig, power: Any, j: CaseJudgement) -> str:
     pw = cfg.pairwise
     have = min(j.rounds) if j.rounds[0] and j.rounds[1] else 0
     factor = power.rounds_factor(cfg.max_mde, pw.alpha, cfg.power)
-    parts = [f"could miss a slowdown below {_pct(power.mde)} (limit {_pct(cfg.max_mde)})"]
+    parts = [f"MDE {_pct(power.mde)} (limit {_pct(cfg.max_mde)}): a smaller slowdown could be missed"]
     if factor is not None and have:
         parts.append(
             f"about {math.ceil(have * factor)} rounds (--iterations) instead of {have} would resolve it"
