@@ -378,6 +378,281 @@ def to_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --- recall against false alarms: the whole curve (issue 14) -----------------------------------
+#
+# Gaussian nightly series of known sigma, so an oracle that is told each sigma can be drawn too.
+# Each series: 120 nights, night-to-night sigma log-uniform in 0.3-3 %, 1 % of nights a one-night
+# outlier (+5-30 %, gone the next night); step series get one upward step at a night in [40, 100].
+# A hit: an upward change point 0-2 nights after the step (index = first night at the new level).
+# A false alarm: any other upward change point, on any series (so a step found a night early or
+# more than two nights late is a miss AND a false alarm: a mislocation, counted separately).
+# Downward change points are improvements, never alarms. Rates per 1000 series-nights.
+
+CURVE_STEPS = (0.02, 0.03, 0.05, 0.10)
+CURVE_NIGHTS = 120
+SIGMA_RANGE = (0.003, 0.03)
+MISLOCATED = 5  # a miss with an upward change point within ±5 nights of the step is a mislocation
+
+
+@dataclass
+class GaussSeries:
+    values: np.ndarray
+    sigma: float
+    step_at: int | None
+
+
+def gauss_series(rng: np.random.Generator, step: float, nights: int = CURVE_NIGHTS) -> GaussSeries:
+    sigma = float(np.exp(rng.uniform(*np.log(SIGMA_RANGE))))
+    x = np.exp(sigma * rng.standard_normal(nights))
+    at = int(rng.integers(40, 101)) if step else None
+    if at is not None:
+        x[at:] *= 1.0 + step
+    outliers = rng.random(nights) < OUTLIER_RATE
+    x[outliers] *= 1.0 + rng.uniform(*OUTLIER_SIZE, size=int(outliers.sum()))
+    return GaussSeries(x * (1.0 + rng.random()), sigma, at)
+
+
+def curve_sets(
+    seed: int, n_null: int, n_step: int
+) -> tuple[list[GaussSeries], dict[float, list[GaussSeries]]]:
+    rng = np.random.default_rng(seed)
+    nulls = [gauss_series(rng, 0.0) for _ in range(n_null)]
+    return nulls, {s: [gauss_series(rng, s) for _ in range(n_step)] for s in CURVE_STEPS}
+
+
+# A detector here returns the upward change points (first night at the new level) of one series.
+UpDetector = Callable[[GaussSeries], list[int]]
+
+
+def _up(values: np.ndarray, cps: Sequence[int]) -> list[int]:
+    """The change points whose next level (median of up to 5 nights) is above the previous one."""
+    out = []
+    for c in cps:
+        before, after = values[max(0, c - 5) : c], values[c : c + 5]
+        if before.size and after.size and np.median(after) > np.median(before):
+            out.append(int(c))
+    return out
+
+
+def regress_detector(alpha: float, min_change: float = 0.01) -> UpDetector:
+    from regress.detect import ChangePointConfig
+
+    cfg = ChangePointConfig(alpha=alpha, min_relative_change=min_change)
+
+    def det(s: GaussSeries) -> list[int]:
+        return [cp.index for cp in detect_change_points(s.values, config=cfg) if cp.direction == "slower"]
+
+    return det
+
+
+def oracle_detector(z_threshold: float) -> UpDetector:
+    """Told each series' sigma: clips one-night outliers (3-point running median ± 3 sigma, in logs),
+    then the best single split by the two-sample z of the means; reported when z ≥ threshold."""
+
+    def det(s: GaussSeries) -> list[int]:
+        y = np.log(s.values)
+        y = clip_outliers_known(y, s.sigma)
+        n = y.size
+        csum = np.concatenate([[0.0], np.cumsum(y)])
+        t = np.arange(2, n - 1)
+        left, right = csum[t] / t, (csum[n] - csum[t]) / (n - t)
+        z = (right - left) / (s.sigma * np.sqrt(1.0 / t + 1.0 / (n - t)))
+        i = int(np.argmax(z))
+        return [int(t[i])] if z[i] >= z_threshold else []
+
+    return det
+
+
+def clip_outliers_known(y: np.ndarray, sigma: float, k: float = 3.0) -> np.ndarray:
+    med = np.empty_like(y)
+    med[1:-1] = np.median(np.stack([y[:-2], y[1:-1], y[2:]]), axis=0)
+    med[0], med[-1] = med[1], med[-2]
+    return np.clip(y, med - k * sigma, med + k * sigma)
+
+
+def asv_detector(threshold: float) -> UpDetector | None:
+    try:
+        from asv.step_detect import detect_steps
+    except ImportError:
+        return None
+
+    def det(s: GaussSeries) -> list[int]:
+        steps = detect_steps(list(s.values))
+        return [
+            int(cur[0])
+            for prev, cur in itertools.pairwise(steps)
+            if prev[2] and (cur[2] - prev[2]) / abs(prev[2]) >= threshold
+        ]
+
+    return det
+
+
+def otava_detector(p: float, window: int = 50) -> UpDetector | None:
+    try:
+        from otava.analysis import compute_change_points
+    except ImportError:
+        return None
+
+    def det(s: GaussSeries) -> list[int]:
+        cps, _ = compute_change_points(list(s.values), window_len=window, max_pvalue=p)
+        return _up(s.values, [int(cp.index) for cp in cps])
+
+    return det
+
+
+def score(det: UpDetector, nulls: list[GaussSeries], steps: dict[float, list[GaussSeries]]) -> dict[str, Any]:
+    """Recall per step size; false alarms per 1000 series-nights, strict (every upward change point
+    that is not the hit, as in issue 14's benchmark), and far (leaving out alarms within ±5 nights of
+    a real step: mislocations, reported apart); mislocated misses per step size."""
+    null_alarms = sum(len(det(s)) for s in nulls)
+    alarms = near = 0
+    nights = len(nulls) * CURVE_NIGHTS
+    recall, mislocated = {}, {}
+    for size, group in steps.items():
+        hits = misloc = 0
+        for s in group:
+            assert s.step_at is not None
+            cps = det(s)
+            hit = [c for c in cps if 0 <= c - s.step_at <= TOLERANCE]
+            hits += bool(hit)
+            extra = len(cps) - min(1, len(hit))
+            close = sum(abs(c - s.step_at) <= MISLOCATED for c in cps) - min(1, len(hit))
+            alarms += extra
+            near += close
+            misloc += not hit and close > 0
+        recall[str(size)] = hits / len(group)
+        mislocated[str(size)] = misloc / len(group)
+        nights += len(group) * CURVE_NIGHTS
+    return {
+        "recall": recall,
+        "mislocated": mislocated,
+        "fa_per_1000": 1000.0 * (null_alarms + alarms) / nights,
+        "fa_far_per_1000": 1000.0 * (null_alarms + alarms - near) / nights,
+        "fa_steady_per_1000": 1000.0 * null_alarms / (len(nulls) * CURVE_NIGHTS),
+    }
+
+
+REGRESS_ALPHAS = (1e-9, 1e-7, 1e-6, 1e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+ORACLE_Z = (3.0, 3.25, 3.5, 3.75, 4.0, 4.25, 4.5, 4.75, 5.0, 5.5, 6.0)
+ASV_THRESHOLDS = (0.05, 0.02, 0.01, 0.0)
+OTAVA_P = (0.05, 0.01, 0.001, 0.0001)
+
+
+def curve(seed: int, n_null: int, n_step: int, peers: bool = True) -> dict[str, Any]:
+    """Every detector and setting on the same series of one seed."""
+    from regress.detect import ChangePointConfig
+
+    nulls, steps = curve_sets(seed, n_null, n_step)
+    out: dict[str, Any] = {"seed": seed, "null": n_null, "per_step": n_step, "nights": CURVE_NIGHTS}
+    default = ChangePointConfig()
+    out["regress_default"] = {
+        "alpha": default.alpha,
+        **score(regress_detector(default.alpha, default.min_relative_change), nulls, steps),
+    }
+    out["regress"] = [
+        {"alpha": a, **score(regress_detector(a, default.min_relative_change), nulls, steps)}
+        for a in REGRESS_ALPHAS
+    ]
+    out["oracle"] = [{"z": z, **score(oracle_detector(z), nulls, steps)} for z in ORACLE_Z]
+    others: dict[str, list[dict[str, Any]]] = {}
+    for t in ASV_THRESHOLDS if peers else ():
+        det = asv_detector(t)
+        if det is not None:
+            others.setdefault("asv", []).append({"threshold": t, **score(det, nulls, steps)})
+    for p in OTAVA_P if peers else ():
+        det = otava_detector(p)
+        if det is not None:
+            others.setdefault("Otava (window 50)", []).append({"p": p, **score(det, nulls, steps)})
+    out["peers"] = others
+    return out
+
+
+def recall_at(points: list[dict[str, Any]], fa: float, step: str) -> float:
+    """The curve's recall at a false-alarm rate: the best recall among settings at or below it."""
+    ok = [p["recall"][step] for p in points if p["fa_per_1000"] <= fa + 1e-12]
+    return max(ok, default=0.0)
+
+
+def curve_markdown(res: dict[str, Any]) -> str:
+    steps = [str(s) for s in CURVE_STEPS]
+    head = " / ".join(f"{float(s) * 100:g}" for s in steps) + " %"
+    lines = [
+        f"Seed {res['seed']}: {res['null']} steady + {res['per_step']} per step size series × "
+        f"{res['nights']} nights (sigma 0.3-3 %, 1 % one-night outliers).",
+        "",
+        f"| detector | setting | recall {head} | false alarms / 1000 nights, strict | far from a step "
+        f"| mislocated misses {head} |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def row(name: str, setting: str, p: dict[str, Any]) -> str:
+        r = " / ".join(f"{p['recall'][s]:.2f}" for s in steps)
+        m = " / ".join(f"{p['mislocated'][s]:.2f}" for s in steps)
+        return f"| {name} | {setting} | {r} | {p['fa_per_1000']:.2f} | {p['fa_far_per_1000']:.2f} | {m} |"
+
+    for name, points in res["peers"].items():
+        for p in points:
+            setting = f"threshold {p['threshold']}" if "threshold" in p else f"p {p['p']}"
+            lines.append(row(name, setting, p))
+            at = " / ".join(f"{recall_at(res['regress'], p['fa_per_1000'], s):.2f}" for s in steps)
+            orc = " / ".join(f"{recall_at(res['oracle'], p['fa_per_1000'], s):.2f}" for s in steps)
+            lines.append(f"| ↳ regress, same or fewer strict false alarms | | {at} | | | |")
+            lines.append(f"| ↳ oracle, same or fewer strict false alarms | | {orc} | | | |")
+    d = res["regress_default"]
+    lines.append(row("**regress, default**", f"alpha {d['alpha']:g}", d))
+    orc = " / ".join(f"{recall_at(res['oracle'], d['fa_per_1000'], s):.2f}" for s in steps)
+    lines.append(f"| ↳ oracle, same or fewer strict false alarms | | {orc} | | | |")
+    far = [p for p in res["oracle"] if p["fa_far_per_1000"] <= d["fa_far_per_1000"] + 1e-12]
+    orc = " / ".join(f"{max((p['recall'][s] for p in far), default=0.0):.2f}" for s in steps)
+    lines.append(f"| ↳ oracle, same or fewer far false alarms | | {orc} | | | |")
+    for p in res["regress"]:
+        lines.append(row("regress", f"alpha {p['alpha']:g}", p))
+    for p in res["oracle"]:
+        lines.append(row("oracle (knows sigma)", f"z {p['z']:g}", p))
+    return "\n".join(lines)
+
+
+def curve_plot(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [str(s) for s in CURVE_STEPS[:3]]
+    fig, axes = plt.subplots(1, len(steps), figsize=(4.2 * len(steps), 3.8), sharey=True)
+    markers = {"asv": "s", "Otava (window 50)": "^"}
+    for ax, step in zip(axes, steps, strict=True):
+        for name, pts, style in (
+            ("regress (alpha swept)", res["regress"], "-o"),
+            ("oracle (knows sigma)", res["oracle"], "--"),
+        ):
+            pts = sorted(pts, key=lambda p: p["fa_per_1000"])
+            ax.plot(
+                [p["fa_per_1000"] for p in pts], [p["recall"][step] for p in pts], style, ms=3, label=name
+            )
+        for name, pts in res["peers"].items():
+            ax.plot(
+                [p["fa_per_1000"] for p in pts],
+                [p["recall"][step] for p in pts],
+                markers.get(name, "x"),
+                label=name,
+            )
+        d = res["regress_default"]
+        ax.plot([d["fa_per_1000"]], [d["recall"][step]], "*", ms=12, color="k", label="regress default")
+        ax.set_xscale("symlog", linthresh=0.1)
+        ax.set_xlim(0, 20)
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{float(step) * 100:g} % step")
+        ax.set_xlabel("false alarms / 1000 series-nights")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("recall (found 0-2 nights after the step)")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"Recall against false alarms, seed {res['seed']} (120 nights, sigma 0.3-3 %)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -390,6 +665,13 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--markdown", action="store_true")
     r.add_argument("--within-run", action="store_true", help="Nights drawn from one run: no drift.")
     r.add_argument("--no-peers", action="store_true", help="Only our detector (for quick iterations).")
+    c = sub.add_parser("curve", help="Recall against false alarms: regress swept, asv, Otava, oracle.")
+    c.add_argument("--seed", type=int, action="append")
+    c.add_argument("--null-series", type=int, default=200)
+    c.add_argument("--step-series", type=int, default=100)
+    c.add_argument("--plot", type=Path, help="PNG of the first seed's curves")
+    c.add_argument("--json", type=Path, help="Write the raw results here")
+    c.add_argument("--no-peers", action="store_true", help="Only regress and the oracle (tuning).")
     b = sub.add_parser("measure-bundle")
     b.add_argument("bundle", type=Path, nargs="+")
     b.add_argument("--out", type=Path, default=DATA / "noise_h200_kernel.json")
@@ -403,6 +685,17 @@ def main(argv: list[str] | None = None) -> None:
     g.add_argument("--iterations", type=int, default=100)
     g.add_argument("--pause", type=float, default=2.0)
     args = ap.parse_args(argv)
+    if args.cmd == "curve":
+        results = [
+            curve(seed, args.null_series, args.step_series, not args.no_peers) for seed in args.seed or [1, 2]
+        ]
+        for res in results:
+            print(curve_markdown(res) + "\n")
+        if args.plot:
+            curve_plot(results[-1], args.plot)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1) + "\n")
+        return
     if args.cmd == "measure-db":
         measure_db(args.db, args.out)
     elif args.cmd == "measure-bundle":

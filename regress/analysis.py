@@ -4,8 +4,11 @@ A series is (case key, stack digest). Its baseline is the most recent earlier fi
 run on the same stack that has a result for the case; its history the last `history_runs` of them.
 What is flagged (DESIGN §6):
 
-- perf: `regress.detect.compare_samples` on the raw "time_ms" samples (rank test AND effect floor AND
-  the series' noise band);
+- perf: the rule of `regress.detect.verdict.judge` over all perf cases of the run, the one the gate
+  uses (per case: rank test AND effect floor AND noise band, the interleaved control's veto; a shift
+  of every case judged once, against the stack's night-to-night band and the controls). A night too
+  noisy to judge (some case's minimum detectable effect above `max_mde`) opens nothing for what it
+  could not see and says so in the run's summary["analysis"];
 - numerics: a ULP result failing its contract (max scaled ULP above the limit, non-finite mismatch),
   and a plain-ULP histogram worse than every run in the history (more elements > 1 ULP);
 - determinism: any determinism failure (more than one distinct output hash);
@@ -29,7 +32,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .detect import PairwiseConfig, compare_samples, historical_noise
+from .detect.verdict import CaseInput, CaseJudgement, Judgement, RuleConfig, judge
 from .errors import UserError
+from .metrics import percentile
 from .results import CaseSpec
 from .store import Build, Case, Regression, Result, Run, utcnow
 from .store.repo import Store, get_or_create_case
@@ -41,12 +46,17 @@ PERF_SAMPLE = "time_ms"
 
 @dataclass(frozen=True)
 class AnalysisConfig:
-    """Thresholds of the nightly analysis (defaults documented in docs/detection.md)."""
+    """Thresholds of the nightly analysis (defaults documented in docs/detection.md): the gate's rule
+    with the nightly's tighter per-case floor (2 %) and noise multiple (4)."""
 
-    pairwise: PairwiseConfig = field(default_factory=PairwiseConfig)
+    rule: RuleConfig = field(default_factory=lambda: RuleConfig(pairwise=PairwiseConfig(), max_mde=0.10))
     history_runs: int = 30  # runs of the series used for the noise band and the ULP-histogram history
     register_jump: float = 0.10  # relative register growth that flags a build
     perf_suites: tuple[str, ...] = ("perf", "e2e")
+
+    @property
+    def pairwise(self) -> PairwiseConfig:
+        return self.rule.pairwise
 
 
 @dataclass
@@ -104,11 +114,24 @@ def _samples(result: Result, name: str = PERF_SAMPLE) -> list[float]:
     return []
 
 
+def control_ratio(b: Result, c: Result, q: float) -> tuple[str, float] | None:
+    """(control name, candidate/baseline location ratio) of the first baseline kernel that both
+    runs timed interleaved with ours; None when there is none."""
+    shared = {s.name for s in b.samples} & {s.name for s in c.samples}
+    for name in sorted(n for n in shared if n.startswith("baseline:") and n.endswith(":time_ms")):
+        xb, xc = _samples(b, name), _samples(c, name)
+        if xb and xc:
+            lb, lc = percentile(xb, 100 * q), percentile(xc, 100 * q)
+            if lb > 0 and lc > 0:
+                return name.split(":")[1], lc / lb
+    return None
+
+
 def perf_levels(res: Result, q: float) -> float | None:
     """The location (quantile q of the raw samples) of one perf result; its headline value without samples."""
     xs = [v for v in _samples(res) if math.isfinite(v)]
     if xs:
-        return float(np.quantile(xs, q))
+        return percentile(xs, 100 * q)
     return res.value
 
 
@@ -116,8 +139,8 @@ def perf_levels(res: Result, q: float) -> float | None:
 class _PerfSeries:
     result: Result
     base_run: Run
-    base_samples: list[float]
-    levels: list[float]  # the series' earlier locations, oldest first
+    base_result: Result
+    levels: list[float]  # the series' locations, oldest first, ending with the baseline run
 
     @property
     def noise(self) -> float | None:
@@ -136,7 +159,7 @@ def _perf_series(cfg: AnalysisConfig, session: Session, run: Run, result: Result
         return None
     q = cfg.pairwise.location_quantile
     levels = [v for _, res in history[::-1] if (v := perf_levels(res, q)) is not None]
-    return _PerfSeries(result, history[0][0], _samples(history[0][1]), levels)
+    return _PerfSeries(result, history[0][0], history[0][1], levels)
 
 
 def pooled_noise(noises: Sequence[float | None], min_cases: int = 3) -> float | None:
@@ -145,27 +168,40 @@ def pooled_noise(noises: Sequence[float | None], min_cases: int = 3) -> float | 
     return float(np.median(known)) if len(known) >= min_cases else None
 
 
-def _perf(cfg: AnalysisConfig, s: _PerfSeries, pooled: float | None) -> _Finding | None:
-    """A finding when the result is slower than the latest run of its series."""
-    cmp = compare_samples(
-        s.base_samples, _samples(s.result), history=s.levels, config=cfg.pairwise, pooled_noise=pooled
-    )
-    if cmp.verdict != "slower":
-        return None
+def _judge_perf(cfg: AnalysisConfig, series: list[_PerfSeries], names: dict[int, str]) -> Judgement:
+    """The gate's rule over this run's perf cases, each against the latest run of its series."""
+    q = cfg.pairwise.location_quantile
+    inputs = [
+        CaseInput(
+            str(s.result.case_id),
+            _samples(s.base_result),
+            _samples(s.result),
+            s.levels,
+            control_ratio(s.base_result, s.result, q),
+            names.get(s.result.case_id, str(s.result.case_id)),
+        )
+        for s in series
+    ]
+    return judge(inputs, cfg.rule)
+
+
+def _perf_finding(s: _PerfSeries, j: CaseJudgement, cfg: AnalysisConfig) -> _Finding:
     return _Finding(
         s.result.case_id,
         "perf",
         "time_ms",
-        cmp.relative_change,
-        cmp.p_value,
+        (j.ratio or 1.0) - 1.0,
+        j.p_value,
         s.base_run.id,
         {
-            "ratio": cmp.ratio,
-            "threshold": cmp.threshold,
-            "noise": cmp.noise,
+            "ratio": j.ratio,
+            "threshold": j.threshold,
+            "noise": j.noise,
+            "mde": j.mde,
+            "note": j.note,
             "location_quantile": cfg.pairwise.location_quantile,
-            "baseline_location": cmp.baseline_location,
-            "candidate_location": cmp.candidate_location,
+            "baseline_location": j.baseline_location,
+            "candidate_location": j.candidate_location,
         },
     )
 
@@ -410,9 +446,25 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
                 findings += _determinism(result)
         pooled = pooled_noise([p.noise for p in perf])
         perf_by_case = {p.result.case_id: p for p in perf}
-        for series in perf:
-            found = _perf(cfg, series, pooled)
-            findings += [found] if found else []
+        if perf:
+            judged = _judge_perf(cfg, perf, {case.id: f"{case.suite}/{case.name}" for _, case in rows})
+            findings += [
+                _perf_finding(s, j, cfg)
+                for s, j in zip(perf, judged.cases, strict=True)
+                if j.status == "regression"
+            ]
+            # Recorded on the run: what the night could see, and a night too noisy to judge as such.
+            run.summary = {
+                **(run.summary or {}),
+                "analysis": {
+                    "verdict": judged.verdict,
+                    "reasons": judged.reasons,
+                    "too_noisy": judged.too_noisy,
+                    "max_mde": cfg.rule.max_mde,
+                    "mde": {j.name: round(j.mde, 4) for j in judged.cases if j.mde is not None},
+                    "stack_mde": judged.aggregate.get("mde"),
+                },
+            }
         build_found, build_case_id = _build(cfg, session, run)
         findings += build_found
 

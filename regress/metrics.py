@@ -159,7 +159,9 @@ def summarise(results: list[CaseResult]) -> dict[str, Any]:
         )
         counts[r.status] = counts.get(r.status, 0) + 1
     failing = [f"{r.case.suite}/{r.case.name}" for r in results if r.status in ("fail", "error", "timeout")]
+    drill = drill_costs(results)
     return {
+        **({"drill": drill} if drill else {}),
         "results": len(results),
         "failed": sum(r.status == "fail" for r in results),
         "errors": sum(r.status == "error" for r in results),
@@ -167,6 +169,33 @@ def summarise(results: list[CaseResult]) -> dict[str, Any]:
         "suites": per_suite,
         "geomean_speedup": geomean_speedups(results),
         "failing_cases": failing[:200],
+    }
+
+
+def drill_costs(results: list[CaseResult]) -> dict[str, Any]:
+    """A slowdown drill's cost per perf case, measured against the clean build timed interleaved in
+    the same rounds (regress/suites/perf.py), beside what was requested; {} when not a drill."""
+    per_case = {
+        r.case.name: float(r.metrics["drill_measured_pct"])
+        for r in results
+        if r.case.suite == "perf" and isinstance(r.metrics.get("drill_measured_pct"), int | float)
+    }
+    requested = next(
+        (r.metrics["drill_requested_pct"] for r in results if "drill_requested_pct" in r.metrics), None
+    )
+    if not per_case or requested is None:
+        return {}
+    tolerance = max(1.0, float(requested) / 5.0)
+    ratio = geomean(1.0 + v / 100.0 for v in per_case.values())
+    return {
+        "requested_pct": requested,
+        "tolerance_pct": tolerance,
+        "measured_pct_geomean": round((ratio - 1.0) * 100.0, 2) if ratio is not None else None,
+        "measured_pct_min": round(min(per_case.values()), 2),
+        "measured_pct_max": round(max(per_case.values()), 2),
+        "within_tolerance": sum(abs(v - requested) <= tolerance for v in per_case.values()),
+        "cases": len(per_case),
+        "per_case_pct": {k: round(v, 2) for k, v in sorted(per_case.items())},
     }
 
 

@@ -195,18 +195,19 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     pool = WorkerPool(
         device, gpus, opts.case_options(), time_limit_floor_s=opts.case_timeout, identify=bool(gpus)
     )
-    pool.start()
-    try:
-        fp, drift_notes = _check_stack(opts, pin, backend)
-        store = open_store(opts.db)
-        reap_stale_runs(store)
-        if opts.upload:
-            from .upload import flush_spool
+    with _drill_control(opts, backend, pin):  # before the workers start: they inherit its variable
+        pool.start()
+        try:
+            fp, drift_notes = _check_stack(opts, pin, backend)
+            store = open_store(opts.db)
+            reap_stale_runs(store)
+            if opts.upload:
+                from .upload import flush_spool
 
-            flush_spool(opts.upload)
-        return _run(opts, store, pool, backend, device, pin, fp, drift_notes, progress)
-    finally:
-        pool.close()
+                flush_spool(opts.upload)
+            return _run(opts, store, pool, backend, device, pin, fp, drift_notes, progress)
+        finally:
+            pool.close()
 
 
 def _run(
@@ -326,6 +327,33 @@ def _run(
 
         upload_bundles([bundle_path], opts.upload)
     return NightlyOutcome(run_id, exit_code, summary, bundle_path, regressions)
+
+
+@contextmanager
+def _drill_control(opts: NightlyOptions, backend: str, pin: Any) -> Iterator[None]:
+    """A slowdown drill also builds the clean kernel (same flags, no fault) and names it in
+    $REGRESS_DRILL_CONTROL_LIB, so the perf suite times it interleaved with the drill and records
+    what the drill really cost (every worker, replacements included, inherits the variable). A clean
+    build that fails leaves the drill without its control; the drill's own build then reports why."""
+    if not (opts.inject or {}).get("slowdown_pct") or "perf" not in opts.suites:
+        yield
+        return
+    from .suites.perf import DRILL_CONTROL_ENV
+
+    try:
+        clean = build_kernel(backend, extra_flags=pin.extra_flags if pin else (), cache_dir=opts.cache_dir)
+    except BuildError:
+        yield
+        return
+    previous = os.environ.get(DRILL_CONTROL_ENV)
+    os.environ[DRILL_CONTROL_ENV] = str(clean.path)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DRILL_CONTROL_ENV, None)
+        else:
+            os.environ[DRILL_CONTROL_ENV] = previous
 
 
 def _analyse(store: Store, run_id: str) -> list[int]:

@@ -1,35 +1,40 @@
 """Fire drills end to end on the CPU backend: break the kernel on purpose, prove the gate sees it.
 
-Clean-against-clean on real CPU timings is a rate, not a pass/fail: it lives in
-benchmarks/fire_drills.py (false alarms per gate, reported in docs/detection.md); the gate's own
-no-false-alarm logic is tested on controlled noise in tests/test_gate.py.
+What decides each test is deterministic: output bits, what is recorded, and the gate's rule, whose
+statistics are tested on controlled noise in tests/detect/test_verdict.py. The slowdown drill's
+gate may answer 1 (caught, cases named) or 2 (too noisy to tell, cases named, with the MDE) on a
+loaded CI machine, never 0: a pass needs every case's MDE within 15 %, and a 30 % drill is caught at
+that power with near certainty. How often it is 1 rather than 2 depends on the machine's load and
+is a measurement (benchmarks/fire_drills.py, docs/detection.md), not a test. Clean-against-clean on
+real timings is a rate too, for the same reason.
 
 Each test builds its own temp SQLite database through `run_nightly` (the real path: build, suites,
 store, analysis). Timing runs single-threaded: on a 2-core runner shared with other jobs, the
-two-thread kernel's times turn bimodal (measured: ±40 % between clean runs), which no gate should
-be asked to see through. Perf runs use 30 iterations, enough samples for the rank test.
+two-thread kernel's times turn bimodal (measured: ±40 % between clean runs).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from regress.analysis import list_regressions
+from regress.build import build_kernel
 from regress.gate import gate
+from regress.kernel import load_library
 from regress.nightly import NightlyOptions, run_nightly
-from regress.store import Run
+from regress.store import Result, Run
 from regress.store.repo import Store, open_store
+from regress.suites.common import Shape, make_inputs
 
-# The gate's per-case band needs PairwiseConfig.min_history runs; its stack-wide band is a Student-t
-# prediction bound over the history's night-to-night swing, so ~10 nights keep it narrow.
-HISTORY_NIGHTS = 10
-# The drill must stand clear of the CI machine's own swing, or noise would decide the test: on the
-# shared 2-core VM whole nights move together by sigma 1.2-3.9 % (measured 2026-11-29), which puts
-# a 10 % step at 3-8 sigma. 30 % is caught at any of those; the 10 % drill's catch rate on this
-# machine is a measurement, reported in docs/detection.md, not a test.
+# Two clean nights: the baseline and one night of history; the pair's own spread stands in for the
+# noise band of a short history (regress/detect/verdict.py).
+HISTORY_NIGHTS = 2
 DRILL_SLOWDOWN_PCT = 30
 ITERATIONS = 30
 
@@ -57,20 +62,24 @@ def db(tmp_path: Path) -> Iterator[tuple[str, Store]]:
         store.engine.dispose()
 
 
-def _night(url: str, tmp_path: Path, suites: tuple[str, ...], inject: dict[str, int] | None = None) -> str:
-    outcome = run_nightly(
-        NightlyOptions(
-            backend="cpu",
-            suites=suites,
-            quick=True,
-            db=url,
-            out=tmp_path / "out",
-            inject=inject,
-            iterations=ITERATIONS,
-            allow_drift=True,
-            trigger="nightly",
-        )
+def _opts(url: str, tmp_path: Path, inject: dict[str, int] | None = None) -> NightlyOptions:
+    return NightlyOptions(
+        backend="cpu",
+        suites=("perf",),
+        quick=True,
+        db=url,
+        out=tmp_path / "out",
+        inject=inject,
+        iterations=ITERATIONS,
+        allow_drift=True,
+        trigger="nightly",
     )
+
+
+def _night(url: str, tmp_path: Path, suites: tuple[str, ...], inject: dict[str, int] | None = None) -> str:
+    opts = _opts(url, tmp_path, inject)
+    opts.suites = suites
+    outcome = run_nightly(opts)
     assert outcome.run_id is not None
     if inject:
         assert outcome.summary, outcome
@@ -84,23 +93,57 @@ def _is_drill(store: Store, run_id: str) -> tuple[bool, str]:
         return run.is_drill, run.trigger
 
 
+def test_slowdown_drill_changes_no_output_bit() -> None:
+    """The drill adds work, never a different answer: same bits as the clean build."""
+    clean = load_library(build_kernel("cpu").path)
+    drill = load_library(build_kernel("cpu", inject={"slowdown_pct": DRILL_SLOWDOWN_PCT}).path)
+    assert drill.build_info()["inject"]["slowdown_pct"] == DRILL_SLOWDOWN_PCT
+    for shape in (Shape(1, 2, 130, 77), Shape(1, 1, 64, 300)):
+        q, k, v = make_inputs(shape, "bshd", seed=3, device="cpu")
+        a = clean.forward(q, k, v, layout="bshd", rounding="rtne")
+        b = drill.forward(q, k, v, layout="bshd", rounding="rtne")
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
 @pytest.mark.slow
-def test_slowdown_drill_fails_the_gate_naming_the_slowed_cases(
+def test_slowdown_drill_is_never_passed_and_records_its_cost(
     quiet_cpu: None, db: tuple[str, Store], tmp_path: Path
 ) -> None:
     url, store = db
     clean = [_night(url, tmp_path, ("perf",)) for _ in range(HISTORY_NIGHTS)]
-    drill = _night(url, tmp_path, ("perf",), {"slowdown_pct": DRILL_SLOWDOWN_PCT})
+    outcome = run_nightly(_opts(url, tmp_path, {"slowdown_pct": DRILL_SLOWDOWN_PCT}))
+    drill = str(outcome.run_id)
     assert _is_drill(store, drill) == (True, "drill")
 
+    # The drill's cost is measured against the clean build timed in the same rounds, per case.
+    with store.reader() as session:
+        perf = [r for r in session.query(Result).filter(Result.run_id == drill) if r.status == "pass"]
+        assert perf and all(r.metrics["drill_requested_pct"] == DRILL_SLOWDOWN_PCT for r in perf)
+        assert all(math.isfinite(r.metrics["drill_measured_pct"]) for r in perf)
+        assert all(any(s.name == "drill_control:time_ms" for s in r.samples) for r in perf)
+    cost = outcome.summary["drill"]
+    assert cost["requested_pct"] == DRILL_SLOWDOWN_PCT and cost["cases"] == len(perf)
+
     report = gate(store, clean[-1], drill, report_dir=tmp_path / "gate")
-    assert report.exit_code == 1, report.to_dict()
-    named = {r.case for r in report.regressions}
-    assert named and all(r.suite == "perf" and r.ratio and r.ratio > 1.03 for r in report.regressions)
-    assert all(name in Path(report.reports["markdown"]).read_text() for name in named)
+    assert report.exit_code in (1, 2), report.to_dict()
+    markdown = Path(report.reports["markdown"]).read_text()
+    assert "| MDE |" in markdown and report.reasons
+    assert all(r.mde is not None for r in report.rows if r.suite == "perf")
+    if report.exit_code == 1:
+        named = {r.case for r in report.regressions}
+        assert named and all(r.suite == "perf" and r.ratio and r.ratio > 1.0 for r in report.regressions)
+        assert all(name in markdown for name in named)
+    else:
+        assert report.too_noisy and any("too noisy" in reason for reason in report.reasons)
+        assert all(r.case in markdown and r.advice in markdown for r in report.too_noisy)
+    doc = json.loads(Path(report.reports["json"]).read_text())
+    assert doc["power"]["max_mde"] == 0.15 and doc["verdict"] == report.verdict
     # The drill's own regressions are stored acknowledged: visible, never alerting.
     drill_regs = [r for r in list_regressions(store) if r["first_run"] == drill]
     assert all(r["drill"] and r["state"] == "acknowledged" for r in drill_regs)
+    with store.reader() as session:
+        run = session.get(Run, drill)
+        assert run is not None and run.summary["analysis"]["verdict"] in ("regression", "undecided", "pass")
 
 
 @pytest.mark.slow

@@ -4,7 +4,11 @@
  * A drill build defines one of these macros; a clean build defines none and this header
  * compiles to nothing. Every backend applies them at the same points so a drill means
  * the same thing on CPU, CUDA and HIP:
- *   RA_INJECT_SLOWDOWN_PCT=N  the kernel does about N % more work; outputs unchanged
+ *   RA_INJECT_SLOWDOWN_PCT=N  every block of work does N % more of its own work (or, on GPUs, spends
+ *                             N % more of its own time) inside the same launch; outputs unchanged.
+ *                             Proportional per block, so the cost is N % at every shape: an extra
+ *                             launch over N % of the rows pays launch latency and a partial wave
+ *                             (measured on the H200: a "3 %" drill cost 11.7 %, issue 14).
  *   RA_INJECT_ULP=N           every finite non-zero output moves N ULPs away from zero
  *   RA_INJECT_NONDET=1        odd-numbered launches flip the lowest bit of one output element
  *   RA_INJECT_HANG_SQ=N       a launch whose query length is N never returns (watchdog drill)
@@ -36,6 +40,16 @@ RA_HD uint16_t ra_inject_ulp(uint16_t h) {
 #else
   return h;
 #endif
+}
+
+/* The drill's share of `units` units of a block's own work (rounded to the nearest unit). */
+RA_HD int64_t ra_inject_slowdown_units(int64_t units) {
+  return (units * (int64_t)RA_INJECT_SLOWDOWN_PCT + 50) / 100;
+}
+
+/* The drill's share of `ticks` clock ticks a block has spent on its own work (GPU backends). */
+RA_HD uint64_t ra_inject_slowdown_ticks(uint64_t ticks) {
+  return ticks * (uint64_t)RA_INJECT_SLOWDOWN_PCT / 100u;
 }
 
 #ifndef RA_INJECT_HANG_SQ

@@ -221,16 +221,20 @@ void run_item(const ra_attention_params& p, float scale, int64_t item, Scratch& 
     for (int d = 0; d < kD; ++d) orow[d] = ra_inject_ulp(round_bf16<MODE>(w.o[d]));
   }
 #if RA_INJECT_SLOWDOWN_PCT > 0
-  // Drill: recompute N % of this block's rows (rounded up) into scratch, so the extra work is N % of
-  // the real work at every shape; the result is folded into a sink so it is not optimised away.
-  const int64_t extra = ((r1 - r0) * RA_INJECT_SLOWDOWN_PCT + 99) / 100;
-  for (int64_t i = 0; i < extra; ++i) {
+  // Drill: redo N % of this block's own work, measured in (query row x key) products, inside the
+  // same call: whole rows first, then one row over a prefix of the keys, so the extra work is N % of
+  // the block's at every shape (not rounded up to whole rows: 2 % of a 64-row block is 1.28 rows).
+  // The results go to scratch and are folded into a sink so the work cannot be optimised away.
+  int64_t units = ra_inject_slowdown_units((r1 - r0) * sk);
+  for (int64_t i = 0; units > 0; ++i) {
     const int64_t r = r0 + i % (r1 - r0);  // N may exceed 100: wrap over the block's rows
+    const int64_t keys = std::min(units, sk);
     load_row(p.q + b * p.q_stride[0] + h * p.q_stride[1] + r * p.q_stride[2], w.q.data());
-    attention_row(w.q.data(), w.k.data(), w.v.data(), sk, scale, w.s.data(), w.o.data());
+    attention_row(w.q.data(), w.k.data(), w.v.data(), keys, scale, w.s.data(), w.o.data());
     uint32_t bits;
     std::memcpy(&bits, &w.o[0], sizeof bits);
     g_sink.fetch_xor(bits, std::memory_order_relaxed);
+    units -= keys;
   }
 #endif
 }

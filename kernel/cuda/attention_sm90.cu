@@ -286,21 +286,6 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   cudaStream_t stream = static_cast<cudaStream_t>(P->stream);
   (void)cudaGetLastError(); /* an earlier, unrelated error must not be reported as ours */
 
-#if RA_INJECT_SLOWDOWN_PCT > 0
-  /* Drill: redo the first N % of the query rows before the real launch. Rows are computed
-   * independently, so the real launch writes the same bits over them: outputs unchanged. */
-  for (int pct = RA_INJECT_SLOWDOWN_PCT; pct > 0; pct -= 100) {
-    FwdParams extra = p;
-    const int share = pct < 100 ? pct : 100;
-    extra.seqlen_q = (int)(((int64_t)p.seqlen_q * share + 99) / 100);
-    if (extra.seqlen_q < 1) extra.seqlen_q = 1;
-    extra.nondet_flip = 0;
-    if (use_tma) encode_tma(&extra.tma_q, P->q, P->q_stride, extra.seqlen_q, P->heads, P->batch);
-    st = launch(extra, use_tma, P->rounding, layout, dev, stream, err, err_len);
-    if (st != RA_OK) return st;
-  }
-#endif
-
   RA_INJECT_HANG_LAUNCH(P->seqlen_q, stream); /* drill: the stream never drains */
   const unsigned long long n = ++g_launches;
   p.nondet_flip = (RA_INJECT_NONDET && (n & 1ull)) ? 1 : 0;

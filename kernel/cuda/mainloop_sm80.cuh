@@ -11,6 +11,7 @@
  *        --softmax (registers)--> P bf16 --mma.sync--> O += P V --epilogue--> gmem
  */
 #pragma once
+#include "drill.cuh"
 #include "epilogue.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
@@ -48,6 +49,7 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* base, i
 
 template <int kRound, Layout L>
 __device__ __forceinline__ void run(const FwdParams& p, Smem& sm) {
+  const long long tile_start = inject_clock(); /* fire drill: this CTA's own time (inject.h) */
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
@@ -145,6 +147,7 @@ __device__ __forceinline__ void run(const FwdParams& p, Smem& sm) {
   uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
   const bool flip0 = p.nondet_flip && row0 == 0 && b == 0 && h == 0;
   store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
+  inject_spin(tile_start);
 }
 
 }  // namespace sm80

@@ -16,6 +16,7 @@
  * tensor cores run P.V), wait P.V, rescale O, P_n = bf16(S_n).
  */
 #pragma once
+#include "drill.cuh"
 #include "epilogue.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
@@ -248,6 +249,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       continue;
     }
 
+    const long long tile_start = inject_clock(); /* fire drill: this tile's own time (inject.h) */
     float o[64];
     float corr[2];
     OnlineSoftmax<16> sfm;
@@ -336,6 +338,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       turn_end<kPP>(wg);
     }
     wgmma_wait<0>(); /* the next tile's S */
+    inject_spin(tile_start);
   }
 }
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import click
 
-from ..gate import compare, format_table, gate
+from ..detect.verdict import RuleConfig
+from ..gate import GateConfig, compare, format_table, gate, summary_lines
 from ..store.repo import open_store
 
 _db = click.option(
@@ -26,28 +28,44 @@ _db = click.option(
     show_default=True,
     help="Where the Markdown, HTML, JUnit XML and JSON reports go.",
 )
+@click.option(
+    "--max-mde",
+    type=click.FloatRange(0.001, 10.0),
+    default=RuleConfig().max_mde,
+    show_default=True,
+    help="Largest per-case minimum detectable slowdown (0.15 = 15 %) a pass may have.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of the table.")
 @click.pass_context
 def gate_cmd(
-    ctx: click.Context, baseline: str, candidate: str, db_url: str | None, report_dir: Path, as_json: bool
+    ctx: click.Context,
+    baseline: str,
+    candidate: str,
+    db_url: str | None,
+    report_dir: Path,
+    max_mde: float,
+    as_json: bool,
 ) -> None:
     """May the candidate ship? Exit 0 pass, 1 regression (cases named), 2 could not decide.
+
+    Pass needs nothing slower AND every perf case able to show a slowdown of --max-mde (its minimum
+    detectable effect, from both runs' samples and the stack's night-to-night history); a run too
+    noisy for that is undecided, naming the cases and what would make them decidable.
 
     SEL is a run id (or a unique prefix) or stack:NAME, the latest finished non-drill run of the
     pinned stack NAME. Both runs must have measured the same kernel source.
     """
-    report = gate(open_store(db_url, must_exist=True), baseline, candidate, report_dir=report_dir)
+    config = GateConfig(rule=dataclasses.replace(RuleConfig(), max_mde=max_mde))
+    store = open_store(db_url, must_exist=True)
+    report = gate(store, baseline, candidate, config=config, report_dir=report_dir)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         if report.rows:
             click.echo(format_table(report))
             click.echo()
-        click.echo(f"verdict: {report.verdict} (exit {report.exit_code})")
-        for reason in report.reasons:
-            click.echo(f"  {reason}")
-        for row in report.regressions:
-            click.echo(f"  regression: {row.suite}/{row.case}: {row.note}")
+        for line in summary_lines(report):
+            click.echo(line)
         for kind, path in report.reports.items():
             if kind != "json":
                 click.echo(f"  {kind}: {path}")

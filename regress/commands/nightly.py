@@ -155,6 +155,21 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
         for mode in sorted(geo):
             speed.add_row(mode, *(f"{geo[mode][b]:.3f}×" if b in geo[mode] else "—" for b in baselines))
         console.print(speed)
+    drill = summary.get("drill")
+    if drill:
+        cost = Table(
+            title=f"fire drill: slowdown {drill['requested_pct']} % requested, measured against the clean "
+            f"build in the same rounds (tolerance ±{drill['tolerance_pct']:g} points)"
+        )
+        cost.add_column("perf case")
+        cost.add_column("measured", justify="right")
+        for name, pct in drill["per_case_pct"].items():
+            cost.add_row(name, f"{pct:+.1f} %")
+        cost.add_row(
+            "geomean (within tolerance)",
+            f"{drill['measured_pct_geomean']:+.1f} % ({drill['within_tolerance']}/{drill['cases']})",
+        )
+        console.print(cost)
     for name in summary.get("failing_cases", [])[:20]:
         console.print(f"[red]failing[/] {name}")
     if outcome.regressions:

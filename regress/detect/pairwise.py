@@ -121,9 +121,10 @@ def compare_samples(
     ``noise_k`` · √2 times the series' historical run-to-run sigma (``history``: the series'
     earlier nightly values, oldest first). ``pooled_noise``, the typical sigma of all cases on the
     same machine, is a lower bound for that sigma, since a few nights estimate one case's sigma
-    poorly. (1) alone over-alarms because run-to-run variation
-    makes any two runs "significantly" different with enough samples (Conbench's false-positive
-    fatigue); (2) and (3) make the call relative to what matters and to what this case usually does.
+    poorly, and stands in for it when the history is shorter than ``min_history``. (1) alone
+    over-alarms because run-to-run variation makes any two runs "significantly" different with
+    enough samples (Conbench's false-positive fatigue); (2) and (3) make the call relative to what
+    matters and to what this case usually does.
     Follows asv ``continuous`` (Mann–Whitney p < 0.002 and a factor) and adds the noise band.
 
     Cost: O((m + n) log(m + n)) for the rank test.
@@ -132,8 +133,10 @@ def compare_samples(
     b = np.asarray([v for v in baseline if math.isfinite(v)], dtype=float)
     c = np.asarray([v for v in candidate if math.isfinite(v)], dtype=float)
     noise = historical_noise(history) if history is not None and len(history) >= cfg.min_history else None
-    if pooled_noise is not None and noise is not None:
-        noise = max(noise, pooled_noise)
+    if pooled_noise is not None:
+        # A floor for a case's own estimate, and the estimate itself when its history is too short
+        # (a second night must not judge on the effect floor alone: docs/detection.md).
+        noise = pooled_noise if noise is None else max(noise, pooled_noise)
     # Both runs carry the night-to-night noise, so their difference has sigma·√2.
     threshold = max(cfg.min_effect, cfg.noise_k * math.sqrt(2.0) * noise if noise is not None else 0.0)
     if b.size == 0 or c.size == 0:

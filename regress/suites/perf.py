@@ -43,6 +43,11 @@ from regress.suites.timing import Timer, working_baselines
 
 NAME = "perf"
 
+# A slowdown drill names the clean build of the same kernel here (regress/nightly.py); the suite then
+# times it interleaved with the drill, so the drill's cost is measured in the same rounds, per case.
+DRILL_CONTROL_ENV = "REGRESS_DRILL_CONTROL_LIB"
+DRILL_CONTROL_SAMPLE = "drill_control:time_ms"
+
 # CPU: the golden model runs at ~5 GFLOP/s on 2 cores, so "very long" is S = 1024 at B·H = 1
 # (≈0.12 s a launch; 100 rounds × 6 mode/layout cases ≈ 75 s of the 5-minute budget).
 CPU_SHAPES = [
@@ -185,6 +190,14 @@ class PerfSuite:
             return ctx.library.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
 
         runners.append(("time_ms", kernel))
+        requested, control = _drill_control(ctx)
+        if control is not None:
+
+            def clean(i: int, lib: Any = control) -> object:
+                q, k, v = sets[i % n_sets]
+                return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
+
+            runners.append((DRILL_CONTROL_SAMPLE, clean))
         for bl in ctx.baselines:
             bmode = _baseline_mode(bl, mode)
             if bmode != mode:
@@ -222,6 +235,7 @@ class PerfSuite:
             "iterations": iters,
             "warmup": warm,
             "input_sets": n_sets,
+            **drill_cost(samples, requested),
         }
         return CaseResult(
             case=spec,
@@ -231,3 +245,31 @@ class PerfSuite:
             message="; ".join(notes),
             device={"before": before, "after": after},
         )
+
+
+def _drill_control(ctx: SuiteContext) -> tuple[int, Any]:
+    """(requested slowdown %, the clean library) for a slowdown drill with a control; (0, None) else."""
+    requested = int((ctx.library.build_info().get("inject") or {}).get("slowdown_pct", 0) or 0)
+    path = os.environ.get(DRILL_CONTROL_ENV)
+    if not requested or not path:
+        return requested, None
+    from regress.kernel import load_library
+
+    return requested, load_library(path)
+
+
+def drill_cost(samples: dict[str, list[float]], requested: int) -> dict[str, Any]:
+    """The drill's measured cost: the ratio of the fastest drill call to the fastest clean call,
+    timed in the same interleaved rounds. The minimum, not the gate's lower quartile: on the loaded
+    2-core runner more than a quarter of a 1.6 ms call's rounds can be preempted (measured: 6-10 ms
+    calls beside 1.6 ms), which moved the quartile ratio of a 10 % drill to +178 % on one case while
+    the ratio of minima stayed at +9 % (18 cases, 60 rounds: geomean +9.6 %); noise only adds time,
+    so each minimum is its build's least-disturbed call."""
+    drill, clean = samples.get("time_ms", []), samples.get(DRILL_CONTROL_SAMPLE, [])
+    if not requested or not drill or not clean or min(clean) <= 0:
+        return {}
+    return {
+        "drill_requested_pct": requested,
+        "drill_measured_pct": (min(drill) / min(clean) - 1.0) * 100.0,
+        "drill_rounds": min(len(drill), len(clean)),
+    }

@@ -1,0 +1,21 @@
+"""The upgrade gate: `core` reads the store and decides (with the pure rule of
+`regress.detect.verdict`), `render` writes the reports from web/templates/gate_report.*.j2."""
+
+from .core import GateConfig, GateReport, GateRow, compare, control_ratio, gate, resolve_selector
+from .render import format_table, render_html, render_junit, render_markdown, summary_lines, write_reports
+
+__all__ = [
+    "GateConfig",
+    "GateReport",
+    "GateRow",
+    "compare",
+    "control_ratio",
+    "format_table",
+    "gate",
+    "render_html",
+    "render_junit",
+    "render_markdown",
+    "resolve_selector",
+    "summary_lines",
+    "write_reports",
+]
