@@ -259,7 +259,7 @@ def find_run(session: Session, id_or_prefix: str) -> Run:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise UserError(f"no run {sel!r} in the database (`regress runs list` shows the stored ones)")
+        raise UserError(f"run {sel!r} not found in the database (`regress runs list` shows the stored ones)")
     shown = ", ".join(m.id for m in matches[:5])
     raise UserError(f"run prefix {sel!r} is ambiguous: it matches {shown}{', …' if len(matches) > 5 else ''}")
 
