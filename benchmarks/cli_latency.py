@@ -34,13 +34,15 @@ def _series_csv(path: Path, nights: int = 120, seed: int = 7) -> None:
 
 def _empty_db(tree: Path, url: str) -> None:
     code = "import sys; from regress.store.repo import open_store; open_store(sys.argv[1]).engine.dispose()"
-    subprocess.run([sys.executable, "-c", code, url], check=True, env={**os.environ, "PYTHONPATH": str(tree)})
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    subprocess.run([sys.executable, "-c", code, url], check=True, env=env, cwd=tree.parent)
 
 
-def _time(argv: list[str], tree: Path | None) -> float:
+def _time(argv: list[str], tree: Path | None, cwd: Path) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)} if tree else dict(os.environ)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    # cwd outside both trees: `python -m` puts the working directory first on sys.path.
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if proc.returncode not in (0, 1):  # detect exits 1 when it finds a step, as intended here
         raise SystemExit(f"{' '.join(argv)} (tree {tree}) failed: {proc.stderr.strip()[-400:]}")
@@ -79,7 +81,8 @@ def main() -> None:
                 order = list(per_tree.items())
                 random.shuffle(order)  # neither tree always runs first in a round
                 for name, argv in order:
-                    times[(case, name)].append(_time(argv, None if case == "python -c pass" else trees[name]))
+                    tree = None if case == "python -c pass" else trees[name]
+                    times[(case, name)].append(_time(argv, tree, Path(tmp)))
     load = os.getloadavg()
     print(f"median of {args.rounds} runs, seconds; {os.cpu_count()} cores, load average {load[0]:.2f}")
     names = list(trees)

@@ -21,8 +21,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import numpy as np
-
 from .results import CaseResult
 
 SPEEDUP_PREFIX = "speedup_vs_"
@@ -64,7 +62,9 @@ def percentile(values: Sequence[float], q: float) -> float:
     Python, where numpy's call overhead would be most of the cost (the demo calls it ~10^5 times)."""
     if not len(values):
         return math.nan
-    if isinstance(values, np.ndarray):
+    if type(values).__module__ == "numpy":  # an ndarray; numpy is imported only when one is given
+        import numpy as np
+
         return float(np.percentile(values, q))
     s = sorted(values)
     pos = (len(s) - 1) * q / 100.0

@@ -25,7 +25,7 @@ from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
 from .gpu_state import device_state
 from .metrics import summarise
 from .results import CaseResult, CaseSpec
-from .runner import DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
+from .runner import DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
 from .shard import WorkerPool, parse_gpus
 from .stack import Fingerprint, Pin, check_pin, format_drift, live_fingerprint, load_pin
 from .store.repo import (
@@ -41,7 +41,6 @@ from .store.repo import (
     start_run,
 )
 
-DEFAULT_SUITES: tuple[str, ...] = ("determinism", "ulp", "perf", "e2e")
 # The emulator has no clock worth timing: hip-emu runs the numerical suites only.
 EMU_SUITES: tuple[str, ...] = ("determinism", "ulp")
 CI_ENV_KEYS = (

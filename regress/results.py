@@ -16,6 +16,8 @@ Rounding = Literal["rtne", "rtna", "rtz"]
 
 ROUNDING_MODES: tuple[Rounding, ...] = ("rtne", "rtna", "rtz")
 LAYOUTS: tuple[Layout, ...] = ("bshd", "bhsd")
+# The lifecycle of a detected regression (stored in regressions.state; the CLI offers them).
+REGRESSION_STATES: tuple[str, ...] = ("open", "acknowledged", "resolved")
 # AITER's how_v3_bf16_cvt numbering, also the C ABI's ra_rounding.
 ROUNDING_CODE: dict[str, int] = {"rtne": 0, "rtna": 1, "rtz": 2}
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # Watchdog: a case may take this many times its expected time, and never less than the floor (the
 # floor covers first runs, when nothing is expected yet, and a loaded machine's jitter).
 TIME_LIMIT_FACTOR = 10.0
+DEFAULT_SUITES: tuple[str, ...] = ("determinism", "ulp", "perf", "e2e")
 DEFAULT_TIME_LIMIT_FLOOR_S = 300.0
 
 INJECT_NAMES = {

@@ -26,11 +26,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import requests
-
-from .bundle import BundleError, read_bundle, write_bundle
+if TYPE_CHECKING:
+    import requests
 
 ENV_TOKEN = "REGRESS_TOKEN"
 ENV_SPOOL = "REGRESS_SPOOL_DIR"
@@ -137,12 +136,16 @@ class UploadClient:
             raise ValueError(f"no upload token: set {ENV_TOKEN} (from `regress token create RUNNER`)")
         self.endpoint = url.rstrip("/") + RUNS_PATH
         self.policy = policy or RetryPolicy()
+        import requests  # here, not at module top: `regress --help` need not pay for it
+
         self.session = session or requests.Session()
         self.session.headers.update({"Authorization": f"Bearer {token}", "User-Agent": "regress-upload"})
         self.sleep = sleep
 
     def post(self, payload: bytes, attempts: int | None = None) -> requests.Response:
         """POSTs one bundle, retrying connection errors and retryable statuses with backoff."""
+        import requests
+
         attempts = attempts or self.policy.attempts
         headers = {"Content-Type": "application/json"}
         if len(payload) > GZIP_OVER_BYTES:
@@ -226,6 +229,8 @@ def _send_spooled(
     client: UploadClient, spool_dir: Path, spooled: Path, origin: Path, attempts: int | None = None
 ) -> UploadOutcome:
     """Sends one spooled file; removes it once stored, moves it aside if refused for its content."""
+    from .bundle import BundleError, read_bundle  # jsonschema: only when a bundle is read
+
     try:
         bundle = read_bundle(spooled)  # the schema check, before anything is sent
     except BundleError as exc:
@@ -246,6 +251,8 @@ def _send_spooled(
 
 
 def _spool(bundle: dict[str, Any], spool_dir: Path) -> Path:
+    from .bundle import write_bundle
+
     return write_bundle(bundle, spool_dir)  # temp file + rename: a crash never leaves half a bundle
 
 
@@ -293,6 +300,8 @@ def upload_bundles(
     `token` defaults to $REGRESS_TOKEN, `spool_dir` to $REGRESS_SPOOL_DIR or ./.regress/spool.
     Raises ValueError without a token; never raises for an unreachable service (it spools).
     """
+    from .bundle import BundleError, read_bundle
+
     spool = Path(spool_dir) if spool_dir is not None else default_spool_dir()
     client = client or UploadClient(url, token, policy=policy)
     report = UploadReport()

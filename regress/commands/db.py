@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..store.db import current_revision, downgrade, head_revision, make_engine, upgrade
-
 _db = click.option(
     "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
 )
@@ -21,6 +19,8 @@ def db() -> None:
 @click.option("--revision", default="head", show_default=True)
 def upgrade_cmd(db_url: str | None, revision: str) -> None:
     """Create or migrate the schema."""
+    from ..store.db import current_revision, make_engine, upgrade
+
     engine = make_engine(db_url)
     upgrade(engine, revision)
     click.echo(f"schema at {current_revision(engine)}")
@@ -32,6 +32,8 @@ def upgrade_cmd(db_url: str | None, revision: str) -> None:
 @click.pass_context
 def current_cmd(ctx: click.Context, db_url: str | None, check_heads: bool) -> None:
     """Print the schema revision of the database and of the code."""
+    from ..store.db import current_revision, head_revision, make_engine
+
     engine = make_engine(db_url)
     cur, head = current_revision(engine), head_revision(engine)
     click.echo(f"database {cur or 'empty'}; code head {head}")
@@ -44,6 +46,8 @@ def current_cmd(ctx: click.Context, db_url: str | None, check_heads: bool) -> No
 @click.argument("revision")
 def downgrade_cmd(db_url: str | None, revision: str) -> None:
     """Migrate the schema down to REVISION ('base' empties it)."""
+    from ..store.db import current_revision, downgrade, make_engine
+
     engine = make_engine(db_url)
     downgrade(engine, revision)
     click.echo(f"schema at {current_revision(engine) or 'empty'}")

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..detect import ChangePointConfig, detect_change_points
+from ..detect.config import ChangePointConfig
 from ..errors import UserError
 
 _SPLIT = re.compile(r"[;\s]+")
@@ -121,6 +121,8 @@ def detect_cmd(
         cfg = replace(cfg, alpha=alpha)
     if min_change is not None:
         cfg = replace(cfg, min_relative_change=min_change)
+    from ..detect.changepoint import detect_change_points
+
     found = detect_change_points(values, samples=samples, config=cfg)
     out: list[dict[str, Any]] = []
     for cp in found:

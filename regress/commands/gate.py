@@ -8,9 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..detect.verdict import RuleConfig
-from ..gate import GateConfig, compare, format_table, gate, summary_lines
-from ..store.repo import open_store
+from ..detect.config import MAX_MDE
 
 _db = click.option(
     "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
@@ -31,7 +29,7 @@ _db = click.option(
 @click.option(
     "--max-mde",
     type=click.FloatRange(0.001, 10.0),
-    default=RuleConfig().max_mde,
+    default=MAX_MDE,
     show_default=True,
     help="Largest per-case minimum detectable slowdown (0.15 = 15 %) a pass may have.",
 )
@@ -55,6 +53,10 @@ def gate_cmd(
     SEL is a run id (or a unique prefix) or stack:NAME, the latest finished non-drill run of the
     pinned stack NAME. Both runs must have measured the same kernel source.
     """
+    from ..detect.verdict import RuleConfig
+    from ..gate import GateConfig, format_table, gate, summary_lines
+    from ..store.repo import open_store
+
     config = GateConfig(rule=dataclasses.replace(RuleConfig(), max_mde=max_mde))
     store = open_store(db_url, must_exist=True)
     report = gate(store, baseline, candidate, config=config, report_dir=report_dir)
@@ -83,6 +85,9 @@ def compare_cmd(run_a: str, run_b: str, db_url: str | None, as_json: bool) -> No
     Marks: + slower, - faster, x fails its contract, ~ moved without both significance and size,
     ? could not compare.
     """
+    from ..gate import compare, format_table
+    from ..store.repo import open_store
+
     report = compare(open_store(db_url, must_exist=True), run_a, run_b)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))

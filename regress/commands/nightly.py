@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from ..nightly import DEFAULT_SUITES, NightlyOptions, NightlyOutcome, run_nightly
-from ..results import CaseResult
-from ..runner import DEFAULT_TIME_LIMIT_FLOOR_S, parse_inject
+from ..runner import DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_inject
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..nightly import NightlyOutcome
+    from ..results import CaseResult
 
 
 @click.command()
@@ -93,6 +95,11 @@ def nightly(
 
     Exit 0: every suite passed; 1: a suite failed; 2: could not run.
     """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..nightly import NightlyOptions, run_nightly
+
     opts = NightlyOptions(
         backend=backend,
         stack=stack_name,
@@ -135,6 +142,8 @@ def nightly(
 
 
 def print_summary(outcome: NightlyOutcome, console: Console) -> None:
+    from rich.table import Table
+
     summary = outcome.summary
     if "error" in summary:
         console.print(f"[red]run {outcome.run_id} could not run:[/] {summary['error']}")

@@ -5,12 +5,8 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from ..analysis import acknowledge, list_regressions, resolve
-from ..store import REGRESSION_STATES
-from ..store.repo import open_store
+from ..results import REGRESSION_STATES
 
 _db = click.option(
     "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
@@ -29,6 +25,12 @@ def regressions() -> None:
 @_db
 def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -> None:
     """Newest first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..analysis import list_regressions
+    from ..store.repo import open_store
+
     rows = list_regressions(open_store(db_url, must_exist=True), state=state, limit=limit)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -66,6 +68,9 @@ def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -
 @_db
 def ack_cmd(regression_id: int, note: str, db_url: str | None) -> None:
     """Acknowledge a regression: it stops alerting but stays visible."""
+    from ..analysis import acknowledge
+    from ..store.repo import open_store
+
     acknowledge(open_store(db_url, must_exist=True), regression_id, note)
     click.echo(f"regression {regression_id} acknowledged")
 
@@ -76,6 +81,9 @@ def ack_cmd(regression_id: int, note: str, db_url: str | None) -> None:
 @_db
 def resolve_cmd(regression_id: int, note: str, db_url: str | None) -> None:
     """Resolve a regression by hand (it also resolves itself when its series recovers)."""
+    from ..analysis import resolve
+    from ..store.repo import open_store
+
     resolve(open_store(db_url, must_exist=True), regression_id, note)
     click.echo(f"regression {regression_id} resolved")
 

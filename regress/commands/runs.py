@@ -8,13 +8,6 @@ import sys
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-
-from ..metrics import HEADLINE, headline_value
-from ..store import queries
-from ..store.queries import run_summary
-from ..store.repo import export_bundle, find_run, open_store, reap_stale_runs
 
 _db = click.option(
     "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
@@ -32,6 +25,10 @@ def runs() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
     """Newest runs first (a run whose process died shows as incomplete)."""
+    from ..store import queries
+    from ..store.queries import run_summary
+    from ..store.repo import open_store, reap_stale_runs
+
     store = open_store(db_url, must_exist=True)
     reap_stale_runs(store)
     with store.reader() as session:
@@ -60,6 +57,9 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
         for row in rows:
             click.echo("\t".join(row))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table()
     for col in columns:
         table.add_column(col, no_wrap=col == "id", min_width=24 if col == "id" else None)
@@ -74,6 +74,12 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The full bundle (every result and sample).")
 def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     """One run (RUN_ID or a unique prefix of it): its stack, build and every result."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..metrics import HEADLINE, headline_value
+    from ..store.repo import export_bundle, find_run, open_store
+
     store = open_store(db_url, must_exist=True)
     with store.reader() as session:
         bundle = export_bundle(session, find_run(session, run_id).id)
@@ -128,6 +134,9 @@ EXPORT_FIELDS = (
 @click.option("--output", "-o", type=click.File("w"), default="-", help="File to write (default stdout).")
 def export(db_url: str | None, fmt: str, suite: str | None, output: Any) -> None:
     """Every stored result, one line each (raw samples: `regress runs show RUN --json`)."""
+    from ..store import queries
+    from ..store.repo import open_store
+
     store = open_store(db_url, must_exist=True)
     out = output if output is not None else sys.stdout
     with store.reader() as session:  # streamed: a year of results need not fit in memory

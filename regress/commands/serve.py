@@ -10,7 +10,6 @@ from __future__ import annotations
 import click
 
 from ..errors import UserError
-from ..store.db import DatabaseError
 
 
 @click.command("serve")
@@ -28,6 +27,7 @@ def serve(host: str, port: int, db_url: str | None, max_bundle_mb: float | None)
     from werkzeug.serving import run_simple
 
     from ..server import create_app
+    from ..store.db import DatabaseError
 
     config: dict[str, object] = {"DATABASE_URL": db_url}
     if max_bundle_mb is not None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from ..errors import UserError
-from ..server.tokens import create_token, list_tokens, revoke_tokens
-from ..store.db import DatabaseError
-from ..store.repo import Store, open_store
+
+if TYPE_CHECKING:
+    from ..store.repo import Store
 
 _db_option = click.option(
     "--db", "db_url", metavar="URL", help="Database URL (default: $REGRESS_DATABASE_URL or .regress/)."
@@ -15,6 +17,9 @@ _db_option = click.option(
 
 
 def _store(db_url: str | None) -> Store:
+    from ..store.db import DatabaseError
+    from ..store.repo import open_store
+
     try:
         return open_store(db_url)
     except DatabaseError as exc:
@@ -32,6 +37,8 @@ def token_group() -> None:
 def create(runner: str, db_url: str | None) -> None:
     """Create a token for RUNNER and print it once (give it to the runner as REGRESS_TOKEN)."""
     try:
+        from ..server.tokens import create_token
+
         info, token = create_token(_store(db_url), runner)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
@@ -53,6 +60,8 @@ def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url:
     """
     if (token_id is None) == (runner is None):
         raise UserError("give exactly one of --id N or --runner NAME (see `regress token list`)")
+    from ..server.tokens import revoke_tokens
+
     revoked = revoke_tokens(_store(db_url), token_id=token_id, runner=runner)
     if not revoked:
         which = f"id {token_id}" if token_id is not None else f"runner {runner!r}"
@@ -66,6 +75,8 @@ def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url:
 @_db_option
 def list_(db_url: str | None) -> None:
     """List tokens: id, runner, created, last used, revoked. Never the token itself."""
+    from ..server.tokens import list_tokens
+
     rows = list_tokens(_store(db_url))
     click.echo(f"{'id':>4}  {'runner':<24} {'created':<19}  {'last used':<19}  revoked")
     for t in rows:

@@ -7,9 +7,35 @@
 The DB side lives in regress/analysis.py and regress/gate/.
 """
 
-from .changepoint import ChangePoint, ChangePointConfig, detect_change_points
-from .pairwise import PairwiseConfig, PairwiseResult, compare_samples, historical_noise
-from .power import Power, minimum_detectable_effect
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .changepoint import ChangePoint, detect_change_points
+    from .config import ChangePointConfig
+    from .pairwise import PairwiseConfig, PairwiseResult, compare_samples, historical_noise
+    from .power import Power, minimum_detectable_effect
+
+# Loaded on first use (PEP 562): `regress detect` needs only changepoint (numpy), and scipy.stats,
+# which pairwise and power use, costs about a second of start-up (issue 11).
+_WHERE = {
+    "ChangePoint": "changepoint",
+    "ChangePointConfig": "config",
+    "detect_change_points": "changepoint",
+    "PairwiseConfig": "pairwise",
+    "PairwiseResult": "pairwise",
+    "compare_samples": "pairwise",
+    "historical_noise": "pairwise",
+    "Power": "power",
+    "minimum_detectable_effect": "power",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ChangePoint",

@@ -36,54 +36,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import special, stats
+
+from .config import ChangePointConfig
 
 Direction = Literal["slower", "faster"]
-
-
-@dataclass(frozen=True)
-class ChangePointConfig:
-    """Thresholds of `detect_change_points` (defaults measured in docs/detection.md).
-
-    Attributes
-    ----------
-    alpha : float
-        Family-wise false-alarm probability per tested segment (Bonferroni over candidate splits).
-    min_relative_change : float
-        Relative step size below which no change point is reported (0.01 = 1 %).
-    min_segment : int
-        Fewest nights on either side of a change point. 2 means a step is confirmed by its second
-        night; a one-night excursion can never form a segment.
-    outlier_k : float
-        Values beyond their 3-point running median ± outlier_k·sigma are clipped to that band.
-    sample_alpha : float
-        With raw samples, the Mann–Whitney U p-value (two-sided) the nights around a split must reach.
-    sample_window : int
-        Nights on each side of a split whose raw samples are pooled for that test.
-    higher_is_worse : bool
-        True for times: an upward step is "slower".
-    max_change_points : int
-        Safety bound on the recursion.
-    max_transient : int
-        An excursion of at most this many nights that returns to its old level is dropped (both of
-        its change points): a disturbed weekend is not two regressions.
-    sample_location : {"values", "iqm"}
-        With raw samples, what the segmentation runs on: "values" (default) the values as given;
-        "iqm" each night's interquartile mean of its samples (nights with fewer than 4 samples
-        keep their value). Measured in docs/detection.md: "iqm" finds more 5–10 % steps on bimodal
-        nights but fewer 1–3 % ones, so it is not the default.
-    """
-
-    alpha: float = 0.001
-    min_relative_change: float = 0.01
-    min_segment: int = 2
-    outlier_k: float = 2.0
-    sample_alpha: float = 0.001
-    sample_window: int = 3
-    higher_is_worse: bool = True
-    max_change_points: int = 64
-    max_transient: int = 3
-    sample_location: Literal["values", "iqm"] = "values"
 
 
 @dataclass(frozen=True)
@@ -167,7 +123,7 @@ def _best_split(csum: np.ndarray, a: int, b: int, m: int, sigma: float) -> tuple
 
 def _corrected_p(z: float, candidates: int) -> float:
     # Two-sided normal tail times the number of splits that were scanned (Bonferroni).
-    return min(1.0, float(special.erfc(z / math.sqrt(2.0))) * max(candidates, 1))
+    return min(1.0, math.erfc(z / math.sqrt(2.0)) * max(candidates, 1))
 
 
 class _Series:
@@ -211,6 +167,9 @@ class _Series:
             if left and right:
                 lv, rv = np.concatenate(left), np.concatenate(right)
                 if lv.size >= 3 and rv.size >= 3 and not (np.all(lv == lv[0]) and np.all(rv == lv[0])):
+                    # scipy.stats only here (raw samples given): importing it costs ~1 s of CLI start.
+                    from scipy import stats
+
                     sp = stats.mannwhitneyu(lv, rv, alternative="two-sided", method="asymptotic").pvalue
                     if sp >= cfg.sample_alpha:
                         return False

@@ -31,6 +31,7 @@ import numpy as np
 from scipy import stats
 
 from ..metrics import geomean
+from .config import MAX_MDE, MAX_STACK_MDE
 from .pairwise import PairwiseConfig, compare_samples, historical_noise
 from .power import MIN_PAIR_CASES, minimum_detectable_effect, pair_noise, quantile_se
 
@@ -57,8 +58,8 @@ class RuleConfig:
 
     pairwise: PairwiseConfig = field(default_factory=lambda: PairwiseConfig(min_effect=0.05, noise_k=6.0))
     power: float = 0.8
-    max_mde: float = 0.15
-    max_stack_mde: float = 0.10
+    max_mde: float = MAX_MDE
+    max_stack_mde: float = MAX_STACK_MDE
     aggregate_min_effect: float = 0.03
     aggregate_alpha: float = 0.001
     aggregate_min_cases: int = 10

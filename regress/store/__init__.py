@@ -8,11 +8,12 @@ Entity diagram:
 The schema is created and changed only by the Alembic migrations in migrations/.
 """
 
+from ..results import REGRESSION_STATES
 from .base import Base, new_run_id, utcnow
 from .build import Build
 from .case import Case
 from .gate import GateDecision
-from .regression import REGRESSION_STATES, Regression
+from .regression import Regression
 from .result import Result, Sample
 from .run import RUN_STATES, Run
 from .stack import Stack

@@ -10,8 +10,6 @@ from sqlalchemy.orm import Mapped
 
 from .base import Base, NotNull, Nullable, utcnow
 
-REGRESSION_STATES = ("open", "acknowledged", "resolved")
-
 
 class Regression(Base):
     __tablename__ = "regressions"

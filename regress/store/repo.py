@@ -16,7 +16,6 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION, normalised, parse_timestamp, validate_bundle
 from ..errors import UserError
 from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
@@ -266,6 +265,10 @@ def find_run(session: Session, id_or_prefix: str) -> Run:
 
 def export_bundle(session: Session, run_id: str) -> dict[str, Any]:
     """The run as a schema-versioned bundle (the same document a runner uploads)."""
+    # regress.bundle (and jsonschema with it) is imported where a bundle is made or read, not when
+    # a command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
+    from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION
+
     run = session.get(Run, run_id)
     if run is None:
         raise KeyError(f"run {run_id} does not exist")
@@ -338,6 +341,8 @@ def export_bundle(session: Session, run_id: str) -> dict[str, Any]:
 
 
 def _parse_time(value: Any) -> datetime | None:
+    from ..bundle import parse_timestamp
+
     return parse_timestamp(str(value)) if value else None
 
 
@@ -359,6 +364,8 @@ def import_bundle(
     from .ingest import add_results, prepare_results
 
     if not validated:
+        from ..bundle import validate_bundle
+
         validate_bundle(bundle)
     run_doc = bundle["run"]
     existing = session.get(Run, run_doc["id"])
@@ -419,6 +426,8 @@ def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
 
     Numbers compare as floats (a resent 3 is the stored 3.0); call only on a validated bundle.
     """
+    from ..bundle import normalised
+
     run = bundle["run"]
     results = sorted(
         (
