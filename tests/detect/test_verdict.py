@@ -163,3 +163,41 @@ def test_a_stack_wide_shift_is_judged_once_not_per_case() -> None:
     assert common is not None and 1.08 < common < 1.10
     assert [r.status for r in rows[:12]] == ["same"] * 12
     assert rows[-1].status == "regression"
+
+
+def _with_control(cases: list[CaseInput], ratio: float) -> list[CaseInput]:
+    return [CaseInput(c.key, c.baseline, c.candidate, c.history, ("sdpa", ratio), name=c.name) for c in cases]
+
+
+@pytest.mark.parametrize("control", [0.025, 40.0], ids=["control-40x-faster", "control-40x-slower"])
+def test_a_wild_control_cannot_invent_a_systematic_shift(control: float) -> None:
+    """Seen on the loaded CPU: torch's SDPA (the interleaved control) ran 40x slower in one run while
+    our kernel was unchanged; dividing by it claimed a +1070 % stack-wide slowdown. A control may
+    explain a shift away, never create one."""
+    for seed in range(5):
+        v = judge(_with_control(pair(seed, loaded=False), control))
+        assert v.aggregate["verdict"] != "slower", v.reasons
+        assert v.verdict == "pass", v.reasons
+
+
+def test_a_control_that_moved_with_us_explains_the_shift_away() -> None:
+    v = judge(_with_control(pair(3, loaded=False, slowdown=0.08), 1.08))
+    assert v.aggregate["verdict"] != "slower" and abs(v.aggregate["shift_removed"] - 1.08) < 0.02
+
+
+def test_a_stack_wide_slowdown_with_no_single_case_flagged_is_a_regression() -> None:
+    """Every case 8 % slower on a calm stack, but each case has only 5 rounds, so no single rank
+    test can reach significance: the geomean test over 18 cases carries the verdict, and that must
+    be exit 1, not undecided."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for i in range(N_CASES):
+        level = 0.1 * (1 + i)
+        b = _run(rng, level, loaded=False, n=5)
+        c = _run(rng, level * 1.08, loaded=False, n=5)
+        hist = [level * float(np.exp(0.005 * rng.standard_normal())) for _ in range(9)] + [min(b)]
+        cases.append(CaseInput(f"k{i}", b, c, hist, name=f"perf/case{i}"))
+    v = judge(cases)
+    assert v.aggregate["verdict"] == "slower", v.aggregate
+    assert not [c for c in v.cases if c.status == "regression"]  # no case alone is significant
+    assert v.verdict == "regression", v.reasons
