@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session
 
 from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
-from ..stack import pin_name_for_digest
 from .case import Case
 from .result import Result, Sample
 
@@ -231,16 +230,9 @@ def _copy_postgresql(
 def ensure_dimensions(session: Session, bundle: dict[str, Any]) -> None:
     """The shared rows a validated bundle refers to (stack, build, cases), for a transaction of their
     own before the run's: see the module docstring. Idempotent."""
-    from .repo import get_or_create_stack, record_build
+    from .repo import bundle_stack, record_build
 
-    st = bundle["stack"]
-    stack = get_or_create_stack(
-        session,
-        digest=st["digest"],
-        keys=st["keys"],
-        schema_version=st["schema_version"],
-        name=pin_name_for_digest(st["digest"]),
-    )
+    stack = bundle_stack(session, bundle)
     if bundle.get("build"):
         record_build(session, stack, bundle["build"])
     ensure_cases(session, (CaseResult.from_dict(r).case for r in bundle["results"]))

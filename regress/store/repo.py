@@ -96,6 +96,18 @@ def get_or_create_case(session: Session, spec: CaseSpec) -> Case:
     return _get_or_create(session, Case, {"key": values.pop("key")}, **values)
 
 
+def bundle_stack(session: Session, bundle: dict[str, Any]) -> Stack:
+    """The stack row of a validated bundle; its name comes from the pins, not from the uploader."""
+    st = bundle["stack"]
+    return get_or_create_stack(
+        session,
+        digest=st["digest"],
+        keys=st["keys"],
+        schema_version=st["schema_version"],
+        name=pin_name_for_digest(st["digest"]),
+    )
+
+
 def record_build(session: Session, stack: Stack, build: dict[str, Any]) -> Build:
     """`build` is BuildArtifact-shaped: backend, source_hash, git_commit, compiler, ... as a dict."""
     row: Build = _get_or_create(
@@ -377,14 +389,7 @@ def import_bundle(
     # The JSON encoding of every result before the first write: SQLite's lock is then held only
     # for the inserts themselves.
     prepared = None if row_by_row else prepare_results(results)
-    st = bundle["stack"]
-    stack = get_or_create_stack(
-        session,
-        digest=st["digest"],
-        keys=st["keys"],
-        schema_version=st["schema_version"],
-        name=pin_name_for_digest(st["digest"]),
-    )
+    stack = bundle_stack(session, bundle)
     build_id = record_build(session, stack, bundle["build"]).id if bundle.get("build") else None
     session.add(
         Run(

@@ -180,9 +180,15 @@ def test_a_wild_control_cannot_invent_a_systematic_shift(control: float) -> None
         assert v.verdict == "pass", v.reasons
 
 
-def test_a_control_that_moved_with_us_explains_the_shift_away() -> None:
-    v = judge(_with_control(pair(3, loaded=False, slowdown=0.08), 1.08))
-    assert v.aggregate["verdict"] != "slower" and abs(v.aggregate["shift_removed"] - 1.08) < 0.02
+def test_a_control_that_moved_with_us_makes_the_pair_undecided_never_a_pass() -> None:
+    """Seen in CI on the loaded VM: a 30 % drill whose interleaved SDPA control ran 52 % slower in
+    the same rounds was divided down to +3 % and passed. The control may stop a regression verdict
+    (the machine may be to blame), but what it explains away must not become a pass."""
+    for slowdown in (0.08, 0.30):
+        v = judge(_with_control(pair(3, loaded=False, slowdown=slowdown), 1.0 + slowdown * 1.5))
+        assert v.aggregate["verdict"] != "slower" and v.aggregate["explained_by_control"]
+        assert v.verdict == "undecided", v.reasons
+        assert any("interleaved control" in r for r in v.reasons)
 
 
 def test_a_stack_wide_slowdown_with_no_single_case_flagged_is_a_regression() -> None:
