@@ -74,6 +74,58 @@ def _bhsd_shape(t: torch.Tensor, layout: Layout) -> tuple[int, int, int, int]:
     return (b, y, x, d) if layout == "bshd" else (b, x, y, d)
 
 
+def _check_tensor(name: str, t: torch.Tensor, device_type: str, backend: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{name} has dtype {str(t.dtype).removeprefix('torch.')}, the kernel takes bfloat16")
+    if t.dim() != 4:
+        raise ValueError(f"{name} must be 4-D ([B,S,H,D] or [B,H,S,D]), got shape {tuple(t.shape)}")
+    if t.device.type != device_type:
+        raise ValueError(f"{name} is on {t.device}, the {backend} kernel takes {device_type} tensors")
+
+
+def check_call(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    layout: str,
+    rounding: str,
+    scale: float | None,
+    out: torch.Tensor | None,
+    device_type: str,
+    backend: str,
+) -> tuple[tuple[int, int, int, int, int], torch.Tensor]:
+    """The checks every backend's `forward` makes on the Python side before touching memory (the
+    library's own C-ABI checks come after): ((B, H, Sq, Sk, D), the output tensor, made if None)."""
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
+    if rounding not in ROUNDING_CODE:
+        raise ValueError(f"rounding {rounding!r} is not one of {', '.join(ROUNDING_CODE)}")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be positive and finite, got {scale}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, device_type, backend)
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v are on different devices: {q.device}, {k.device}, {v.device}")
+    b, h, sq, d = _bhsd_shape(q, layout)  # type: ignore[arg-type]
+    kb, kh, sk, kd = _bhsd_shape(k, layout)  # type: ignore[arg-type]
+    if _bhsd_shape(v, layout) != (kb, kh, sk, kd):  # type: ignore[arg-type]
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
+    if (kb, kh, kd) != (b, h, d):
+        raise ValueError(
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree in batch, heads or head_dim ({layout})"
+        )
+    if out is None:
+        out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    else:
+        _check_tensor("out", out, device_type, backend)
+        if out.shape != q.shape or out.device != q.device:
+            raise ValueError(f"out {tuple(out.shape)} on {out.device} must match q {tuple(q.shape)}")
+    return (b, h, sq, sk, d), out
+
+
 class KernelLibrary:
     """One loaded kernel library (`libregress_attn_<backend>.so`)."""
 
@@ -100,20 +152,6 @@ class KernelLibrary:
         """The ctypes handle, for test hooks such as the CPU backend's ra_cpu_round_f32."""
         return self._lib
 
-    def _check(self, name: str, t: torch.Tensor) -> None:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.bfloat16:
-            raise TypeError(
-                f"{name} has dtype {str(t.dtype).removeprefix('torch.')}, the kernel takes bfloat16"
-            )
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D ([B,S,H,D] or [B,H,S,D]), got shape {tuple(t.shape)}")
-        if t.device.type != self.device_type:
-            raise ValueError(
-                f"{name} is on {t.device}, the {self.backend} kernel takes {self.device_type} tensors"
-            )
-
     def forward(
         self,
         q: torch.Tensor,
@@ -131,30 +169,17 @@ class KernelLibrary:
         q is [B,Sq,H,D] (bshd) or [B,H,Sq,D] (bhsd), k and v likewise with Sk; any strides whose last
         dim is contiguous. Raises KernelError (with the kernel's message) when the kernel refuses.
         """
-        if layout not in ("bshd", "bhsd"):
-            raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
-        if rounding not in ROUNDING_CODE:
-            raise ValueError(f"rounding {rounding!r} is not one of {', '.join(ROUNDING_CODE)}")
-        if scale is not None and not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be positive and finite, got {scale}")
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            self._check(name, t)
-        if not (q.device == k.device == v.device):
-            raise ValueError(f"q, k, v are on different devices: {q.device}, {k.device}, {v.device}")
-        b, h, sq, d = _bhsd_shape(q, layout)
-        kb, kh, sk, kd = _bhsd_shape(k, layout)
-        if _bhsd_shape(v, layout) != (kb, kh, sk, kd):
-            raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
-        if (kb, kh, kd) != (b, h, d):
-            raise ValueError(
-                f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree in batch, heads or head_dim ({layout})"
-            )
-        if out is None:
-            out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
-        else:
-            self._check("out", out)
-            if out.shape != q.shape or out.device != q.device:
-                raise ValueError(f"out {tuple(out.shape)} on {out.device} must match q {tuple(q.shape)}")
+        (b, h, sq, sk, d), out = check_call(
+            q,
+            k,
+            v,
+            layout=layout,
+            rounding=rounding,
+            scale=scale,
+            out=out,
+            device_type=self.device_type,
+            backend=self.backend,
+        )
 
         p = _Params()
         p.abi_version = RA_ABI_VERSION

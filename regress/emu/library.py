@@ -10,7 +10,6 @@ own memory. The device code is the code object's, unchanged.
 from __future__ import annotations
 
 import json
-import math
 import struct
 import threading
 from pathlib import Path
@@ -77,31 +76,20 @@ class EmuLibrary:
         out: torch.Tensor | None = None,
         stream: int | None = None,
     ) -> torch.Tensor:
-        from regress.kernel import KernelError, _bhsd_shape, _bhsd_strides
+        from regress.kernel import KernelError, _bhsd_strides, check_call
 
-        if layout not in ("bshd", "bhsd"):
-            raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
-        if rounding not in ROUNDING_CODE:
-            raise ValueError(f"rounding {rounding!r} is not one of {', '.join(ROUNDING_CODE)}")
-        if scale is not None and not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be positive and finite, got {scale}")
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or t.dim() != 4:
-                raise TypeError(f"{name} must be a 4-D bfloat16 torch.Tensor")
-            if t.device.type != "cpu":
-                raise ValueError(f"{name} is on {t.device}; the emulator takes CPU tensors")
-        b, h, sq, d = _bhsd_shape(q, layout)
-        kb, kh, sk, kd = _bhsd_shape(k, layout)
-        if _bhsd_shape(v, layout) != (kb, kh, sk, kd) or (kb, kh, kd) != (b, h, d):
-            raise ValueError(
-                f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit ({layout})"
-            )
-        if out is None:
-            out = torch.empty(q.shape, dtype=torch.bfloat16)
-        elif out.shape != q.shape or out.dtype != torch.bfloat16 or out.device.type != "cpu":
-            raise ValueError(
-                f"out {tuple(out.shape)} must be a CPU bfloat16 tensor shaped like q {tuple(q.shape)}"
-            )
+        # The same Python-side checks as every backend (regress.kernel.check_call), CPU tensors.
+        (b, h, sq, sk, d), out = check_call(
+            q,
+            k,
+            v,
+            layout=layout,
+            rounding=rounding,
+            scale=scale,
+            out=out,
+            device_type=self.device_type,
+            backend=self.backend,
+        )
         if d != HEAD_DIM:
             raise KernelError(f"hip-emu kernel refused the call: head_dim {d} is not supported (only 128)", 3)
         tensors = {"q": q, "k": k, "v": v, "o": out}
