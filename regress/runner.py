@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .build import BACKENDS
 from .errors import UserError
 from .phases import PhaseRecorder, recording
 from .results import CaseResult, CaseSpec
@@ -44,12 +45,16 @@ class CaseOptions:
     iterations: int | None = None
 
 
+# What --backend accepts: "auto" (resolve_backend picks) or a backend the build knows.
+BACKEND_CHOICES: tuple[str, ...] = ("auto", *BACKENDS)
+
+
 def resolve_backend(name: str) -> str:
     """auto → hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu."""
-    if name in ("cpu", "cuda", "hip", "hip-emu"):
+    if name in BACKENDS:
         return name
     if name != "auto":
-        raise UserError(f"unknown backend {name!r}; expected auto, cpu, cuda, hip or hip-emu")
+        raise UserError(f"unknown backend {name!r}; expected one of {', '.join(BACKEND_CHOICES)}")
     try:
         import torch
 

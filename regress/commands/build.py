@@ -9,7 +9,7 @@ import click
 
 from ..build import BuildError, build_kernel
 from ..errors import UserError
-from ..runner import parse_inject, resolve_backend
+from ..runner import BACKEND_CHOICES, parse_inject, resolve_backend
 from ..stack import load_pin
 
 
@@ -18,7 +18,7 @@ from ..stack import load_pin
     "--backend",
     default="auto",
     show_default=True,
-    type=click.Choice(["auto", "cpu", "cuda", "hip", "hip-emu"]),
+    type=click.Choice(BACKEND_CHOICES),
 )
 @click.option("--stack", "stack_name", help="Pinned stack whose build flags to use.")
 @click.option(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..runner import DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_inject
+from ..runner import BACKEND_CHOICES, DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_inject
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     "--backend",
     default="auto",
     show_default=True,
-    type=click.Choice(["auto", "cpu", "cuda", "hip", "hip-emu"]),
+    type=click.Choice(BACKEND_CHOICES),
     help="auto: hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu. hip-emu: the gfx942 code object "
     "on the CPU emulator (ulp and determinism only).",
 )

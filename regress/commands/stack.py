@@ -8,14 +8,14 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_OK, EXIT_UNDECIDED
-from ..runner import resolve_backend
+from ..runner import BACKEND_CHOICES, resolve_backend
 from ..stack import HASHED_KEYS, check_pin, format_drift, live_fingerprint, load_pin, write_pin
 
 _backend = click.option(
     "--backend",
     default="auto",
     show_default=True,
-    type=click.Choice(["auto", "cpu", "cuda", "hip", "hip-emu"]),
+    type=click.Choice(BACKEND_CHOICES),
 )
 _stacks_dir = click.option(
     "--stacks-dir",

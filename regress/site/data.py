@@ -121,14 +121,16 @@ def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"(not an object)": value}
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    return float(value) if _is_number(value) else math.nan
 
 
 def _numbers(value: Any) -> list[float]:
-    if not isinstance(value, list):
-        return []
-    return [float(v) for v in value if isinstance(v, int | float) and not isinstance(v, bool)]
+    return [float(v) for v in value if _is_number(v)] if isinstance(value, list) else []
 
 
 def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], dict[int, CaseRow]]:

@@ -37,9 +37,6 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         if (ROOT / rel).is_file():  # a file deleted in the work tree is not shipped
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, src / rel)
-    for rel in ("regress/resources.py", "setup.py", "MANIFEST.in"):  # new files before their first commit
-        if not (src / rel).exists():
-            shutil.copy2(ROOT / rel, src / rel)
     wheels = base / "dist"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "REGRESS_DATABASE_URL")}
     built = _sh(
