@@ -61,7 +61,7 @@ namespace ra_cuda {
 // ---------------------------------------------------------------------------------------------
 // kernels: thin compositions of the parts
 
-template <int kRound, Layout L, bool kPP>
+template <int kRound, Layout L, bool kPP, bool kNQK>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint8_t smem_raw[];
@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
     tma_prefetch_desc(&p.tma_q);
     tma_prefetch_desc(&p.tma_k);
     tma_prefetch_desc(&p.tma_v);
+    tma_prefetch_desc(&p.tma_o);
   }
   __syncthreads();
   if (wg == 0) {
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
     if (threadIdx.x == 0) sm90::produce(p, sm);
   } else {
     setmaxnreg_inc<232>();
-    sm90::consume<kRound, L, kPP>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+    sm90::consume<kRound, L, kPP, kNQK>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
   }
 #endif
 }
@@ -100,20 +101,34 @@ namespace {
  * v2 (rotated order) did not confirm it. */
 constexpr int64_t kPingPongMaxKeys = 2048;
 
-/* The one switch: runtime (rounding, layout, schedule) -> compile-time constants. */
-template <class F>
-void dispatch(int rounding, Layout layout, bool pingpong, F&& f) {
-  auto with_pp = [&](auto round_c, auto layout_c) {
-    if (RA_CUDA_PINGPONG == 1 || (RA_CUDA_PINGPONG == -1 && pingpong))
-      f(round_c, layout_c, std::integral_constant<bool, RA_CUDA_PINGPONG != 0>{});
+/* The one switch: runtime (rounding, layout, schedule) -> compile-time constants. A schedule
+ * option fixed at build time (0 or 1) instantiates one kernel; -1 instantiates both and picks by
+ * shape. */
+template <int kOption, class G>
+void with_option(bool by_shape, G&& g) {
+  if constexpr (kOption == -1) {
+    if (by_shape)
+      g(std::true_type{});
     else
-      f(round_c, layout_c, std::integral_constant<bool, RA_CUDA_PINGPONG == 1>{});
+      g(std::false_type{});
+  } else {
+    (void)by_shape;
+    g(std::integral_constant<bool, kOption == 1>{});
+  }
+}
+
+template <class F>
+void dispatch(int rounding, Layout layout, bool pingpong, bool next_qk, F&& f) {
+  auto with_schedule = [&](auto round_c, auto layout_c) {
+    with_option<RA_CUDA_PINGPONG>(pingpong, [&](auto pp_c) {
+      with_option<RA_CUDA_NEXT_QK>(next_qk, [&](auto nqk_c) { f(round_c, layout_c, pp_c, nqk_c); });
+    });
   };
   auto with_layout = [&](auto round_c) {
     if (layout == Layout::kBHSD)
-      with_pp(round_c, std::integral_constant<Layout, Layout::kBHSD>{});
+      with_schedule(round_c, std::integral_constant<Layout, Layout::kBHSD>{});
     else
-      with_pp(round_c, std::integral_constant<Layout, Layout::kStrided>{});
+      with_schedule(round_c, std::integral_constant<Layout, Layout::kStrided>{});
   };
   switch (rounding) {
     case RA_RTNA: with_layout(std::integral_constant<int, 1>{}); break;
@@ -126,7 +141,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int major = 0;
   int minor = 0;
-  unsigned attr_done = 0; /* bit per kernel instantiation: smem attribute set on this device */
+  uint64_t attr_done = 0; /* bit per kernel instantiation: smem attribute set on this device */
 };
 constexpr int kMaxDevices = 64;
 DeviceInfo g_devices[kMaxDevices];
@@ -146,9 +161,10 @@ PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn() {
   return fn;
 }
 
-/* (d, seq, head, batch) -> 64 x 128 x 1 x 1 boxes, 128-byte swizzle, zero fill out of range. */
+/* (d, seq, head, batch) -> 64 x box_rows x 1 x 1 boxes, 128-byte swizzle, zero fill out of range
+ * (loads) or nothing written out of range (stores). */
 bool encode_tma(CUtensorMap* map, const uint16_t* base, const int64_t stride[4], int64_t seqlen, int64_t heads,
-                int64_t batch) {
+                int64_t batch, cuuint32_t box_rows) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = get_encode_fn();
   if (!encode) return false;
   cuuint64_t dims[4] = {(cuuint64_t)RA_HEAD_DIM, (cuuint64_t)seqlen, (cuuint64_t)heads, (cuuint64_t)batch};
@@ -157,7 +173,7 @@ bool encode_tma(CUtensorMap* map, const uint16_t* base, const int64_t stride[4],
   const int64_t es[3] = {stride[2], stride[1], stride[0]};
   cuuint64_t strides[3];
   for (int i = 0; i < 3; ++i) strides[i] = (cuuint64_t)((sizes[i] == 1 ? (int64_t)RA_HEAD_DIM : es[i]) * 2);
-  cuuint32_t box[4] = {64, 128, 1, 1};
+  cuuint32_t box[4] = {64, box_rows, 1, 1};
   cuuint32_t estr[4] = {1, 1, 1, 1};
   CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<uint16_t*>(base), dims, strides, box, estr,
                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -170,7 +186,7 @@ ra_status device_error(cudaError_t e, const char* what, char* err, size_t err_le
 }
 
 template <class Kernel>
-cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_t bytes) {
+cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, uint64_t bit, size_t bytes) {
   if (dev.attr_done & bit) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
   if (e == cudaSuccess) dev.attr_done |= bit;
@@ -181,17 +197,21 @@ cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_
 ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, DeviceInfo& dev, cudaStream_t stream,
                  char* err, size_t err_len) {
   cudaError_t e = cudaSuccess;
-  dispatch(rounding, layout, p.seqlen_k <= kPingPongMaxKeys, [&](auto round_c, auto layout_c, auto pp_c) {
+  const bool pp = p.seqlen_k <= kPingPongMaxKeys;
+  const bool nqk = p.seqlen_k <= sm90::kNextQKMaxKeys;
+  dispatch(rounding, layout, pp, nqk, [&](auto round_c, auto layout_c, auto pp_c, auto nqk_c) {
     constexpr int R = decltype(round_c)::value;
     constexpr Layout L = decltype(layout_c)::value;
     constexpr bool PP = decltype(pp_c)::value;
+    constexpr bool NQK = decltype(nqk_c)::value;
+    /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, then 6 mma.sync */
     const unsigned inst = (unsigned)(R * 2 + (L == Layout::kBHSD ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
       p.num_n_blocks = (p.seqlen_k + sm90::kBlockN - 1) / sm90::kBlockN;
       p.num_tiles = p.num_m_blocks * p.batch * p.heads;
-      auto kernel = attn_fwd_sm90<R, L, PP>;
-      e = ensure_smem_attr(kernel, dev, 1u << (inst + (PP ? 16 : 0)), sm90::kSmemBytes);
+      auto kernel = attn_fwd_sm90<R, L, PP, NQK>;
+      e = ensure_smem_attr(kernel, dev, uint64_t{1} << (inst + (PP ? 6 : 0) + (NQK ? 12 : 0)), sm90::kSmemBytes);
       if (e != cudaSuccess) return;
       const int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
       kernel<<<grid, sm90::kThreads, sm90::kSmemBytes, stream>>>(p);
@@ -200,7 +220,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, Device
       p.num_n_blocks = (p.seqlen_k + sm80::kBlockN - 1) / sm80::kBlockN;
       p.num_tiles = p.num_m_blocks * p.batch * p.heads;
       auto kernel = attn_fwd_mma_sync<R, L>;
-      e = ensure_smem_attr(kernel, dev, 1u << (8 + inst), sm80::kSmemBytes);
+      e = ensure_smem_attr(kernel, dev, uint64_t{1} << (24 + inst), sm80::kSmemBytes);
       if (e != cudaSuccess) return;
       dim3 grid((unsigned)p.num_m_blocks, (unsigned)(p.batch * p.heads));
       kernel<<<grid, sm80::kThreads, sm80::kSmemBytes, stream>>>(p);
@@ -228,7 +248,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"smem_epilogue\":" RA_XSTR(RA_CUDA_SMEM_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {
@@ -279,9 +299,10 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
 
   bool use_tma = !RA_CUDA_FORCE_MMA_SYNC;
   if (use_tma)
-    use_tma = encode_tma(&p.tma_q, P->q, P->q_stride, P->seqlen_q, P->heads, P->batch) &&
-              encode_tma(&p.tma_k, P->k, P->k_stride, P->seqlen_k, P->heads, P->batch) &&
-              encode_tma(&p.tma_v, P->v, P->v_stride, P->seqlen_k, P->heads, P->batch);
+    use_tma = encode_tma(&p.tma_q, P->q, P->q_stride, P->seqlen_q, P->heads, P->batch, sm90::kBlockM) &&
+              encode_tma(&p.tma_k, P->k, P->k_stride, P->seqlen_k, P->heads, P->batch, sm90::kBlockN) &&
+              encode_tma(&p.tma_v, P->v, P->v_stride, P->seqlen_k, P->heads, P->batch, sm90::kBlockN) &&
+              encode_tma(&p.tma_o, P->o, P->o_stride, P->seqlen_q, P->heads, P->batch, 16);
 
   cudaStream_t stream = static_cast<cudaStream_t>(P->stream);
   (void)cudaGetLastError(); /* an earlier, unrelated error must not be reported as ours */

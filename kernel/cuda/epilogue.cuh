@@ -1,20 +1,26 @@
 /*
  * epilogue.cuh — O = acc / l, rounded to bf16 by the compile-time mode, fire-drill faults applied
- * (inject.h), stored straight from registers (4 bytes per thread per 8-column tile; rows past
- * seqlen_q are skipped, so nothing is written out of range).
+ * (inject.h), then stored. Three ways (RA_CUDA_EPILOGUE), rows past seqlen_q never written:
+ *   2 (default): stmatrix into the warp's 4 KB of shared memory in TMA's 128-byte-swizzled layout,
+ *      then two TMA stores (16 rows x 64 columns each) that run while the next tile computes;
+ *   1: the same staging written with 4-byte stores, read back 16 bytes per lane, 16-byte global
+ *      stores (v2);
+ *   0: 4-byte global stores straight from the accumulator layout (v1).
  */
 #pragma once
 #include "../common/bf16.h"
 #include "../common/inject.h"
 #include "params.cuh"
+#include "ptx.cuh"
 
-#ifndef RA_CUDA_SMEM_EPILOGUE
-#define RA_CUDA_SMEM_EPILOGUE 1
+#ifndef RA_CUDA_EPILOGUE
+#define RA_CUDA_EPILOGUE 2
 #endif
 /* 1: rtne and rtz round two values with one cvt.{rn,rz}.bf16x2.f32 (the same bits as bf16.h for
  * every input, NaN giving the canonical 0x7FFF: checked against the golden model on the H200,
- * docs/perf-notes.md v3) instead of bf16.h's 3-5 integer ops per value. rtna has no such
- * instruction and keeps bf16.h. The ULP drill (RA_INJECT_ULP) always takes bf16.h's path. */
+ * docs/perf-notes.md v3) instead of bf16.h's 3-5 integer ops per value; rtna, which has no such
+ * instruction, nudges exact ties up by one fp32 bit and takes cvt.rn (v4). 0: bf16.h per value.
+ * The ULP drill (RA_INJECT_ULP) always takes bf16.h's path. */
 #ifndef RA_CUDA_CVT_ROUND
 #define RA_CUDA_CVT_ROUND 1
 #endif
@@ -36,6 +42,15 @@ __device__ __forceinline__ uint32_t round_pack(float lo, float hi) {
       asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     else
       asm("cvt.rz.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+  } else if constexpr (RA_CUDA_CVT_ROUND && RA_INJECT_ULP == 0) {
+    /* rtna(x) = rtne(x with bit 0 set when bit 15 is): an exact tie becomes just above it, and
+     * nothing else changes side (Inf and NaN have bit 15 clear or stay NaN). Checked against
+     * bf16.h for all 2^32 inputs (tests/kernel/test_numerics.py keeps a fast subset). */
+    const float a = __uint_as_float(__float_as_uint(lo) | ((__float_as_uint(lo) >> 15) & 1u));
+    const float b = __uint_as_float(__float_as_uint(hi) | ((__float_as_uint(hi) >> 15) & 1u));
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
     return r;
   } else {
     return (uint32_t)round_out<kRound>(lo) | ((uint32_t)round_out<kRound>(hi) << 16);
@@ -110,6 +125,48 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[64], const fl
     if (row_base + r < seqlen_q) *reinterpret_cast<uint4*>(obase + (int64_t)(row_base + r) * os + c * 8) = val;
   }
   __syncwarp(); /* the next tile's epilogue rewrites `so` */
+}
+
+/* Epilogue 2. `so`: the warp's 4 KB staging, 1024-byte aligned, two d-halves of 16 rows x 128 B
+ * (the TMA box of tma_o), 16-byte chunk c of row r at c ^ (r & 7): TMA's 128-byte swizzle, which
+ * also makes each 8 x 8 stmatrix conflict-free. The warp's previous stores from `so` must have read
+ * it first (bulk_wait_read); lane 0 issues and commits this tile's, and the CTA waits for all of
+ * them before it exits (store_tile_tma_drain). row_base: first of the warp's 16 rows. */
+template <int kRound>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
+                                               const CUtensorMap* tma_o, int row_base, int h, int b, int lane,
+                                               bool flip0) {
+  float inv[2];
+  row_inverses(l_part, inv);
+  if (lane == 0) bulk_wait_read<0>();
+  __syncwarp();
+  const uint32_t base = smem_u32(so);
+  const int mat = lane >> 3;                    /* the matrix whose row this lane addresses */
+  const int row = (mat & 1) * 8 + (lane & 7);   /* rows 0-7 or 8-15 of the warp's 16 */
+#pragma unroll
+  for (int i = 0; i < 16; i += 2) {
+    /* matrices: (rows 0-7, n8-tile i), (rows 8-15, i), (rows 0-7, i + 1), (rows 8-15, i + 1) */
+    uint32_t w[4];
+    w[0] = round_pack<kRound>(acc[4 * i + 0] * inv[0], acc[4 * i + 1] * inv[0]);
+    w[1] = round_pack<kRound>(acc[4 * i + 2] * inv[1], acc[4 * i + 3] * inv[1]);
+    w[2] = round_pack<kRound>(acc[4 * i + 4] * inv[0], acc[4 * i + 5] * inv[0]);
+    w[3] = round_pack<kRound>(acc[4 * i + 6] * inv[1], acc[4 * i + 7] * inv[1]);
+    if (RA_INJECT_NONDET && flip0 && i == 0 && lane == 0) w[0] ^= 1u;
+    const int j = i + (mat >> 1); /* n8-tile = 16-byte chunk j & 7 of d-half j >> 3 */
+    stmatrix_x4(base + (j >> 3) * 2048 + row * 128 + (((j & 7) ^ (row & 7)) << 4), w);
+  }
+  fence_proxy_async_smem();
+  __syncwarp();
+  if (lane == 0) {
+    tma_store_4d(tma_o, base, 0, row_base, h, b);
+    tma_store_4d(tma_o, base + 2048, 64, row_base, h, b);
+    bulk_commit();
+  }
+}
+
+/* Before the CTA exits: its shared memory must outlive the reads, and the writes must be done. */
+__device__ __forceinline__ void store_tile_tma_drain(int lane) {
+  if (lane == 0) bulk_wait<0>();
 }
 
 }  // namespace ra_cuda

@@ -4,7 +4,7 @@
  * Shared memory (one CTA per SM, 224 KB + barriers), every tile 128-byte swizzled by TMA and
  * split in two d-halves of 64 columns (a 128-byte swizzle row holds 64 bf16):
  *   q[qstage][half][128 rows x 64]      Q tile, A operand of S = Q K^T (K-major); 2 stages
- *   o[warp][16 x 128]                   output staging of the epilogue (epilogue.cuh)
+ *   o[warp][2][16 x 64]                 output staging of the epilogue, the TMA store's box (epilogue.cuh)
  *   k[stage][half][128 keys x 64]       B operand of S (K-major: keys are N, d is K)
  *   v[stage][half][128 keys x 64]       B operand of O += P V (MN-major: d is N, contiguous)
  * Barriers: q_full/q_empty[qstage], k_full/k_empty[stage], v_full/v_empty[stage]. "full" completes on
@@ -61,8 +61,8 @@ struct Smem {
   alignas(1024) uint16_t q[kQStages][2][128 * 64];
   alignas(1024) uint16_t k[kStages][2][128 * 64];
   alignas(1024) uint16_t v[kStages][2][128 * 64];
-#if RA_CUDA_SMEM_EPILOGUE
-  alignas(128) uint16_t o[kConsumerWarps][16 * 128]; /* per-warp output staging (epilogue.cuh) */
+#if RA_CUDA_EPILOGUE >= 1
+  alignas(1024) uint16_t o[kConsumerWarps][16 * 128]; /* per-warp output staging (epilogue.cuh) */
 #endif
   uint64_t q_full[kQStages], q_empty[kQStages];
   uint64_t k_full[kStages], k_empty[kStages];
@@ -118,11 +118,14 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem& sm) {
  * (the hardware applies the XOR on absolute address bits; tiles are 1024-aligned). SBO = 1024: the
  * next 8 rows. LBO is unused for swizzled K-major layouts. */
 __device__ __forceinline__ void gemm_qk(float (&s)[64], uint32_t q_addr, uint32_t k_addr) {
+  /* The address field is addr >> 4 in the low bits, so a k-step's descriptor is the tile's plus a
+   * constant (smem addresses stay below 2^18: no carry out of the field). */
+  const uint64_t dq = make_desc_sw128(q_addr, 16, 1024);
+  const uint64_t dk = make_desc_sw128(k_addr, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
-    const uint32_t off = (kk >> 2) * kHalfBytes + (kk & 3) * 32;
-    wgmma_m64n128k16_ss(s, make_desc_sw128(q_addr + off, 16, 1024), make_desc_sw128(k_addr + off, 16, 1024),
-                        kk > 0);
+    const uint32_t off = ((kk >> 2) * kHalfBytes + (kk & 3) * 32) >> 4;
+    wgmma_m64n128k16_ss(s, dq + off, dk + off, kk > 0);
   }
 }
 
@@ -132,10 +135,11 @@ __device__ __forceinline__ void gemm_qk(float (&s)[64], uint32_t q_addr, uint32_
  * zeroed by ordinary instructions (which, while the next tile's S = Q K^T is in flight, would make
  * ptxas serialise the wgmmas: C7515). */
 __device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[32], uint32_t v_addr, int accumulate) {
+  const uint64_t dv = make_desc_sw128(v_addr, kHalfBytes, 1024);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const uint32_t a[4] = {pf[4 * j + 0], pf[4 * j + 1], pf[4 * j + 2], pf[4 * j + 3]};
-    wgmma_m64n128k16_rs_tb(o, a, make_desc_sw128(v_addr + j * 2048, kHalfBytes, 1024), j > 0 || accumulate);
+    wgmma_m64n128k16_rs_tb(o, a, dv + j * (2048 >> 4), j > 0 || accumulate);
   }
 }
 
@@ -157,14 +161,16 @@ __device__ __forceinline__ void warp_release(uint64_t* bar, int lane) {
   if (lane == 0) mbar_arrive(bar);
 }
 
-/* 0 (default): the next tile's S = Q K_0^T is issued after this tile's epilogue (and waited for
- * at once). 1: it is issued beside the tile's last P.V so that it overlaps the epilogue. Measured
- * on the H200 (docs/perf-notes.md v3): no faster at the short shapes it was meant for (ncu: same
- * duration within 1 %) and 1-3 % slower at long ones, so off. */
+/* When the next tile's S = Q K_0^T is issued (the kernel's kNQK, chosen per launch by dispatch()):
+ * true: beside this tile's last P.V, so that it runs during the epilogue; false: after the epilogue,
+ * waited for at once. RA_CUDA_NEXT_QK: -1 (default) true for seqlen_k <= kNextQKMaxKeys, 0 never,
+ * 1 always. On the H200 with the TMA-store epilogue (docs/perf-notes.md v4), "always" was ahead by
+ * 2-8 % against cuDNN where a tile has one or two key blocks (77, 128, 256 keys), even at 512-1024,
+ * and 1-3 % behind at most long shapes. (v3, with the slow epilogue, it bought nothing anywhere.) */
 #ifndef RA_CUDA_NEXT_QK
-#define RA_CUDA_NEXT_QK 0
+#define RA_CUDA_NEXT_QK -1
 #endif
-constexpr bool kNextQK = RA_CUDA_NEXT_QK != 0;
+constexpr int kNextQKMaxKeys = 256;
 
 /* A warpgroup whose 64 query rows all lie past seqlen_q (decode: seqlen_q <= 64 leaves warpgroup 2
  * with no row) skips the tile's softmax, P.V products, epilogue and every Q K^T but the first
@@ -175,7 +181,7 @@ __device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg)
   return !kPP && m_block * kBlockM + wg * 64 >= p.seqlen_q;
 }
 
-template <int kRound, Layout L, bool kPP>
+template <int kRound, Layout L, bool kPP, bool kNQK>
 __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, int tid) {
   const int warp = tid >> 5;
   const int lane = tid & 31;
@@ -191,8 +197,8 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
   uint32_t pf[32];
 
   /* A tile's S = Q K_0^T is computed before the tile starts: the first tile's here, every later
-   * one's at the end of the previous tile (after its epilogue, or with RA_CUDA_NEXT_QK beside its
-   * last P.V), and waited for there. ptxas serialises every wgmma of the kernel (C7515) when an
+   * one's at the end of the previous tile (after its epilogue, or with kNQK beside its last P.V),
+   * and waited for there. ptxas serialises every wgmma of the kernel (C7515) when an
    * accumulator is in flight across the loop's back edge, or when the issue is conditional; so the
    * wait stays inside the iteration and the last tile issues a discarded S = Q K_0^T on its own,
    * already released, buffers (the producer loads nothing after a CTA's last tile). */
@@ -303,13 +309,13 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
       wgmma_fence();
       gemm_pv(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
       wgmma_commit();
-      if constexpr (kNextQK) {
+      if constexpr (kNQK) {
         /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
         if (has_next) wait_qk0(tq + 1, kv + nb);
         issue_qk0(has_next ? tq + 1 : tq, has_next ? kv + nb : kv);
       }
       turn_end<kPP>(wg);
-      if constexpr (kNextQK)
+      if constexpr (kNQK)
         wgmma_wait<1>(); /* P.V done; the next S may still run */
       else
         wgmma_wait<0>();
@@ -322,7 +328,11 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
     const int64_t os = seq_stride<L>(p.o_stride);
     const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
-#if RA_CUDA_SMEM_EPILOGUE
+#if RA_CUDA_EPILOGUE == 2
+    (void)obase;
+    (void)os;
+    store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
+#elif RA_CUDA_EPILOGUE == 1
     store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane, flip0);
 #else
     const int row1 = row0 + 8;
@@ -330,7 +340,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
     store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
 #endif
-    if constexpr (!kNextQK) {
+    if constexpr (!kNQK) {
       if (has_next) wait_qk0(tq + 1, kv);
       turn_begin<kPP>(wg);
       wgmma_fence();
@@ -340,6 +350,9 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     wgmma_wait<0>(); /* the next tile's S */
     inject_spin(tile_start);
   }
+#if RA_CUDA_EPILOGUE == 2
+  store_tile_tma_drain(lane);
+#endif
 }
 
 }  // namespace sm90

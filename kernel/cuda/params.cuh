@@ -15,10 +15,12 @@ constexpr int kHeadDim = 128;
 enum class Layout : int { kStrided = 0, kBHSD = 1 };
 
 struct FwdParams {
-  /* TMA descriptors, used only by the sm_90a path: (d, seq, head, batch) boxes of 64 x 128 x 1 x 1. */
+  /* TMA descriptors, used only by the sm_90a path: (d, seq, head, batch) boxes of 64 x 128 x 1 x 1
+   * for the loads, 64 x 16 x 1 x 1 (one warp's rows) for the output's stores. */
   CUtensorMap tma_q;
   CUtensorMap tma_k;
   CUtensorMap tma_v;
+  CUtensorMap tma_o;
   const uint16_t* q;
   const uint16_t* k;
   const uint16_t* v;
