@@ -3,7 +3,7 @@
 # each a quick perf night on the CUDA backend stored in one SQLite database, and the table: per drill
 # the measured cost per case (drill build vs the clean build timed interleaved in the same rounds)
 # against the request, and the gate's verdict against the last clean night. Needs the carried wheels
-# folder (see benchmarks/h200_nightly.sh). Each drill is its own nvcc build (about a minute), so the
+# folder (benchmarks/device_env.sh). Each drill is its own nvcc build (about a minute), so the
 # work splits over calls on the same warm machine: the database and the build cache stay in
 # regress-out/ (ignored by git, kept between calls).
 #   run(command="PHASE=clean bash benchmarks/h200_drills.sh", carry=["wheels"])
@@ -11,12 +11,10 @@
 #   run(command="PHASE=drills DRILLS='5 10' bash benchmarks/h200_drills.sh", carry=["wheels"])
 # PHASE=all (default) does everything in one call when time allows.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-OUT=${OUT:-/tmp/out}
+source benchmarks/device_env.sh
 DIR=${DB_DIR:-regress-out/h200-drills}
 DB="sqlite:///$PWD/$DIR/drills.db"
-mkdir -p "$OUT" "$DIR"
-python3 -m pip install -q --no-index --find-links wheels sqlalchemy alembic mako tomli-w 2>&1 | grep -v -i warn | tail -2
+mkdir -p "$DIR"
 night() {
   timeout "${NIGHT_TIMEOUT:-300}" python3 -m regress nightly --backend cuda --stack h200-cuda13.0 --allow-drift \
     --quick --suites perf --db "$DB" --out "$DIR/out" --trigger device-run --runner h200-lent "$@" \

@@ -53,7 +53,7 @@ BUILD_FLAGS = {
     "slow50": "-DRA_INJECT_SLOWDOWN_PCT=50",
     "pp": "-DRA_CUDA_PINGPONG=1",
     "auto": "-DRA_CUDA_PINGPONG=-1",
-    "noepi": "-DRA_CUDA_SMEM_EPILOGUE=0",
+    "noepi": "-DRA_CUDA_EPILOGUE=0",
 }
 TIMED = ("main", "mma", "pp", "auto", "noepi")
 BENCH_SHAPES = [

@@ -1,21 +1,16 @@
 #!/usr/bin/env bash
 # One device call on the lent H200: the project's own `regress nightly --backend cuda` (all suites,
 # stored in SQLite), the live stack fingerprint, a compute-sanitizer pass, and the perf table last.
-# Needs the carried wheels folder (sqlalchemy, alembic, mako, tomli-w): the device has no registry.
-# Make it once (ignored by git):
-#   pip download sqlalchemy alembic mako tomli-w greenlet --only-binary :all: --python-version 3.12 \
-#     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d wheels/
+# Needs the carried wheels folder (benchmarks/device_env.sh):
 #   run(command="bash benchmarks/h200_nightly.sh", carry=["wheels"])
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --find-links wheels sqlalchemy alembic mako tomli-w 2>&1 | grep -v -i warn | tail -2
+source benchmarks/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,vbios_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 python3 -m regress stack show --backend cuda --json > "$OUT/stack.json" && head -c 1500 "$OUT/stack.json"; echo
-SUITES=${SUITES:-determinism,ulp,perf,e2e}
+SUITES=${SUITES:-determinism,ulp,perf,e2e}  # GPUS=all shards over every GPU
 timeout "${NIGHTLY_TIMEOUT:-420}" python3 -m regress nightly --backend cuda --stack h200-cuda13.0 --allow-drift \
   --suites "$SUITES" --db "sqlite:///$OUT/h200.db" --out "$OUT" --trigger device-run --runner h200-lent \
+  ${GPUS:+--gpus "$GPUS"} \
   2>&1 | tee "$OUT/nightly.log" | grep -v -E "^\s*$" | tail -40
 echo "nightly exit: ${PIPESTATUS[0]}"
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -41,9 +42,22 @@ from regress.suites.perf import GPU_MODEL_SHAPES, GPU_SHAPES
 
 LIBS: dict[str, tuple[str, ...]] = {
     "new": (),
-    "old": ("-DRA_CUDA_NEXT_QK=0",),  # next tile's Q K^T after the epilogue, not beside the last P.V
-    "q1": ("-DRA_CUDA_Q_STAGES=1",),  # one Q buffer
+    "epi1": ("-DRA_CUDA_EPILOGUE=1",),  # v3's epilogue: 4-byte staging writes, 16-byte global stores
+    "nqk0": ("-DRA_CUDA_NEXT_QK=0",),  # next tile's Q K^T after the epilogue at every shape
 }
+# Checked, never timed: the fire drills (their faults must survive the epilogue's data path) and
+# bf16.h's integer rounding for every mode (the cvt-based rounding must give the same bits).
+DRILLS: dict[str, tuple[str, ...]] = {"ulp2": ("-DRA_INJECT_ULP=2",), "nondet": ("-DRA_INJECT_NONDET=1",)}
+CHECK_ONLY: dict[str, tuple[str, ...]] = {**DRILLS, "cvt0": ("-DRA_CUDA_CVT_ROUND=0",)}
+# H200_LIBS="new=;pp=-DRA_CUDA_PINGPONG=-1" replaces the ablations of a call ("new" must stay the
+# default build: its bits are the ones checked against the fp64 reference).
+if os.environ.get("H200_LIBS"):
+    LIBS = {
+        name: tuple(f for f in flags.split() if f)
+        for name, _, flags in (item.partition("=") for item in os.environ["H200_LIBS"].split(";"))
+    }
+# H200_FAMILIES="cross,short" times only those families (a shorter call).
+FAMILIES = {f for f in os.environ.get("H200_FAMILIES", "").split(",") if f}
 MODES = ROUNDING_MODES
 LAYOUTS = ("bhsd", "bshd")
 EXTRA = [Shape(1, 8, 131072, 131072)]  # the 128k family: timed, not part of the suite's geomean
@@ -70,8 +84,9 @@ def family(s: Shape) -> str:
 
 
 def build_libs() -> dict[str, KernelLibrary]:
-    with ThreadPoolExecutor(len(LIBS)) as ex:
-        futs = {k: ex.submit(build_kernel, "cuda", extra_flags=flags) for k, flags in LIBS.items()}
+    everything = {**LIBS, **CHECK_ONLY}
+    with ThreadPoolExecutor(len(everything)) as ex:
+        futs = {k: ex.submit(build_kernel, "cuda", extra_flags=flags) for k, flags in everything.items()}
         arts = {k: f.result() for k, f in futs.items()}
     libs = {}
     for name, art in arts.items():
@@ -89,7 +104,9 @@ def build_libs() -> dict[str, KernelLibrary]:
 
 def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
     out: dict[str, Any] = {"ulp": {}, "bits_new_vs_old": {}, "failures": []}
-    new, old, q1 = libs["new"], libs["old"], libs["q1"]
+    new = libs["new"]
+    others = [lib for name, lib in libs.items() if name not in DRILLS and name != "new"]
+    check_drills(libs, out["failures"])
     contract = load_contract()  # the ULP limits: contract.toml, never restated here
     small = [
         Shape(8, 32, 1, 4096),  # decode: the second warpgroup idles
@@ -136,7 +153,7 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
             for mode in MODES:
                 a = new.forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
                 diff = 0
-                for other in (old, q1):
+                for other in others:
                     b = other.forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
                     diff += int((a.view(torch.int16) != b.view(torch.int16)).sum())
                 key = f"{s.dims()}:{kind}:{layout}:{mode}"
@@ -152,6 +169,30 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
     for f in out["failures"][:20]:
         say(f"  FAIL {f}")
     return out
+
+
+def check_drills(libs: dict[str, KernelLibrary], failures: list[str]) -> None:
+    """ULP=2 moves every finite non-zero output by exactly 2 ULP; NONDET flips bit 0 of O[0,0,0,0]
+    on every other launch and touches nothing else."""
+    for layout in LAYOUTS:
+        q, k, v = make_inputs(Shape(2, 3, 200, 77), layout, seed=11, device="cuda")
+        for mode in MODES:
+            clean = libs["new"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            moved = libs["ulp2"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            c, m = clean.view(torch.int16).int(), moved.view(torch.int16).int()
+            finite = torch.isfinite(clean.float()) & (clean.float() != 0)
+            if not torch.equal((m - c)[finite].abs(), torch.full_like((m - c)[finite], 2)):
+                failures.append(f"drill ulp2 {layout} {mode}: not every finite output moved by 2 ULP")
+            a = libs["nondet"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            b = libs["nondet"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            flips = a.view(torch.int16) ^ b.view(torch.int16)
+            where = flips.nonzero().tolist()
+            if where != [[0, 0, 0, 0]] or int(flips.flatten()[0]) != 1:
+                failures.append(f"drill nondet {layout} {mode}: launches differ at {where[:4]}")
+            unflipped = a if torch.equal(a.view(torch.int16), clean.view(torch.int16)) else b
+            if not torch.equal(unflipped.view(torch.int16), clean.view(torch.int16)):
+                failures.append(f"drill nondet {layout} {mode}: neither launch equals the clean build")
+    say(f"drills checked: {sum(f.startswith('drill') for f in failures)} failed")
 
 
 class Block(torch.nn.Module):
@@ -263,10 +304,13 @@ def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
     bl = {b.name: b for b in available_baselines("cuda")}
     rows = []
     for s in [*GPU_SHAPES, *GPU_MODEL_SHAPES, *EXTRA]:
+        if FAMILIES and family(s) not in FAMILIES:
+            continue
         layouts = ("bhsd",) if s in EXTRA else LAYOUTS
         for layout in layouts:
             fns: dict[str, Callable[[tuple[torch.Tensor, ...]], Any]] = {}
-            for lname, lib in libs.items():
+            for lname in LIBS:  # the check-only builds are not timed
+                lib = libs[lname]
                 for mode in MODES:
                     fns[f"{lname}:{mode}"] = lambda t, lib=lib, mode=mode, layout=layout: lib.forward(
                         *t, layout=layout, rounding=mode
@@ -409,21 +453,25 @@ def overhead() -> list[dict[str, Any]]:
 
 def ncu_target() -> None:
     """One launch per (library, shape): ncu -k regex:attn_fwd_sm90 profiles exactly these."""
-    libs = {
-        "old": load_library(build_kernel("cuda", extra_flags=LIBS["old"]).path),
-        "new": load_library(build_kernel("cuda").path),
-    }
+    libs = {name: load_library(build_kernel("cuda", extra_flags=flags).path) for name, flags in LIBS.items()}
+    cudnn = {b.name: b for b in available_baselines("cuda")}.get("sdpa_cudnn")
     shapes = [
         Shape(2, 40, 1024, 77),
         Shape(2, 24, 4096, 77),
         Shape(64, 16, 256, 256),
         Shape(256, 32, 128, 128),
     ]
+    if os.environ.get("H200_NCU_SHAPES"):  # "2,24,4096,77;64,16,256,256"
+        shapes = [Shape(*map(int, x.split(","))) for x in os.environ["H200_NCU_SHAPES"].split(";")]
     for s, layout, mode in [(sh, "bhsd", "rtne") for sh in shapes]:
         q, k, v = make_inputs(s, layout, seed=0, device="cuda")
         for name, lib in libs.items():
             print(f"ncu launch: {name} {s.dims()} {layout} {mode}", flush=True)
             lib.forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            torch.cuda.synchronize()
+        if cudnn is not None:  # the kernel to beat, profiled beside ours
+            print(f"ncu launch: sdpa_cudnn {s.dims()} {layout}", flush=True)
+            cudnn(q, k, v, layout=layout, rounding="rtne")
             torch.cuda.synchronize()
 
 

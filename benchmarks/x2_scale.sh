@@ -3,21 +3,18 @@
 # same machine, same build, same database; wall times, where the time went (per phase, per suite,
 # per worker, worker start-up), per-GPU agreement, and a short table last.
 #   run(command="cd .dev17 && bash benchmarks/x2_scale.sh", carry=[".dev17"], kind="nvidia-h200-x2")
-# Needs the wheels folder (sqlalchemy, alembic, mako, tomli-w, jsonschema and their needs; see
-# h200_nightly.sh) beside it.
+# Needs the wheels folder beside it (benchmarks/device_env.sh).
 # Dry run on a CPU machine: BACKEND=cpu STACK= ALL=0,1 EXTRA=--quick bash benchmarks/x2_scale.sh
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BACKEND=${BACKEND:-cuda}
 STACK=${STACK-h200-cuda13.0}
 ALL=${ALL:-all}
 ORDER=${ORDER:-"$ALL 0"}
 BUDGET=${BUDGET:-540}  # seconds for the whole script: the device call's limit, less the transfers
 START=$(date +%s)
-[ -d wheels ] && python3 -m pip install -q --no-index --find-links wheels sqlalchemy alembic mako tomli-w jsonschema >/dev/null 2>&1
-# Fail in seconds, not after the budget, when a dependency did not travel.
-python3 -c "import regress.cli, regress.store.repo" || { echo "regress does not import here"; exit 3; }
+# Fails in seconds, not after the budget, when a dependency did not travel.
+source benchmarks/device_env.sh
 command -v nvidia-smi >/dev/null && nvidia-smi -L
 echo "cores: $(nproc)"
 STACK_ARGS=(); [ -n "$STACK" ] && STACK_ARGS=(--stack "$STACK" --allow-drift)

@@ -3,9 +3,8 @@
 # alone, one after the other (wall-time ratio, per-GPU agreement of the same cases), then the full
 # ULP suite sharded (AITER's pairs included). Needs the carried wheels folder.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --find-links wheels sqlalchemy alembic mako tomli-w >/dev/null 2>&1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source benchmarks/device_env.sh
 nvidia-smi -L
 python3 -c "from regress.build import build_kernel; build_kernel('cuda')"
 run() {  # name, timeout, args...
