@@ -1,4 +1,5 @@
-"""Store writes, one at a time: each public writer is one transaction (bulk.py writes many finished
+"""Store writes, one at a time: each public writer is one transaction, or one step inside the
+caller's transaction where the caller must keep several steps atomic (bulk.py writes many finished
 runs at once; queries.py holds the reads)."""
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from .base import new_run_id, utcnow
 from .build import Build
 from .case import Case
 from .db import ensure_schema, make_engine, session_factory
+from .gate import GateDecision
+from .regression import Regression
 from .result import Result, Sample
-from .run import Run
+from .run import FINISHED_STATES, Run
 from .stack import Stack
+from .token import RunnerToken
 
 
 class BundleConflict(Exception):
@@ -453,7 +457,7 @@ def case_wall_times(session: Session, stack_id: int, *, last_runs: int = 3) -> d
     key: what the scheduler deals cases by and the watchdog sets each case's time limit from."""
     run_ids = session.scalars(
         select(Run.id)
-        .where(Run.stack_id == stack_id, Run.status.in_(("complete", "failed")), Run.is_drill.is_(False))
+        .where(Run.stack_id == stack_id, Run.status.in_(FINISHED_STATES), Run.is_drill.is_(False))
         .order_by(Run.started_at.desc())
         .limit(last_runs)
     ).all()
@@ -470,3 +474,41 @@ def case_wall_times(session: Session, stack_id: int, *, last_runs: int = 3) -> d
         if isinstance(wall, int | float) and wall > 0:
             seen.setdefault(key, []).append(float(wall))
     return {key: sorted(v)[len(v) // 2] for key, v in seen.items()}
+
+
+def add_regression(session: Session, **values: Any) -> Regression:
+    """A new regression record (every column of `regressions` but the id), inside the caller's
+    transaction: the nightly analysis opens, updates and resolves its records together."""
+    row = Regression(**values)
+    session.add(row)
+    return row
+
+
+def record_gate_decision(
+    session: Session,
+    *,
+    baseline_run_id: str,
+    candidate_run_id: str,
+    verdict: str,
+    exit_code: int,
+    report: dict[str, Any],
+) -> int:
+    """Stores one gate verdict with its report; returns the decision's id."""
+    row = GateDecision(
+        baseline_run_id=baseline_run_id,
+        candidate_run_id=candidate_run_id,
+        verdict=verdict,
+        exit_code=exit_code,
+        report=report,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def add_runner_token(session: Session, runner: str, token_hash: str) -> RunnerToken:
+    """A new live ingest credential, stored as its hash only."""
+    row = RunnerToken(runner=runner, token_hash=token_hash)
+    session.add(row)
+    session.flush()
+    return row
