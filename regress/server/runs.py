@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from ..bundle import BundleError, validate_bundle
 from ..store import RunnerToken, queries, utcnow
-from ..store.ingest import ensure_dimensions
+from ..store.bulk import ensure_dimensions
 from ..store.queries import list_runs as list_runs_query
 from ..store.queries import run_summary
 from ..store.repo import BundleConflict, export_bundle, import_bundle

@@ -73,7 +73,13 @@ def test_no_module_outside_the_store_queries_or_writes_the_database() -> None:
 
 def test_the_walk_covers_the_modules_that_used_to_query() -> None:
     names = {str(p.relative_to(PACKAGE)) for p in _modules()}
-    assert {"analysis.py", "gate/core.py", "server/tokens.py", "server/series.py", "server/health.py"} <= names
+    assert {
+        "analysis.py",
+        "gate/core.py",
+        "server/tokens.py",
+        "server/series.py",
+        "server/health.py",
+    } <= names
 
 
 @pytest.mark.parametrize(
