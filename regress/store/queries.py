@@ -55,6 +55,20 @@ def count_runs(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(Run)) or 0
 
 
+def count_results(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Result)) or 0
+
+
+def runs_oldest_first(session: Session) -> Sequence[Run]:
+    """Every stored run, in the order they started (the benchmarks' reports walk them so)."""
+    return session.scalars(select(Run).order_by(Run.started_at, Run.id)).all()
+
+
+def run_ids(session: Session) -> list[str]:
+    """Every stored run id, in the order the runs started."""
+    return list(session.scalars(select(Run.id).order_by(Run.started_at, Run.id)))
+
+
 def first_run_start(session: Session) -> datetime | None:
     """When the oldest stored run started (the demo appends nights to a history from there)."""
     return session.scalar(select(func.min(Run.started_at)))
@@ -296,6 +310,17 @@ def run_results_with_cases(session: Session, run_id: str) -> list[tuple[Result, 
     """Every result of the run with its case (its samples load on first use)."""
     rows = session.execute(
         select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run_id)
+    ).all()
+    return [(res, case) for res, case in rows]
+
+
+def passing_results_of_suite(session: Session, suite: str) -> list[tuple[Result, Case]]:
+    """Every passing result of the suite's cases in non-drill runs, with its case (a noise profile)."""
+    rows = session.execute(
+        select(Result, Case)
+        .join(Case, Case.id == Result.case_id)
+        .join(Run, Run.id == Result.run_id)
+        .where(Case.suite == suite, Run.is_drill.is_(False), Result.status == "pass")
     ).all()
     return [(res, case) for res, case in rows]
 

@@ -11,6 +11,10 @@ The rule, checked by walking the syntax tree of every module of the `regress` pa
   `.delete`, `.merge` on a receiver named like a session (`session`, `sess`, `s`, `conn`...), since
   `dict.get` and `set.add` are everywhere.
 
+The scripts in `benchmarks/` read the database through the store too, and are held to the first
+rule; not to the second, since some create and drop their scratch PostgreSQL databases on a plain
+psycopg admin connection (`conn.execute('CREATE DATABASE ...')`), which is not the result database.
+
 Allowed outside the store: the types a caller passes around (`Session`, `Engine`, `Connection`),
 the exceptions it handles (`sqlalchemy.exc`), opening a store's transaction or reader, and setting
 attributes of ORM objects a store function returned inside that transaction (the analysis moves a
@@ -27,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "regress"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "regress"
+BENCHMARKS = ROOT / "benchmarks"
 STORE = PACKAGE / "store"
 
 ALLOWED_FROM_SQLALCHEMY = {
@@ -39,8 +45,9 @@ SESSION_RECEIVER = {"get", "add", "delete", "merge"}
 SESSION_NAME = re.compile(r"^(s|sess|session|db|conn|connection)$|session$", re.IGNORECASE)
 
 
-def violations(source: str, filename: str = "<source>") -> list[str]:
-    """Every place in `source` that reaches the database itself, as 'file:line: what'."""
+def violations(source: str, filename: str = "<source>", *, calls: bool = True) -> list[str]:
+    """Every place in `source` that reaches the database itself, as 'file:line: what'
+    (calls=False: imports only)."""
     out: list[str] = []
     for node in ast.walk(ast.parse(source, filename)):
         where = f"{filename}:{getattr(node, 'lineno', 0)}"
@@ -52,7 +59,7 @@ def violations(source: str, filename: str = "<source>") -> list[str]:
                 continue
             allowed = ALLOWED_FROM_SQLALCHEMY.get(module, set())
             out += [f"{where}: from {module} import {a.name}" for a in node.names if a.name not in allowed]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        elif calls and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             method, receiver = node.func.attr, node.func.value
             name = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", "")
             if method in ANY_RECEIVER or (method in SESSION_RECEIVER and SESSION_NAME.search(name)):
@@ -67,6 +74,17 @@ def _modules() -> list[Path]:
 def test_no_module_outside_the_store_queries_or_writes_the_database() -> None:
     found = [v for path in _modules() for v in violations(path.read_text(), str(path.relative_to(PACKAGE)))]
     assert not found, "database access outside regress/store/ (move it into a store function):\n" + "\n".join(
+        found
+    )
+
+
+def test_no_benchmark_builds_a_query() -> None:
+    found = [
+        v
+        for path in sorted(BENCHMARKS.glob("*.py"))
+        for v in violations(path.read_text(), str(path.relative_to(ROOT)), calls=False)
+    ]
+    assert not found, "benchmarks that build their own queries (use regress.store.queries):\n" + "\n".join(
         found
     )
 
