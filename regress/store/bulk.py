@@ -190,7 +190,7 @@ def add_results(session: Session, prepared: PreparedResults, case_ids: dict[str,
     if not prepared.rows:
         return 0
     known = case_ids if case_ids is not None else {}
-    unknown = [r.case for r in prepared.results if r.case.key not in known]
+    unknown = [r.case for r, row in zip(prepared.results, prepared.rows, strict=True) if row[1] not in known]
     case_ids = {**known, **ensure_cases(session, unknown)} if unknown else known
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
