@@ -85,21 +85,14 @@ def _write_profile(
 
 def measure_db(url: str, out: Path) -> None:
     """Noise profile from the perf samples ("time_ms") of every non-drill run stored in a database."""
-    from sqlalchemy import select
-
-    from regress.store import Case, Result, Run
+    from regress.store.queries import passing_results_of_suite
     from regress.store.repo import open_store
 
     store = open_store(url)
     cases: dict[str, list[list[float]]] = {}
     with store.reader() as session:
-        rows = session.execute(
-            select(Result, Case, Run)
-            .join(Case, Case.id == Result.case_id)
-            .join(Run, Run.id == Result.run_id)
-            .where(Case.suite == "perf", Run.is_drill.is_(False), Result.status == "pass")
-        ).all()
-        for res, case, _ in rows:
+        rows = passing_results_of_suite(session, "perf")
+        for res, case in rows:
             times = next((s.values for s in res.samples if s.name == "time_ms"), None)
             if times:
                 cases.setdefault(case.name, []).append(list(times))

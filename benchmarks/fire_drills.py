@@ -46,13 +46,11 @@ def _night(url: str, out: Path, inject: dict[str, int] | None, iterations: int |
 
 
 def _runs(url: str) -> list[tuple[str, bool]]:
-    from sqlalchemy import select
-
-    from regress.store import Run
+    from regress.store.queries import runs_oldest_first
     from regress.store.repo import open_store
 
     with open_store(url).reader() as session:
-        return [(r.id, r.is_drill) for r in session.scalars(select(Run).order_by(Run.started_at, Run.id))]
+        return [(r.id, r.is_drill) for r in runs_oldest_first(session)]
 
 
 def gates(url: str, pairs: int, drill: int, iterations: int | None, regate: bool) -> dict[str, Any]:
@@ -99,10 +97,8 @@ def gates(url: str, pairs: int, drill: int, iterations: int | None, regate: bool
 
 def table(url: str) -> None:
     """Clean-vs-clean gates and, per drill run, requested vs measured cost and the gate's verdict."""
-    from sqlalchemy import select
-
     from regress.gate import gate
-    from regress.store import Case, Result, Run
+    from regress.store.queries import run_by_id, run_results_with_cases
     from regress.store.repo import open_store
 
     store = open_store(url)
@@ -119,15 +115,13 @@ def table(url: str) -> None:
             continue
         base = [r for r, d in runs[: [x for x, _ in runs].index(run_id)] if not d]
         with store.reader() as session:
-            rows = session.execute(
-                select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run_id)
-            ).all()
+            rows = run_results_with_cases(session, run_id)
             cost = {
                 c.name: (float(r.metrics["drill_requested_pct"]), float(r.metrics["drill_measured_pct"]))
                 for r, c in rows
                 if c.suite == "perf" and "drill_measured_pct" in r.metrics
             }
-            run = session.get(Run, run_id)
+            run = run_by_id(session, run_id)
             assert run is not None
         if not cost or not base:
             continue

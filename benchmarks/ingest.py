@@ -4,7 +4,7 @@
     python benchmarks/ingest.py --pg postgresql://postgres@127.0.0.1:5433/postgres
 
 For each store path (`rows`: one INSERT per result and per sample, as before issue #13, selected by
-REGRESS_INGEST_ROW_BY_ROW=1 in the server's environment; `bulk`: store/ingest.py's multi-row
+REGRESS_INGEST_ROW_BY_ROW=1 in the server's environment; `bulk`: store/bulk.py's multi-row
 inserts) on a fresh PostgreSQL database, with the service in a subprocess (gunicorn gthread when
 installed, else `regress serve`, werkzeug's threaded server):
 
@@ -40,7 +40,6 @@ from typing import Any
 
 import psycopg
 import requests
-from sqlalchemy import func, select
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "ingest"))  # the realistic bundle builder the tests use
@@ -49,7 +48,7 @@ from ingest_bundles import make_bundle  # noqa: E402
 
 from regress.metrics import percentile  # noqa: E402
 from regress.server.tokens import create_token  # noqa: E402
-from regress.store import Result, Run  # noqa: E402
+from regress.store.queries import count_results, run_ids  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
 
 
@@ -203,9 +202,8 @@ def run_mode(
     sent = uploaders * args.bundles
     per_bundle = len(make_bundle()["results"])
     with store.reader() as session_:
-        stored = int(session_.scalar(select(func.count()).select_from(Run)) or 0)
-        distinct = int(session_.scalar(select(func.count(func.distinct(Run.id)))) or 0)
-        results = int(session_.scalar(select(func.count()).select_from(Result)) or 0)
+        ids = run_ids(session_)
+        stored, distinct, results = len(ids), len(set(ids)), count_results(session_)
     store.engine.dispose()
     if not args.keep:
         shutil.rmtree(tmp)

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import func, select
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "ingest"))
@@ -43,7 +42,7 @@ from ingest_bundles import make_bundle  # noqa: E402
 
 from regress.bundle import write_bundle  # noqa: E402
 from regress.server.tokens import create_token  # noqa: E402
-from regress.store import Run  # noqa: E402
+from regress.store.queries import run_ids  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
 from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
 
@@ -142,8 +141,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     proc.wait(timeout=30)
     store = open_store(db_url)
     with store.reader() as session:
-        stored = set(session.scalars(select(Run.id)))
-        count = int(session.scalar(select(func.count()).select_from(Run)) or 0)
+        ids = run_ids(session)
+        stored, count = set(ids), len(ids)
     store.engine.dispose()
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')

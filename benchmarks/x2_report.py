@@ -6,21 +6,17 @@ import statistics
 import sys
 from collections import Counter, defaultdict
 
-from sqlalchemy import select
-
-from regress.store import Case, Result, Run
+from regress.store.queries import run_results_with_cases, runs_oldest_first
 from regress.store.repo import open_store
 
 
 def main(url: str) -> None:
     store = open_store(url)
     with store.reader() as s:
-        runs = s.scalars(select(Run).order_by(Run.started_at)).all()
+        runs = runs_oldest_first(s)
         by_case: dict[str, dict[int, float]] = defaultdict(dict)
         for run in runs:
-            rows = s.execute(
-                select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run.id)
-            )
+            rows = run_results_with_cases(s, run.id)
             per_gpu: Counter[object] = Counter()
             statuses: Counter[str] = Counter()
             for res, case in rows:

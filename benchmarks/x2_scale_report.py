@@ -21,15 +21,12 @@ from regress.shard import make_units, predict_wall
 
 
 def _load_db(url: str) -> list[dict[str, Any]]:
-    from sqlalchemy import select
-
-    from regress.store import Run
+    from regress.store.queries import run_ids
     from regress.store.repo import export_bundle, open_store
 
     store = open_store(url)
     with store.reader() as s:
-        ids = s.scalars(select(Run.id).order_by(Run.started_at)).all()
-        return [export_bundle(s, run_id) for run_id in ids]
+        return [export_bundle(s, run_id) for run_id in run_ids(s)]
 
 
 def _walls(path: str | None) -> dict[str, tuple[float, int]]:

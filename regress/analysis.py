@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .detect import PairwiseConfig, compare_samples, historical_noise
@@ -36,11 +35,10 @@ from .detect.verdict import CaseInput, CaseJudgement, Judgement, RuleConfig, jud
 from .errors import UserError
 from .metrics import percentile
 from .results import CaseSpec
-from .store import Build, Case, Regression, Result, Run, utcnow
-from .store.repo import Store, get_or_create_case
+from .store import Case, Regression, Result, Run, queries, utcnow
+from .store.queries import series_history
+from .store.repo import Store, add_regression, get_or_create_case
 
-FINISHED = ("complete", "failed")  # a run that ended by itself; 'incomplete' runs are never baselines
-ACTIVE = ("open", "acknowledged")
 PERF_SAMPLE = "time_ms"
 
 
@@ -86,25 +84,6 @@ def plain_ulp_frac_gt1(metrics: dict[str, Any]) -> float | None:
         return None
     total = sum(float(metrics[k]) for k in keys)
     return sum(float(metrics[k]) for k in keys[2:]) / total if total else None
-
-
-def series_history(session: Session, run: Run, case_id: int, limit: int) -> list[tuple[Run, Result]]:
-    """Earlier finished non-drill runs of the same stack with a result for this case, newest first."""
-    rows = session.execute(
-        select(Run, Result)
-        .join(Result, Result.run_id == Run.id)
-        .where(
-            Result.case_id == case_id,
-            Run.stack_id == run.stack_id,
-            Run.id != run.id,
-            Run.is_drill.is_(False),
-            Run.status.in_(FINISHED),
-            Run.started_at <= run.started_at,
-        )
-        .order_by(Run.started_at.desc(), Run.id.desc())
-        .limit(limit)
-    ).all()
-    return [(r, res) for r, res in rows]
 
 
 def _samples(result: Result, name: str = PERF_SAMPLE) -> list[float]:
@@ -217,9 +196,7 @@ def _perf_recovered(
     """Back to the old level: the new run is no longer slower than the regression's baseline run."""
     if reg.baseline_run_id is None or result.status != "pass":
         return False
-    base = session.scalars(
-        select(Result).where(Result.run_id == reg.baseline_run_id, Result.case_id == reg.case_id)
-    ).first()
+    base = queries.run_result_of_case(session, reg.baseline_run_id, reg.case_id)
     if base is None:
         return False
     cmp = compare_samples(
@@ -335,23 +312,11 @@ def build_findings(
 def _build(cfg: AnalysisConfig, session: Session, run: Run) -> tuple[list[_Finding], int | None]:
     if run.build_id is None:
         return [], None
-    build = session.get(Build, run.build_id)
-    prev_run = session.scalars(
-        select(Run)
-        .where(
-            Run.stack_id == run.stack_id,
-            Run.id != run.id,
-            Run.is_drill.is_(False),
-            Run.status.in_(FINISHED),
-            Run.build_id.is_not(None),
-            Run.started_at <= run.started_at,
-        )
-        .order_by(Run.started_at.desc(), Run.id.desc())
-        .limit(1)
-    ).first()
+    build = queries.build_by_id(session, run.build_id)
+    prev_run = queries.previous_built_run(session, run)
     if build is None or prev_run is None or not build.stats:
         return [], None
-    prev = session.get(Build, prev_run.build_id)
+    prev = queries.build_by_id(session, prev_run.build_id)
     if prev is None or not prev.stats:
         return [], None
     case = _build_case(session, run)
@@ -363,15 +328,9 @@ def _build(cfg: AnalysisConfig, session: Session, run: Run) -> tuple[list[_Findi
 
 
 def _upsert(session: Session, run: Run, f: _Finding) -> Regression:
-    existing = session.scalars(
-        select(Regression).where(
-            Regression.case_id == f.case_id,
-            Regression.stack_id == run.stack_id,
-            Regression.kind == f.kind,
-            Regression.metric == f.metric,
-            Regression.state.in_(ACTIVE),
-        )
-    ).first()
+    existing = queries.active_regression(
+        session, case_id=f.case_id, stack_id=run.stack_id, kind=f.kind, metric=f.metric
+    )
     now = utcnow()
     details = {**f.details, **({"drill": True} if run.is_drill else {})}
     if existing is not None:
@@ -383,7 +342,8 @@ def _upsert(session: Session, run: Run, f: _Finding) -> Regression:
         existing.details = {**existing.details, **details, "runs": int(existing.details.get("runs", 1)) + 1}
         existing.updated_at = now
         return existing
-    reg = Regression(
+    return add_regression(
+        session,
         case_id=f.case_id,
         stack_id=run.stack_id,
         kind=f.kind,
@@ -399,12 +359,10 @@ def _upsert(session: Session, run: Run, f: _Finding) -> Regression:
         created_at=now,
         updated_at=now,
     )
-    session.add(reg)
-    return reg
 
 
 def _injected(session: Session, run: Run) -> str:
-    build = session.get(Build, run.build_id) if run.build_id else None
+    build = queries.build_by_id(session, run.build_id)
     inject = build.inject if build is not None else {}
     return ", ".join(f"{k}={v}" for k, v in sorted(inject.items())) or "a fault"
 
@@ -424,12 +382,10 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
     cfg = config or AnalysisConfig()
     touched: list[Regression] = []
     with store.transaction() as session:
-        run = session.get(Run, run_id)
+        run = queries.run_by_id(session, run_id)
         if run is None:
             raise KeyError(f"run {run_id} does not exist")
-        rows = session.execute(
-            select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run_id)
-        ).all()
+        rows = queries.run_results_with_cases(session, run_id)
         findings: list[_Finding] = []
         checked: dict[int, Result] = {}  # case id -> result that was judged (for auto-resolve)
         perf: list[_PerfSeries] = []
@@ -475,10 +431,7 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
         # Auto-resolve: active regressions of this stack whose case was judged and is now clean.
         # Drills never resolve anything: a broken build says nothing about the real series.
         if not run.is_drill:
-            active = session.scalars(
-                select(Regression).where(Regression.stack_id == run.stack_id, Regression.state.in_(ACTIVE))
-            ).all()
-            for reg in active:
+            for reg in queries.active_regressions_of_stack(session, run.stack_id):
                 if (reg.case_id, reg.kind, reg.metric) in flagged:
                     continue
                 result = checked.get(reg.case_id)
@@ -505,25 +458,12 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
 def regressions_for_run(store: Store, run_id: str) -> Sequence[Regression]:
     """Regressions first seen or last updated by this run."""
     with store.reader() as session:
-        return session.scalars(
-            select(Regression).where((Regression.first_run_id == run_id) | (Regression.last_run_id == run_id))
-        ).all()
+        return queries.regressions_touched_by_run(session, run_id)
 
 
 def list_regressions(store: Store, state: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
     """Regressions newest first, each with its case, stack and runs, as plain dicts."""
-    from .store import Stack
-
     with store.reader() as session:
-        query = (
-            select(Regression, Case, Stack)
-            .join(Case, Case.id == Regression.case_id)
-            .join(Stack, Stack.id == Regression.stack_id)
-            .order_by(Regression.updated_at.desc(), Regression.id.desc())
-            .limit(limit)
-        )
-        if state:
-            query = query.where(Regression.state == state)
         return [
             {
                 "id": reg.id,
@@ -547,7 +487,7 @@ def list_regressions(store: Store, state: str | None = None, limit: int = 500) -
                 "updated_at": reg.updated_at.isoformat(),
                 "resolved_at": reg.resolved_at.isoformat() if reg.resolved_at else None,
             }
-            for reg, case, stack in session.execute(query).all()
+            for reg, case, stack in queries.regressions_with_case_and_stack(session, state=state, limit=limit)
         ]
 
 
@@ -576,7 +516,7 @@ def resolve(store: Store, regression_id: int, note: str = "") -> None:
 
 
 def _get_regression(session: Session, regression_id: int) -> Regression:
-    reg = session.get(Regression, regression_id)
+    reg = queries.regression_by_id(session, regression_id)
     if reg is None:
         raise UserError(f"no regression with id {regression_id}")
     return reg

@@ -624,7 +624,7 @@ def demo_history(
     last_run_before: dict[tuple[str, int], str] = {}
     regressions: list[dict[str, Any]] = []
     with store.transaction() as session:
-        bulk = BulkWriter(session)
+        bulk = BulkWriter(session, case_ids=case_id)
         for night in range(first_night, first_night + nights):
             nrng = np.random.default_rng([seed, night])
             scripted = any(night == e.night for e in plan.events)
@@ -647,9 +647,7 @@ def demo_history(
                 results = [r for gen in SUITE_GENERATORS.values() for r in gen(n)]
                 for r in results:  # as nightly.run_one stamps every case
                     r.metrics.setdefault("wall_s", round(0.25 + 0.01 * float(nrng.random()), 4))
-                bulk.run(run_row(n, stack_ids[sd.name], commit, results))
-                for r in results:
-                    bulk.result(n.run_id, case_id[r.case.key], r)
+                bulk.run(run_row(n, stack_ids[sd.name], commit, results), results)
                 for e in plan.events:
                     if e.state and li in e.lanes:
                         if night == e.night - 1:

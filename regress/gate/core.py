@@ -15,22 +15,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..analysis import (
-    FINISHED,
     PERF_SAMPLE,
     control_ratio,
     perf_levels,
     plain_ulp_frac_gt1,
-    series_history,
 )
 from ..detect import PairwiseConfig
 from ..detect.verdict import CaseInput, CaseJudgement, Judgement, RuleConfig, judge
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
-from ..store import Case, GateDecision, Result, Run, Stack
-from ..store.repo import Store, find_run
+from ..store import FINISHED_STATES, Case, Result, Run, queries
+from ..store.queries import series_history
+from ..store.repo import Store, find_run, record_gate_decision
 from .render import write_reports
 
 VERDICT_EXIT = {"pass": EXIT_OK, "regression": EXIT_FAILED, "undecided": EXIT_UNDECIDED}
@@ -128,13 +126,7 @@ def resolve_selector(session: Session, sel: str) -> Run:
     the pinned stack NAME (a run whose suites failed counts: the gate must see that failure)."""
     if sel.startswith("stack:"):
         name = sel.removeprefix("stack:")
-        run = session.scalars(
-            select(Run)
-            .join(Stack, Stack.id == Run.stack_id)
-            .where(Stack.name == name, Run.status.in_(FINISHED), Run.is_drill.is_(False))
-            .order_by(Run.started_at.desc(), Run.id.desc())
-            .limit(1)
-        ).first()
+        run = queries.latest_finished_run_of_stack(session, name)
         if run is None:
             raise UserError(f"no finished run of stack {name!r} in the database")
         return run
@@ -142,7 +134,7 @@ def resolve_selector(session: Session, sel: str) -> Run:
 
 
 def _run_info(session: Session, run: Run) -> dict[str, Any]:
-    stack = session.get(Stack, run.stack_id)
+    stack = queries.stack_by_id(session, run.stack_id)
     return {
         "id": run.id,
         "status": run.status,
@@ -157,10 +149,7 @@ def _run_info(session: Session, run: Run) -> dict[str, Any]:
 
 
 def _results(session: Session, run_id: str) -> dict[str, tuple[Case, Result]]:
-    rows = session.execute(
-        select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run_id)
-    ).all()
-    return {case.key: (case, res) for res, case in rows}
+    return {case.key: (case, res) for res, case in queries.run_results_with_cases(session, run_id)}
 
 
 def _samples(res: Result, name: str = PERF_SAMPLE) -> list[float]:
@@ -314,7 +303,7 @@ def _build_report(cfg: GateConfig, session: Session, base: Run, cand: Run, gatin
             )
             blocked = True
     for run, side in ((base, "baseline"), (cand, "candidate")):
-        if gating and run.status not in FINISHED:
+        if gating and run.status not in FINISHED_STATES:
             report.reasons.append(f"{side} run {run.id} is {run.status}")
             blocked = True
     rows, judged = _table(cfg, session, base, cand)
@@ -356,16 +345,14 @@ def gate(
         report = _build_report(cfg, session, base, cand, gating=True)
         if report_dir is not None:
             write_reports(report, report_dir)
-        decision = GateDecision(
+        report.decision_id = record_gate_decision(
+            session,
             baseline_run_id=base.id,
             candidate_run_id=cand.id,
             verdict=report.verdict or "undecided",
             exit_code=report.exit_code,
             report=report.to_dict(),
         )
-        session.add(decision)
-        session.flush()
-        report.decision_id = decision.id
     return report
 
 

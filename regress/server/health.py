@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, jsonify
-from sqlalchemy import text
 
+from ..store.queries import database_answers
 from .extensions import store_ext
 
 bp = Blueprint("health", __name__)
@@ -28,7 +28,7 @@ OPENAPI_PATHS: dict[str, Any] = {
 def healthz() -> Any:
     try:
         with store_ext.store.reader() as session:
-            session.execute(text("SELECT 1"))
+            database_answers(session)
     except Exception as exc:  # any driver error means "not healthy", and says why
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         body = jsonify(status="unavailable", database=reason[0] if reason else type(exc).__name__)

@@ -14,8 +14,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from ..bundle import BundleError, validate_bundle
-from ..store import Run, RunnerToken, utcnow
-from ..store.ingest import ensure_dimensions
+from ..store import RunnerToken, queries, utcnow
+from ..store.bulk import ensure_dimensions
 from ..store.queries import list_runs as list_runs_query
 from ..store.queries import run_summary
 from ..store.repo import BundleConflict, export_bundle, import_bundle
@@ -196,14 +196,14 @@ def _read_json() -> Any:
 
 
 def _store_bundle(session: Session, bundle: dict[str, Any], token: RunnerToken) -> tuple[str, bool]:
-    existing = session.get(Run, bundle["run"]["id"])
+    existing = queries.run_by_id(session, bundle["run"]["id"])
     if existing is not None and existing.runner != token.runner:
         raise ApiError(403, f"run {existing.id} belongs to another runner")
     row_by_row = bool(current_app.config.get("INGEST_ROW_BY_ROW"))
     run_id, created = import_bundle(
         session, bundle, runner=token.runner, row_by_row=row_by_row, validated=True
     )
-    row = session.get(RunnerToken, token.id)
+    row = queries.runner_token_by_id(session, token.id)
     now = utcnow()
     if row is not None and (row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION):
         row.last_used_at = now

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, jsonify, request
-from sqlalchemy import select
 
-from ..store import Case, Result, Run, Stack
+from ..store import queries
 from .errors import ApiError, error_response
 from .extensions import store_ext
 
@@ -56,18 +55,10 @@ def get_series() -> Any:
         raise ApiError(400, "both query parameters are required: case=KEY&stack=DIGEST")
     drills = request.args.get("drills", "false").lower() in {"1", "true", "yes"}
     with store_ext.store.reader() as session:
-        case = session.scalars(select(Case).where(Case.key == case_key)).first()
-        stack = session.scalars(select(Stack).where(Stack.digest == digest)).first()
+        case = queries.case_by_key(session, case_key)
+        stack = queries.stack_by_digest(session, digest)
         if case is None or stack is None:
             raise ApiError(404, f"no {'case ' + case_key if case is None else 'stack ' + digest}")
-        query = (
-            select(Result, Run)
-            .join(Run, Run.id == Result.run_id)
-            .where(Result.case_id == case.id, Run.stack_id == stack.id)
-            .order_by(Run.started_at, Run.id)
-        )
-        if not drills:
-            query = query.where(Run.is_drill.is_(False))
         points = [
             {
                 "run_id": run.id,
@@ -78,7 +69,7 @@ def get_series() -> Any:
                 "value": res.value,
                 "metrics": res.metrics,
             }
-            for res, run in session.execute(query)
+            for res, run in queries.series_points(session, case_id=case.id, stack_id=stack.id, drills=drills)
         ]
         return jsonify(
             case={

@@ -12,11 +12,10 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..store import RunnerToken, utcnow
-from ..store.repo import Store
+from ..store import RunnerToken, queries, utcnow
+from ..store.repo import Store, add_runner_token
 
 TOKEN_PREFIX = "rgr_"  # recognisable in logs and secret scanners
 
@@ -45,10 +44,7 @@ def create_token(store: Store, runner: str) -> tuple[TokenInfo, str]:
         raise ValueError("runner name must be 1-128 characters")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with store.transaction() as session:
-        row = RunnerToken(runner=runner, token_hash=hash_token(token))
-        session.add(row)
-        session.flush()
-        return _info(row), token
+        return _info(add_runner_token(session, runner, hash_token(token))), token
 
 
 def revoke_tokens(store: Store, *, token_id: int | None = None, runner: str | None = None) -> list[TokenInfo]:
@@ -57,12 +53,7 @@ def revoke_tokens(store: Store, *, token_id: int | None = None, runner: str | No
     if (token_id is None) == (runner is None):
         raise ValueError("give exactly one of a token id or a runner name")
     with store.transaction() as session:
-        query = select(RunnerToken).where(RunnerToken.revoked_at.is_(None))
-        if token_id is not None:
-            query = query.where(RunnerToken.id == token_id)
-        else:
-            query = query.where(RunnerToken.runner == runner)
-        rows = list(session.scalars(query))
+        rows = queries.live_runner_tokens(session, token_id=token_id, runner=runner)
         now = utcnow()
         for row in rows:
             row.revoked_at = now
@@ -72,13 +63,13 @@ def revoke_tokens(store: Store, *, token_id: int | None = None, runner: str | No
 
 def list_tokens(store: Store) -> list[TokenInfo]:
     with store.reader() as session:
-        return [_info(r) for r in session.scalars(select(RunnerToken).order_by(RunnerToken.id))]
+        return [_info(r) for r in queries.runner_tokens(session)]
 
 
 def lookup_token(session: Session, token: str) -> RunnerToken | None:
     """The token's row, or None. The hash comparison is constant-time on top of the index lookup."""
     digest = hash_token(token)
-    row = session.scalars(select(RunnerToken).where(RunnerToken.token_hash == digest)).first()
+    row = queries.runner_token_by_hash(session, digest)
     if row is None or not hmac.compare_digest(row.token_hash, digest):
         return None
     return row

@@ -15,11 +15,12 @@ from .case import Case
 from .gate import GateDecision
 from .regression import Regression
 from .result import Result, Sample
-from .run import RUN_STATES, Run
+from .run import FINISHED_STATES, RUN_STATES, Run
 from .stack import Stack
 from .token import RunnerToken
 
 __all__ = [
+    "FINISHED_STATES",
     "REGRESSION_STATES",
     "RUN_STATES",
     "Base",

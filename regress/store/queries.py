@@ -1,8 +1,10 @@
-"""Reads: every query the site, the CLI (`runs list`) and the ingest server's run listing need.
+"""Reads: every query the CLI, the ingest server, the site, the nightly analysis and the gate need.
 
 Typed selects on the ORM tables, rows read by column name, never by position: a migration that
-adds or reorders a column cannot shift a reader by one (issue 12). Writers live in repo.py (one
-row at a time, transactional) and bulk.py (the demo history).
+adds or reorders a column cannot shift a reader by one (issue 12). Each function's name says what
+it returns; a caller passes the session (or, for the site, the connection) it reads in, so a read
+inside a writer's transaction sees that transaction. Writers live in repo.py (one row at a time,
+transactional) and bulk.py (many finished runs at once: the demo history and bundle ingest).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import ColumnElement, Connection, Row, func, select, text
 from sqlalchemy.orm import Session
 
 from .build import Build
@@ -19,8 +21,9 @@ from .case import Case
 from .gate import GateDecision
 from .regression import Regression
 from .result import Result, Sample
-from .run import Run
+from .run import FINISHED_STATES, Run
 from .stack import Stack
+from .token import RunnerToken
 
 # --- runs: one list query and one dict per run, for `regress runs list` and GET /api/v1/runs ----
 
@@ -50,6 +53,20 @@ def list_runs(
 
 def count_runs(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(Run)) or 0
+
+
+def count_results(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Result)) or 0
+
+
+def runs_oldest_first(session: Session) -> Sequence[Run]:
+    """Every stored run, in the order they started (the benchmarks' reports walk them so)."""
+    return session.scalars(select(Run).order_by(Run.started_at, Run.id)).all()
+
+
+def run_ids(session: Session) -> list[str]:
+    """Every stored run id, in the order the runs started."""
+    return list(session.scalars(select(Run.id).order_by(Run.started_at, Run.id)))
 
 
 def first_run_start(session: Session) -> datetime | None:
@@ -256,3 +273,200 @@ def builds(conn: Connection) -> dict[int, dict[str, Any]]:
         Build.stats,
     )
     return {r.id: {**r._asdict(), "stats": r.stats or {}, "flags": r.flags or []} for r in conn.execute(q)}
+
+
+# --- single rows by key -------------------------------------------------------------------------
+
+
+def run_by_id(session: Session, run_id: str) -> Run | None:
+    return session.get(Run, run_id)
+
+
+def stack_by_id(session: Session, stack_id: int) -> Stack | None:
+    return session.get(Stack, stack_id)
+
+
+def build_by_id(session: Session, build_id: int | None) -> Build | None:
+    return session.get(Build, build_id) if build_id is not None else None
+
+
+def case_by_key(session: Session, key: str) -> Case | None:
+    return session.scalars(select(Case).where(Case.key == key)).first()
+
+
+def stack_by_digest(session: Session, digest: str) -> Stack | None:
+    return session.scalars(select(Stack).where(Stack.digest == digest)).first()
+
+
+def database_answers(session: Session) -> None:
+    """One round trip to the database; raises the driver's error when it does not answer."""
+    session.execute(text("SELECT 1"))
+
+
+# --- one run's results and a series' past: the nightly analysis and the gate ---------------------
+
+
+def run_results_with_cases(session: Session, run_id: str) -> list[tuple[Result, Case]]:
+    """Every result of the run with its case (its samples load on first use)."""
+    rows = session.execute(
+        select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run_id)
+    ).all()
+    return [(res, case) for res, case in rows]
+
+
+def passing_results_of_suite(session: Session, suite: str) -> list[tuple[Result, Case]]:
+    """Every passing result of the suite's cases in non-drill runs, with its case (a noise profile)."""
+    rows = session.execute(
+        select(Result, Case)
+        .join(Case, Case.id == Result.case_id)
+        .join(Run, Run.id == Result.run_id)
+        .where(Case.suite == suite, Run.is_drill.is_(False), Result.status == "pass")
+    ).all()
+    return [(res, case) for res, case in rows]
+
+
+def run_result_of_case(session: Session, run_id: str, case_id: int) -> Result | None:
+    return session.scalars(select(Result).where(Result.run_id == run_id, Result.case_id == case_id)).first()
+
+
+def _earlier_finished(run: Run) -> tuple[ColumnElement[bool], ...]:
+    """Runs a baseline of `run` may come from: same stack, finished, not a drill, not later."""
+    return (
+        Run.stack_id == run.stack_id,
+        Run.id != run.id,
+        Run.is_drill.is_(False),
+        Run.status.in_(FINISHED_STATES),
+        Run.started_at <= run.started_at,
+    )
+
+
+def series_history(session: Session, run: Run, case_id: int, limit: int) -> list[tuple[Run, Result]]:
+    """Earlier finished non-drill runs of the same stack with a result for this case, newest first."""
+    rows = session.execute(
+        select(Run, Result)
+        .join(Result, Result.run_id == Run.id)
+        .where(Result.case_id == case_id, *_earlier_finished(run))
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(limit)
+    ).all()
+    return [(r, res) for r, res in rows]
+
+
+def previous_built_run(session: Session, run: Run) -> Run | None:
+    """The latest earlier finished non-drill run of the same stack that recorded a build."""
+    return session.scalars(
+        select(Run)
+        .where(*_earlier_finished(run), Run.build_id.is_not(None))
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(1)
+    ).first()
+
+
+def latest_finished_run_of_stack(session: Session, stack_name: str) -> Run | None:
+    """The latest finished, non-drill run of the pinned stack with this name (the gate's `stack:NAME`)."""
+    return session.scalars(
+        select(Run)
+        .join(Stack, Stack.id == Run.stack_id)
+        .where(Stack.name == stack_name, Run.status.in_(FINISHED_STATES), Run.is_drill.is_(False))
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(1)
+    ).first()
+
+
+# --- regressions ------------------------------------------------------------------------------
+
+ACTIVE_REGRESSION_STATES = ("open", "acknowledged")
+
+
+def regression_by_id(session: Session, regression_id: int) -> Regression | None:
+    return session.get(Regression, regression_id)
+
+
+def active_regression(
+    session: Session, *, case_id: int, stack_id: int, kind: str, metric: str
+) -> Regression | None:
+    """The open (or acknowledged) regression of one (case, stack, kind, metric), if any."""
+    return session.scalars(
+        select(Regression).where(
+            Regression.case_id == case_id,
+            Regression.stack_id == stack_id,
+            Regression.kind == kind,
+            Regression.metric == metric,
+            Regression.state.in_(ACTIVE_REGRESSION_STATES),
+        )
+    ).first()
+
+
+def active_regressions_of_stack(session: Session, stack_id: int) -> Sequence[Regression]:
+    return session.scalars(
+        select(Regression).where(
+            Regression.stack_id == stack_id, Regression.state.in_(ACTIVE_REGRESSION_STATES)
+        )
+    ).all()
+
+
+def regressions_touched_by_run(session: Session, run_id: str) -> Sequence[Regression]:
+    """Regressions first seen or last updated by this run."""
+    return session.scalars(
+        select(Regression).where((Regression.first_run_id == run_id) | (Regression.last_run_id == run_id))
+    ).all()
+
+
+def regressions_with_case_and_stack(
+    session: Session, *, state: str | None, limit: int
+) -> list[tuple[Regression, Case, Stack]]:
+    """Regressions newest first (by last update), each with its case and stack."""
+    query = (
+        select(Regression, Case, Stack)
+        .join(Case, Case.id == Regression.case_id)
+        .join(Stack, Stack.id == Regression.stack_id)
+        .order_by(Regression.updated_at.desc(), Regression.id.desc())
+        .limit(limit)
+    )
+    if state:
+        query = query.where(Regression.state == state)
+    return [(reg, case, stack) for reg, case, stack in session.execute(query).all()]
+
+
+# --- series: one case on one stack over time (GET /api/v1/series) -------------------------------
+
+
+def series_points(session: Session, *, case_id: int, stack_id: int, drills: bool) -> list[tuple[Result, Run]]:
+    """Every result of the case on the stack with its run, oldest first; drill runs only if asked."""
+    query = (
+        select(Result, Run)
+        .join(Run, Run.id == Result.run_id)
+        .where(Result.case_id == case_id, Run.stack_id == stack_id)
+        .order_by(Run.started_at, Run.id)
+    )
+    if not drills:
+        query = query.where(Run.is_drill.is_(False))
+    return [(res, run) for res, run in session.execute(query)]
+
+
+# --- runner tokens ----------------------------------------------------------------------------
+
+
+def runner_tokens(session: Session) -> Sequence[RunnerToken]:
+    """Every token, live and revoked, oldest first."""
+    return session.scalars(select(RunnerToken).order_by(RunnerToken.id)).all()
+
+
+def live_runner_tokens(
+    session: Session, *, token_id: int | None = None, runner: str | None = None
+) -> Sequence[RunnerToken]:
+    """Unrevoked tokens, narrowed to one id or one runner's when given."""
+    query = select(RunnerToken).where(RunnerToken.revoked_at.is_(None))
+    if token_id is not None:
+        query = query.where(RunnerToken.id == token_id)
+    if runner is not None:
+        query = query.where(RunnerToken.runner == runner)
+    return session.scalars(query).all()
+
+
+def runner_token_by_hash(session: Session, token_hash: str) -> RunnerToken | None:
+    return session.scalars(select(RunnerToken).where(RunnerToken.token_hash == token_hash)).first()
+
+
+def runner_token_by_id(session: Session, token_id: int) -> RunnerToken | None:
+    return session.get(RunnerToken, token_id)

@@ -1,4 +1,5 @@
-"""Store writes, one at a time: each public writer is one transaction (bulk.py writes many finished
+"""Store writes, one at a time: each public writer is one transaction, or one step inside the
+caller's transaction where the caller must keep several steps atomic (bulk.py writes many finished
 runs at once; queries.py holds the reads)."""
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from .base import new_run_id, utcnow
 from .build import Build
 from .case import Case
 from .db import ensure_schema, make_engine, session_factory
+from .gate import GateDecision
+from .regression import Regression
 from .result import Result, Sample
-from .run import Run
+from .run import FINISHED_STATES, Run
 from .stack import Stack
+from .token import RunnerToken
 
 
 class BundleConflict(Exception):
@@ -90,7 +94,7 @@ def get_or_create_stack(
 
 
 def get_or_create_case(session: Session, spec: CaseSpec) -> Case:
-    from .ingest import case_values
+    from .bulk import case_values
 
     values = case_values(spec)
     return _get_or_create(session, Case, {"key": values.pop("key")}, **values)
@@ -369,11 +373,12 @@ def import_bundle(
     """Stores a bundle inside the caller's transaction. Returns (run id, created).
 
     Idempotent by run id: the same bundle again is a no-op (created=False); a different bundle under
-    a stored run id raises BundleConflict. Results go in with multi-row inserts (store/ingest.py);
-    row_by_row=True keeps the old one-row-per-statement path, for the ingest benchmark's comparison.
+    a stored run id raises BundleConflict. The run goes in through the bulk writer (store/bulk.py:
+    COPY on PostgreSQL); row_by_row=True keeps the old one-row-per-statement path for its results,
+    for the ingest benchmark's comparison.
     validated=True: the caller has just run validate_bundle on this very dict (the service).
     """
-    from .ingest import add_results, prepare_results
+    from .bulk import prepare_results, write_runs
 
     if not validated:
         from ..bundle import validate_bundle
@@ -388,41 +393,36 @@ def import_bundle(
     results = [CaseResult.from_dict(res) for res in bundle["results"]]
     # The JSON encoding of every result before the first write: SQLite's lock is then held only
     # for the inserts themselves.
-    prepared = None if row_by_row else prepare_results(results)
+    prepared = prepare_results(run_doc["id"], [] if row_by_row else results)
     stack = bundle_stack(session, bundle)
     build_id = record_build(session, stack, bundle["build"]).id if bundle.get("build") else None
-    session.add(
-        Run(
-            id=run_doc["id"],
-            stack_id=stack.id,
-            build_id=build_id,
-            status=run_doc["status"],
-            trigger=run_doc.get("trigger") or "upload",
-            is_drill=bool(run_doc.get("is_drill", False)),
-            backend=run_doc["backend"],
-            kernel_commit=run_doc.get("kernel_commit"),
-            source_hash=run_doc.get("source_hash"),
-            suites=list(run_doc["suites"]),
-            runner=runner or run_doc.get("runner"),
-            hostname=run_doc.get("hostname"),
-            pid=None,
-            host=run_doc.get("host") or {},
-            ci=run_doc.get("ci") or {},
-            gpu_state=run_doc.get("gpu_state") or {},
-            summary=run_doc.get("summary") or {},
-            message=run_doc.get("message") or "",
-            exit_code=run_doc.get("exit_code"),
-            origin="upload",
-            started_at=_parse_time(run_doc["started_at"]) or utcnow(),
-            finished_at=_parse_time(run_doc.get("finished_at")),
-        )
-    )
-    session.flush()
-    if prepared is None:
-        for result in results:
-            _add_result_rows(session, run_doc["id"], result)
-    else:
-        add_results(session, run_doc["id"], prepared)
+    row = {
+        "id": run_doc["id"],
+        "stack_id": stack.id,
+        "build_id": build_id,
+        "status": run_doc["status"],
+        "trigger": run_doc.get("trigger") or "upload",
+        "is_drill": bool(run_doc.get("is_drill", False)),
+        "backend": run_doc["backend"],
+        "kernel_commit": run_doc.get("kernel_commit"),
+        "source_hash": run_doc.get("source_hash"),
+        "suites": list(run_doc["suites"]),
+        "runner": runner or run_doc.get("runner"),
+        "hostname": run_doc.get("hostname"),
+        "pid": None,
+        "host": run_doc.get("host") or {},
+        "ci": run_doc.get("ci") or {},
+        "gpu_state": run_doc.get("gpu_state") or {},
+        "summary": run_doc.get("summary") or {},
+        "message": run_doc.get("message") or "",
+        "exit_code": run_doc.get("exit_code"),
+        "origin": "upload",
+        "started_at": _parse_time(run_doc["started_at"]) or utcnow(),
+        "finished_at": _parse_time(run_doc.get("finished_at")),
+    }
+    write_runs(session, [row], prepared)
+    for result in results if row_by_row else []:
+        _add_result_rows(session, run_doc["id"], result)
     return run_doc["id"], True
 
 
@@ -453,7 +453,7 @@ def case_wall_times(session: Session, stack_id: int, *, last_runs: int = 3) -> d
     key: what the scheduler deals cases by and the watchdog sets each case's time limit from."""
     run_ids = session.scalars(
         select(Run.id)
-        .where(Run.stack_id == stack_id, Run.status.in_(("complete", "failed")), Run.is_drill.is_(False))
+        .where(Run.stack_id == stack_id, Run.status.in_(FINISHED_STATES), Run.is_drill.is_(False))
         .order_by(Run.started_at.desc())
         .limit(last_runs)
     ).all()
@@ -470,3 +470,41 @@ def case_wall_times(session: Session, stack_id: int, *, last_runs: int = 3) -> d
         if isinstance(wall, int | float) and wall > 0:
             seen.setdefault(key, []).append(float(wall))
     return {key: sorted(v)[len(v) // 2] for key, v in seen.items()}
+
+
+def add_regression(session: Session, **values: Any) -> Regression:
+    """A new regression record (every column of `regressions` but the id), inside the caller's
+    transaction: the nightly analysis opens, updates and resolves its records together."""
+    row = Regression(**values)
+    session.add(row)
+    return row
+
+
+def record_gate_decision(
+    session: Session,
+    *,
+    baseline_run_id: str,
+    candidate_run_id: str,
+    verdict: str,
+    exit_code: int,
+    report: dict[str, Any],
+) -> int:
+    """Stores one gate verdict with its report; returns the decision's id."""
+    row = GateDecision(
+        baseline_run_id=baseline_run_id,
+        candidate_run_id=candidate_run_id,
+        verdict=verdict,
+        exit_code=exit_code,
+        report=report,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def add_runner_token(session: Session, runner: str, token_hash: str) -> RunnerToken:
+    """A new live ingest credential, stored as its hash only."""
+    row = RunnerToken(runner=runner, token_hash=token_hash)
+    session.add(row)
+    session.flush()
+    return row

@@ -11,6 +11,8 @@ from sqlalchemy.orm import Mapped
 from .base import Base, NotNull, Nullable, utcnow
 
 RUN_STATES = ("running", "complete", "failed", "incomplete")
+# A run that ended by itself; "incomplete" runs are never baselines, "running" ones not yet.
+FINISHED_STATES = ("complete", "failed")
 
 
 class Run(Base):
