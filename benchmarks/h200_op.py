@@ -360,7 +360,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # --- per-call overhead ---------------------------------------------------------------------------
 
 
-def overhead_fns(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str, Callable[[], Any]]:
+def overhead_fns(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, libs: dict[str, KernelLibrary]
+) -> dict[str, Callable[[], Any]]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from regress.kernel import attention
@@ -379,17 +381,23 @@ def overhead_fns(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str,
         "ours (torch.ops.regress.attention)": lambda: torch.ops.regress.attention.default(
             q, k, v, "bhsd", "rtne", None
         ),
+        **{
+            f"ours (KernelLibrary.forward, {name})": lambda lib=libs[name]: lib.forward(
+                q, k, v, layout="bhsd", rounding="rtne"
+            )
+            for name in LIBS
+        },
         "sdpa (default backend)": lambda: sdpa(q, k, v),
         "sdpa flash": pinned(SDPBackend.FLASH_ATTENTION),
         "sdpa cudnn": pinned(SDPBackend.CUDNN_ATTENTION),
     }
 
 
-def overhead() -> list[dict[str, Any]]:
+def overhead(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
     out = []
     for s in OVERHEAD:
         q, k, v = make_inputs(s, "bhsd", seed=1, device="cuda")
-        fns = overhead_fns(q, k, v)
+        fns = overhead_fns(q, k, v, libs)
         for name, f in fns.items():
             row: dict[str, Any] = {"shape": s.dims(), "fn": name}
             try:
@@ -529,7 +537,11 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
     libs = build_libs()
-    for part, fn in (("check", lambda: check(libs)), ("sweep", lambda: sweep(libs)), ("overhead", overhead)):
+    for part, fn in (
+        ("check", lambda: check(libs)),
+        ("sweep", lambda: sweep(libs)),
+        ("overhead", lambda: overhead(libs)),
+    ):
         if part in a.skip.split(","):
             continue
         t0 = time.perf_counter()

@@ -181,6 +181,52 @@ bool encode_tma(CUtensorMap* map, const uint16_t* base, const int64_t stride[4],
   return r == CUDA_SUCCESS;
 }
 
+/* The last few tensor maps this thread encoded, by everything an encoding depends on: a model
+ * calls with the same buffers again and again (the allocator reuses them), and each call needs four
+ * maps. An encoding is a pure function of its key, so a hit is the same 128 bytes. */
+#ifndef RA_CUDA_TMAP_CACHE
+#define RA_CUDA_TMAP_CACHE 1
+#endif
+struct TmapKey {
+  const void* base;
+  int64_t stride[3];
+  int64_t seqlen, heads, batch;
+  uint32_t box_rows;
+};
+constexpr int kTmapCacheSize = 16;
+struct TmapCache {
+  TmapKey key[kTmapCacheSize];
+  CUtensorMap map[kTmapCacheSize];
+  int used = 0;
+  int next = 0;
+};
+thread_local TmapCache t_tmaps;
+
+bool encode_tma_cached(CUtensorMap* map, const uint16_t* base, const int64_t stride[4], int64_t seqlen,
+                       int64_t heads, int64_t batch, cuuint32_t box_rows) {
+  if (!RA_CUDA_TMAP_CACHE) return encode_tma(map, base, stride, seqlen, heads, batch, box_rows);
+  TmapKey key;
+  memset(&key, 0, sizeof key); /* padding too: keys compare with memcmp */
+  key.base = base;
+  for (int i = 0; i < 3; ++i) key.stride[i] = stride[i];
+  key.seqlen = seqlen;
+  key.heads = heads;
+  key.batch = batch;
+  key.box_rows = box_rows;
+  TmapCache& c = t_tmaps;
+  for (int i = 0; i < c.used; ++i)
+    if (memcmp(&c.key[i], &key, sizeof key) == 0) {
+      *map = c.map[i];
+      return true;
+    }
+  if (!encode_tma(map, base, stride, seqlen, heads, batch, box_rows)) return false;
+  c.key[c.next] = key;
+  c.map[c.next] = *map;
+  c.next = (c.next + 1) % kTmapCacheSize;
+  if (c.used < kTmapCacheSize) ++c.used;
+  return true;
+}
+
 ra_status device_error(cudaError_t e, const char* what, char* err, size_t err_len) {
   return ra_fail(err, err_len, RA_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
@@ -248,7 +294,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {
@@ -299,10 +345,10 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
 
   bool use_tma = !RA_CUDA_FORCE_MMA_SYNC;
   if (use_tma)
-    use_tma = encode_tma(&p.tma_q, P->q, P->q_stride, P->seqlen_q, P->heads, P->batch, sm90::kBlockM) &&
-              encode_tma(&p.tma_k, P->k, P->k_stride, P->seqlen_k, P->heads, P->batch, sm90::kBlockN) &&
-              encode_tma(&p.tma_v, P->v, P->v_stride, P->seqlen_k, P->heads, P->batch, sm90::kBlockN) &&
-              encode_tma(&p.tma_o, P->o, P->o_stride, P->seqlen_q, P->heads, P->batch, 16);
+    use_tma = encode_tma_cached(&p.tma_q, P->q, P->q_stride, P->seqlen_q, P->heads, P->batch, sm90::kBlockM) &&
+              encode_tma_cached(&p.tma_k, P->k, P->k_stride, P->seqlen_k, P->heads, P->batch, sm90::kBlockN) &&
+              encode_tma_cached(&p.tma_v, P->v, P->v_stride, P->seqlen_k, P->heads, P->batch, sm90::kBlockN) &&
+              encode_tma_cached(&p.tma_o, P->o, P->o_stride, P->seqlen_q, P->heads, P->batch, 16);
 
   cudaStream_t stream = static_cast<cudaStream_t>(P->stream);
   (void)cudaGetLastError(); /* an earlier, unrelated error must not be reported as ours */

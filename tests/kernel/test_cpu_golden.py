@@ -12,7 +12,7 @@ import torch
 
 from regress import numerics as nm
 from regress.build import build_kernel
-from regress.kernel import KernelError, KernelLibrary, _Params, load_library
+from regress.kernel import _PARAMS_PACK, KernelError, KernelLibrary, _Params, load_library
 
 MODES = ("rtne", "rtna", "rtz")
 # The contract's thresholds (regress/contract.toml, docs/numerics.md).
@@ -390,3 +390,18 @@ def test_sdpa_cpu_baseline_is_close_to_reference(layout: str) -> None:
     su = nm.scaled_ulp(nm.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
     # Torch's CPU SDPA is not held to our contract; it only has to be a sane baseline.
     assert su.max() < 4.0, su.max()
+
+
+def test_packed_parameter_block_is_the_c_struct() -> None:
+    """forward() packs ra_attention_params with struct (one call) instead of filling the ctypes
+    Structure field by field; every field must land where the C compiler puts it."""
+    strides = list(range(100, 116))
+    values = (1, 11, 12, 13, 14, 2, 3, 5, 7, 128, *strides, 0.5, 2, 0xDEAD)
+    buf = (ctypes.c_uint64 * (_PARAMS_PACK.size // 8))()
+    _PARAMS_PACK.pack_into(buf, 0, *values)
+    p = _Params.from_buffer(buf)
+    assert _PARAMS_PACK.size == ctypes.sizeof(_Params)
+    assert (p.abi_version, p.q, p.k, p.v, p.o) == (1, 11, 12, 13, 14)
+    assert (p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim) == (2, 3, 5, 7, 128)
+    assert [*p.q_stride, *p.k_stride, *p.v_stride, *p.o_stride] == strides
+    assert (p.scale, p.rounding, p.stream) == (0.5, 2, 0xDEAD)
