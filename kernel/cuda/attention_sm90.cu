@@ -12,8 +12,10 @@
  *     TMA V_n -> smem v[n%2] [v_full]       wgmma  O += P_{n-1} V_{n-1}   (regs x smem, async)
  *     (waits k_empty / v_empty before        wait S -> release k[n%2]; online softmax (exp2, MUFU)
  *      reusing a stage)                      wait P.V -> release v; rescale O; P_n = bf16(S)
- *                                          O /= l, round (rtne|rtna|rtz; cvt.rn/rz.bf16x2) -> per-warp
- *                                          smem -> 16-byte stores of rows < seqlen_q
+ *                                          (seqlen_k <= 256: the next tile's S = Q K_0^T issued here)
+ *                                          O /= l, round (rtne|rtna|rtz; cvt.rn/rz.bf16x2) -> stmatrix
+ *                                          into per-warp swizzled smem -> TMA stores (rows past
+ *                                          seqlen_q clipped), running while the next tile computes
  *                                          A warpgroup with no row < seqlen_q (decode) only releases
  *                                          the stages it would have read.
  * Optional (-DRA_CUDA_PINGPONG=1, or -1 for seqlen_k <= 2048; off by default, measured slower): the
