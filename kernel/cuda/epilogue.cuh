@@ -19,7 +19,8 @@
 /* 1: rtne and rtz round two values with one cvt.{rn,rz}.bf16x2.f32 (the same bits as bf16.h for
  * every input, NaN giving the canonical 0x7FFF: checked against the golden model on the H200,
  * docs/perf-notes.md v3) instead of bf16.h's 3-5 integer ops per value; rtna, which has no such
- * instruction, nudges exact ties up by one fp32 bit and takes cvt.rn (v4). 0: bf16.h per value.
+ * instruction, moves exact ties above the tie with one prmt per value and takes cvt.rn (v4). 0: bf16.h
+ * per value.
  * The ULP drill (RA_INJECT_ULP) always takes bf16.h's path. */
 #ifndef RA_CUDA_CVT_ROUND
 #define RA_CUDA_CVT_ROUND 1
@@ -33,6 +34,13 @@ __device__ __forceinline__ uint16_t round_out(float x) {
   return ra_inject_ulp(h);
 }
 
+/* Byte 0 of u replaced by the sign bit of byte 1 (bit 15) replicated: 0xFF or 0x00. */
+__device__ __forceinline__ uint32_t prmt_tie_nudge(uint32_t u) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, 0x3219;" : "=r"(r) : "r"(u), "r"(0u));
+  return r;
+}
+
 /* Two values rounded to a bf16x2 word, lo in the low half. */
 template <int kRound>
 __device__ __forceinline__ uint32_t round_pack(float lo, float hi) {
@@ -44,11 +52,14 @@ __device__ __forceinline__ uint32_t round_pack(float lo, float hi) {
       asm("cvt.rz.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
   } else if constexpr (RA_CUDA_CVT_ROUND && RA_INJECT_ULP == 0) {
-    /* rtna(x) = rtne(x with bit 0 set when bit 15 is): an exact tie becomes just above it, and
-     * nothing else changes side (Inf and NaN have bit 15 clear or stay NaN). Checked against
-     * bf16.h for all 2^32 inputs (tests/kernel/test_numerics.py keeps a fast subset). */
-    const float a = __uint_as_float(__float_as_uint(lo) | ((__float_as_uint(lo) >> 15) & 1u));
-    const float b = __uint_as_float(__float_as_uint(hi) | ((__float_as_uint(hi) >> 15) & 1u));
+    /* rtna(x) = rtne(x'), x' = x with its low byte replaced by bit 15 replicated (one prmt, the
+     * selector's sign mode): from a tie up x' lies above the tie, below it x' stays below, Inf keeps
+     * its zero mantissa. Exact for every fp32 input but NaNs whose payload sits in the low 8 bits
+     * alone (they would become Inf), and x is a product here, O * (1/l), whose NaN is always the
+     * canonical 0x7FFFFFFF. Checked against bf16.h for all 2^32 patterns (tests/kernel/
+     * test_numerics.py keeps the rounding edges) and, on the H200, bit for bit with NaN inputs. */
+    const float a = __uint_as_float(prmt_tie_nudge(__float_as_uint(lo)));
+    const float b = __uint_as_float(prmt_tie_nudge(__float_as_uint(hi)));
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
     return r;
