@@ -2,8 +2,8 @@
 
 No GPU is needed: nvcc builds the library exactly as the build module does, and the tests read
 ptxas' resource report (-Xptxas -v) and, where cuobjdump is installed, the SASS. What runs on the
-device (numerics, speed, sanitizers) is benchmarks/h200_kernel.py's job; docs/perf-notes.md has
-its figures.
+device (numerics, fire drills, speed, sanitizers, ncu) is benchmarks/h200_op.sh's job, through the
+package; docs/perf-notes.md has its figures.
 """
 
 from __future__ import annotations
