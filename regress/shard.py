@@ -439,6 +439,7 @@ class WorkerPool:
         left: dict[int, set[int]] = {i: set(range(len(items))) for i, items in table.items()}
         total, done = len(plan), 0
         crashes: list[str] = []
+        losses: list[CaseResult | None] = []  # this round's lost cases, yielded together
 
         def dispatch(w: _Worker) -> None:
             while w.ready and not w.outstanding and pending:  # one at a time: the free worker takes the next
@@ -543,18 +544,12 @@ class WorkerPool:
                     requeue(w)
                     self._forget(w)
                     continue
-                lost = lose(w, "error", f"worker {w.slot} crashed during this case: {payload}")
-                if lost is not None:
-                    done += 1
-                    if progress:
-                        progress(f"error {lost.case.suite}: {lost.case.name}", done, total, lost)
-                    yield lost
+                losses.append(lose(w, "error", f"worker {w.slot} crashed during this case: {payload}"))
             for w in list(self._workers.values()):  # the watchdog
-                lost = None
                 cur = w.current
                 if cur is not None and time.monotonic() - cur.started > cur.limit:
                     self.stats.timeouts += 1
-                    lost = lose(w, "timeout", self._timeout_message(w, cur))
+                    losses.append(lose(w, "timeout", self._timeout_message(w, cur)))
                 elif not w.proc.is_alive():
                     self.stats.crashes += 1
                     code = w.proc.exitcode
@@ -563,12 +558,15 @@ class WorkerPool:
                         self._forget(w)
                         crashes.append(f"worker {w.slot} exited with code {code} before it was ready")
                         continue
-                    lost = lose(w, "error", f"worker {w.slot} died (exit code {code}) during this case")
+                    died = f"worker {w.slot} died (exit code {code}) during this case"
+                    losses.append(lose(w, "error", died))
+            for lost in losses:  # a crashed or hung worker's case, recorded as such
                 if lost is not None:
                     done += 1
                     if progress:
                         progress(f"{lost.status} {lost.case.suite}: {lost.case.name}", done, total, lost)
                     yield lost
+            losses.clear()
         if done < total:
             raise RuntimeError(
                 f"worker pool lost {total - done} of {total} cases; {'; '.join(crashes) or 'workers died'}"
