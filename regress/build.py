@@ -145,6 +145,7 @@ INJECT_MACROS: dict[str, str] = {
     "ulp": "RA_INJECT_ULP",
     "nondeterminism": "RA_INJECT_NONDET",
     "hang_sq": "RA_INJECT_HANG_SQ",
+    "crash_sq": "RA_INJECT_CRASH_SQ",
 }
 
 

@@ -33,7 +33,10 @@ INJECT_NAMES = {
     "ulp": "ulp",
     "nondeterminism": "nondeterminism",
     "hang": "hang_sq",
+    "crash": "crash_sq",
 }
+# Drills that name the query length of the launch they break.
+_NEEDS_SQ = {"hang": "hang", "crash": "abort"}
 
 
 @dataclass(frozen=True)
@@ -66,18 +69,23 @@ def resolve_backend(name: str) -> str:
 
 
 def parse_inject(spec: tuple[str, ...] | list[str] | None) -> dict[str, int] | None:
-    """'slowdown=10', 'ulp=2', 'nondeterminism', 'hang=SQ' → the build module's inject dict.
+    """'slowdown=10', 'ulp=2', 'nondeterminism', 'hang=SQ', 'crash=SQ' → the build module's inject dict.
 
-    hang=SQ: every launch whose query length is SQ spins forever (the watchdog's fire drill)."""
+    hang=SQ: every launch whose query length is SQ spins forever (the watchdog's fire drill);
+    crash=SQ: it aborts the process (the drill of a worker lost in the middle of a case)."""
     if not spec:
         return None
     out: dict[str, int] = {}
     for item in spec:
         key, _, value = item.partition("=")
         if key not in INJECT_NAMES:
-            raise UserError(f"--inject {item!r}: expected slowdown=PCT, ulp=N, nondeterminism or hang=SQ")
-        if key == "hang" and not value:
-            raise UserError(f"--inject {item!r}: name the query length of the launch to hang, e.g. hang=64")
+            raise UserError(
+                f"--inject {item!r}: expected slowdown=PCT, ulp=N, nondeterminism, hang=SQ or crash=SQ"
+            )
+        if key in _NEEDS_SQ and not value:
+            raise UserError(
+                f"--inject {item!r}: name the query length of the launch to {_NEEDS_SQ[key]}, e.g. {key}=64"
+            )
         try:
             number = int(value) if value else 1
         except ValueError as exc:

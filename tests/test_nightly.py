@@ -259,6 +259,28 @@ def test_a_hung_case_is_recorded_as_timeout_and_the_run_goes_on(tmp_path: Path) 
     assert hung.metrics["time_limit_s"] == 8.0
 
 
+def test_a_worker_that_dies_mid_case_costs_that_case_only(tmp_path: Path) -> None:
+    """The worker-loss drill: launches with Sq = 64 abort the process (SIGABRT), as a faulting kernel
+    would. The case is recorded as an error naming the death, a replacement worker takes the rest of
+    the dead worker's cases, and every other case passes."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    outcome = run_nightly(_opts(db, tmp_path, suites=("ulp",), inject={"crash_sq": 64}, gpus="0,1"))
+    assert outcome.exit_code == 1
+    assert outcome.summary["errors"] == 1 and outcome.summary["failed"] == outcome.summary["timeouts"] == 0
+    timing = outcome.summary["timing"]
+    assert timing["crashes"] == 1 and timing["replaced"] == 1
+    store = open_store(db)
+    with store.reader() as s:
+        rows = s.execute(select(Result, Case).join(Case, Case.id == Result.case_id)).all()
+    by_status: dict[str, list[str]] = {}
+    for res, case in rows:
+        by_status.setdefault(res.status, []).append(case.name)
+    assert by_status["error"] == ["b1_h2_sq64_sk1_bshd_rtne_sk1"]
+    assert len(by_status["pass"]) == outcome.summary["results"] - 1
+    lost = next(res for res, _ in rows if res.status == "error")
+    assert "died (exit code -6) during this case" in lost.message
+
+
 def test_units_keep_a_shared_reference_together_and_run_longest_first() -> None:
     from regress.nightly import plan_cases
     from regress.shard import make_units, predict_wall
@@ -285,8 +307,10 @@ def test_hang_drill_needs_a_query_length() -> None:
     from regress.runner import parse_inject
 
     assert parse_inject(["hang=64"]) == {"hang_sq": 64}
-    with pytest.raises(UserError, match="query length"):
-        parse_inject(["hang"])
+    assert parse_inject(["crash=64"]) == {"crash_sq": 64}
+    for bare in ("hang", "crash"):
+        with pytest.raises(UserError, match="query length"):
+            parse_inject([bare])
 
 
 def test_phases_count_each_second_once() -> None:

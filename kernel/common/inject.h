@@ -12,6 +12,7 @@
  *   RA_INJECT_ULP=N           every finite non-zero output moves N ULPs away from zero
  *   RA_INJECT_NONDET=1        odd-numbered launches flip the lowest bit of one output element
  *   RA_INJECT_HANG_SQ=N       a launch whose query length is N never returns (watchdog drill)
+ *   RA_INJECT_CRASH_SQ=N      a launch whose query length is N aborts the process (worker-loss drill)
  */
 #ifndef REGRESS_INJECT_H
 #define REGRESS_INJECT_H
@@ -83,9 +84,27 @@ __global__ void ra_inject_hang_kernel(void) {
 #define RA_INJECT_HANG_LAUNCH(seqlen_q, stream) ((void)0)
 #endif
 
+#ifndef RA_INJECT_CRASH_SQ
+#define RA_INJECT_CRASH_SQ 0
+#endif
+
+/* Worker-loss drill, host side of every backend: the launches with this query length take the
+ * process down with SIGABRT, as a kernel that faults does, so the runner's handling of a worker
+ * that dies in the middle of a case is exercised for real. */
+#if RA_INJECT_CRASH_SQ > 0
+#include <stdlib.h>
+#define RA_INJECT_CRASH_LAUNCH(seqlen_q)                        \
+  do {                                                          \
+    if ((int64_t)(seqlen_q) == (int64_t)RA_INJECT_CRASH_SQ) abort(); \
+  } while (0)
+#else
+#define RA_INJECT_CRASH_LAUNCH(seqlen_q) ((void)0)
+#endif
+
 #define RA_INJECT_INFO                                                                      \
   "{\"slowdown_pct\":" RA_STR(RA_INJECT_SLOWDOWN_PCT) ",\"ulp\":" RA_STR(RA_INJECT_ULP) \
-  ",\"nondeterminism\":" RA_STR(RA_INJECT_NONDET) ",\"hang_sq\":" RA_STR(RA_INJECT_HANG_SQ) "}"
+  ",\"nondeterminism\":" RA_STR(RA_INJECT_NONDET) ",\"hang_sq\":" RA_STR(RA_INJECT_HANG_SQ) \
+  ",\"crash_sq\":" RA_STR(RA_INJECT_CRASH_SQ) "}"
 #define RA_STR_(x) #x
 #define RA_STR(x) RA_STR_(x)
 

@@ -278,6 +278,7 @@ ra_status ra_validate(const ra_attention_params* params, char* err, size_t err_l
 ra_status ra_attention_fwd(const ra_attention_params* params, char* err, size_t err_len) {
   ra_status st = ra_validate_params(params, err, err_len);
   if (st != RA_OK) return st;
+  RA_INJECT_CRASH_LAUNCH(params->seqlen_q); /* drill: the process dies here */
   if (ra_inject_hangs(params->seqlen_q)) {
     // Drill: this launch never returns, like a kernel stuck on a lost wavefront.
     for (;;) g_sink.fetch_add(1, std::memory_order_relaxed);

@@ -356,6 +356,7 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   (void)cudaGetLastError(); /* an earlier, unrelated error must not be reported as ours */
 
   RA_INJECT_HANG_LAUNCH(P->seqlen_q, stream); /* drill: the stream never drains */
+  RA_INJECT_CRASH_LAUNCH(P->seqlen_q);        /* drill: the process dies here */
   const unsigned long long n = ++g_launches;
   p.nondet_flip = (RA_INJECT_NONDET && (n & 1ull)) ? 1 : 0;
   return launch(p, use_tma, P->rounding, layout, dev, stream, err, err_len);

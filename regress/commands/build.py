@@ -28,7 +28,7 @@ from ..stack import load_pin
     "--inject",
     multiple=True,
     metavar="FAULT",
-    help="Fire drill: slowdown=PCT, ulp=N, nondeterminism or hang=SQ.",
+    help="Fire drill: slowdown=PCT, ulp=N, nondeterminism, hang=SQ or crash=SQ.",
 )
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Build cache (default ./.regress/build).")
 @click.option("--json", "as_json", is_flag=True)

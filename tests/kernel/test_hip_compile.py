@@ -393,4 +393,4 @@ def test_host_part_type_checks_against_hip_stub(tmp_path):
 
     info = json.loads(m.group(0))
     assert info["backend"] == "hip" and info["abi"] == 1 and info["arch"] == "gfx942"
-    assert info["inject"] == {"slowdown_pct": 0, "ulp": 0, "nondeterminism": 0, "hang_sq": 0}
+    assert info["inject"] == {"slowdown_pct": 0, "ulp": 0, "nondeterminism": 0, "hang_sq": 0, "crash_sq": 0}
