@@ -147,6 +147,8 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
         (Shape(3, 7, 300, 500), "nan_v"),
         (Shape(3, 7, 300, 500), "posinf_q"),
         (Shape(3, 7, 300, 500), "extreme_logits"),
+        (Shape(8, 32, 1, 4096), "realistic"),  # the decode plan (seqlen_q <= 64)
+        (Shape(4, 8, 37, 600), "nan_v"),
     ]:
         for layout in LAYOUTS:
             q, k, v = make_inputs(s, layout, seed=7, device="cuda", kind=kind)
