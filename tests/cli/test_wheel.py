@@ -151,3 +151,16 @@ def test_installed_service_answers(installed: tuple[Path, Path, dict[str, str]])
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_sdist_manifest_lists_what_the_wheel_ships() -> None:
+    """MANIFEST.in cannot import Python, so the folders and files it grafts are a second list of
+    resources.SHARED_TREES / SHARED_FILES; this keeps the two the same (the wheel test builds from
+    the tree, so a drift would otherwise show only in an sdist build)."""
+    from regress.resources import SHARED_FILES, SHARED_TREES
+
+    lines = [ln.split() for ln in (ROOT / "MANIFEST.in").read_text().splitlines() if ln and ln[0] != "#"]
+    grafted = {words[1] for words in lines if words[0] == "graft"}
+    included = {name for words in lines if words[0] == "include" for name in words[1:]}
+    assert grafted == set(SHARED_TREES)
+    assert set(SHARED_FILES) <= included
