@@ -84,10 +84,12 @@ _BUFFERS = _CallBuffers()
 
 def _bhsd_strides(t: torch.Tensor, layout: Layout) -> tuple[int, int, int, int]:
     """Element strides in (batch, head, seq, dim) order; size-1 dims get stride 0 because torch
-    gives them arbitrary strides and they are never stepped over."""
-    st = t.stride()
-    order = (0, 2, 1, 3) if layout == "bshd" else (0, 1, 2, 3)
-    return tuple(0 if t.shape[i] == 1 and i != 3 else st[i] for i in order)  # type: ignore[return-value]
+    gives them arbitrary strides and they are never stepped over. (Unrolled: it runs four times per
+    call, and a generator over t.shape cost ~1.7 µs each.)"""
+    sb, s1, s2, sd = t.stride()
+    nb, n1, n2, _ = t.shape
+    sb, s1, s2 = (0 if nb == 1 else sb), (0 if n1 == 1 else s1), (0 if n2 == 1 else s2)
+    return (sb, s2, s1, sd) if layout == "bshd" else (sb, s1, s2, sd)
 
 
 def _bhsd_shape(t: torch.Tensor, layout: Layout) -> tuple[int, int, int, int]:
