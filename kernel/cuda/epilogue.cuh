@@ -19,9 +19,8 @@
 /* 1: rtne and rtz round two values with one cvt.{rn,rz}.bf16x2.f32 (the same bits as bf16.h for
  * every input, NaN giving the canonical 0x7FFF: checked against the golden model on the H200,
  * docs/perf-notes.md v3) instead of bf16.h's 3-5 integer ops per value; rtna, which has no such
- * instruction, moves exact ties above the tie with one prmt per value and takes cvt.rn (v4). 0: bf16.h
- * per value.
- * The ULP drill (RA_INJECT_ULP) always takes bf16.h's path. */
+ * instruction, moves exact ties above the tie with one prmt per value and takes cvt.rn (v4).
+ * 0: bf16.h per value. The ULP drill (RA_INJECT_ULP) always takes bf16.h's path. */
 #ifndef RA_CUDA_CVT_ROUND
 #define RA_CUDA_CVT_ROUND 1
 #endif
