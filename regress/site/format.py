@@ -227,7 +227,8 @@ def host_rows(host: Any) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     for key, value in host.items():
         if key == "fingerprint_diagnostics" and isinstance(value, dict):
-            for gpu in value.get("gpus") or []:
+            gpus = value.get("gpus")
+            for gpu in gpus if isinstance(gpus, list) else []:  # stored JSON of any shape must render
                 if isinstance(gpu, dict):
                     temp = f"{gpu['temperature']} °C" if gpu.get("temperature") not in (None, "") else ""
                     parts = [
@@ -237,7 +238,8 @@ def host_rows(host: Any) -> list[tuple[str, str]]:
                         temp,
                     ]
                     rows.append((f"GPU {gpu.get('index', '?')}", " · ".join(str(p) for p in parts if p)))
-            rest = {k: v for k, v in value.items() if k != "gpus" and k not in host}
+            shown = "gpus" if isinstance(gpus, list) else None  # an odd "gpus" is shown as it is
+            rest = {k: v for k, v in value.items() if k != shown and k not in host}
             rows += [(f"host {k}", fmt_show(v)) for k, v in rest.items()]
         elif isinstance(value, list):
             rows.append((f"host {key}", "\n".join(map(str, value))))

@@ -83,3 +83,6 @@ def test_host_record_reads_per_gpu() -> None:
         ("GPU 1", "GPU-x · serial 42 · 345 MHz · 33 °C"),
     ]
     assert host_rows("x") == []
+    # Stored JSON of any shape renders (found by the bundle fuzzer: "gpus" mutated to an int).
+    assert host_rows({"fingerprint_diagnostics": {"gpus": 3}}) == [("host gpus", "3")]
+    assert host_rows({"fingerprint_diagnostics": {"gpus": [7, "x", {"index": 0}]}}) == [("GPU 0", "")]
