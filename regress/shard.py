@@ -550,7 +550,9 @@ class WorkerPool:
                 if cur is not None and time.monotonic() - cur.started > cur.limit:
                     self.stats.timeouts += 1
                     losses.append(lose(w, "timeout", self._timeout_message(w, cur)))
-                elif not w.proc.is_alive():
+                elif not w.proc.is_alive() and w.eof and all(m[1] != w.wid for m in backlog):
+                    # Dead, and every message it sent before dying has been handled: a "start" still
+                    # unread would leave its case unrecorded, and run again by the replacement.
                     self.stats.crashes += 1
                     code = w.proc.exitcode
                     if not w.ready:
