@@ -204,19 +204,12 @@ class KernelLibrary:
             backend=self.backend,
         )
 
-        if self.device_type == "cuda":
-            index = q.device.index
-            if index is None or index == torch.cuda.current_device():
-                if stream is None:
-                    stream = torch.cuda.current_stream().cuda_stream
-                rc = self._call(q, k, v, out, layout, (b, h, sq, sk, d), scale, rounding, stream)
-            else:  # the library launches on the current device: make it q's for this call
-                with torch.cuda.device(q.device):
-                    if stream is None:
-                        stream = torch.cuda.current_stream().cuda_stream
-                    rc = self._call(q, k, v, out, layout, (b, h, sq, sk, d), scale, rounding, stream)
+        dims = (b, h, sq, sk, d)
+        if self.device_type == "cuda" and q.device.index not in (None, torch.cuda.current_device()):
+            with torch.cuda.device(q.device):  # the library launches on the current device
+                rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream)
         else:
-            rc = self._call(q, k, v, out, layout, (b, h, sq, sk, d), scale, rounding, None)
+            rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream)
         if rc != 0:
             text = _BUFFERS.err.value.decode(errors="replace")
             raise KernelError(f"{self.backend} kernel refused the call: {text}", rc)
@@ -234,7 +227,10 @@ class KernelLibrary:
         rounding: str,
         stream: int | None,
     ) -> int:
-        """One ra_attention_fwd call with the parameter block packed in place (see _PARAMS_PACK)."""
+        """One ra_attention_fwd call with the parameter block packed in place (see _PARAMS_PACK); a
+        CUDA call without a stream goes on torch's current one."""
+        if stream is None and self.device_type == "cuda":
+            stream = torch.cuda.current_stream().cuda_stream
         buf = _BUFFERS
         _PARAMS_PACK.pack_into(
             buf.params,
