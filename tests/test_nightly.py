@@ -232,6 +232,19 @@ def test_bad_database_urls_are_one_clear_line(
     assert message in err and "Traceback" not in err
 
 
+def _the_one_drilled_case(db: str, status: str, results: int) -> tuple[Run, Result]:
+    """The run and its one result with `status`: the drilled Sq = 64 case; every other case passed."""
+    with open_store(db).reader() as s:
+        run = s.scalars(select(Run)).one()
+        rows = s.execute(select(Result, Case).join(Case, Case.id == Result.case_id)).all()
+    by_status: dict[str, list[str]] = {}
+    for res, case in rows:
+        by_status.setdefault(res.status, []).append(case.name)
+    assert by_status[status] == ["b1_h2_sq64_sk1_bshd_rtne_sk1"]
+    assert len(by_status["pass"]) == results - 1  # every other case ran and passed
+    return run, next(res for res, _ in rows if res.status == status)
+
+
 def test_a_hung_case_is_recorded_as_timeout_and_the_run_goes_on(tmp_path: Path) -> None:
     """The watchdog's fire drill: launches with Sq = 64 spin forever (only the sk1 edge case has it)."""
     db = f"sqlite:///{tmp_path / 'r.db'}"
@@ -242,17 +255,8 @@ def test_a_hung_case_is_recorded_as_timeout_and_the_run_goes_on(tmp_path: Path) 
     assert outcome.summary["timeouts"] == 1 and outcome.summary["failed"] == outcome.summary["errors"] == 0
     timing = outcome.summary["timing"]
     assert timing["timeouts"] == 1 and timing["replaced"] == 1
-    store = open_store(db)
-    with store.reader() as s:
-        run = s.scalars(select(Run)).one()
-        rows = s.execute(select(Result, Case).join(Case, Case.id == Result.case_id)).all()
+    run, hung = _the_one_drilled_case(db, "timeout", outcome.summary["results"])
     assert run.status == "failed"
-    by_status: dict[str, list[str]] = {}
-    for res, case in rows:
-        by_status.setdefault(res.status, []).append(case.name)
-    assert by_status["timeout"] == ["b1_h2_sq64_sk1_bshd_rtne_sk1"]
-    assert len(by_status["pass"]) == outcome.summary["results"] - 1  # every other case ran and passed
-    hung = next(res for res, case in rows if res.status == "timeout")
     # The evidence: the step it was stuck in and the worker's Python stack at the kernel call.
     assert "last step: kernel" in hung.message
     assert "ulp.py" in hung.message and "forward" in hung.message
@@ -269,15 +273,7 @@ def test_a_worker_that_dies_mid_case_costs_that_case_only(tmp_path: Path) -> Non
     assert outcome.summary["errors"] == 1 and outcome.summary["failed"] == outcome.summary["timeouts"] == 0
     timing = outcome.summary["timing"]
     assert timing["crashes"] == 1 and timing["replaced"] == 1
-    store = open_store(db)
-    with store.reader() as s:
-        rows = s.execute(select(Result, Case).join(Case, Case.id == Result.case_id)).all()
-    by_status: dict[str, list[str]] = {}
-    for res, case in rows:
-        by_status.setdefault(res.status, []).append(case.name)
-    assert by_status["error"] == ["b1_h2_sq64_sk1_bshd_rtne_sk1"]
-    assert len(by_status["pass"]) == outcome.summary["results"] - 1
-    lost = next(res for res, _ in rows if res.status == "error")
+    _, lost = _the_one_drilled_case(db, "error", outcome.summary["results"])
     assert "died (exit code -6) during this case" in lost.message
 
 
