@@ -11,8 +11,9 @@ by the vendor compiler alone, with no torch C++ headers, and the operator is reg
 Registered with `torch.library.Library` (define + one Python kernel per dispatch key + a fake
 kernel) rather than the `torch.library.custom_op` decorator: the decorator adds a Python autograd
 wrapper that runs on every call (~30 µs of host time per call measured on CPU, against ~4 µs for
-the plain registration). The op is forward-only: there is no autograd formula, and backward through
-it raises.
+the plain registration). The op is forward-only: its autograd kernel (CPU and CUDA) lets the forward
+run and gives the output a backward that raises, where torch's fallback would only warn and return
+no gradient. Inputs that need no gradient go straight to the kernel below autograd.
 
 The CUDA kernel launches on torch's current stream, allocates nothing but the output (through
 torch's allocator) and does no host synchronisation, so a call can be captured in a CUDA graph.
@@ -52,6 +53,63 @@ def _attention_impl(
 
 for _key in ("CPU", "CUDA"):
     _LIB.impl("attention", _attention_impl, _key)
+
+BACKWARD_ERROR = (
+    "regress::attention has no backward: the kernel is forward-only. Run it under torch.no_grad() "
+    "or torch.inference_mode(), or detach its inputs"
+)
+
+
+class _ForwardOnly(torch.autograd.Function):
+    """The op's forward, with a backward that refuses."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: object,
+        keyset: torch._C.DispatchKeySet,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layout: str,
+        rounding: str,
+        scale: float | None,
+    ) -> torch.Tensor:
+        return _redispatch(keyset, q, k, v, layout, rounding, scale)
+
+    @staticmethod
+    def backward(ctx: object, *grads: torch.Tensor) -> None:  # type: ignore[override]
+        raise RuntimeError(BACKWARD_ERROR)
+
+
+def _redispatch(
+    keyset: torch._C.DispatchKeySet,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: str,
+    rounding: str,
+    scale: float | None,
+) -> torch.Tensor:
+    after = keyset & torch._C._after_autograd_keyset
+    return torch.ops.regress.attention.default.redispatch(after, q, k, v, layout, rounding, scale)  # type: ignore[no-any-return]
+
+
+def _attention_autograd(
+    keyset: torch._C.DispatchKeySet,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: str = "bshd",
+    rounding: str = "rtna",
+    scale: float | None = None,
+) -> torch.Tensor:
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _ForwardOnly.apply(keyset, q, k, v, layout, rounding, scale)  # type: ignore[no-any-return]
+    return _redispatch(keyset, q, k, v, layout, rounding, scale)
+
+
+for _key in ("AutogradCPU", "AutogradCUDA"):
+    _LIB.impl("attention", _attention_autograd, _key, with_keyset=True)
 
 
 @torch.library.register_fake("regress::attention", lib=_LIB)

@@ -69,6 +69,18 @@ def test_forward_only_refuses_inputs_that_need_a_gradient() -> None:
         assert attention(q, k, v).shape == q.shape
 
 
+def test_backward_through_the_op_raises() -> None:
+    """Torch's fallback for an op without an autograd kernel only warns and returns no gradient."""
+    q, k, v = make_qkv(1, 2, 8, 8, "bshd", seed=8)
+    out = torch.ops.regress.attention(q.requires_grad_(), k, v, "bshd", "rtne", None)
+    with torch.no_grad():  # the forward is the kernel's, bit for bit, whether or not grad is on
+        assert np.array_equal(bits(out.detach()), bits(attention_op(q, k, v, "bshd", "rtne", None)))
+    with pytest.raises(RuntimeError, match="regress::attention has no backward"):
+        out.sum().backward()
+    assert q.grad is None
+    assert not attention_op(q.detach(), k, v, "bshd", "rtne", None).requires_grad
+
+
 class _Block(torch.nn.Module):
     """A small attention layer: fused QKV projection, the op, output projection."""
 
