@@ -60,7 +60,54 @@ def _is_number(_checker: Any, value: Any) -> bool:
 
 
 def _is_integer(_checker: Any, value: Any) -> bool:
-    return _finite(value) and (isinstance(value, int) or float(value).is_integer())
+    # Only a JSON integer literal: a whole float (1.0, -0.0) is refused rather than stored as an
+    # int in one database and failing PostgreSQL's integer COPY in the other.
+    return isinstance(value, int) and _finite(value)
+
+
+class _HugeInt(float):
+    """An integer literal too long for 64 bits, kept as infinity with its length, so that the
+    validator names its JSON path instead of Python's int-size limit raising at parse time."""
+
+    digits = 0
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _parse_int(text: str) -> int | float:
+    if len(text) <= 20:  # 2**63 has 19 digits; a sign makes 20
+        return int(text)
+    huge = _HugeInt("-inf" if text.startswith("-") else "inf")
+    huge.digits = len(text.lstrip("-"))
+    return huge
+
+
+class _RepeatedKeys(dict[str, Any]):
+    """An object whose text named a key twice (JSON leaves it undefined; Python keeps the last)."""
+
+    repeated = ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    repeated = _RepeatedKeys(out)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            repeated.repeated = key
+            break
+        seen.add(key)
+    return repeated
+
+
+def loads_bundle(raw: bytes | str) -> Any:
+    """JSON text as a bundle candidate for validate_bundle: integers past 64 bits and repeated keys
+    are kept visible (validate_bundle names their path) instead of raising or silently winning.
+    Raises ValueError for text that is not JSON."""
+    return json.loads(raw, parse_int=_parse_int, object_pairs_hook=_object)
 
 
 def _json_problem(value: Any, max_depth: int) -> tuple[list[str | int], str] | None:
@@ -245,7 +292,10 @@ def validate_bundle(data: Any) -> None:
     """
     deep = _json_problem_depth(data)
     if deep is not None:
-        raise BundleError(f"{json_path(deep[:6])}...: nests deeper than {MAX_DEPTH} levels")
+        where, repeated = deep
+        if repeated is not None:
+            raise BundleError(f"{json_path(where)}: names the key {repeated!r} twice")
+        raise BundleError(f"{json_path(where[:6])}...: nests deeper than {MAX_DEPTH} levels")
     err = _first_error(data)
     if err is not None:
         # A nullable field's error comes from one branch of anyOf; name the field, not the branch.
@@ -264,13 +314,16 @@ def validate_bundle(data: Any) -> None:
         seen[key] = i
 
 
-def _json_problem_depth(data: Any) -> list[str | int] | None:
-    """The path of a value nested deeper than MAX_DEPTH, found without recursion."""
+def _json_problem_depth(data: Any) -> tuple[list[str | int], str | None] | None:
+    """The path of a value nested deeper than MAX_DEPTH (and None), or of an object that repeats a
+    key (and that key), found without recursion."""
     stack: list[tuple[Any, list[str | int]]] = [(data, [])]
     while stack:
         item, where = stack.pop()
         if len(where) > MAX_DEPTH:
-            return where
+            return where, None
+        if isinstance(item, _RepeatedKeys):
+            return where, item.repeated
         if isinstance(item, dict):
             stack.extend((sub, [*where, str(k)]) for k, sub in item.items() if isinstance(sub, dict | list))
         elif isinstance(item, list):
@@ -301,8 +354,8 @@ def write_bundle(bundle: dict[str, Any], directory: Path) -> Path:
 
 def read_bundle(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
+        data = loads_bundle(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8, not JSON
         raise BundleError(f"{path}: cannot read bundle: {exc}") from exc
     validate_bundle(data)
     return data

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
@@ -43,6 +43,13 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(runs.bp)
     app.register_blueprint(series.bp)
     app.register_blueprint(openapi.bp)
+
+    @app.before_request
+    def _clean_parameters() -> None:
+        # PostgreSQL cannot hold NUL in text: a lookup with one raised inside the driver (500).
+        for name, value in [*request.args.items(multi=True), *(request.view_args or {}).items()]:
+            if isinstance(value, str) and "\x00" in value:
+                raise ApiError(400, f"parameter {name!r} contains NUL")
 
     @app.errorhandler(ApiError)
     def _api_error(err: ApiError) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import json
 import time
 import zlib
 from datetime import timedelta
@@ -13,7 +12,7 @@ from flask import Blueprint, current_app, jsonify, request, url_for
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from ..bundle import BundleError, validate_bundle
+from ..bundle import BundleError, loads_bundle, validate_bundle
 from ..store import RunnerToken, queries, utcnow
 from ..store.bulk import ensure_dimensions
 from ..store.queries import list_runs as list_runs_query
@@ -188,8 +187,8 @@ def _read_json() -> Any:
     elif encoding != "identity":
         raise ApiError(400, f"unsupported Content-Encoding {encoding!r} (gzip or none)")
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return loads_bundle(raw)
+    except ValueError as exc:  # not UTF-8, not JSON
         raise ApiError(400, f"body is not JSON: {exc}") from exc
     except RecursionError as exc:
         raise ApiError(400, "body is not a bundle: JSON nested too deep") from exc
@@ -249,10 +248,11 @@ def upload() -> Any:
 
 @bp.get("")
 def list_runs() -> Any:
-    try:
-        limit = int(request.args.get("limit", 50))
-    except ValueError as exc:
-        raise ApiError(400, "limit must be an integer") from exc
+    text = request.args.get("limit", "50")
+    # ASCII digits only: int() also reads full-width and other Unicode digits.
+    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+        raise ApiError(400, "limit must be an integer between 1 and 500")
+    limit = int(text)
     if not 1 <= limit <= 500:
         raise ApiError(400, "limit must be between 1 and 500")
     with store_ext.store.reader() as session:

@@ -36,6 +36,7 @@ from regress.store.repo import Store, bundle_fingerprint
 
 RUNNER = "fuzz-runner"
 DEEP = "__deep_nesting__"  # replaced in the JSON text: json.dumps itself cannot write 100,000 levels
+HUGE = "__huge_integer__"  # replaced by a 5,000-digit literal: past Python's int parsing limit
 STORED = {200, 201}
 
 _strings = st.sampled_from([7, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 300]).map("x".__mul__)
@@ -52,6 +53,8 @@ NASTY = st.one_of(
             -1,
             0,
             1.5,
+            1.0,
+            -0.0,
             True,
             None,
             "",
@@ -69,6 +72,7 @@ NASTY = st.one_of(
             [1, "x", None],
             {"\x00": 1},
             DEEP,
+            HUGE,
         ]
     ),
     st.integers(min_value=-(2**70), max_value=2**70),
@@ -123,6 +127,7 @@ def mutants(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], str]:
 
 def _body(bundle: Any) -> bytes:
     text = json.dumps(bundle)  # NaN/Infinity as JavaScript does: Python's parser reads them back
+    text = text.replace(json.dumps(HUGE), "-" + "7" * 5000)
     return text.replace(json.dumps(DEEP), "[" * 100_000 + "]" * 100_000).encode()
 
 
