@@ -283,6 +283,13 @@ def parse_instruction(body: str, addr: int, words: tuple[int, ...]) -> Instr:
     ops = [o.strip() for o in rest.split(",")] if rest else []
     if mnemonic == "s_waitcnt":
         ops = rest.split()
+    elif ops and " " in ops[-1]:
+        # Bare flags after the last operand (`offen`, `lds`, `sc0`, ...) become modifiers with an
+        # empty value (a `key:value` modifier never has one); isa.compile_instruction refuses any
+        # flag it does not model.
+        last, *flags = ops[-1].split()
+        ops[-1] = last
+        mods.update({f: "" for f in flags})
     return Instr(addr, 4 * len(words), mnemonic, ops, mods, words, body.strip())
 
 

@@ -59,17 +59,23 @@ def tile_cost(lib: EmuLibrary, rounding: str, packed: bool) -> TileCost:
     layout = "bhsd" if packed else "bshd"
     small = _launch(lib, rounding, layout, KEYS)
     big = _launch(lib, rounding, layout, KEYS * (1 + TILES))
-    name = lib.last_kernel or "?"
+    return cost_between(small, big, lib.last_kernel or "?", tiles=TILES, waves=WAVES)
+
+
+def cost_between(small: Trace, big: Trace, kernel: str, *, tiles: int, waves: int) -> TileCost:
+    """The steady-state cost of one key tile of any kernel (ours or a peer's, named `kernel`): the
+    difference of two traces of the same launch that differ by `tiles` tiles, per tile, and per wave
+    of the `waves` that run the loop."""
 
     def d(attr: str) -> float:
-        return (getattr(big, attr) - getattr(small, attr)) / TILES
+        return (getattr(big, attr) - getattr(small, attr)) / tiles
 
-    per_wave = {c: (big.issued[c] - small.issued[c]) / TILES / WAVES for c in CLASSES}
-    nops = d("nop_wait_states") / WAVES
+    per_wave = {c: (big.issued[c] - small.issued[c]) / tiles / waves for c in CLASSES}
+    nops = d("nop_wait_states") / waves
     issued = sum(per_wave.values())
     slots = issued + nops - per_wave["nop"]
     return TileCost(
-        kernel=name,
+        kernel=kernel,
         per_wave=per_wave,
         nop_wait_states=nops,
         lds_bytes=d("lds_bytes"),

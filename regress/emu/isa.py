@@ -81,6 +81,10 @@ def parse_operand(text: str) -> Operand:
 
 # --- static facts per instruction -------------------------------------------------------------------
 
+# Bare flags a memory instruction may carry: addressing (offen, lds) and cache policy (sc0, sc1, nt),
+# which changes no result the emulator models.
+MEMORY_FLAGS = frozenset({"offen", "lds", "sc0", "sc1", "nt"})
+
 CLASSES = ("mfma", "valu", "lds", "global", "smem", "salu", "branch", "nop", "waitcnt", "barrier")
 
 
@@ -104,7 +108,7 @@ def classify(mnemonic: str) -> str:
         return "valu"
     if mnemonic.startswith("ds_"):
         return "lds"
-    if mnemonic.startswith("global_"):
+    if mnemonic.startswith(("global_", "buffer_", "scratch_")):
         return "global"
     if mnemonic.startswith("s_load"):
         return "smem"
@@ -277,10 +281,14 @@ def compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Met
     ops = [parse_operand(o) for o in ins.operands] if name != "s_waitcnt" else []
     cls = classify(name)
     meta = Meta(cls)
+    flags = {f for f, v in ins.modifiers.items() if v == ""}
+    if flags - (MEMORY_FLAGS if cls == "global" else set()):
+        raise UnsupportedInstruction(f"{ins.text}: flag(s) {', '.join(sorted(flags))} not modelled")
     for k, op in enumerate(ops):
         is_dst = k == 0 and not (
             name.startswith("ds_write")
-            or name.startswith("global_store")
+            or name.startswith(("global_store", "buffer_store", "scratch_store"))
+            or (name.startswith("buffer_load") and "lds" in flags)
             or name.startswith("s_cmp")
             or name.startswith("s_cbranch")
             or name == "s_branch"
@@ -351,6 +359,17 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
             w.vset(
                 d, np.where(w.lanes(sel), _full(b(w), np.uint32), _full(a(w), np.uint32)).astype(np.uint32)
             )
+
+        return run
+    if name in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
+        # popcount of the mask bits below this lane, in the low or the high half of the 64 lanes.
+        d, a, b = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
+        below = _BELOW_LO if name.endswith("lo_u32_b32") else _BELOW_HI
+
+        def run(w: Wave) -> None:
+            m = _full(a(w), np.uint32)[:, None] & below
+            cnt = np.unpackbits(m.view(np.uint8).reshape(64, 4), axis=1).sum(axis=1)
+            w.vset(d, ((cnt.astype(np.uint64) + np.asarray(b(w), np.uint64)) & M32).astype(np.uint32))
 
         return run
     if name == "v_readfirstlane_b32":
@@ -511,20 +530,38 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
     if name == "v_mfma_f32_16x16x16_bf16":
         d, a, b, c = ops[0], ops[1], ops[2], ops[3]
         if not (
-            d.kind == a.kind == b.kind == c.kind == "v" and d.count == 4 and a.count == 2 and b.count == 2
-        ):
+            d.kind == a.kind == b.kind == "v"
+            and c.kind in ("v", "imm")
+            and d.count == 4
+            and a.count == 2
+            and b.count == 2
+        ) or set(ins.modifiers) & {"cbsz", "abid", "blgp"}:
             raise UnsupportedInstruction(ins.text)
         meta.mfma_ab = _regs(a, "v") + _regs(b, "v")
         meta.mfma_c = _regs(c, "v")
         di, ai, bi, ci = d.index, a.index, b.index, c.index
+        # An inline-constant C (the literal 0 of a first accumulation) is the same value in every element.
+        c_imm = np.full((64, 4), np.uint32(_imm32(c)).view(np.float32)) if c.kind == "imm" else None
 
         def run(w: Wave) -> None:
-            res = fp.mfma_f32_16x16x16_bf16(w.v[ai : ai + 2].T, w.v[bi : bi + 2].T, w.vf[ci : ci + 4].T)
+            cc = c_imm if c_imm is not None else w.vf[ci : ci + 4].T
+            res = fp.mfma_f32_16x16x16_bf16(w.v[ai : ai + 2].T, w.v[bi : bi + 2].T, cc)
             for r in range(4):
                 w.vsetf(di + r, res[:, r])
 
         return run
     # ---- memory ----
+    if m := _BUFFER.match(name):
+        return _compile_buffer(name, m.group(1), int(m.group(2)[1]) if m.group(2) else 1, ins, ops, meta)
+    if name in _DS_READ2:
+        ndw, scale = _DS_READ2[name]
+        d, a = ops[0].index, reader_u32(ops[1])
+        offs = tuple(int(ins.modifiers.get(f"offset{i}", "0"), 0) * scale for i in (0, 1))
+        return lambda w: w.lds_read2(a(w), offs, d, ndw)
+    if name == "ds_swizzle_b32":
+        d, a = ops[0].index, reader_u32(ops[1])
+        src_lane = swizzle_lanes(ins.modifiers.get("offset", "0"))
+        return lambda w: w.ds_swizzle(d, a(w), src_lane)
     if name == "global_store_short":
         addr16, off16, src16 = reader_u64(ops[0]), int(ins.modifiers.get("offset", "0"), 0), ops[1].index
         if ops[2].kind != "off":
@@ -573,6 +610,15 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
     if name in ("s_nop",):
         meta.wait_states = int(ins.operands[0], 0) + 1
         return lambda w: None
+    if name == "s_setprio":
+        # Issue priority between the waves of a SIMD: no effect on results; the wave keeps it for a
+        # scheduler that models arbitration.
+        prio = int(ins.operands[0], 0) & 3
+
+        def run(w: Wave) -> None:
+            w.prio = prio
+
+        return run
     if name == "s_waitcnt":
         vm, lgkm = _waitcnt(ins.operands)
         return lambda w: w.waitcnt(vm, lgkm)
@@ -599,6 +645,77 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
             meta.sreads += (VCC, VCC + 1)
         return lambda w: tgt if cond(w) else None
     return _compile_salu(name, ins, ops, meta)
+
+
+_BUFFER = re.compile(r"^buffer_(load|store)_dword(x[234])?$")
+# ds_read2*: (dwords per element, bytes per offset unit); the st64 forms step 64 elements.
+_DS_READ2 = {
+    "ds_read2_b32": (1, 4),
+    "ds_read2_b64": (2, 8),
+    "ds_read2st64_b32": (1, 256),
+    "ds_read2st64_b64": (2, 512),
+}
+_LANE = np.arange(64, dtype=np.uint64)
+_MASK_BELOW = (np.uint64(1) << _LANE) - np.uint64(1)  # lane l: bits 0 .. l-1
+_BELOW_LO = (_MASK_BELOW & np.uint64(M32)).astype(np.uint32)[:, None]
+_BELOW_HI = (_MASK_BELOW >> np.uint64(32)).astype(np.uint32)[:, None]
+
+
+def swizzle_lanes(offset: str) -> np.ndarray:
+    """ds_swizzle_b32's source lane for each lane, from the 16-bit offset (CDNA3 ISA, DS_SWIZZLE_B32)
+    or the assembler's swizzle(...) macro. offset[15] = 1: quad permute, lane 4q + i reads
+    4q + offset[2i+1:2i]; else bit-mask mode within each 32 lanes: and = offset[4:0], or = offset[9:5],
+    xor = offset[14:10], source = ((lane & and) | or) ^ xor."""
+    lane = np.arange(64)
+    if m := re.fullmatch(r"swizzle\((\w+)((?:,\d+)*)\)", offset):
+        kind, args = m.group(1), [int(x) for x in m.group(2).split(",")[1:]]
+        if kind == "QUAD_PERM" and len(args) == 4:
+            return (lane & ~3) | np.asarray(args)[lane & 3]
+        masks = {
+            "SWAP": lambda n: (0x1F, 0, n),
+            "REVERSE": lambda n: (0x1F, 0, n - 1),
+            "BROADCAST": lambda size, at: (0x1F & ~(size - 1), at, 0),
+        }
+        if kind not in masks:
+            raise UnsupportedInstruction(f"ds_swizzle offset {offset}")
+        and_m, or_m, xor_m = masks[kind](*args)
+    else:
+        try:
+            v = int(offset, 0)
+        except ValueError:
+            raise UnsupportedInstruction(f"ds_swizzle offset {offset}") from None
+        if v & 0x8000:
+            return (lane & ~3) | ((v >> (2 * (lane & 3))) & 3)
+        and_m, or_m, xor_m = v & 0x1F, (v >> 5) & 0x1F, (v >> 10) & 0x1F
+    return (lane & 0x20) | (((lane & and_m) | or_m) ^ xor_m)
+
+
+def _compile_buffer(name: str, op: str, ndw: int, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
+    """MUBUF buffer_load/store_dword[x2,x3,x4] over a raw buffer resource (CDNA3 ISA, "Buffer
+    Instructions"): address = base + soffset + inst_offset + (offen ? vaddr : 0), every dword checked
+    against num_records (soffset is not part of the check), out-of-range loads read 0 and stores
+    are dropped. With `lds` the dword goes to LDS at M0 + inst_offset + 4 * lane instead of a VGPR."""
+    mods = ins.modifiers
+    lds = "lds" in mods
+    if "offen" not in mods and ops[1 if not lds else 0].kind != "off":
+        raise UnsupportedInstruction(f"{ins.text}: vaddr without offen/idxen")
+    if lds and (op == "store" or ndw != 1):
+        raise UnsupportedInstruction(ins.text)
+    data_op, vaddr, rsrc, soff = (None, *ops) if lds else ops
+    if rsrc.kind != "s" or rsrc.count != 4:
+        raise UnsupportedInstruction(f"{ins.text}: resource operand")
+    inst_off = int(mods.get("offset", "0"), 0)
+    voff = reader_u32(vaddr) if "offen" in mods else (lambda w: 0)
+    sof = reader_u32(soff)
+    ri = rsrc.index
+    if lds:
+        meta.sreads += (M0,)
+        return lambda w: w.buffer_load_lds(w.s[ri : ri + 4], sof(w), voff(w), inst_off)
+    assert data_op is not None
+    di = data_op.index
+    if op == "store":
+        return lambda w: w.buffer_store(w.s[ri : ri + 4], sof(w), voff(w), inst_off, di, ndw)
+    return lambda w: w.buffer_load(w.s[ri : ri + 4], sof(w), voff(w), inst_off, di, ndw)
 
 
 def _compile_sdwa(name: str, ins: Instr, ops: list[Operand]) -> Exec:

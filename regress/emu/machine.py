@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from regress.emu.codeobject import Kernel
-from regress.emu.isa import CLASSES, EXEC, M32, M64, VCC, Exec, Meta, compile_instruction
+from regress.emu.isa import CLASSES, EXEC, M0, M32, M64, VCC, Exec, Meta, compile_instruction
 
 LANE_SHIFTS = np.arange(64, dtype=np.uint64)
 MFMA_RESULT_WS = 7
@@ -161,6 +161,7 @@ class Pending:
     kind: str  # "vm", "lds" (a read), "lds-write", "smem"
     regs: tuple[int, ...]  # destination registers (VGPRs, or SGPRs for "smem")
     land: Callable[[], None] | None  # writes the loaded data into them
+    lds_dwords: np.ndarray | None = None  # LDS dwords a direct-to-LDS buffer load writes
 
 
 class Wave:
@@ -188,6 +189,8 @@ class Wave:
         self.valu_write: dict[int, int] = {}
         self.last_mfma_ws = -(10**9)
         self.issued_mfma = False
+        self.prio = 0  # s_setprio
+        self.dma_pending = 0  # direct-to-LDS buffer loads not yet landed
 
     # ---- register file ----
     def _exec_changed(self) -> None:
@@ -264,6 +267,86 @@ class Wave:
         else:
             self.vm_queue.append(Pending(self.pc, "vm", (), None))
 
+    # ---- buffer (MUBUF) ----
+    def _buffer_dwords(
+        self, rsrc: list[int], soff: int, voff: Any, inst_off: int, ndw: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(active lanes, [n, ndw] addresses, [n, ndw] in-range mask) of a raw-buffer access."""
+        if (rsrc[1] >> 16) & 0x3FFF or rsrc[1] >> 31 or (rsrc[3] >> 23) & 1:
+            raise EmuFault(
+                "buffer resource with a stride, swizzling or add_tid: only raw buffers are modelled "
+                f"(words {', '.join(f'0x{x:08x}' for x in rsrc)})"
+            )
+        base = rsrc[0] | ((rsrc[1] & 0xFFFF) << 32)
+        lanes = self._active()
+        off = np.broadcast_to(np.asarray(voff, np.uint64), (64,))[lanes] + np.uint64(inst_off)
+        byte = off[:, None] + np.arange(0, 4 * ndw, 4, dtype=np.uint64)
+        inb = byte + np.uint64(4) <= np.uint64(rsrc[2])
+        return lanes, np.uint64(base + soff) + byte, inb
+
+    def _buffer_read(self, addrs: np.ndarray, inb: np.ndarray) -> np.ndarray:
+        data = np.zeros(addrs.shape, np.uint32)
+        if inb.any():
+            data[inb] = self.wg.launch.memory.load(addrs[inb], 4)[:, 0]
+            self.wg.launch.trace.global_bytes_read += 4 * int(inb.sum())
+        return data
+
+    def buffer_load(self, rsrc: list[int], soff: int, voff: Any, inst_off: int, d: int, ndw: int) -> None:
+        lanes, addrs, inb = self._buffer_dwords(rsrc, soff, voff, inst_off, ndw)
+        regs = tuple(range(d, d + ndw))
+        if not lanes.size:
+            self.vm_queue.append(Pending(self.pc, "vm", (), None))
+            return
+        data = self._buffer_read(addrs, inb)
+        self.vm_queue.append(Pending(self.pc, "vm", regs, self._poison_v(d, ndw, lanes, data)))
+        for r in regs:
+            self.pending_v[r] += 1
+
+    def buffer_store(self, rsrc: list[int], soff: int, voff: Any, inst_off: int, src: int, ndw: int) -> None:
+        lanes, addrs, inb = self._buffer_dwords(rsrc, soff, voff, inst_off, ndw)
+        if lanes.size and inb.any():
+            data = np.ascontiguousarray(self.v[src : src + ndw, lanes].T)
+            self.wg.launch.memory.store(addrs[inb], data[inb][:, None])
+            self.wg.launch.trace.global_bytes_written += 4 * int(inb.sum())
+        self.vm_queue.append(Pending(self.pc, "vm", (), None))
+
+    def buffer_load_lds(self, rsrc: list[int], soff: int, voff: Any, inst_off: int) -> None:
+        """buffer_load_dword ... lds: lane l's dword lands in LDS at M0 + inst_offset + 4 l. Counted
+        on vmcnt; the LDS bytes hold the poison pattern until an s_waitcnt vmcnt covers the load."""
+        lanes, addrs, inb = self._buffer_dwords(rsrc, soff, voff, inst_off, 1)
+        if not lanes.size:
+            self.vm_queue.append(Pending(self.pc, "vm", (), None))
+            return
+        dst = (self.s[M0] & 0x3FFFF) + inst_off + 4 * lanes.astype(np.int64)
+        if dst.max() + 4 > self.wg.lds_size:
+            raise EmuFault(f"LDS-direct buffer load past {self.wg.lds_size} B at {int(dst.max())}")
+        idx = dst // 4
+        data = self._buffer_read(addrs, inb)[:, 0]
+        wg = self.wg
+        wg.check_lds(self, idx, write=True)
+        wg.lds[idx] = VGPR_POISON
+        wg.launch.trace.lds_bytes += 4 * lanes.size
+
+        def land() -> None:
+            wg.check_lds(self, idx, write=True)
+            wg.lds[idx] = data
+            self.dma_pending -= 1
+
+        self.vm_queue.append(Pending(self.pc, "vm", (), land, idx))
+        self.dma_pending += 1
+
+    def _check_dma(self, idx: np.ndarray) -> None:
+        """A read of LDS that this wave's direct-to-LDS loads still have in flight."""
+        for p in self.vm_queue:
+            if p.lds_dwords is not None and np.isin(idx, p.lds_dwords).any():
+                self.wg.hazard(
+                    self,
+                    self.pc,
+                    "waitcnt",
+                    "LDS read of bytes a buffer_load ... lds no s_waitcnt vmcnt has covered",
+                )
+                return
+
     def _poison_v(self, d: int, ndw: int, lanes: np.ndarray, data: np.ndarray) -> Callable[[], None]:
         """Fill the destination lanes with the poison pattern now; the returned write lands the data."""
         self.v[d : d + ndw, lanes] = VGPR_POISON
@@ -317,6 +400,8 @@ class Wave:
         wg = self.wg
         if lanes.size:
             wg.check_lds(self, idx.ravel(), write=False)
+            if self.dma_pending:
+                self._check_dma(idx)
             data = wg.lds[idx]
             self._lds_cost(idx, ndw)
             regs = tuple(range(d, d + ndw))
@@ -325,6 +410,34 @@ class Wave:
                 self.pending_v[r] += 1
         else:
             self.lgkm_queue.append(Pending(self.pc, "lds", (), None))
+
+    def lds_read2(self, addr: Any, offsets: tuple[int, int], d: int, ndw: int) -> None:
+        """ds_read2*: two elements of ndw dwords at addr + offsets[0] and addr + offsets[1] into
+        d .. d + 2 ndw - 1, one LDS operation (one lgkmcnt)."""
+        lanes, i0 = self._lds_dwords(addr, offsets[0], ndw)
+        _, i1 = self._lds_dwords(addr, offsets[1], ndw)
+        if not lanes.size:
+            self.lgkm_queue.append(Pending(self.pc, "lds", (), None))
+            return
+        idx = np.concatenate([i0, i1], axis=1)
+        self.wg.check_lds(self, idx.ravel(), write=False)
+        if self.dma_pending:
+            self._check_dma(idx)
+        self._lds_cost(i0, ndw)
+        self._lds_cost(i1, ndw)
+        regs = tuple(range(d, d + 2 * ndw))
+        land = self._poison_v(d, 2 * ndw, lanes, self.wg.lds[idx])
+        self.lgkm_queue.append(Pending(self.pc, "lds", regs, land))
+        for r in regs:
+            self.pending_v[r] += 1
+
+    def ds_swizzle(self, d: int, src: Any, src_lane: np.ndarray) -> None:
+        """D[lane] = src[src_lane[lane]] (0 where that lane is inactive); LDS hardware, no memory."""
+        data = np.where(self.mask, np.broadcast_to(np.asarray(src, np.uint32), (64,)), 0).astype(np.uint32)
+        lanes = self._active()
+        result = data[src_lane][lanes][:, None]
+        self.lgkm_queue.append(Pending(self.pc, "lds", (d,), self._poison_v(d, 1, lanes, result)))
+        self.pending_v[d] += 1
 
     def lds_write(self, addr: Any, offset: int, src: int, ndw: int) -> None:
         lanes, idx = self._lds_dwords(addr, offset, ndw)

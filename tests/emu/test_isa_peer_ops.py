@@ -1,0 +1,249 @@
+"""Instructions the peers' kernels (MoonMath, AITER v3) use beyond ours, on hand-computed cases run
+as real gfx942 code. Semantics from AMD's CDNA3 ISA reference; where it leaves a detail open, the
+comment names the source used (LLVM's AMDGPU intrinsic definitions)."""
+
+from __future__ import annotations
+
+import numpy as np
+from emu_asm import PROLOGUE, lane_addr
+
+# s[20:23] = a raw buffer resource over buffer 0 (base, stride 0, num_records, DATA_FORMAT 32 as
+# MoonMath sets it); s[24:27] the same over buffer 2.
+RSRC = """\
+  s_mov_b32 s20, s4
+  s_mov_b32 s21, s5
+  s_movk_i32 s22, {nrec0}
+  s_mov_b32 s23, 0x20000
+  s_mov_b32 s24, s8
+  s_mov_b32 s25, s9
+  s_movk_i32 s26, {nrec2}
+  s_mov_b32 s27, 0x20000
+"""
+
+
+def test_buffer_loads_are_bounds_checked_per_dword(asm_kernel):
+    """address = base + soffset + offset + voffset; dword k is in range iff voffset + offset + 4k + 4
+    <= num_records (soffset is left out of the check: LLVM's raw.buffer intrinsics document it as
+    "excluded from bounds checking"); out of range reads 0."""
+    k = asm_kernel(
+        PROLOGUE
+        + lane_addr(1, "v[30:31]")
+        + RSRC.format(nrec0=404, nrec2=0)
+        + """
+  v_lshlrev_b32 v8, 3, v0
+  s_mov_b32 s28, 8
+  buffer_load_dword v10, v8, s[20:23], s28 offen offset:4
+  buffer_load_dwordx2 v[12:13], v8, s[20:23], 0 offen
+  buffer_load_dwordx4 v[14:17], v8, s[20:23], 0 offen
+  s_waitcnt vmcnt(0)
+  v_mov_b32 v11, 0
+  v_lshlrev_b32 v18, 5, v0
+  v_mov_b32 v19, 0
+  v_lshl_add_u64 v[30:31], s[6:7], 0, v[18:19]
+  global_store_dwordx2 v[30:31], v[10:11], off
+  global_store_dwordx2 v[30:31], v[12:13], off offset:8
+  global_store_dwordx4 v[30:31], v[14:17], off offset:16
+  s_waitcnt vmcnt(0)
+"""
+    )
+    src = np.arange(1000, 1256, dtype=np.uint32)
+    out = np.zeros((64, 8), np.uint32)
+    hazards, _ = k(src, out)
+    assert not hazards
+    lane = np.arange(64)
+    # dword: byte 8 + 8l + 4 -> element 3 + 2l; in range for 8l + 8 <= 404, lanes 0..49.
+    want = np.where(lane <= 49, 1003 + 2 * lane, 0)
+    assert out[:, 0].tolist() == want.tolist()
+    # x2 at byte 8l: lane 50 straddles the bound (dword 0 at 400 in, dword 1 at 404 out).
+    assert out[50, 2:4].tolist() == [1100, 0]
+    assert out[49, 2:4].tolist() == [1098, 1099] and out[51, 2:4].tolist() == [0, 0]
+    # x4 at byte 8l: lane 49 has dwords 392, 396, 400 in range and 404 out.
+    assert out[49, 4:8].tolist() == [1098, 1099, 1100, 0]
+    assert out[0, 4:8].tolist() == [1000, 1001, 1002, 1003]
+
+
+def test_buffer_store_drops_out_of_range_dwords(asm_kernel):
+    k = asm_kernel(
+        PROLOGUE
+        + RSRC.format(nrec0=0, nrec2=132)
+        + """
+  v_lshlrev_b32 v8, 3, v0
+  v_mov_b32 v10, v0
+  v_add_u32 v11, 100, v0
+  buffer_store_dwordx2 v[10:11], v8, s[24:27], 0 offen
+  s_waitcnt vmcnt(0)
+"""
+    )
+    dst = np.full(128, 0xDEAD, np.uint32)
+    hazards, _ = k(np.zeros(4, np.uint32), np.zeros(4, np.uint32), dst)
+    assert not hazards
+    pairs = dst.reshape(64, 2)
+    assert pairs[:16].tolist() == [[i, 100 + i] for i in range(16)]
+    assert pairs[16].tolist() == [16, 0xDEAD]  # byte 128 in range, 132 out
+    assert (pairs[17:] == 0xDEAD).all()
+
+
+def test_buffer_load_to_lds(asm_kernel):
+    """`lds`: lane l's dword goes to LDS byte M0 + offset + 4l (out of range: 0), counted on vmcnt."""
+    k = asm_kernel(
+        PROLOGUE
+        + RSRC.format(nrec0=404, nrec2=0)
+        + lane_addr(1)
+        + """
+  v_lshlrev_b32 v8, 3, v0
+  s_movk_i32 m0, 0x100
+  buffer_load_dword v8, s[20:23], 0 offen offset:16 lds
+  s_waitcnt vmcnt(0)
+  ds_read_b32 v20, v6 offset:272
+  s_waitcnt lgkmcnt(0)
+  global_store_dword v[2:3], v20, off
+  s_waitcnt vmcnt(0)
+""",
+        lds=1024,
+    )
+    src = np.arange(1000, 1256, dtype=np.uint32)
+    out = np.zeros(64, np.uint32)
+    hazards, _ = k(src, out)
+    assert not hazards
+    lane = np.arange(64)
+    # memory byte 16 + 8l -> element 4 + 2l, in range while 8l + 20 <= 404 (lanes 0..48)
+    assert out.tolist() == np.where(lane <= 48, 1004 + 2 * lane, 0).tolist()
+
+
+def test_lds_read_before_the_direct_load_lands_is_a_hazard(asm_kernel):
+    k = asm_kernel(
+        PROLOGUE
+        + RSRC.format(nrec0=404, nrec2=0)
+        + """
+  v_lshlrev_b32 v8, 3, v0
+  s_movk_i32 m0, 0x0
+  buffer_load_dword v8, s[20:23], 0 offen lds
+  ds_read_b32 v20, v6
+  s_waitcnt vmcnt(0) lgkmcnt(0)
+""",
+        lds=256,
+    )
+    hazards, _ = k(np.arange(256, dtype=np.uint32), strict=False)
+    assert [h.kind for h in hazards] == ["waitcnt"]
+    assert "buffer_load ... lds" in hazards[0].detail
+
+
+def test_ds_read2_and_read2st64(asm_kernel):
+    """ds_read2_b64 reads 8-byte elements at addr + 8·offset0 and addr + 8·offset1; the st64 forms
+    step 64 elements (512 B for b64, 256 B for b32)."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_mov_b32 v10, v0
+  ds_write_b32 v6, v10
+  ds_write_b32 v6, v10 offset:256
+  ds_write_b32 v6, v10 offset:512
+  ds_write_b32 v6, v10 offset:768
+  s_waitcnt lgkmcnt(0)
+  v_lshlrev_b32 v7, 3, v0
+  v_and_b32 v7, 0xf8, v7
+  ds_read2_b64 v[12:15], v7 offset1:16
+  ds_read2st64_b64 v[16:19], v7 offset1:1
+  ds_read2st64_b32 v[20:21], v6 offset0:1 offset1:3
+  ds_read2_b32 v[22:23], v6 offset1:1
+  s_waitcnt lgkmcnt(0)
+  v_mov_b32 v7, 0
+"""
+        + lane_addr(0, "v[2:3]")
+        + """
+  v_lshlrev_b32 v24, 5, v0
+  v_mov_b32 v25, 0
+  v_lshl_add_u64 v[2:3], s[4:5], 0, v[24:25]
+  global_store_dwordx4 v[2:3], v[12:15], off
+  global_store_dwordx4 v[2:3], v[16:19], off offset:16
+  v_lshl_add_u64 v[2:3], s[6:7], 0, v[24:25]
+  global_store_dwordx4 v[2:3], v[20:23], off
+  s_waitcnt vmcnt(0)
+""",
+        lds=1024,
+    )
+    # LDS dword i holds i % 64 (four copies of the lane ids).
+    a = np.zeros((64, 8), np.uint32)
+    b = np.zeros((64, 8), np.uint32)
+    hazards, _ = k(a, b)
+    assert not hazards
+    for lane in range(64):
+        base = (8 * lane & 0xF8) // 4  # dword index of the lane's 8-byte element
+        assert a[lane, 0:4].tolist() == [base % 64, (base + 1) % 64, (base + 32) % 64, (base + 33) % 64]
+        assert a[lane, 4:8].tolist() == [base % 64, (base + 1) % 64, (base + 128) % 64, (base + 129) % 64]
+        # b32 st64: dwords lane + 64 and lane + 192; plain read2_b32: lane and lane + 1
+        assert b[lane, 0:4].tolist() == [lane, lane, lane, (lane + 1) % 64]
+
+
+def test_ds_swizzle_mbcnt_setprio(asm_kernel):
+    """ds_swizzle_b32 SWAP 16 (MoonMath's 0x401F), QUAD_PERM and BROADCAST; v_mbcnt_lo/hi counting
+    the lanes below this one (the lane id for mask -1, and bits of a partial mask); s_setprio changes
+    no result."""
+    k = asm_kernel(
+        PROLOGUE
+        + lane_addr(1, "v[12:13]")
+        + """
+  s_setprio 3
+  v_mov_b32 v10, v0
+  ds_swizzle_b32 v20, v10 offset:swizzle(SWAP,16)
+  ds_swizzle_b32 v21, v10 offset:swizzle(QUAD_PERM,3,2,1,0)
+  ds_swizzle_b32 v22, v10 offset:swizzle(BROADCAST,8,5)
+  ds_swizzle_b32 v23, v10 offset:0x401f
+  s_waitcnt lgkmcnt(0)
+  s_setprio 0
+  v_mbcnt_lo_u32_b32 v24, -1, 0
+  v_mbcnt_hi_u32_b32 v24, -1, v24
+  s_mov_b32 s30, 0x55555555
+  v_mbcnt_lo_u32_b32 v25, s30, 10
+  v_mbcnt_hi_u32_b32 v26, s30, 0
+  v_lshlrev_b32 v8, 4, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[2:3], s[4:5], 0, v[8:9]
+  v_lshl_add_u64 v[12:13], s[6:7], 0, v[8:9]
+  global_store_dwordx4 v[2:3], v[20:23], off
+  global_store_dwordx4 v[12:13], v[24:27], off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    a = np.zeros((64, 4), np.uint32)
+    b = np.zeros((64, 4), np.uint32)
+    hazards, _ = k(a, b)
+    assert not hazards
+    lane = np.arange(64)
+    assert a[:, 0].tolist() == (lane ^ 16).tolist()
+    assert a[:, 1].tolist() == ((lane & ~3) | (3 - (lane & 3))).tolist()
+    assert a[:, 2].tolist() == ((lane & ~7) | 5).tolist()  # within 8-lane groups, lane 5 of each
+    assert a[:, 3].tolist() == (lane ^ 16).tolist()
+    assert b[:, 0].tolist() == lane.tolist()
+    # 0x55555555 has the even bits: lanes below l in 0..31 with even index = ceil(l / 2).
+    assert b[:, 1].tolist() == (10 + np.minimum((lane + 1) // 2, 16)).tolist()
+    assert b[:, 2].tolist() == np.clip((lane - 32 + 1) // 2, 0, 16).tolist()
+
+
+def test_mfma_with_inline_constant_c(asm_kernel):
+    """v_mfma_f32_16x16x16_bf16 with C = literal 0 (MoonMath's first accumulation): D = A·B."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_mov_b32 v10, 0x3f803f80
+  v_mov_b32 v11, 0x3f803f80
+  v_mov_b32 v12, 0x40004000
+  v_mov_b32 v13, 0x40004000
+  s_nop 1
+  v_mfma_f32_16x16x16_bf16 v[20:23], v[10:11], v[12:13], 0
+  v_mfma_f32_16x16x16_bf16 v[24:27], v[10:11], v[12:13], 1.0
+  s_nop 7
+  s_nop 2
+  v_lshlrev_b32 v8, 5, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[2:3], s[4:5], 0, v[8:9]
+  global_store_dwordx4 v[2:3], v[20:23], off
+  global_store_dwordx4 v[2:3], v[24:27], off offset:16
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros((64, 8), np.float32)
+    hazards, _ = k(out)
+    assert not hazards
+    assert (out[:, :4] == 32.0).all()  # 16 products of 1.0 x 2.0
+    assert (out[:, 4:] == 33.0).all()
