@@ -191,6 +191,10 @@ class Wave:
         self.issued_mfma = False
         self.prio = 0  # s_setprio
         self.dma_pending = 0  # direct-to-LDS buffer loads not yet landed
+        # Timing record (Launch(record=True)): the pcs issued in order, and the LDS bank cycles of the
+        # ones that accessed LDS, keyed by their position in `rec` (regress.emu.timing replays these).
+        self.rec: list[int] | None = [] if wg.launch.record else None
+        self.lds_log: dict[int, int] = {}
 
     # ---- register file ----
     def _exec_changed(self) -> None:
@@ -477,6 +481,9 @@ class Wave:
         ideal = int((-(-first.sum(axis=1) // LDS_BANKS)).sum())
         t.lds_cycles += cycles
         t.lds_ideal_cycles += ideal
+        if self.rec is not None:
+            at = len(self.rec) - 1
+            self.lds_log[at] = self.lds_log.get(at, 0) + cycles
         t.lds_bytes += idx.size * 4
 
     def waitcnt(self, vm: int, lgkm: int) -> None:
@@ -607,6 +614,7 @@ class Wave:
         metas = self.wg.launch.metas
         counts = self.wg.launch.counts
         checking = self.wg.launch.check_hazards
+        rec = self.rec
         pc = self.pc
         n = len(prog)
         while True:
@@ -616,6 +624,8 @@ class Wave:
             self.pc = pc
             if checking:
                 self.check(pc, meta)
+            if rec is not None:
+                rec.append(pc)
             r = prog[pc](self)
             counts[pc] += 1
             self.after(meta)
@@ -717,6 +727,8 @@ class Workgroup:
             live = [w for w in live if not w.done]
             for w in live:
                 w.epoch += 1
+        if self.launch.record:
+            self.launch.records.append([(w.rec or [], w.lds_log) for w in ws])
         t = self.launch.trace
         t.waves += waves
         t.active_waves += sum(w.issued_mfma for w in ws)
@@ -733,6 +745,7 @@ class Launch:
         *,
         strict: bool = True,
         check_hazards: bool = True,
+        record: bool = False,
     ) -> None:
         kd = kernel.descriptor
         if kd.wave32:
@@ -752,6 +765,9 @@ class Launch:
         self.check_hazards = check_hazards
         self.hazards: list[Hazard] = []
         self.trace = Trace()
+        # record=True keeps, per workgroup, each wave's issued pcs and LDS cycles (regress.emu.timing).
+        self.record = record
+        self.records: list[list[tuple[list[int], dict[int, int]]]] = []
         self._kernarg = np.frombuffer(bytearray(kernarg), dtype=np.uint8).copy()
         self.kernarg_addr = self._kernarg.ctypes.data
         memory.map(self.kernarg_addr, self._kernarg)

@@ -75,9 +75,10 @@ NBUFS = 4
 @dataclass
 class Runner:
     code: CodeObject
+    records: list | None = None  # per workgroup, each wave's issued pcs (record=True; timing tests)
 
     def __call__(
-        self, *buffers: np.ndarray, grid: int = 1, block: int = 64, strict: bool = True
+        self, *buffers: np.ndarray, grid: int = 1, block: int = 64, strict: bool = True, record: bool = False
     ) -> tuple[list[Hazard], Trace]:
         assert len(buffers) <= NBUFS
         buffers = (*buffers, *(np.zeros(4, np.uint32) for _ in range(NBUFS - len(buffers))))
@@ -100,8 +101,9 @@ class Runner:
             kind, off, size = arg[".value_kind"], arg[".offset"], arg[".size"]
             value = next(pointers).ctypes.data if kind == "global_buffer" else known.get(kind, 0)
             kernarg[off : off + size] = value.to_bytes(size, "little")
-        launch = Launch(kernel, mem, bytes(kernarg), strict=strict)
+        launch = Launch(kernel, mem, bytes(kernarg), strict=strict, record=record)
         trace = launch.run((grid, 1), block)
+        self.records = launch.records
         return launch.hazards, trace
 
 

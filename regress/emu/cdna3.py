@@ -1,0 +1,121 @@
+"""Every number the CDNA3 timing model (regress.emu.timing) uses, each with its public source.
+
+One table, `CONSTANTS`; the model reads values only through `C` (by name). `FITTED` holds the at most
+three parameters fitted to published times (benchmarks/mi300x_model.py --fit; only AITER's RTNE rows
+(2,24,8192), (2,24,32768), (1,16,131072) are used to fit them), with the fitted values committed here.
+
+Units: a *clock* is one cycle of the CU clock; an *issue cycle* is 4 clocks, the interval at which the
+CU's sequencer returns to the same SIMD (a wave64 VALU op occupies a 16-lane SIMD for 4 clocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ISA = "AMD Instinct MI300 CDNA 3 Instruction Set Architecture reference guide"
+WHITE = "AMD CDNA 3 architecture white paper (AMD Instinct MI300 series)"
+CALC = "AMD matrix instruction calculator (amd_matrix_instruction_calculator, --architecture cdna3)"
+SCHED = "LLVM AMDGPU SISchedule.td (SICommonWriteRes; gfx940 models Write4PassMAI/Write8PassMAI)"
+HAZ = "LLVM AMDGPU GCNHazardRecognizer.cpp (GFX940_XDL_N_PassWriteVgprVALUWawWaitStates)"
+USAGE = "LLVM AMDGPUUsage (gfx90a/gfx942: unified VGPR/AGPR file, allocation granule 8)"
+
+
+@dataclass(frozen=True)
+class Constant:
+    name: str
+    value: float
+    unit: str
+    source: str
+    note: str = ""
+
+
+CONSTANTS: tuple[Constant, ...] = (
+    # --- the device ---
+    Constant("cus", 304, "CUs", WHITE, "8 XCDs x 38 active CUs (MI300X)"),
+    Constant("clock_ghz", 2.1, "GHz", WHITE, "peak engine clock; 304 x 2.1 GHz x 2048 = 1307 TFLOP/s bf16"),
+    Constant("hbm_tb_s", 5.3, "TB/s", WHITE, "8 HBM3 stacks"),
+    Constant("l2_bytes_per_clk_xcd", 2048, "B/clk per XCD", WHITE, "16 channels x 128 B; 4 MB L2 per XCD"),
+    Constant("xcds", 8, "XCDs", WHITE),
+    Constant("mall_tb_s", 17.2, "TB/s", WHITE, "256 MB Infinity Cache peak bandwidth"),
+    # --- one CU ---
+    Constant("simds", 4, "SIMDs per CU", ISA),
+    Constant("waves_per_simd_max", 8, "waves", ISA, "wave slots per SIMD on CDNA3"),
+    Constant("vgprs_per_lane", 512, "registers", USAGE, "VGPR + AGPR, per SIMD lane"),
+    Constant("vgpr_granule", 8, "registers", USAGE),
+    Constant("lds_bytes", 65536, "B per CU", ISA),
+    Constant(
+        "lds_bytes_per_clk", 128, "B/clk", ISA, "32 banks x 4 B; the bank model is machine.Wave._lds_cost"
+    ),
+    Constant("l1_bytes_per_clk", 64, "B/clk", WHITE, "vector L1 (TA/TD) return path per CU"),
+    # --- issue and pipelines ---
+    Constant(
+        "issue_clocks", 4, "clocks", ISA, "one issue opportunity per SIMD every 4 clocks; wave64 on 16 lanes"
+    ),
+    Constant(
+        "trans_issue_cycles", 4, "issue cycles", SCHED, "WriteTrans32 / WriteQuarterRate32 = 4 (quarter rate)"
+    ),
+    Constant("mfma_pass_clocks", 4, "clocks", CALC, "one pass = 4 clocks"),
+    Constant("mfma_16x16x16_bf16_passes", 4, "passes", CALC, "16 cycles; SISchedule Write4PassMAI"),
+    Constant("mfma_32x32x8_bf16_passes", 8, "passes", CALC, "32 cycles; SISchedule Write8PassMAI"),
+    Constant(
+        "mfma_valu_read_extra_ws", 3, "wait states", HAZ, "an XDL result is read by VALU after passes + 3"
+    ),
+    Constant("branch_issue_cycles", 2, "issue cycles", SCHED, "WriteBranch = 8 clocks for a taken branch"),
+    # --- memory latencies (issue to data in VGPRs) ---
+    Constant("smem_latency", 5 * 4, "clocks", SCHED, "WriteSMEM = 5 issue cycles"),
+    Constant(
+        "barrier_clocks", 4, "clocks", ISA, "release on the next issue cycle once every wave has arrived"
+    ),
+)
+
+
+# The fitted parameters (at most three); values from `benchmarks/mi300x_model.py --fit`.
+FITTED: dict[str, Constant] = {
+    c.name: c
+    for c in (
+        Constant("vmem_latency", 500.0, "clocks", "fitted", "global load issue to data (L2/MALL mix)"),
+        Constant("lds_latency", 64.0, "clocks", "fitted", "ds_read issue to data beyond bank cycles"),
+        Constant("clock_eff", 1.0, "x clock_ghz", "fitted", "sustained clock under MFMA load / peak"),
+    )
+}
+
+C: dict[str, float] = {c.name: c.value for c in CONSTANTS} | {k: v.value for k, v in FITTED.items()}
+
+MFMA_PASSES = {
+    "v_mfma_f32_16x16x16_bf16": int(C["mfma_16x16x16_bf16_passes"]),
+    "v_mfma_f32_16x16x16bf16_1k": int(C["mfma_16x16x16_bf16_passes"]),
+    "v_mfma_f32_16x16x16_f16": int(C["mfma_16x16x16_bf16_passes"]),
+    "v_mfma_f32_32x32x8_bf16": int(C["mfma_32x32x8_bf16_passes"]),
+    "v_mfma_f32_32x32x8bf16_1k": int(C["mfma_32x32x8_bf16_passes"]),
+    "v_mfma_f32_32x32x8_f16": int(C["mfma_32x32x8_bf16_passes"]),
+}
+
+# Quarter-rate VALU ops (SISchedule: WriteTrans32, WriteQuarterRate32).
+QUARTER_RATE = frozenset(
+    {
+        "v_exp_f32",
+        "v_log_f32",
+        "v_rcp_f32",
+        "v_rcp_iflag_f32",
+        "v_rsq_f32",
+        "v_sqrt_f32",
+        "v_sin_f32",
+        "v_cos_f32",
+        "v_exp_f16",
+        "v_log_f16",
+        "v_rcp_f16",
+        "v_mul_lo_u32",
+        "v_mul_hi_u32",
+        "v_mul_hi_i32",
+        "v_mad_u64_u32",
+        "v_mad_i64_i32",
+    }
+)
+
+
+def table_markdown() -> str:
+    """The constants table as it appears in docs/hip-gfx942.md."""
+    rows = ["| constant | value | unit | source | note |", "|---|---|---|---|---|"]
+    for c in (*CONSTANTS, *FITTED.values()):
+        rows.append(f"| `{c.name}` | {c.value:g} | {c.unit} | {c.source} | {c.note} |")
+    return "\n".join(rows)

@@ -1,0 +1,488 @@
+"""A cycle-approximate timing model of one CDNA3 compute unit, replaying the emulator's waves.
+
+The emulator (regress.emu.machine) executes a launch functionally; with `record=True` every wave keeps
+the instructions it issued, in order, and the LDS bank cycles of each LDS access. Control flow never
+depends on timing (waves synchronise only at s_barrier), so the timing of one CU is a replay of those
+streams through a model of its issue logic and pipelines (every constant: regress.emu.cdna3):
+
+- 4 SIMDs; wave i of a workgroup sits on SIMD i mod 4. Each SIMD has an issue opportunity every
+  4 clocks; at one it issues at most one instruction per wave and one per unit class (VALU incl.
+  MFMA, scalar ALU/memory, vector memory, LDS, branch), choosing among ready waves by s_setprio
+  priority, then oldest first. s_nop, s_waitcnt, s_setprio, s_barrier are sequencer instructions.
+- VALU: 4 clocks per wave64 op, quarter-rate ops (transcendentals, 32-bit integer multiplies) 16.
+- MFMA: the SIMD's matrix core is busy passes x 4 clocks (matrix instruction calculator); the VALU
+  port is taken for one issue cycle only, so independent VALU work co-issues under an MFMA. A chained
+  MFMA (SrcC = the previous D) waits for the core; other dependencies are the code's own s_nops.
+- Memory: vector memory ops are served by the CU's L1 at l1_bytes_per_clk, then return after
+  vmem_latency, in order; LDS ops occupy the CU's LDS for their bank-conflict cycles (the machine's
+  bank model) and return lds_latency later, in order; scalar loads return after smem_latency.
+  s_waitcnt vmcnt/lgkmcnt stalls the wave until enough have returned.
+
+Every clock a wave spends is booked to one bucket (`CuRun.waves_cost`): the issue cycles of each
+instruction class, s_nop wait states, waits on vmcnt/lgkmcnt, s_barrier, a busy matrix core, a busy
+VALU (quarter-rate ops), or losing arbitration to another wave.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from regress.emu.cdna3 import MFMA_PASSES, QUARTER_RATE, C
+from regress.emu.codeobject import Kernel
+
+# Op kinds (small ints: the replay loop is the model's hot path).
+VALU, MFMA, SALU, SMEM, VMEM, LDS, BRANCH, NOP, WAIT, BARRIER, PRIO, END = range(12)
+KIND_NAMES = (
+    "valu",
+    "mfma",
+    "salu",
+    "smem",
+    "vmem",
+    "lds",
+    "branch",
+    "nop",
+    "waitcnt",
+    "barrier",
+    "prio",
+    "end",
+)
+# The unit class an op takes at an issue opportunity; None: a sequencer instruction.
+UNIT = {VALU: 0, MFMA: 0, SALU: 1, SMEM: 1, VMEM: 2, LDS: 3, BRANCH: 4}
+RecordT = tuple[list[int], dict[int, int]]
+
+
+class TimingError(RuntimeError):
+    """The timing model has no rate for an instruction the kernel issues."""
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: int
+    arg: int = 0  # VALU: issue cycles; MFMA: passes; NOP: wait states; WAIT: vmcnt; PRIO: level; VMEM: bytes
+    arg2: int = 0  # WAIT: lgkmcnt
+    target: int = -1  # branch target index
+
+
+_DW = {"byte": 1, "ubyte": 1, "sbyte": 1, "short": 2, "ushort": 2, "sshort": 2, "dword": 4}
+
+
+def _vmem_bytes(name: str) -> int:
+    """Bytes one wave64 moves: 64 lanes x the access size in the mnemonic."""
+    m = re.search(r"_(dwordx(\d)|dword|b(\d+)|u?byte|sbyte|u?short|sshort|d16\w*)", name)
+    if not m:
+        return 64 * 4
+    if m.group(2):
+        return 64 * 4 * int(m.group(2))
+    if m.group(3):
+        return 64 * int(m.group(3)) // 8
+    return 64 * _DW.get(m.group(1), 2)
+
+
+def static_ops(kernel: Kernel) -> list[Op]:
+    """The timing facts of every instruction of `kernel` (index-aligned with kernel.instructions)."""
+    index_of = {ins.addr: i for i, ins in enumerate(kernel.instructions)}
+    ops: list[Op] = []
+    for ins in kernel.instructions:
+        name = re.sub(r"_e(32|64)$", "", ins.mnemonic)
+        if name.startswith("v_mfma"):
+            if name not in MFMA_PASSES:
+                raise TimingError(f"{kernel.name}: no MFMA rate for {name} (regress/emu/cdna3.py)")
+            ops.append(Op(MFMA, MFMA_PASSES[name]))
+        elif name.startswith("v_"):
+            ops.append(Op(VALU, int(C["trans_issue_cycles"]) if name in QUARTER_RATE else 1))
+        elif name.startswith("ds_"):
+            ops.append(Op(LDS))
+        elif name.startswith(("global_", "buffer_", "flat_", "scratch_")):
+            ops.append(Op(VMEM, _vmem_bytes(name)))
+        elif name.startswith(("s_load", "s_buffer_load", "s_store", "s_dcache")):
+            ops.append(Op(SMEM))
+        elif name == "s_nop":
+            ops.append(Op(NOP, int(ins.operands[0], 0) + 1))
+        elif name == "s_waitcnt":
+            vm, lgkm = 63, 15
+            for o in ins.operands:
+                if m := re.match(r"vmcnt\((\d+)\)", o):
+                    vm = int(m.group(1))
+                elif m := re.match(r"lgkmcnt\((\d+)\)", o):
+                    lgkm = int(m.group(1))
+            ops.append(Op(WAIT, vm, lgkm))
+        elif name == "s_barrier":
+            ops.append(Op(BARRIER))
+        elif name == "s_setprio":
+            ops.append(Op(PRIO, int(ins.operands[0], 0)))
+        elif name == "s_endpgm":
+            ops.append(Op(END))
+        elif name == "s_branch" or name.startswith("s_cbranch"):
+            tgt = ins.branch_target
+            ops.append(Op(BRANCH, target=index_of.get(tgt, -1) if tgt is not None else -1))
+        else:
+            ops.append(Op(SALU))
+    return ops
+
+
+# --- occupancy -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    vgprs: int  # VGPR + AGPR per lane, as allocated
+    waves_per_simd: int
+    wgs_per_cu: int
+    limit: str  # "vgpr", "lds" or "slots"
+
+
+def occupancy(kernel: Kernel, block: int) -> Occupancy:
+    kd = kernel.descriptor
+    granule = int(C["vgpr_granule"])
+    vgprs = ((kd.rsrc1 & 0x3F) + 1) * granule
+    simds = int(C["simds"])
+    by_vgpr = min(int(C["waves_per_simd_max"]), int(C["vgprs_per_lane"]) // vgprs)
+    waves = block // 64
+    per_simd = -(-waves // simds)  # wave slots one workgroup takes on each SIMD
+    wg_vgpr = by_vgpr // per_simd
+    wg_lds = int(C["lds_bytes"]) // kd.group_segment_size if kd.group_segment_size else 10**9
+    wgs = min(wg_vgpr, wg_lds)
+    if wgs < 1:
+        raise TimingError(f"{kernel.name}: a {block}-thread workgroup does not fit one CU")
+    limit = "lds" if wg_lds < wg_vgpr else "vgpr"
+    return Occupancy(vgprs, by_vgpr, wgs, limit)
+
+
+# --- the replay -----------------------------------------------------------------------------------
+
+
+@dataclass
+class CuRun:
+    """One CU's replay: its end time and where every wave's clocks went."""
+
+    clocks: int
+    waves: int
+    xdl_busy: list[int]  # per SIMD, clocks the matrix core was busy
+    valu_busy: list[int]
+    lds_busy: int
+    vmem_busy: int
+    waves_cost: Counter[str] = field(default_factory=Counter)  # summed over waves, clocks
+    issued: Counter[str] = field(default_factory=Counter)
+    wave_end: list[int] = field(default_factory=list)  # per wave, the clock its last result landed
+
+    @property
+    def mfma_busy(self) -> float:
+        return sum(self.xdl_busy) / (len(self.xdl_busy) * self.clocks) if self.clocks else 0.0
+
+
+class _Wave:
+    __slots__ = (
+        "age",
+        "barrier",
+        "done",
+        "end",
+        "i",
+        "lds",
+        "lgkm",
+        "n",
+        "pcs",
+        "prio",
+        "ready",
+        "reason",
+        "simd",
+        "since",
+        "vm",
+        "wg",
+    )
+
+    def __init__(self, rec: RecordT, simd: int, age: int, wg: int) -> None:
+        self.pcs, self.lds = rec
+        self.i = 0
+        self.n = len(self.pcs)
+        self.ready = 0  # earliest clock of its next issue
+        self.since = 0  # the clock from which the current wait is booked
+        self.reason = "arbitration"
+        self.simd = simd
+        self.age = age
+        self.prio = 0
+        self.vm: list[int] = []  # completion clocks of outstanding vector memory ops, issue order
+        self.lgkm: list[int] = []  # LDS and scalar memory ops
+        self.wg = wg
+        self.barrier = False
+        self.done = self.n == 0
+        self.end = 0
+
+
+def replay(
+    kernel: Kernel, workgroups: Sequence[Sequence[RecordT]], params: dict[str, float] | None = None
+) -> CuRun:
+    """Runs the recorded waves of `workgroups`, all resident on one CU from clock 0."""
+    p = C | (params or {})
+    ops = static_ops_cached(kernel)
+    issue = int(p["issue_clocks"])
+    simds = int(p["simds"])
+    pass_clk = int(p["mfma_pass_clocks"])
+    vmem_lat = round(p["vmem_latency"])
+    lds_lat = round(p["lds_latency"])
+    smem_lat = int(p["smem_latency"])
+    l1_bpc = p["l1_bytes_per_clk"]
+    branch_cycles = int(p["branch_issue_cycles"])
+    barrier_clk = int(p["barrier_clocks"])
+
+    waves: list[_Wave] = []
+    for g, wg in enumerate(workgroups):
+        for k, rec in enumerate(wg):
+            waves.append(_Wave(rec, k % simds, len(waves), g))
+    by_simd = [[w for w in waves if w.simd == s] for s in range(simds)]
+    live_in_wg = Counter(w.wg for w in waves if not w.done)
+    arrived: Counter[int] = Counter()
+    valu_free = [0] * simds
+    xdl_free = [0] * simds
+    xdl_busy = [0] * simds
+    valu_busy = [0] * simds
+    lds_free = 0
+    vmem_free = 0
+    lds_busy = 0
+    vmem_busy = 0
+    cost: Counter[str] = Counter()
+    issued: Counter[str] = Counter()
+    live = sum(not w.done for w in waves)
+    t = 0
+
+    def release(g: int, when: int) -> None:
+        for w in waves:
+            if w.wg == g and w.barrier:
+                w.barrier = False
+                w.ready = max(w.ready, when)
+                w.reason = "barrier"
+        arrived[g] = 0
+
+    while live:
+        any_issue = False
+        for s in range(simds):
+            cands = [w for w in by_simd[s] if not w.done and not w.barrier and w.ready <= t]
+            if not cands:
+                continue
+            if len(cands) > 1:
+                cands.sort(key=lambda w: (-w.prio, w.age))
+            used = 0
+            for w in cands:
+                op = ops[w.pcs[w.i]]
+                k = op.kind
+                unit = UNIT.get(k)
+                if unit is not None and used >> unit & 1:
+                    w.reason = "arbitration"
+                    continue
+                if k in (VALU, MFMA):
+                    if valu_free[s] > t:
+                        w.reason = "valu busy"
+                        continue
+                    if k == MFMA and xdl_free[s] > t:
+                        w.ready = xdl_free[s]
+                        w.reason = "matrix core busy"
+                        continue
+                elif k == WAIT:
+                    need = t
+                    if len(w.vm) > op.arg:
+                        need = max(need, w.vm[len(w.vm) - op.arg - 1])
+                    if len(w.lgkm) > op.arg2:
+                        srt = sorted(w.lgkm)
+                        need = max(need, srt[len(srt) - op.arg2 - 1])
+                    if need > t:
+                        vm_need = w.vm[len(w.vm) - op.arg - 1] if len(w.vm) > op.arg else 0
+                        w.reason = "wait vmcnt" if vm_need >= need else "wait lgkmcnt"
+                        w.ready = -(-need // issue) * issue
+                        continue
+                # --- issue ---
+                cost[w.reason] += t - w.since
+                own = issue
+                if unit is not None:
+                    used |= 1 << unit
+                if k == VALU:
+                    busy = op.arg * issue
+                    valu_free[s] = t + busy
+                    valu_busy[s] += busy
+                    cost["valu"] += issue
+                elif k == MFMA:
+                    busy = op.arg * pass_clk
+                    valu_free[s] = t + issue
+                    xdl_free[s] = t + busy
+                    xdl_busy[s] += busy
+                    cost["mfma"] += issue
+                elif k == LDS:
+                    cyc = w.lds.get(w.i, 2)
+                    start = max(t, lds_free)
+                    lds_free = start + cyc
+                    lds_busy += cyc
+                    done = start + cyc + lds_lat
+                    w.lgkm = [c for c in w.lgkm if c > t]
+                    w.lgkm.append(max(done, w.lgkm[-1]) if w.lgkm else done)
+                    cost["lds"] += issue
+                elif k == VMEM:
+                    cyc = math.ceil(op.arg / l1_bpc)
+                    start = max(t, vmem_free)
+                    vmem_free = start + cyc
+                    vmem_busy += cyc
+                    done = start + cyc + vmem_lat
+                    w.vm = [c for c in w.vm if c > t]
+                    w.vm.append(max(done, w.vm[-1]) if w.vm else done)
+                    cost["vmem"] += issue
+                elif k == SMEM:
+                    w.lgkm = [c for c in w.lgkm if c > t]
+                    w.lgkm.append(t + smem_lat)
+                    cost["salu"] += issue
+                elif k == SALU:
+                    cost["salu"] += issue
+                elif k == BRANCH:
+                    taken = w.i + 1 < w.n and w.pcs[w.i + 1] != w.pcs[w.i] + 1
+                    own = issue * (branch_cycles if taken else 1)
+                    cost["branch"] += own
+                elif k == NOP:
+                    own = issue * op.arg
+                    cost["s_nop"] += own
+                elif k == WAIT:
+                    w.vm = [c for c in w.vm if c > t]
+                    w.lgkm = [c for c in w.lgkm if c > t]
+                    cost["waitcnt"] += issue
+                elif k == PRIO:
+                    w.prio = op.arg
+                    cost["salu"] += issue
+                elif k == BARRIER:
+                    cost["barrier"] += issue
+                issued[KIND_NAMES[k]] += 1
+                any_issue = True
+                w.i += 1
+                w.ready = t + own
+                w.since = t + own
+                w.reason = "arbitration"
+                if k == BARRIER:
+                    w.barrier = True
+                    arrived[w.wg] += 1
+                    w.reason = "barrier"
+                    if arrived[w.wg] == live_in_wg[w.wg]:
+                        release(w.wg, t + barrier_clk)
+                if k == END or w.i >= w.n:
+                    w.done = True
+                    w.end = max([t + own, *w.vm, *w.lgkm])
+                    live -= 1
+                    live_in_wg[w.wg] -= 1
+                    if arrived[w.wg] and arrived[w.wg] == live_in_wg[w.wg]:
+                        release(w.wg, t + barrier_clk)
+        if any_issue:
+            t += issue
+        else:
+            pending = [w.ready for w in waves if not w.done and not w.barrier]
+            if not pending:
+                raise TimingError(
+                    f"{kernel.name}: every live wave waits at s_barrier and none can release it"
+                )
+            t = max(t + issue, -(-min(pending) // issue) * issue)
+    clocks = max((w.end for w in waves), default=0)
+    return CuRun(
+        clocks, len(waves), xdl_busy, valu_busy, lds_busy, vmem_busy, cost, issued, [w.end for w in waves]
+    )
+
+
+_OPS: dict[int, tuple[Kernel, list[Op]]] = {}
+
+
+def static_ops_cached(kernel: Kernel) -> list[Op]:
+    """static_ops, once per Kernel object (the entry holds the kernel, so its id is not reused)."""
+    hit = _OPS.get(id(kernel))
+    if hit is None or hit[0] is not kernel:
+        hit = _OPS[id(kernel)] = (kernel, static_ops(kernel))
+    return hit[1]
+
+
+# --- steady state and the whole kernel --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """One CU running `resident` workgroups of a kernel: clocks = fixed + per_tile x tiles."""
+
+    kernel: str
+    resident: int
+    fixed: float
+    per_tile: float
+    mfma_busy: float  # matrix-core busy share in steady state
+    cost_per_tile: dict[str, float]  # clocks per tile per wave, by bucket
+    issued_per_tile: dict[str, float]  # instructions per tile per wave
+
+
+def steady_state(
+    record: Callable[[int], tuple[Kernel, list[list[RecordT]]]],
+    tiles: tuple[int, int] = (2, 4),
+    params: dict[str, float] | None = None,
+) -> SteadyState:
+    """`record(n)` runs the emulator for workgroups of n key tiles each (as many as reside on one CU)
+    and returns their records; two sizes give the fixed and the per-tile clocks."""
+    (n1, n2) = tiles
+    k1, r1 = record(n1)
+    k2, r2 = record(n2)
+    a, b = replay(k1, r1, params), replay(k2, r2, params)
+    dn = n2 - n1
+    per = (b.clocks - a.clocks) / dn
+    nw = b.waves
+    xdl = (sum(b.xdl_busy) - sum(a.xdl_busy)) / dn
+    cost = {k: (b.waves_cost[k] - a.waves_cost[k]) / dn / nw for k in b.waves_cost | a.waves_cost}
+    iss = {k: (b.issued[k] - a.issued[k]) / dn / nw for k in b.issued | a.issued}
+    simds = int(C["simds"])
+    return SteadyState(
+        kernel=k2.name,
+        resident=len(r2),
+        fixed=a.clocks - per * n1,
+        per_tile=per,
+        mfma_busy=xdl / (simds * per) if per else 0.0,
+        cost_per_tile=cost,
+        issued_per_tile=iss,
+    )
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One launch: `workgroups` of `tiles` key tiles each; bytes for the bandwidth bounds."""
+
+    name: str
+    workgroups: int
+    tiles: int
+    hbm_bytes: float  # compulsory traffic: every input read once, every output written once
+    l2_bytes: float  # what all workgroups load (through L2)
+    flops: float = 0.0
+
+
+@dataclass(frozen=True)
+class LaunchTime:
+    name: str
+    ms: float
+    bound: str  # "compute", "hbm" or "l2"
+    compute_ms: float
+    hbm_ms: float
+    l2_ms: float
+    rounds: int
+    mfma_busy: float
+
+
+def launch_time(
+    grid: Grid,
+    full: SteadyState,
+    partial: Callable[[int], SteadyState] | None = None,
+    params: dict[str, float] | None = None,
+) -> LaunchTime:
+    """Whole-launch time: full rounds of `full.resident` workgroups per CU over every CU, then the last
+    partial round (fewer resident per CU when occupancy > 1), against the HBM and L2 bounds."""
+    p = C | (params or {})
+    cus = int(p["cus"])
+    hz = p["clock_ghz"] * 1e9 * p["clock_eff"]
+    per_round = cus * full.resident
+    rounds, rest = divmod(grid.workgroups, per_round)
+    clocks = rounds * (full.fixed + full.per_tile * grid.tiles)
+    if rest:
+        k = -(-rest // cus)
+        st = full if k == full.resident or partial is None else partial(k)
+        clocks += st.fixed + st.per_tile * grid.tiles
+    compute = clocks / hz * 1e3
+    hbm = grid.hbm_bytes / (p["hbm_tb_s"] * 1e12) * 1e3
+    l2 = grid.l2_bytes / (p["l2_bytes_per_clk_xcd"] * p["xcds"] * hz) * 1e3
+    ms = max(compute, hbm, l2)
+    bound = "compute" if ms == compute else "hbm" if ms == hbm else "l2"
+    return LaunchTime(grid.name, ms, bound, compute, hbm, l2, rounds + bool(rest), full.mfma_busy)
