@@ -32,11 +32,11 @@ from .store.repo import (
     Store,
     add_result,
     case_wall_times,
-    export_bundle,
     finish_run,
     get_or_create_stack,
     open_store,
     reap_stale_runs,
+    reaped_local_runs,
     record_build,
     start_run,
 )
@@ -200,6 +200,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
             fp, drift_notes = _check_stack(opts, pin, backend)
             store = open_store(opts.db)
             reap_stale_runs(store)
+            _adopt_written_bundles(store, opts.out)
             if opts.upload:
                 from .upload import flush_spool
 
@@ -259,10 +260,8 @@ def _run(
             ci=ci_metadata(),
             runner=opts.runner,
         )
-        finish_run(
-            store, run_id, status="failed", exit_code=EXIT_UNDECIDED, message=f"build failed: {build_error}"
-        )
-        bundle_path = _write_bundle(store, run_id, opts.out)
+        failed = f"build failed: {build_error}"
+        bundle_path = _finish(store, run_id, opts, status="failed", exit_code=EXIT_UNDECIDED, message=failed)
         return NightlyOutcome(run_id, EXIT_UNDECIDED, {"error": build_error}, bundle_path)
 
     pool.load(artifact.path)
@@ -311,16 +310,16 @@ def _run(
     if not results:
         exit_code = EXIT_UNDECIDED
     pool.close()  # the workers' after-state belongs in the run record
-    finish_run(
+    bundle_path = _finish(
         store,
         run_id,
+        opts,
         status="complete" if exit_code == EXIT_OK else "failed",
         summary=summary,
         exit_code=exit_code,
         gpu_state={"after": device_state(device), **({"workers": pool.states} if pool.states else {})},
     )
     regressions = _analyse(store, run_id)
-    bundle_path = _write_bundle(store, run_id, opts.out)
     if opts.upload:
         from .upload import upload_bundles
 
@@ -363,10 +362,49 @@ def _analyse(store: Store, run_id: str) -> list[int]:
     return list(analyse_run(store, run_id))
 
 
-def _write_bundle(store: Store, run_id: str, out: Path) -> Path:
-    with store.reader() as session:
-        bundle = export_bundle(session, run_id)
-    return write_bundle(bundle, out / "bundles")
+def _finish(store: Store, run_id: str, opts: NightlyOptions, **how: Any) -> Path:
+    """Marks the run finished in the transaction that first writes its bundle (and spools it for
+    --upload): a kill before the commit leaves a 'running' run, reaped as incomplete and then
+    restored from its bundle by `_adopt_written_bundles`; after it, the bundle is on disk."""
+    written: list[Path] = []
+
+    def write(bundle: dict[str, Any]) -> None:
+        written.append(write_bundle(bundle, opts.out / "bundles"))
+        if opts.upload:
+            from .upload import spool_bundle
+
+            spool_bundle(bundle)
+
+    finish_run(store, run_id, before_commit=write, **how)
+    return written[0]
+
+
+def _adopt_written_bundles(store: Store, out: Path) -> list[str]:
+    """A run killed between writing its bundle and committing its end reads 'incomplete' here while
+    its bundle (maybe uploaded already) says how it ended: the bundle is restored as the record."""
+    from .bundle import BundleError, parse_timestamp, read_bundle
+
+    adopted = []
+    for run_id in reaped_local_runs(store):
+        path = out / "bundles" / f"{run_id}.json"
+        try:
+            run = read_bundle(path)["run"] if path.is_file() else None
+        except BundleError:
+            continue
+        if run is None or run["status"] not in ("complete", "failed"):
+            continue
+        finish_run(
+            store,
+            run_id,
+            status=run["status"],
+            summary=run.get("summary"),
+            exit_code=run.get("exit_code"),
+            message=run.get("message") or "",
+            gpu_state=run.get("gpu_state"),
+            finished_at=parse_timestamp(run["finished_at"]) if run.get("finished_at") else None,
+        )
+        adopted.append(run_id)
+    return adopted
 
 
 def plan_cases(opts: NightlyOptions, device: str, backend: str) -> list[tuple[str, CaseSpec]]:

@@ -250,6 +250,13 @@ def _send_spooled(
     return UploadOutcome(origin, run_id, "spooled", code, message)
 
 
+def spool_bundle(bundle: dict[str, Any], spool_dir: Path | str | None = None) -> Path:
+    """Puts a (validated) bundle in the spool, where the next flush sends it; returns its path.
+    Without the spool's lock: the nightly calls it inside a database transaction, and a flusher
+    only ever sees the whole file (temp file + rename)."""
+    return _spool(bundle, Path(spool_dir) if spool_dir is not None else default_spool_dir())
+
+
 def _spool(bundle: dict[str, Any], spool_dir: Path) -> Path:
     from .bundle import write_bundle
 

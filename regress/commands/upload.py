@@ -8,7 +8,15 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
-from ..upload import ENV_SPOOL, ENV_TOKEN, UploadReport, default_spool_dir, flush_spool, upload_bundles
+from ..upload import (
+    ENV_SPOOL,
+    ENV_TOKEN,
+    UploadReport,
+    default_spool_dir,
+    flush_spool,
+    spool_bundle,
+    upload_bundles,
+)
 
 
 @click.command("upload")
@@ -18,6 +26,19 @@ from ..upload import ENV_SPOOL, ENV_TOKEN, UploadReport, default_spool_dir, flus
     "--flush", is_flag=True, help="First send every bundle in the spool now (backoff or not); report each."
 )
 @click.option(
+    "--run",
+    "run_ids",
+    multiple=True,
+    metavar="ID",
+    help="Re-create the bundle of this stored run (id or prefix, from --db) and send it; repeatable.",
+)
+@click.option(
+    "--db",
+    "db_url",
+    envvar="REGRESS_DATABASE_URL",
+    help="Database URL for --run (default ./.regress/regress.db).",
+)
+@click.option(
     "--spool",
     "spool_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -25,18 +46,25 @@ from ..upload import ENV_SPOOL, ENV_TOKEN, UploadReport, default_spool_dir, flus
 )
 @click.pass_context
 def upload(
-    ctx: click.Context, bundles: tuple[Path, ...], url: str | None, flush: bool, spool_dir: Path | None
+    ctx: click.Context,
+    bundles: tuple[Path, ...],
+    url: str | None,
+    flush: bool,
+    run_ids: tuple[str, ...],
+    db_url: str | None,
+    spool_dir: Path | None,
 ) -> None:
     """Upload run bundles with the token in $REGRESS_TOKEN.
 
     Each bundle is checked against the bundle schema before it is sent. Bundles wait in the spool
     while the service is unreachable or failing (each with its own backoff; one failing bundle never
     holds the others back); `--flush` sends them later. A bundle the service refuses (4xx) moves to
-    <spool>/rejected/ with the reason. Exit 0 when everything is stored, 1 when a bundle was
-    refused, 2 when some are still spooled.
+    <spool>/rejected/ with the reason. `--run ID` re-creates a stored run's bundle from the
+    database (a bundle file lost or never written) and sends it the same way. Exit 0 when
+    everything is stored, 1 when a bundle was refused, 2 when some are still spooled.
     """
-    if not bundles and not flush:
-        raise UserError("nothing to do: name bundle files, or --flush the spool")
+    if not bundles and not flush and not run_ids:
+        raise UserError("nothing to do: name bundle files, --run stored runs, or --flush the spool")
     if not url:
         raise UserError("no service URL: pass --url or set REGRESS_URL")
     token = os.environ.get(ENV_TOKEN, "")
@@ -46,6 +74,10 @@ def upload(
     report = UploadReport()
     if flush:
         report.outcomes += flush_spool(url, token, spool, force=True).outcomes
+    if run_ids:
+        report.outcomes += upload_bundles(
+            _spooled_from_store(run_ids, db_url, spool), url, token, spool
+        ).outcomes
     if bundles:
         report.outcomes += upload_bundles(bundles, url, token, spool).outcomes
     for line in report.lines():
@@ -55,6 +87,19 @@ def upload(
         err=True,
     )
     ctx.exit(EXIT_UNDECIDED if report.spooled else EXIT_FAILED if report.rejected else EXIT_OK)
+
+
+def _spooled_from_store(run_ids: tuple[str, ...], db_url: str | None, spool: Path) -> list[Path]:
+    """Each run's bundle exported from the store and spooled: what `regress nightly` wrote."""
+    from ..store.repo import export_bundle, find_run, open_store
+
+    store = open_store(db_url, must_exist=True)
+    try:
+        with store.reader() as session:
+            bundles = [export_bundle(session, find_run(session, rid).id) for rid in run_ids]
+    finally:
+        store.engine.dispose()
+    return [spool_bundle(bundle, spool) for bundle in bundles]
 
 
 COMMANDS = [upload]

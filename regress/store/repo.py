@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -215,7 +215,11 @@ def finish_run(
     exit_code: int | None = None,
     message: str = "",
     gpu_state: dict[str, Any] | None = None,
+    finished_at: datetime | None = None,
+    before_commit: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
+    """Records how the run ended. `before_commit` gets the run's bundle as it will be stored, inside
+    the transaction: the nightly writes and spools it there, so no run reads finished without one."""
     with store.transaction() as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -224,9 +228,24 @@ def finish_run(
         run.summary = summary or {}
         run.exit_code = exit_code
         run.message = message
-        run.finished_at = utcnow()
+        run.finished_at = finished_at or utcnow()
         if gpu_state is not None:
             run.gpu_state = {**run.gpu_state, **gpu_state}
+        if before_commit is not None:
+            session.flush()
+            before_commit(export_bundle(session, run_id))
+
+
+def reaped_local_runs(store: Store, *, limit: int = 20) -> list[str]:
+    """The newest local runs the reaper marked 'incomplete' (their process ended while 'running')."""
+    with store.reader() as session:
+        query = (
+            select(Run.id)
+            .where(Run.status == "incomplete", Run.origin == "local", Run.message.endswith(REAPED_NOTE))
+            .order_by(Run.started_at.desc())
+            .limit(limit)
+        )
+        return list(session.scalars(query))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -237,6 +256,9 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+REAPED_NOTE = "process ended before the run finished"
 
 
 def reap_stale_runs(store: Store) -> list[str]:
@@ -252,7 +274,7 @@ def reap_stale_runs(store: Store) -> list[str]:
                     continue
                 run.status = "incomplete"
                 run.finished_at = utcnow()
-                run.message = (run.message + " process ended before the run finished").strip()
+                run.message = (run.message + " " + REAPED_NOTE).strip()
                 reaped.append(run.id)
     return reaped
 
