@@ -403,3 +403,83 @@ def _kernel_instructions(
             f"{name}: decoded instructions end at 0x{expect:x}, symbol ends at 0x{fn.value + fn.size:x}"
         )
     return out
+
+
+# --- the loaded image ----------------------------------------------------------------------------
+
+PT_LOAD = 1
+SHT_RELA = 4
+R_AMDGPU_ABS64 = 3
+R_AMDGPU_RELATIVE64 = 13
+
+
+@dataclass
+class CodeImage:
+    """The code object as a loader places it: every PT_LOAD segment at base + its vaddr (the tail
+    of each zero-filled, as .bss is), dynamic relocations applied. Kernels that reach their own
+    globals (`s_getpc_b64` + a GOT entry, a `__device__` array the host fills) need this mapped
+    into the emulator's memory; `buf` is that writable host memory."""
+
+    buf: Any  # numpy uint8 array
+    symbols: dict[str, int]  # name -> vaddr
+
+    @property
+    def base(self) -> int:
+        return int(self.buf.ctypes.data)
+
+    def addr(self, name: str) -> int:
+        if name not in self.symbols:
+            raise CodeObjectError(f"no symbol {name} in the code object")
+        return self.base + self.symbols[name]
+
+    def view(self, name: str, nbytes: int) -> Any:
+        """A writable uint8 view of `nbytes` at symbol `name` (to fill a __device__ variable)."""
+        at = self.symbols[name]
+        return self.buf[at : at + nbytes]
+
+
+def load_image(code: CodeObject) -> CodeImage:
+    import numpy as np
+
+    data = code.path.read_bytes()
+    sections = _sections(data)
+    (e_phoff,) = struct.unpack_from("<Q", data, 0x20)
+    e_phentsize, e_phnum = struct.unpack_from("<HH", data, 0x36)
+    loads = []
+    for i in range(e_phnum):
+        typ, _flags, off, vaddr, _paddr, filesz, memsz, _align = struct.unpack_from(
+            "<IIQQQQQQ", data, e_phoff + i * e_phentsize
+        )
+        if typ == PT_LOAD:
+            loads.append((off, vaddr, filesz, memsz))
+    if not loads:
+        raise CodeObjectError(f"{code.path}: no loadable segment")
+    # Page-aligned host memory, so that the image keeps the alignments its segments ask for.
+    size = max(v + m for _, v, _, m in loads)
+    raw = np.zeros(size + 4096, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 4096
+    buf = raw[start : start + size]
+    for off, vaddr, filesz, _memsz in loads:
+        buf[vaddr : vaddr + filesz] = np.frombuffer(data, np.uint8, filesz, off)
+    base = int(buf.ctypes.data)
+    for sec in sections:
+        if sec.type != SHT_RELA:
+            continue
+        symtab = sections[sec.link]
+        for i in range(sec.size // 24):
+            r_off, r_info, r_add = struct.unpack_from("<QQq", data, sec.offset + i * 24)
+            kind, sym = r_info & 0xFFFFFFFF, r_info >> 32
+            if kind == R_AMDGPU_RELATIVE64:
+                value = base + r_add
+            elif kind == R_AMDGPU_ABS64:
+                _name, _info, _other, shndx, sym_value, _size = struct.unpack_from(
+                    "<IBBHQQ", data, symtab.offset + sym * 24
+                )
+                if shndx == 0:
+                    raise CodeObjectError(f"{code.path}: relocation against an undefined symbol")
+                value = base + sym_value + r_add
+            else:
+                raise CodeObjectError(f"{code.path}: relocation type {kind} is not supported")
+            buf[r_off : r_off + 8] = np.frombuffer(struct.pack("<Q", value & (2**64 - 1)), np.uint8)
+    symbols = {s.name: s.value for s in _symbols(data, sections) if s.shndx}
+    return CodeImage(buf, symbols)  # buf is a view: it keeps `raw` alive

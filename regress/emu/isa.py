@@ -238,6 +238,47 @@ for _rel, _f in (("gt", np.greater), ("lt", np.less), ("eq", np.equal), ("ne", n
     _VCMP[f"v_cmp_{_rel}_u16"] = lambda a, b, f=_f: f(
         np.asarray(a, np.uint32) & 0xFFFF, np.asarray(b, np.uint32) & 0xFFFF
     )
+_PK_F32: dict[str, tuple[Callable[..., Any], int]] = {
+    "v_pk_mul_f32": (lambda a, b: np.multiply(a, b, dtype=np.float32), 2),
+    "v_pk_add_f32": (lambda a, b: np.add(a, b, dtype=np.float32), 2),
+    "v_pk_fma_f32": (
+        lambda a, b, c: fp.fma_f32(_full(a, np.float32), _full(b, np.float32), _full(c, np.float32)),
+        3,
+    ),
+}
+
+
+def _i32(x: Any) -> np.ndarray:
+    return np.asarray(x, np.uint32).view(np.int32) if isinstance(x, np.ndarray) else np.int32(_s32(int(x)))
+
+
+def _u24(x: Any) -> np.ndarray:
+    return np.asarray(x, np.uint64) & np.uint64(0xFFFFFF)
+
+
+_U32_BIN.update(
+    {
+        "v_subrev_u32": lambda a, b: (np.asarray(b, np.uint64) - np.asarray(a, np.uint64)) & M32,
+        "v_ashrrev_i32": lambda a, b: (
+            _full(b, np.uint32).view(np.int32) >> (_full(a, np.uint32) & 31).astype(np.int32)
+        ).view(np.uint32),
+        "v_mul_u32_u24": lambda a, b: (_u24(a) * _u24(b)) & M32,
+        "v_max_u32": lambda a, b: np.maximum(np.asarray(a, np.uint32), np.asarray(b, np.uint32)),
+        "v_min_u32": lambda a, b: np.minimum(np.asarray(a, np.uint32), np.asarray(b, np.uint32)),
+        "v_max_i32": lambda a, b: np.maximum(_i32(a), _i32(b)).astype(np.int32).view(np.uint32),
+        "v_min_i32": lambda a, b: np.minimum(_i32(a), _i32(b)).astype(np.int32).view(np.uint32),
+        "v_mul_hi_u32": lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) >> np.uint64(32),
+    }
+)
+for _rel, _f in (
+    ("gt", np.greater),
+    ("lt", np.less),
+    ("eq", np.equal),
+    ("ne", np.not_equal),
+    ("ge", np.greater_equal),
+    ("le", np.less_equal),
+):
+    _VCMP[f"v_cmp_{_rel}_i32"] = lambda a, b, f=_f: f(_i32(a), _i32(b))
 _U32_BIN["v_mul_lo_u32"] = lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) & M32
 _PK_U16: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "v_pk_add_u16": lambda x, y: (x + y) & 0xFFFF,
@@ -268,6 +309,11 @@ _VCMP_F: dict[str, Callable[[Any, Any], Any]] = {
     "v_cmp_lt_f32": lambda a, b: np.asarray(a) < np.asarray(b),
     "v_cmp_gt_f32": lambda a, b: np.asarray(a) > np.asarray(b),
     "v_cmp_eq_f32": lambda a, b: np.asarray(a) == np.asarray(b),
+    "v_cmp_u_f32": lambda a, b: np.isnan(a) | np.isnan(b),
+    "v_cmp_o_f32": lambda a, b: ~(np.isnan(a) | np.isnan(b)),
+    "v_cmp_nlt_f32": lambda a, b: ~(np.asarray(a) < np.asarray(b)),
+    "v_cmp_ge_f32": lambda a, b: np.asarray(a) >= np.asarray(b),
+    "v_cmp_le_f32": lambda a, b: np.asarray(a) <= np.asarray(b),
 }
 
 
@@ -426,6 +472,13 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
                 (((np.asarray(a(w), np.uint64) << (np.asarray(b(w), np.uint64) & 31)) & M32) + c(w)) & M32
             ).astype(np.uint32),
         )
+    if name in ("v_or3_b32", "v_mad_u32_u24"):
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+        if name == "v_or3_b32":
+            return lambda w: w.vset(d, _full(a(w) | b(w) | c(w), np.uint32))
+        return lambda w: w.vset(
+            d, _full((_u24(a(w)) * _u24(b(w)) + np.asarray(c(w), np.uint64)) & M32, np.uint32)
+        )
     if name == "v_and_or_b32":
         d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
         return lambda w: w.vset(d, _full((a(w) & b(w)) | c(w), np.uint32))
@@ -477,22 +530,32 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
             w.set_mask_reg(sd, _full(r < addend, bool) & w.mask)
 
         return run
-    if name == "v_pk_mul_f32":
-        d, a, b = ops[0].index, ops[1], ops[2]
-        hi_sel = [int(x) for x in ins.modifiers.get("op_sel_hi", "[1,1]").strip("[]").split(",")]
-        lo_sel = [int(x) for x in ins.modifiers.get("op_sel", "[0,0]").strip("[]").split(",")]
-        if any(k in ins.modifiers for k in ("neg_lo", "neg_hi")) or a.neg or b.neg:
+    if name in _PK_F32:
+        # Packed fp32: the low result from each source's op_sel register of the pair, the high one
+        # from its op_sel_hi register (defaults [0,..] and [1,..]).
+        f, n = _PK_F32[name]
+        d, srcs = ops[0].index, ops[1 : 1 + n]
+        hi_sel = [
+            int(x)
+            for x in ins.modifiers.get("op_sel_hi", "[" + ",".join("1" * n) + "]").strip("[]").split(",")
+        ]
+        lo_sel = [
+            int(x) for x in ins.modifiers.get("op_sel", "[" + ",".join("0" * n) + "]").strip("[]").split(",")
+        ]
+        if any(k in ins.modifiers for k in ("neg_lo", "neg_hi", "clamp")) or any(
+            o.neg or o.abs for o in srcs
+        ):
             raise UnsupportedInstruction(ins.text)
 
         def half(op: Operand, sel: int) -> Reader:
             return reader_f32(Operand(op.kind, op.index + sel, 1, op.value) if op.kind != "imm" else op)
 
-        a_lo, a_hi = half(a, lo_sel[0]), half(a, hi_sel[0])
-        b_lo, b_hi = half(b, lo_sel[1]), half(b, hi_sel[1])
+        los = [half(o, lo_sel[k]) for k, o in enumerate(srcs)]
+        his = [half(o, hi_sel[k]) for k, o in enumerate(srcs)]
 
         def run(w: Wave) -> None:
-            lo = np.multiply(a_lo(w), b_lo(w), dtype=np.float32)
-            hi = np.multiply(a_hi(w), b_hi(w), dtype=np.float32)
+            lo = f(*(r(w) for r in los))
+            hi = f(*(r(w) for r in his))
             w.vsetf(d, lo)
             w.vsetf(d + 1, hi)
 
@@ -562,6 +625,16 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
         d, a = ops[0].index, reader_u32(ops[1])
         src_lane = swizzle_lanes(ins.modifiers.get("offset", "0"))
         return lambda w: w.ds_swizzle(d, a(w), src_lane)
+    if name.startswith(("scratch_load_dword", "scratch_store_dword")):
+        # Private memory (architected flat scratch): lane address = offset + vaddr + saddr.
+        store = name.startswith("scratch_store")
+        ndw = {"": 1, "x2": 2, "x3": 3, "x4": 4}[name.rsplit("dword", 1)[1]]
+        vaddr, data_op, saddr = (ops[0], ops[1], ops[2]) if store else (ops[1], ops[0], ops[2])
+        offset = int(ins.modifiers.get("offset", "0"), 0)
+        va = reader_u32(vaddr) if vaddr.kind != "off" else (lambda w: 0)
+        sa = reader_u32(saddr) if saddr.kind != "off" else (lambda w: 0)
+        di = data_op.index
+        return lambda w: w.scratch(np.asarray(va(w), np.uint64) + np.uint64(sa(w) + offset), di, ndw, store)
     if name == "global_store_short":
         addr16, off16, src16 = reader_u64(ops[0]), int(ins.modifiers.get("offset", "0"), 0), ops[1].index
         if ops[2].kind != "off":
@@ -758,6 +831,18 @@ def _compile_pk_u16(name: str, ins: Instr, ops: list[Operand]) -> Exec:
     return run
 
 
+def _pick(w: Wave, first: bool, x: int, y: int) -> int:
+    w.scc = int(first)
+    return x if first else y
+
+
+_SAVEEXEC: dict[str, Callable[[int, int], int]] = {
+    "s_and_saveexec_b64": lambda s0, ex: s0 & ex,
+    "s_or_saveexec_b64": lambda s0, ex: s0 | ex,
+    "s_andn2_saveexec_b64": lambda s0, ex: s0 & ~ex,
+}
+
+
 def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
     def r32(k: int) -> Reader:
         return reader_u32(ops[k])
@@ -784,7 +869,7 @@ def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
         return lambda w: w.sset64(d, a(w) if w.scc else b(w))
     if name.startswith("s_cmp_"):
         rel = name.split("_")[2]
-        a, b = r32(0), r32(1)
+        a, b = (r64(0), r64(1)) if name.endswith("_u64") else (r32(0), r32(1))
         signed = name.endswith("_i32")
         f = {
             "lt": int.__lt__,
@@ -802,17 +887,33 @@ def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
             w.scc = int(f(x, y))
 
         return run
-    if name == "s_and_saveexec_b64":
-        d, a = ops[0].index, r64(1)
+    if name in _SAVEEXEC:
+        # D = EXEC; EXEC = f(S0, EXEC); SCC = EXEC != 0.
+        d, a, fx = ops[0].index, r64(1), _SAVEEXEC[name]
 
         def run(w: Wave) -> None:
             old = w.exec
-            new = a(w) & old
+            new = fx(a(w), old) & M64
             w.sset64(d, old)
             w.sset64(EXEC, new)
             w.scc = int(new != 0)
 
         return run
+    if name in ("s_addk_i32", "s_mulk_i32"):
+        # D = D op sign-extended simm16; s_addk sets SCC on signed overflow, s_mulk leaves it.
+        d, v = ops[0].index, int(ins.operands[1], 0) & 0xFFFF
+        k = v - 0x10000 if v & 0x8000 else v
+        meta.sreads += (d,)
+        if name == "s_addk_i32":
+            return lambda w: w.sset(d, w.overflow(_s32(w.s[d]) + k))
+        return lambda w: w.sset(d, (_s32(w.s[d]) * k) & M32)
+    if name == "s_abs_i32":
+        d, a = ops[0].index, r32(1)
+        return lambda w: w.sset(d, w.nz(abs(_s32(a(w))) & M32))
+    if name == "s_getpc_b64":
+        # The address of the next instruction in the loaded image (Launch.code_base + offset).
+        d, nxt = ops[0].index, ins.addr + 4
+        return lambda w: w.sset64(d, w.getpc(nxt))
     bin32: dict[str, Callable[[Wave, int, int], int]] = {
         "s_add_u32": lambda w, x, y: w.carry(x + y),
         "s_addc_u32": lambda w, x, y: w.carry(x + y + w.scc),
@@ -821,6 +922,13 @@ def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
         "s_sub_i32": lambda w, x, y: w.overflow(_s32(x) - _s32(y)),
         "s_mul_i32": lambda w, x, y: (x * y) & M32,
         "s_mul_hi_u32": lambda w, x, y: (x * y) >> 32,
+        "s_mul_hi_i32": lambda w, x, y: ((_s32(x) * _s32(y)) >> 32) & M32,
+        "s_ashr_i32": lambda w, x, y: w.nz((_s32(x) >> (y & 31)) & M32),
+        # min/max: SCC = 1 when S0 is the one chosen.
+        "s_max_i32": lambda w, x, y: _pick(w, _s32(x) > _s32(y), x, y),
+        "s_min_i32": lambda w, x, y: _pick(w, _s32(x) < _s32(y), x, y),
+        "s_max_u32": lambda w, x, y: _pick(w, x > y, x, y),
+        "s_min_u32": lambda w, x, y: _pick(w, x < y, x, y),
         "s_and_b32": lambda w, x, y: w.nz(x & y),
         "s_or_b32": lambda w, x, y: w.nz(x | y),
         "s_xor_b32": lambda w, x, y: w.nz(x ^ y),
@@ -836,6 +944,7 @@ def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
         "s_or_b64": lambda w, x, y: w.nz(x | y),
         "s_xor_b64": lambda w, x, y: w.nz(x ^ y),
         "s_andn2_b64": lambda w, x, y: w.nz(x & ~y & M64),
+        "s_orn2_b64": lambda w, x, y: w.nz((x | ~y) & M64),
         "s_lshl_b64": lambda w, x, y: w.nz((x << (y & 63)) & M64),
     }
     if name in bin64:

@@ -195,6 +195,7 @@ class Wave:
         # ones that accessed LDS, keyed by their position in `rec` (regress.emu.timing replays these).
         self.rec: list[int] | None = [] if wg.launch.record else None
         self.lds_log: dict[int, int] = {}
+        self.private: np.ndarray | None = None  # scratch, [dwords, 64 lanes], made on first use
 
     # ---- register file ----
     def _exec_changed(self) -> None:
@@ -236,6 +237,13 @@ class Wave:
     def vset64(self, d: int, val: np.ndarray) -> None:
         self.vset(d, (val & np.uint64(M32)).astype(np.uint32))
         self.vset(d + 1, (val >> np.uint64(32)).astype(np.uint32))
+
+    def getpc(self, offset: int) -> int:
+        """The address of the instruction at `offset` from the entry, in the loaded image."""
+        base = self.wg.launch.entry_addr
+        if not base:
+            raise EmuFault(f"{self.wg.launch.kernel.name} reads its PC, but its code object is not mapped")
+        return base + offset
 
     # ---- SCC helpers for scalar ALU ----
     def carry(self, x: int) -> int:
@@ -372,6 +380,27 @@ class Wave:
             self.wg.launch.memory.store(a, data)
             self.wg.launch.trace.global_bytes_written += (nbytes or 4 * ndw) * lanes.size
         self.vm_queue.append(Pending(self.pc, "vm", (), None))
+
+    def scratch(self, addr: Any, d: int, ndw: int, store: bool) -> None:
+        """scratch_load/store_dword*: each lane's private memory (the descriptor's private segment
+        size per lane), vmcnt-counted like any vector memory operation."""
+        size = self.wg.launch.kernel.descriptor.private_segment_size
+        if self.private is None:
+            self.private = np.full((max(size, 4) // 4, 64), VGPR_POISON, dtype=np.uint32)
+        lanes = self._active()
+        a = np.broadcast_to(np.asarray(addr, np.int64), (64,))[lanes]
+        if ((a % 4) != 0).any() or (a + 4 * ndw > size).any():
+            raise EmuFault(f"scratch access at {int(a.max())} outside the {size} B private segment")
+        rows = a[None, :] // 4 + np.arange(ndw)[:, None]  # [ndw, n]
+        if store:
+            self.private[rows, lanes[None, :]] = self.v[d : d + ndw, lanes]
+            self.vm_queue.append(Pending(self.pc, "vm", (), None))
+            return
+        regs = tuple(range(d, d + ndw))
+        data = self.private[rows, lanes[None, :]].T.copy()
+        self.vm_queue.append(Pending(self.pc, "vm", regs, self._poison_v(d, ndw, lanes, data)))
+        for r in regs:
+            self.pending_v[r] += 1
 
     def smem_load(self, d: int, addr: int, ndw: int) -> None:
         data = self.wg.launch.memory.load(np.asarray([addr & ~3], dtype=np.uint64), 4 * ndw)[0]
@@ -515,11 +544,17 @@ class Wave:
             del pend[r]
 
     # ---- hazards ----
+    def _vm_only_waw(self, r: int, meta: Meta) -> bool:
+        """A vector-memory load overwriting a register only earlier vector-memory loads have in
+        flight: loads return in order, so the later one lands last (MoonMath's discard-sink L1
+        prefetch does this)."""
+        return r not in meta.vreads and not any(r in p.regs for p in self.lgkm_queue)
+
     def check(self, ins_idx: int, meta: Meta) -> None:
         wg = self.wg
         if self.pending_v:
             for r in meta.vreads + meta.vwrites:
-                if r in self.pending_v:
+                if r in self.pending_v and not (meta.cls == "global" and self._vm_only_waw(r, meta)):
                     wg.hazard(
                         self,
                         ins_idx,
@@ -746,6 +781,7 @@ class Launch:
         strict: bool = True,
         check_hazards: bool = True,
         record: bool = False,
+        entry_addr: int = 0,
     ) -> None:
         kd = kernel.descriptor
         if kd.wave32:
@@ -755,12 +791,19 @@ class Launch:
                 f"{kernel.name}: fp32 mode (denorm {kd.float_denorm_mode_32}, "
                 f"round {kd.float_round_mode_32}, ieee {kd.ieee_mode}) is not the modelled one"
             )
-        if kd.private_segment_size or kd.private_segment_enabled:
-            raise EmuFault(f"{kernel.name} uses scratch, which this emulator does not provide")
+        if kd.private_segment_enabled and any(
+            n == "private_segment_buffer" for n, _, _ in kd.user_sgpr_layout()
+        ):
+            raise EmuFault(
+                f"{kernel.name} addresses scratch through a segment buffer; only flat scratch is provided"
+            )
         if len(kernarg) != kd.kernarg_size:
             raise EmuFault(f"{kernel.name}: kernarg is {len(kernarg)} B, descriptor says {kd.kernarg_size}")
         self.kernel = kernel
         self.memory = memory
+        # Where the kernel's first instruction sits in the loaded image (s_getpc_b64); 0 when the
+        # code object is not mapped into `memory` (codeobject.load_image and the caller do that).
+        self.entry_addr = entry_addr
         self.strict = strict
         self.check_hazards = check_hazards
         self.hazards: list[Hazard] = []

@@ -46,6 +46,8 @@ k:
   .amdhsa_kernarg_size {kernarg}
   .amdhsa_float_denorm_mode_32 3
   .amdhsa_group_segment_fixed_size {lds}
+  .amdhsa_private_segment_fixed_size {scratch}
+  .amdhsa_enable_private_segment {scratch_on}
 .end_amdhsa_kernel
 .amdgpu_metadata
 ---
@@ -57,7 +59,7 @@ amdhsa.kernels:
     .kernarg_segment_size: {kernarg}
     .kernarg_segment_align: 8
     .group_segment_fixed_size: {lds}
-    .private_segment_fixed_size: 0
+    .private_segment_fixed_size: {scratch}
     .wavefront_size: 64
     .sgpr_count: 96
     .vgpr_count: 128
@@ -118,13 +120,15 @@ def _tools() -> tuple[str, str]:
 def asm_kernel(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Runner]:
     root = tmp_path_factory.mktemp("asm")
 
-    def build(body: str, *, lds: int = 0) -> Runner:
+    def build(body: str, *, lds: int = 0, scratch: int = 0) -> Runner:
         mc, lld = _tools()
         args = "\n".join(
             f"      - {{.offset: {8 * i}, .size: 8, .value_kind: global_buffer, .address_space: global}}"
             for i in range(NBUFS)
         )
-        src = TEMPLATE.format(body=body, lds=lds, kernarg=8 * NBUFS, args=args)
+        src = TEMPLATE.format(
+            body=body, lds=lds, kernarg=8 * NBUFS, args=args, scratch=scratch, scratch_on=int(scratch > 0)
+        )
         tag = hashlib.sha256(src.encode()).hexdigest()[:16]
         s, o, co = root / f"{tag}.s", root / f"{tag}.o", root / f"{tag}.co"
         if not co.exists():

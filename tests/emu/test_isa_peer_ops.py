@@ -247,3 +247,172 @@ def test_mfma_with_inline_constant_c(asm_kernel):
     assert not hazards
     assert (out[:, :4] == 32.0).all()  # 16 products of 1.0 x 2.0
     assert (out[:, 4:] == 33.0).all()
+
+
+def test_scalar_ops_of_the_peers(asm_kernel):
+    """s_ashr_i32 (arithmetic), s_abs_i32, s_mul_hi_i32 (signed high half), s_addk_i32 / s_mulk_i32
+    (sign-extended 16-bit constant), s_max_i32 (SCC = S0 chosen), s_cmp_lg_u64 (all 64 bits),
+    s_or_saveexec_b64 and s_andn2_saveexec_b64 (D = old EXEC)."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  s_mov_b32 s20, 0x80000010
+  s_ashr_i32 s21, s20, 4
+  s_abs_i32 s22, -7
+  s_mov_b32 s23, -3
+  s_mul_hi_i32 s24, s23, 0x40000000
+  s_mov_b32 s25, 10
+  s_addk_i32 s25, 0xfffe
+  s_mov_b32 s26, 6
+  s_mulk_i32 s26, 0xfffd
+  s_max_i32 s27, -5, 3
+  s_cselect_b32 s28, 1, 0
+  s_mov_b32 s30, 0
+  s_mov_b32 s31, 1
+  s_mov_b64 s[32:33], 0
+  s_cmp_lg_u64 s[30:31], s[32:33]
+  s_cselect_b32 s29, 1, 0
+  s_mov_b64 exec, 0xff
+  s_mov_b64 s[34:35], 0xf00
+  s_or_saveexec_b64 s[36:37], s[34:35]
+  s_mov_b64 s[38:39], exec
+  s_mov_b64 s[40:41], 0xfff0
+  s_andn2_saveexec_b64 s[42:43], s[40:41]
+  s_mov_b64 s[44:45], exec
+  s_mov_b64 exec, -1
+  v_mov_b32 v10, s21
+  v_mov_b32 v11, s22
+  v_mov_b32 v12, s24
+  v_mov_b32 v13, s25
+  v_mov_b32 v14, s26
+  v_mov_b32 v15, s27
+  v_mov_b32 v16, s28
+  v_mov_b32 v17, s29
+  v_mov_b32 v18, s36
+  v_mov_b32 v19, s38
+  v_mov_b32 v20, s42
+  v_mov_b32 v21, s44
+  v_lshlrev_b32 v8, 6, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[2:3], s[4:5], 0, v[8:9]
+  global_store_dwordx4 v[2:3], v[10:13], off
+  global_store_dwordx4 v[2:3], v[14:17], off offset:16
+  global_store_dwordx4 v[2:3], v[18:21], off offset:32
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros((64, 16), np.uint32)
+    hazards, _ = k(out)
+    assert not hazards
+    r = out[0].view(np.int32).tolist()
+    assert r[0] == -134217727  # 0x80000010 >> 4, sign kept: 0xF8000001
+    assert r[1] == 7
+    assert r[2] == -1  # (-3 * 2^30) >> 32
+    assert r[3] == 8 and r[4] == -18
+    assert r[5] == 3 and r[6] == 0  # max picked S1
+    assert r[7] == 1  # the high dwords differ
+    assert r[8] == 0xFF and r[9] == 0xFFF  # old EXEC; EXEC = 0xf00 | 0xff
+    assert r[10] == 0xFFF and r[11] == 0xF000  # old EXEC; EXEC = 0xfff0 & ~0xfff
+
+
+def test_vector_integer_and_packed_ops_of_the_peers(asm_kernel):
+    """v_or3_b32, v_mad_u32_u24 (24-bit operands), v_ashrrev_i32, v_subrev_u32, v_pk_add_f32,
+    v_pk_fma_f32 (per-half fma)."""
+    k = asm_kernel(
+        PROLOGUE
+        + lane_addr(1, "v[12:13]")
+        + """
+  global_load_dword v10, v[2:3], off
+  s_waitcnt vmcnt(0)
+  v_mov_b32 v40, 0x100
+  v_mov_b32 v41, 0x10000
+  v_or3_b32 v20, v0, v40, v41
+  v_mov_b32 v21, 0x1000003
+  v_mad_u32_u24 v21, v21, 5, v0
+  v_mov_b32 v22, -64
+  v_ashrrev_i32 v22, 3, v22
+  v_mov_b32 v42, 100
+  v_subrev_u32 v23, v0, v42
+  v_mov_b32 v26, 1.0
+  v_mov_b32 v27, 2.0
+  v_mov_b32 v28, 0.5
+  v_mov_b32 v29, 4.0
+  v_pk_add_f32 v[30:31], v[26:27], v[28:29]
+  v_pk_fma_f32 v[32:33], v[26:27], v[28:29], v[26:27]
+  v_lshlrev_b32 v8, 5, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[12:13], s[6:7], 0, v[8:9]
+  global_store_dwordx4 v[12:13], v[20:23], off
+  global_store_dwordx4 v[12:13], v[30:33], off offset:16
+  s_waitcnt vmcnt(0)
+"""
+    )
+    x = np.arange(64, dtype=np.float32)
+    x[3] = np.nan
+    out = np.zeros((64, 8), np.uint32)
+    hazards, _ = k(x, out)
+    assert not hazards
+    lane = np.arange(64)
+    assert out[:, 0].tolist() == (lane | 0x10100).tolist()
+    assert out[:, 1].tolist() == (3 * 5 + lane).tolist()  # 0x1000003's bit 24 is dropped
+    assert out[:, 2].view(np.int32).tolist() == [-8] * 64
+    assert out[:, 3].tolist() == (100 - lane).tolist()
+    f = out[:, 4:8].view(np.float32)
+    assert f[0].tolist() == [1.5, 6.0, 1.5, 10.0]
+
+
+def test_vector_compare_writes_lanes(asm_kernel):
+    """v_cmp_gt_i32 (signed), v_cmp_u_f32 (unordered: NaN lanes only)."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  global_load_dword v10, v[2:3], off
+  s_waitcnt vmcnt(0)
+  v_sub_u32 v24, v0, 32
+  v_cmp_gt_i32 vcc, 0, v24
+  v_cndmask_b32 v24, 0, 1, vcc
+  v_cmp_u_f32 vcc, v10, v10
+  v_cndmask_b32 v25, 0, 1, vcc
+  v_lshlrev_b32 v8, 3, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[12:13], s[6:7], 0, v[8:9]
+  global_store_dwordx2 v[12:13], v[24:25], off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    x = np.arange(64, dtype=np.float32)
+    x[3] = np.nan
+    out = np.zeros((64, 2), np.uint32)
+    hazards, _ = k(x, out)
+    assert not hazards
+    assert out[:, 0].tolist() == [1] * 32 + [0] * 32  # lane - 32 < 0 (signed) for lanes 0..31
+    assert out[:, 1].tolist() == [1 if i == 3 else 0 for i in range(64)]
+
+
+def test_scratch_is_private_per_lane(asm_kernel):
+    """scratch_store/load_dword with vaddr and saddr off: one private dword per lane at `offset`;
+    vmcnt-counted."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_add_u32 v10, 1000, v0
+  v_add_u32 v11, 2000, v0
+  scratch_store_dword off, v10, off
+  scratch_store_dword off, v11, off offset:4
+  v_mov_b32 v10, 0
+  scratch_load_dword v12, off, off offset:4
+  scratch_load_dword v13, off, off
+  s_waitcnt vmcnt(0)
+  v_lshlrev_b32 v8, 3, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[2:3], s[4:5], 0, v[8:9]
+  global_store_dwordx2 v[2:3], v[12:13], off
+  s_waitcnt vmcnt(0)
+""",
+        scratch=8,
+    )
+    out = np.zeros((64, 2), np.uint32)
+    hazards, _ = k(out)
+    assert not hazards
+    lane = np.arange(64)
+    assert out[:, 0].tolist() == (2000 + lane).tolist() and out[:, 1].tolist() == (1000 + lane).tolist()
