@@ -300,6 +300,7 @@ class Kernel:
     metadata: dict[str, Any]
     instructions: list[Instr] = field(default_factory=list)
     compiled: Any = field(default=None, repr=False, compare=False)  # machine.compiled() fills it
+    source: str = ""  # the code object's path, for messages
 
     @property
     def args(self) -> list[dict[str, Any]]:
@@ -354,7 +355,7 @@ class CodeObject:
             if kd_sym.value + kd.entry_offset != fn.value:
                 raise CodeObjectError(f"{name}: descriptor entry offset does not point at the kernel")
             instrs = _kernel_instructions(name, fn, text, data, disasm)
-            kernels[name] = Kernel(name, kd, km, instrs)
+            kernels[name] = Kernel(name, kd, km, instrs, source=str(path))
         return cls(path, hashlib.sha256(data).hexdigest(), target, kernels)
 
 

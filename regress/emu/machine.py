@@ -33,7 +33,18 @@ from typing import Any
 import numpy as np
 
 from regress.emu.codeobject import Kernel
-from regress.emu.isa import CLASSES, EXEC, M0, M32, M64, VCC, Exec, Meta, compile_instruction
+from regress.emu.isa import (
+    CLASSES,
+    EXEC,
+    M0,
+    M32,
+    M64,
+    VCC,
+    Exec,
+    Meta,
+    UnsupportedInstruction,
+    compile_instruction,
+)
 
 LANE_SHIFTS = np.arange(64, dtype=np.uint64)
 MFMA_RESULT_WS = 7
@@ -839,7 +850,16 @@ def compiled(kernel: Kernel) -> tuple[list[Exec], list[Meta]]:
     """The kernel's instructions as closures, compiled once and kept on the Kernel object."""
     if kernel.compiled is None:
         index_of = {ins.addr: i for i, ins in enumerate(kernel.instructions)}
-        pairs = [compile_instruction(ins, index_of) for ins in kernel.instructions]
+        pairs = []
+        for ins in kernel.instructions:
+            try:
+                pairs.append(compile_instruction(ins, index_of))
+            except UnsupportedInstruction as e:
+                # Name the instruction and where it is: the object's file, the kernel, the offset.
+                where = f"{kernel.source}: " if kernel.source else ""
+                raise UnsupportedInstruction(
+                    f"{where}kernel {kernel.name} at +0x{ins.addr:x}: `{ins.text}` is not emulated ({e})"
+                ) from None
         kernel.compiled = ([p[0] for p in pairs], [p[1] for p in pairs])
     return kernel.compiled  # type: ignore[no-any-return]
 

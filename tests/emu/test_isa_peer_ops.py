@@ -5,7 +5,10 @@ comment names the source used (LLVM's AMDGPU intrinsic definitions)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from emu_asm import PROLOGUE, lane_addr
+
+from regress.emu.isa import UnsupportedInstruction
 
 # s[20:23] = a raw buffer resource over buffer 0 (base, stride 0, num_records, DATA_FORMAT 32 as
 # MoonMath sets it); s[24:27] the same over buffer 2.
@@ -416,3 +419,11 @@ def test_scratch_is_private_per_lane(asm_kernel):
     assert not hazards
     lane = np.arange(64)
     assert out[:, 0].tolist() == (2000 + lane).tolist() and out[:, 1].tolist() == (1000 + lane).tolist()
+
+
+def test_a_refusal_names_the_instruction_and_the_object(asm_kernel):
+    k = asm_kernel(PROLOGUE + "  v_sin_f32 v10, v6\n")
+    with pytest.raises(UnsupportedInstruction) as e:
+        k(np.zeros(64, np.uint32))
+    msg = str(e.value)
+    assert "v_sin_f32" in msg and "kernel k at +0x" in msg and str(k.code.path) in msg
