@@ -22,6 +22,7 @@ from typing import Any
 OBJDUMP = "llvm-objdump-19"
 EM_AMDGPU = 224
 NT_AMDGPU_METADATA = 32
+EF_AMDGPU_MACH_GFX942 = 0x4C  # e_flags & EF_AMDGPU_MACH (LLVM AMDGPUUsage, "ELF Header")
 
 
 class CodeObjectError(RuntimeError):
@@ -307,6 +308,11 @@ class Kernel:
         return list(self.metadata.get(".args", []))
 
     @property
+    def kernarg_size(self) -> int:
+        """The descriptor's kernarg size, or the metadata's where the descriptor leaves it 0 (AITER)."""
+        return self.descriptor.kernarg_size or int(self.metadata.get(".kernarg_segment_size", 0))
+
+    @property
     def sgpr_count(self) -> int:
         return int(self.metadata.get(".sgpr_count", 0))
 
@@ -335,6 +341,9 @@ class CodeObject:
         if not meta:
             raise CodeObjectError(f"{path}: no AMDGPU metadata note")
         target = str(meta.get("amdhsa.target", ""))
+        if not target and _e_flags(data) & 0xFF == EF_AMDGPU_MACH_GFX942:
+            # Hand-written assembly (AITER's objects) may leave amdhsa.target out; e_flags names the chip.
+            target = "amdgcn-amd-amdhsa--gfx942"
         if "gfx942" not in target:
             raise CodeObjectError(f"{path}: target {target!r} is not gfx942")
         by_name = {s.name: s for s in symbols}
@@ -354,55 +363,67 @@ class CodeObject:
             kd = KernelDescriptor.parse(raw)
             if kd_sym.value + kd.entry_offset != fn.value:
                 raise CodeObjectError(f"{name}: descriptor entry offset does not point at the kernel")
-            instrs = _kernel_instructions(name, fn, text, data, disasm)
+            instrs = _kernel_instructions(
+                name, fn.value, _function_end(fn, symbols, text), text, data, disasm
+            )
             kernels[name] = Kernel(name, kd, km, instrs, source=str(path))
         return cls(path, hashlib.sha256(data).hexdigest(), target, kernels)
 
 
-def _disassemble(path: Path) -> dict[str, list[tuple[str, int, tuple[int, ...]]]]:
+def _e_flags(data: bytes) -> int:
+    return int(struct.unpack_from("<I", data, 0x30)[0])
+
+
+def _function_end(fn: Symbol, symbols: list[Symbol], text: Section) -> int:
+    """The end of a kernel's code: its symbol size, or, where the assembler left it 0 (hand-written
+    code objects), the next function symbol in .text or the end of .text."""
+    if fn.size:
+        return fn.value + fn.size
+    later = [s.value for s in symbols if s.kind == 2 and s.shndx == fn.shndx and s.value > fn.value]
+    return min(later, default=text.addr + text.size)
+
+
+def _disassemble(path: Path) -> list[tuple[str, int, tuple[int, ...]]]:
+    """Every decoded instruction of the file in address order (local labels, which split the listing
+    into blocks, do not matter: kernels are cut out by address)."""
     exe = shutil.which(OBJDUMP)
     if exe is None:
         raise CodeObjectError(f"{OBJDUMP} not found on PATH (Debian package llvm-19)")
     out = subprocess.run(
         [exe, "-d", "--mcpu=gfx942", str(path)], capture_output=True, text=True, check=True
     ).stdout
-    funcs: dict[str, list[tuple[str, int, tuple[int, ...]]]] = {}
-    cur: list[tuple[str, int, tuple[int, ...]]] | None = None
+    lines: list[tuple[str, int, tuple[int, ...]]] = []
     for line in out.splitlines():
-        if m := re.match(r"^[0-9a-f]+ <([^>]+)>:", line):
-            cur = funcs.setdefault(m.group(1), [])
-        elif cur is not None and (m := _LINE.match(line)):
+        if m := _LINE.match(line):
             words = tuple(int(w, 16) for w in m.group("words").split())
-            cur.append((m.group("body"), int(m.group("addr"), 16), words))
-    return funcs
+            lines.append((m.group("body"), int(m.group("addr"), 16), words))
+    lines.sort(key=lambda x: x[1])
+    return lines
 
 
 def _kernel_instructions(
     name: str,
-    fn: Symbol,
+    start: int,
+    end: int,
     text: Section,
     data: bytes,
-    disasm: dict[str, list[tuple[str, int, tuple[int, ...]]]],
+    disasm: list[tuple[str, int, tuple[int, ...]]],
 ) -> list[Instr]:
-    lines = disasm.get(name)
+    lines = [x for x in disasm if start <= x[1] < end]
     if not lines:
         raise CodeObjectError(f"{name}: not found in the disassembly")
     out: list[Instr] = []
-    expect = fn.value
+    expect = start
     for body, addr, words in lines:
-        if addr >= fn.value + fn.size:
-            break
         if addr != expect:
             raise CodeObjectError(f"{name}: gap in the decoded instructions at 0x{expect:x}")
         raw = data[text.offset + addr - text.addr :][: 4 * len(words)]
         if struct.unpack(f"<{len(words)}I", raw) != words:
             raise CodeObjectError(f"{name}: decoded words at 0x{addr:x} differ from the code object's bytes")
-        out.append(parse_instruction(body, addr - fn.value, words))
+        out.append(parse_instruction(body, addr - start, words))
         expect = addr + 4 * len(words)
-    if expect != fn.value + fn.size:
-        raise CodeObjectError(
-            f"{name}: decoded instructions end at 0x{expect:x}, symbol ends at 0x{fn.value + fn.size:x}"
-        )
+    if expect != end:
+        raise CodeObjectError(f"{name}: decoded instructions end at 0x{expect:x}, its code ends at 0x{end:x}")
     return out
 
 

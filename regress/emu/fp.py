@@ -210,3 +210,35 @@ def mfma_f32_16x16x16_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.nd
         # and Inf-Inf -> NaN; fp64 overflow cannot happen for bf16 products.
         d = dm.reshape(4, 4, 16).transpose(0, 2, 1).reshape(64, 4).astype(np.float32)
     return d
+
+
+def mfma_f32_32x32x8_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """D = A·B + C for one wave64 of v_mfma_f32_32x32x8_bf16 (one 32x32 block, cbsz = abid = blgp = 0).
+
+    a, b: [64, 2] uint32 (4 bf16 per lane, as for 16x16x16); c: [64, 16] float32. Lane l = 32g + i
+    holds A[i][4g + e] and B[4g + e][i]; register r of lane 32g + j holds D[8(r // 4) + 4g + r % 4][j]
+    (CDNA3 ISA matrix operand layout, as AMD's matrix instruction calculator prints it). Summation
+    model as mfma_f32_16x16x16_bf16: exact products, one fp64 sum with C, one rounding to fp32."""
+    fa = bf16_to_f32(np.ascontiguousarray(a, dtype=np.uint32).view(np.uint16)).astype(np.float64)  # [64, 4]
+    fb = bf16_to_f32(np.ascontiguousarray(b, dtype=np.uint32).view(np.uint16)).astype(np.float64)
+    am = fa.reshape(2, 32, 4).transpose(1, 0, 2).reshape(32, 8)  # A[i, 4g + e]
+    bm = fb.reshape(2, 32, 4).transpose(0, 2, 1).reshape(8, 32)  # B[4g + e, j]
+    # c[32g + j, 4rb + rr] -> row 8rb + 4g + rr, column j
+    cm = (
+        np.asarray(c, np.float32)
+        .astype(np.float64)
+        .reshape(2, 32, 4, 4)
+        .transpose(2, 0, 3, 1)
+        .reshape(32, 32)
+    )
+    with np.errstate(invalid="ignore", over="ignore"):
+        dm = am @ bm + cm
+    return dm.reshape(4, 2, 4, 32).transpose(1, 3, 0, 2).reshape(64, 16).astype(np.float32)
+
+
+def log2_f32(x: np.ndarray) -> np.ndarray:
+    """v_log_f32: log2(x), 1 ULP in the ISA; modelled as the correctly rounded log2 with denormal inputs
+    read as signed 0: log2(±0) = -inf, log2(x < 0) = NaN, log2(+inf) = +inf, NaN stays NaN."""
+    x = flush_denorm(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log2(x.astype(np.float64)).astype(np.float32)

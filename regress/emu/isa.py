@@ -8,6 +8,7 @@ kernel is loaded (UnsupportedInstruction), never skipped.
 
 from __future__ import annotations
 
+import contextvars
 import re
 import struct
 from collections.abc import Callable
@@ -38,6 +39,12 @@ SPECIAL = {
 
 class UnsupportedInstruction(RuntimeError):
     """The kernel uses an instruction or operand form the emulator does not implement."""
+
+
+# The fp32 denormal mode of the kernel being compiled (descriptor FLOAT_DENORM_MODE_32 = 0: VALU
+# sources and results that are denormal read and write as zero of the same sign). Set by
+# compile_instruction for the duration of one compile.
+_FTZ: contextvars.ContextVar[bool] = contextvars.ContextVar("ftz", default=False)
 
 
 @dataclass
@@ -98,6 +105,7 @@ class Meta:
     wait_states: int = 1
     mfma_ab: tuple[int, ...] = ()
     mfma_c: tuple[int, ...] = ()
+    mfma_passes: int = 0
     target: int | None = None  # branch target, instruction index
 
 
@@ -112,7 +120,7 @@ def classify(mnemonic: str) -> str:
         return "global"
     if mnemonic.startswith("s_load"):
         return "smem"
-    if mnemonic == "s_nop":
+    if mnemonic in ("s_nop", "v_nop"):
         return "nop"
     if mnemonic == "s_waitcnt":
         return "waitcnt"
@@ -181,6 +189,9 @@ def reader_f32(op: Operand) -> Reader:
     if op.neg:
         inner2 = base
         base = lambda w: -inner2(w)  # noqa: E731
+    if _FTZ.get():
+        inner3 = base
+        base = lambda w: fp.flush_denorm(inner3(w))  # noqa: E731
     return base
 
 
@@ -280,6 +291,17 @@ for _rel, _f in (
 ):
     _VCMP[f"v_cmp_{_rel}_i32"] = lambda a, b, f=_f: f(_i32(a), _i32(b))
 _U32_BIN["v_mul_lo_u32"] = lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) & M32
+# VOP3 v_sub_i32 (no carry out, no clamp here) wraps like the unsigned form.
+_U32_BIN["v_sub_i32"] = _U32_BIN["v_sub_u32"]
+
+
+def _i24(x: Any) -> np.ndarray:
+    """The low 24 bits of a 32-bit operand, sign-extended (v_mul_i32_i24)."""
+    v = np.asarray(x, np.int64) & 0xFFFFFF
+    return np.where(v & 0x800000, v - (1 << 24), v)
+
+
+_U32_BIN["v_mul_i32_i24"] = lambda a, b: (_i24(a) * _i24(b)) & M32
 _PK_U16: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "v_pk_add_u16": lambda x, y: (x + y) & 0xFFFF,
     "v_pk_min_u16": np.minimum,
@@ -317,14 +339,30 @@ _VCMP_F: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+# Passes of each modelled MFMA (LLVM's gfx942 scheduling model, the RThroughput llvm-mca-19 reports:
+# 4 for 16x16x16 bf16, 8 for 32x32x8 bf16); the hazard wait states follow from it (machine.py).
+MFMA_PASSES = {"v_mfma_f32_16x16x16_bf16": 4, "v_mfma_f32_32x32x8_bf16": 8}
+
+
 def _s32(x: int) -> int:
     return x - (1 << 32) if x & 0x80000000 else x
 
 
-def compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Meta]:
-    """(closure, static facts). `index_of` maps entry-relative addresses to instruction indices."""
+def compile_instruction(ins: Instr, index_of: dict[int, int], *, ftz: bool = False) -> tuple[Exec, Meta]:
+    """(closure, static facts). `index_of` maps entry-relative addresses to instruction indices;
+    `ftz`: the kernel runs with fp32 denormals flushed (descriptor FLOAT_DENORM_MODE_32 = 0)."""
+    token = _FTZ.set(ftz)
+    try:
+        return _compile_instruction(ins, index_of)
+    finally:
+        _FTZ.reset(token)
+
+
+def _compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Meta]:
     name = re.sub(r"_e(32|64)$", "", ins.mnemonic)
-    ops = [parse_operand(o) for o in ins.operands] if name != "s_waitcnt" else []
+    # Branch targets come from the encoding (the listing may name them by label).
+    branch = name.startswith("s_cbranch") or name == "s_branch"
+    ops = [parse_operand(o) for o in ins.operands] if name != "s_waitcnt" and not branch else []
     cls = classify(name)
     meta = Meta(cls)
     flags = {f for f, v in ins.modifiers.items() if v == ""}
@@ -336,8 +374,7 @@ def compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Met
             or name.startswith(("global_store", "buffer_store", "scratch_store"))
             or (name.startswith("buffer_load") and "lds" in flags)
             or name.startswith("s_cmp")
-            or name.startswith("s_cbranch")
-            or name == "s_branch"
+            or name.startswith("s_setprio")
         )
         if name.startswith("v_cmp") and k == 0:
             is_dst = True
@@ -418,6 +455,11 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
             w.vset(d, ((cnt.astype(np.uint64) + np.asarray(b(w), np.uint64)) & M32).astype(np.uint32))
 
         return run
+    if name == "v_nop":
+        return lambda w: None
+    if name == "v_log_f32":
+        d, a = ops[0].index, reader_f32(ops[1])
+        return lambda w: w.vsetf(d, fp.log2_f32(_full(a(w), np.float32)))
     if name == "v_readfirstlane_b32":
         d, a = ops[0].index, reader_u32(ops[1])
 
@@ -590,29 +632,8 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
         return lambda w: w.vsetf(
             d, fp.div_fixup_f32(_full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32))
         )
-    if name == "v_mfma_f32_16x16x16_bf16":
-        d, a, b, c = ops[0], ops[1], ops[2], ops[3]
-        if not (
-            d.kind == a.kind == b.kind == "v"
-            and c.kind in ("v", "imm")
-            and d.count == 4
-            and a.count == 2
-            and b.count == 2
-        ) or set(ins.modifiers) & {"cbsz", "abid", "blgp"}:
-            raise UnsupportedInstruction(ins.text)
-        meta.mfma_ab = _regs(a, "v") + _regs(b, "v")
-        meta.mfma_c = _regs(c, "v")
-        di, ai, bi, ci = d.index, a.index, b.index, c.index
-        # An inline-constant C (the literal 0 of a first accumulation) is the same value in every element.
-        c_imm = np.full((64, 4), np.uint32(_imm32(c)).view(np.float32)) if c.kind == "imm" else None
-
-        def run(w: Wave) -> None:
-            cc = c_imm if c_imm is not None else w.vf[ci : ci + 4].T
-            res = fp.mfma_f32_16x16x16_bf16(w.v[ai : ai + 2].T, w.v[bi : bi + 2].T, cc)
-            for r in range(4):
-                w.vsetf(di + r, res[:, r])
-
-        return run
+    if name in MFMA_PASSES:
+        return _compile_mfma(name, ins, ops, meta)
     # ---- memory ----
     if m := _BUFFER.match(name):
         return _compile_buffer(name, m.group(1), int(m.group(2)[1]) if m.group(2) else 1, ins, ops, meta)
@@ -670,6 +691,10 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
             return lambda w: w.lds_read(a(w), offset, d, nbytes // 4)
         a, src = reader_u32(ops[0]), ops[1].index
         return lambda w: w.lds_write(a(w), offset, src, nbytes // 4)
+    if name == "ds_permute_b32":
+        d, a, src = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
+        offset = int(ins.modifiers.get("offset", "0"), 0)
+        return lambda w: w.ds_permute(d, a(w), src(w), offset)
     if name == "ds_bpermute_b32":
         d, a, src = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
         offset = int(ins.modifiers.get("offset", "0"), 0)
@@ -766,8 +791,9 @@ def swizzle_lanes(offset: str) -> np.ndarray:
 def _compile_buffer(name: str, op: str, ndw: int, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
     """MUBUF buffer_load/store_dword[x2,x3,x4] over a raw buffer resource (CDNA3 ISA, "Buffer
     Instructions"): address = base + soffset + inst_offset + (offen ? vaddr : 0), every dword checked
-    against num_records (soffset is not part of the check), out-of-range loads read 0 and stores
-    are dropped. With `lds` the dword goes to LDS at M0 + inst_offset + 4 * lane instead of a VGPR."""
+    against num_records with soffset counted (machine.Wave._buffer_dwords), out-of-range loads read 0
+    and stores are dropped. With `lds` the dword goes to LDS at M0 + inst_offset + 4 * lane instead
+    of a VGPR."""
     mods = ins.modifiers
     lds = "lds" in mods
     if "offen" not in mods and ops[1 if not lds else 0].kind != "off":
@@ -789,6 +815,32 @@ def _compile_buffer(name: str, op: str, ndw: int, ins: Instr, ops: list[Operand]
     if op == "store":
         return lambda w: w.buffer_store(w.s[ri : ri + 4], sof(w), voff(w), inst_off, di, ndw)
     return lambda w: w.buffer_load(w.s[ri : ri + 4], sof(w), voff(w), inst_off, di, ndw)
+
+
+def _compile_mfma(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
+    """The modelled bf16 MFMAs: VGPR operands, C a VGPR block or an inline constant (the literal 0
+    of a first accumulation: the same value in every element), no broadcast or lane-group modifiers."""
+    d, a, b, c = ops[0], ops[1], ops[2], ops[3]
+    nacc, core = (4, fp.mfma_f32_16x16x16_bf16) if "16x16" in name else (16, fp.mfma_f32_32x32x8_bf16)
+    if (
+        set(ins.modifiers) & {"cbsz", "abid", "blgp"}
+        or not (d.kind == a.kind == b.kind == "v" and d.count == nacc and a.count == 2 and b.count == 2)
+        or not (c.kind == "imm" or (c.kind == "v" and c.count == nacc))
+    ):
+        raise UnsupportedInstruction(ins.text)
+    meta.mfma_ab = _regs(a, "v") + _regs(b, "v")
+    meta.mfma_c = _regs(c, "v")
+    meta.mfma_passes = MFMA_PASSES[name]
+    di, ai, bi, ci = d.index, a.index, b.index, c.index
+    c_imm = np.full((64, nacc), np.uint32(_imm32(c)).view(np.float32)) if c.kind == "imm" else None
+
+    def run(w: Wave) -> None:
+        acc = c_imm if c_imm is not None else w.vf[ci : ci + nacc].T
+        res = core(w.v[ai : ai + 2].T, w.v[bi : bi + 2].T, acc)
+        for r in range(nacc):
+            w.vset(di + r, res[:, r].view(np.uint32))
+
+    return run
 
 
 def _compile_sdwa(name: str, ins: Instr, ops: list[Operand]) -> Exec:

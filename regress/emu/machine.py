@@ -12,13 +12,15 @@ Hazards reported (EmuHazard in strict mode, else collected in `Launch.hazards`):
             s_waitcnt whose counter covers that load (vmcnt in order; lgkmcnt in order for LDS,
             only lgkmcnt(0) for scalar loads, which may return out of order);
   lds-race  an LDS dword written by one wave and read or written by another (or read by one and
-            written by another) with no s_barrier between them; a read of LDS nobody wrote; an
-            s_barrier reached while the wave's own LDS writes are not yet covered by s_waitcnt;
+            written by another) with no s_barrier between them; a read of LDS nobody wrote;
+  lds-barrier  an s_barrier reached while the wave's own LDS writes are not yet covered by
+            s_waitcnt (the barrier orders issue, not completion; LLVM always waits first);
   mfma      the gfx940/gfx942 matrix-core wait states (LLVM GCNHazardRecognizer, the numbers
             kernel/hip/parts/mfma.h cites): an XDL result read or overwritten by a non-MFMA
             instruction (or read as SrcA/B, or as a partially overlapping SrcC, by another MFMA)
-            fewer than 7 wait states after issue; a VALU-written VGPR read by an MFMA fewer than 2
-            wait states later; a VGPR an MFMA reads as SrcC overwritten by a VALU fewer than 3 later.
+            fewer than passes + 3 wait states after issue (7 for the 4-pass 16x16x16, 11 for the
+            8-pass 32x32x8); a VALU-written VGPR read by an MFMA fewer than 2 wait states later; a
+            VGPR an MFMA reads as SrcC overwritten by a VALU fewer than 3 (4 passes) or 7 (8) later.
             Every issued instruction is one wait state, s_nop N is N + 1.
 """
 
@@ -32,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from regress.emu import fp
 from regress.emu.codeobject import Kernel
 from regress.emu.isa import (
     CLASSES,
@@ -47,9 +50,21 @@ from regress.emu.isa import (
 )
 
 LANE_SHIFTS = np.arange(64, dtype=np.uint64)
-MFMA_RESULT_WS = 7
 VALU_TO_MFMA_WS = 2
-MFMA_SRCC_WAR_WS = 3
+
+
+def mfma_result_ws(passes: int) -> int:
+    """Wait states before a non-MFMA may read or overwrite an XDL MFMA's result, or another MFMA read
+    it as SrcA/B: passes + 3 (LLVM GCNHazardRecognizer, GFX940_XDL_N_Pass...: 4 passes -> 7, 8 -> 11)."""
+    return passes + 3
+
+
+def mfma_srcc_war_ws(passes: int) -> int:
+    """Wait states before a VALU may overwrite a VGPR an XDL MFMA reads as SrcC (same source:
+    4 passes -> 3, 8 -> 7, 16 -> 15)."""
+    return {2: 1, 4: 3, 8: 7}.get(passes, 15)
+
+
 LDS_BYTES = 65536
 VGPR_POISON = 0x7FBADBAD  # a NaN: reads of registers nobody wrote stand out
 LDS_BANKS = 32
@@ -195,10 +210,12 @@ class Wave:
         self.lgkm_queue: list[Pending] = []
         self.pending_v: Counter[int] = Counter()
         self.pending_s: Counter[int] = Counter()
-        self.mfma_dst: dict[int, int] = {}
-        self.mfma_srcc: dict[int, int] = {}
+        # register -> (wait state of the MFMA's issue, wait states it needs)
+        self.mfma_dst: dict[int, tuple[int, int]] = {}
+        self.mfma_srcc: dict[int, tuple[int, int]] = {}
         self.valu_write: dict[int, int] = {}
         self.last_mfma_ws = -(10**9)
+        self.mfma_window = 0  # wait states after the last MFMA within which a hazard may remain
         self.issued_mfma = False
         self.prio = 0  # s_setprio
         self.dma_pending = 0  # direct-to-LDS buffer loads not yet landed
@@ -207,6 +224,7 @@ class Wave:
         self.rec: list[int] | None = [] if wg.launch.record else None
         self.lds_log: dict[int, int] = {}
         self.private: np.ndarray | None = None  # scratch, [dwords, 64 lanes], made on first use
+        self.ftz = wg.launch.ftz
 
     # ---- register file ----
     def _exec_changed(self) -> None:
@@ -240,6 +258,8 @@ class Wave:
             np.copyto(self.v[d], np.asarray(val, dtype=np.uint32), where=self.mask)
 
     def vsetf(self, d: int, val: Any) -> None:
+        if self.ftz:
+            val = fp.flush_denorm(val)
         if self.full:
             self.vf[d] = val
         else:
@@ -302,10 +322,14 @@ class Wave:
             )
         base = rsrc[0] | ((rsrc[1] & 0xFFFF) << 32)
         lanes = self._active()
-        off = np.broadcast_to(np.asarray(voff, np.uint64), (64,))[lanes] + np.uint64(inst_off)
-        byte = off[:, None] + np.arange(0, 4 * ndw, 4, dtype=np.uint64)
+        start = np.broadcast_to(np.asarray(voff, np.uint64), (64,))[lanes] + np.uint64(inst_off + soff)
+        byte = start[:, None] + np.arange(0, 4 * ndw, 4, dtype=np.uint64)
+        # CDNA3's range check counts soffset (Triton's CDNA3 buffer documentation: soffset is "counted
+        # by the bounds check"; AITER v3 relies on it: it steps its K/V tiles by soffset, so the tail
+        # tile's rows past seqlen_k read 0, not the memory after the tensor). Each dword is in range
+        # iff it ends at or below num_records.
         inb = byte + np.uint64(4) <= np.uint64(rsrc[2])
-        return lanes, np.uint64(base + soff) + byte, inb
+        return lanes, np.uint64(base) + byte, inb
 
     def _buffer_read(self, addrs: np.ndarray, inb: np.ndarray) -> np.ndarray:
         data = np.zeros(addrs.shape, np.uint32)
@@ -501,6 +525,19 @@ class Wave:
         self.lgkm_queue.append(Pending(self.pc, "lds", (d,), self._poison_v(d, 1, lanes, result)))
         self.pending_v[d] += 1
 
+    def ds_permute(self, d: int, addr: Any, src: Any, offset: int) -> None:
+        """Forward permute: each active lane l sends src[l] to lane (addr[l] + offset) / 4 mod 64 (the
+        highest sending lane wins); D of active lanes = what they were sent, 0 if nothing."""
+        a = np.broadcast_to(np.asarray(addr, np.uint64), (64,)) + np.uint64(offset)
+        to = ((a >> np.uint64(2)) & np.uint64(63)).astype(np.int64)
+        data = np.broadcast_to(np.asarray(src, np.uint32), (64,))
+        lanes = self._active()
+        tmp = np.zeros(64, np.uint32)
+        tmp[to[lanes]] = data[lanes]  # numpy fancy assignment: the last (highest) lane wins
+        result = tmp[lanes][:, None]
+        self.lgkm_queue.append(Pending(self.pc, "lds", (d,), self._poison_v(d, 1, lanes, result)))
+        self.pending_v[d] += 1
+
     def _lds_cost(self, idx: np.ndarray, ndw: int) -> None:
         """Bank-conflict model: 32 banks of 4 B; a 128-bit access is served 8 lanes per cycle, 64-bit
         16 lanes, 32-bit 32 lanes; a cycle group takes as many cycles as its most loaded bank holds
@@ -584,13 +621,14 @@ class Wave:
         ws = self.ws
         if meta.cls == "mfma":
             for r in meta.mfma_ab:
-                t = self.mfma_dst.get(r)
-                if t is not None and ws - t - 1 < MFMA_RESULT_WS:
+                td = self.mfma_dst.get(r)
+                if td is not None and ws - td[0] - 1 < td[1]:
                     wg.hazard(
                         self,
                         ins_idx,
                         "mfma",
-                        f"v{r} (an MFMA result {ws - t - 1} wait states old) read as SrcA/B",
+                        f"v{r} (an MFMA result {ws - td[0] - 1} wait states old, needs {td[1]}) "
+                        "read as SrcA/B",
                     )
                 t = self.valu_write.get(r)
                 if t is not None and ws - t - 1 < VALU_TO_MFMA_WS:
@@ -610,42 +648,47 @@ class Wave:
                         "mfma",
                         f"v{r} written by a VALU {ws - t - 1} wait states before the MFMA reads it",
                     )
-                t = self.mfma_dst.get(r)
-                if t is not None and ws - t - 1 < MFMA_RESULT_WS and meta.vwrites != c:
+                td = self.mfma_dst.get(r)
+                if td is not None and ws - td[0] - 1 < td[1] and meta.vwrites != c:
                     wg.hazard(
                         self,
                         ins_idx,
                         "mfma",
                         f"v{r} read as a SrcC that only partly overlaps a recent MFMA result",
                     )
-        elif ws - self.last_mfma_ws - 1 < MFMA_RESULT_WS:
+        elif ws - self.last_mfma_ws - 1 < self.mfma_window:
             for r in meta.vreads + meta.vwrites:
-                t = self.mfma_dst.get(r)
-                if t is not None and ws - t - 1 < MFMA_RESULT_WS:
+                td = self.mfma_dst.get(r)
+                if td is not None and ws - td[0] - 1 < td[1]:
                     wg.hazard(
                         self,
                         ins_idx,
                         "mfma",
-                        f"v{r} is an MFMA result only {ws - t - 1} wait states old (needs {MFMA_RESULT_WS})",
+                        f"v{r} is an MFMA result only {ws - td[0] - 1} wait states old (needs {td[1]})",
                     )
             if meta.cls == "valu":
                 for r in meta.vwrites:
-                    t = self.mfma_srcc.get(r)
-                    if t is not None and ws - t - 1 < MFMA_SRCC_WAR_WS:
+                    td = self.mfma_srcc.get(r)
+                    if td is not None and ws - td[0] - 1 < td[1]:
                         wg.hazard(
                             self,
                             ins_idx,
                             "mfma",
-                            f"v{r} overwritten {ws - t - 1} wait states after an MFMA read it as SrcC",
+                            f"v{r} overwritten {ws - td[0] - 1} wait states after an MFMA read it as SrcC "
+                            f"(needs {td[1]})",
                         )
 
     def after(self, meta: Meta) -> None:
         ws = self.ws
         if meta.cls == "mfma":
+            res = (ws, mfma_result_ws(meta.mfma_passes))
+            war = (ws, mfma_srcc_war_ws(meta.mfma_passes))
             for r in meta.vwrites:
-                self.mfma_dst[r] = ws
+                self.mfma_dst[r] = res
             for r in meta.mfma_c:
-                self.mfma_srcc[r] = ws
+                self.mfma_srcc[r] = war
+            # Instructions this close to the last MFMA are checked against every recorded one.
+            self.mfma_window = max(res[1], self.last_mfma_ws + self.mfma_window - ws)
             self.last_mfma_ws = ws
             self.issued_mfma = True
         elif meta.cls == "valu":
@@ -685,7 +728,7 @@ class Wave:
                     self.wg.hazard(
                         self,
                         pc,
-                        "lds-race",
+                        "lds-barrier",
                         "s_barrier while this wave's LDS writes are not covered by s_waitcnt lgkmcnt",
                     )
                 self.pc = pc + 1
@@ -712,7 +755,7 @@ class Workgroup:
         ins = self.launch.kernel.instructions[ins_idx]
         h = Hazard(kind, self.launch.kernel.name, self.id, wave.id, ins.addr, ins.text, detail)
         self.launch.hazards.append(h)
-        if self.launch.strict:
+        if self.launch.strict and kind not in self.launch.lenient:
             raise EmuHazard(str(h))
 
     def check_lds(self, wave: Wave, idx: np.ndarray, *, write: bool) -> None:
@@ -793,14 +836,19 @@ class Launch:
         check_hazards: bool = True,
         record: bool = False,
         entry_addr: int = 0,
+        lenient: tuple[str, ...] = (),
     ) -> None:
+        """`lenient`: hazard kinds collected but never raised even when strict (a peer's hand-written
+        code may rely on timing finer than the rule, e.g. the order an MFMA writes its passes)."""
         kd = kernel.descriptor
         if kd.wave32:
             raise EmuFault(f"{kernel.name} is a wave32 kernel; gfx942 runs wave64")
-        if kd.float_denorm_mode_32 != 3 or kd.float_round_mode_32 != 0 or not kd.ieee_mode:
+        # Modelled fp32 modes: round to nearest even; denormals kept (3) or flushed (0, AITER's
+        # objects); IEEE mode on or off (the same results for the quiet NaNs inputs can hold).
+        if kd.float_denorm_mode_32 not in (0, 3) or kd.float_round_mode_32 != 0:
             raise EmuFault(
                 f"{kernel.name}: fp32 mode (denorm {kd.float_denorm_mode_32}, "
-                f"round {kd.float_round_mode_32}, ieee {kd.ieee_mode}) is not the modelled one"
+                f"round {kd.float_round_mode_32}) is not a modelled one"
             )
         if kd.private_segment_enabled and any(
             n == "private_segment_buffer" for n, _, _ in kd.user_sgpr_layout()
@@ -808,14 +856,18 @@ class Launch:
             raise EmuFault(
                 f"{kernel.name} addresses scratch through a segment buffer; only flat scratch is provided"
             )
-        if len(kernarg) != kd.kernarg_size:
-            raise EmuFault(f"{kernel.name}: kernarg is {len(kernarg)} B, descriptor says {kd.kernarg_size}")
+        if len(kernarg) != kernel.kernarg_size:
+            raise EmuFault(
+                f"{kernel.name}: kernarg is {len(kernarg)} B, the kernel says {kernel.kernarg_size}"
+            )
         self.kernel = kernel
+        self.ftz = kd.float_denorm_mode_32 == 0
         self.memory = memory
         # Where the kernel's first instruction sits in the loaded image (s_getpc_b64); 0 when the
         # code object is not mapped into `memory` (codeobject.load_image and the caller do that).
         self.entry_addr = entry_addr
         self.strict = strict
+        self.lenient = lenient
         self.check_hazards = check_hazards
         self.hazards: list[Hazard] = []
         self.trace = Trace()
@@ -828,14 +880,17 @@ class Launch:
         self.program, self.metas = compiled(kernel)
         self.counts = np.zeros(len(self.program), dtype=np.int64)
 
-    def run(self, grid: tuple[int, int], block: int) -> Trace:
+    def run(self, grid: tuple[int, ...], block: int) -> Trace:
+        """Runs workgroups (x, y[, z]) in order, x fastest."""
         if block % 64 or not 0 < block <= int(self.kernel.metadata.get(".max_flat_workgroup_size", 1024)):
             raise EmuFault(f"block of {block} threads does not suit {self.kernel.name}")
         # IEEE results (NaN, Inf, underflow) are the modelled behaviour, not warnings.
         with np.errstate(all="ignore"):
-            for y in range(grid[1]):
-                for x in range(grid[0]):
-                    Workgroup(self, (x, y, 0)).run(block // 64)
+            gx, gy, gz = (*grid, 1, 1)[:3]
+            for z in range(gz):
+                for y in range(gy):
+                    for x in range(gx):
+                        Workgroup(self, (x, y, z)).run(block // 64)
         self.trace.instructions = int(self.counts.sum())
         for i, c in enumerate(self.counts):
             if c:
@@ -850,10 +905,11 @@ def compiled(kernel: Kernel) -> tuple[list[Exec], list[Meta]]:
     """The kernel's instructions as closures, compiled once and kept on the Kernel object."""
     if kernel.compiled is None:
         index_of = {ins.addr: i for i, ins in enumerate(kernel.instructions)}
+        ftz = kernel.descriptor.float_denorm_mode_32 == 0
         pairs = []
         for ins in kernel.instructions:
             try:
-                pairs.append(compile_instruction(ins, index_of))
+                pairs.append(compile_instruction(ins, index_of, ftz=ftz))
             except UnsupportedInstruction as e:
                 # Name the instruction and where it is: the object's file, the kernel, the offset.
                 where = f"{kernel.source}: " if kernel.source else ""

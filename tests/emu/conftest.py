@@ -34,7 +34,7 @@ k:
 {body}
   s_endpgm
 .Lend:
-.size k, .Lend-k
+{size}
 .rodata
 .p2align 6
 .amdhsa_kernel k
@@ -43,15 +43,16 @@ k:
   .amdhsa_next_free_vgpr 128
   .amdhsa_next_free_sgpr 96
   .amdhsa_accum_offset 128
-  .amdhsa_kernarg_size {kernarg}
-  .amdhsa_float_denorm_mode_32 3
+  .amdhsa_kernarg_size {kd_kernarg}
+  .amdhsa_float_denorm_mode_32 {denorm}
   .amdhsa_group_segment_fixed_size {lds}
   .amdhsa_private_segment_fixed_size {scratch}
   .amdhsa_enable_private_segment {scratch_on}
+{directives}
 .end_amdhsa_kernel
 .amdgpu_metadata
 ---
-amdhsa.target: amdgcn-amd-amdhsa--gfx942
+{target}
 amdhsa.version: [1, 2]
 amdhsa.kernels:
   - .name: k
@@ -80,7 +81,12 @@ class Runner:
     records: list | None = None  # per workgroup, each wave's issued pcs (record=True; timing tests)
 
     def __call__(
-        self, *buffers: np.ndarray, grid: int = 1, block: int = 64, strict: bool = True, record: bool = False
+        self,
+        *buffers: np.ndarray,
+        grid: int | tuple[int, ...] = 1,
+        block: int = 64,
+        strict: bool = True,
+        record: bool = False,
     ) -> tuple[list[Hazard], Trace]:
         assert len(buffers) <= NBUFS
         buffers = (*buffers, *(np.zeros(4, np.uint32) for _ in range(NBUFS - len(buffers))))
@@ -89,9 +95,10 @@ class Runner:
             mem.map(b.ctypes.data, b.view(np.uint8).reshape(-1))
         kernel = self.code.kernels["k"]
         # The kernarg from the metadata: buffers in order; hidden arguments the launch knows.
-        kernarg = bytearray(kernel.descriptor.kernarg_size)
+        grid3 = (grid, 1, 1) if isinstance(grid, int) else (*grid, 1, 1)[:3]
+        kernarg = bytearray(kernel.kernarg_size)
         known = {
-            "hidden_block_count_x": grid,
+            "hidden_block_count_x": grid3[0],
             "hidden_group_size_x": block,
             "hidden_group_size_y": 1,
             "hidden_group_size_z": 1,
@@ -104,7 +111,7 @@ class Runner:
             value = next(pointers).ctypes.data if kind == "global_buffer" else known.get(kind, 0)
             kernarg[off : off + size] = value.to_bytes(size, "little")
         launch = Launch(kernel, mem, bytes(kernarg), strict=strict, record=record)
-        trace = launch.run((grid, 1), block)
+        trace = launch.run(grid3, block)
         self.records = launch.records
         return launch.hazards, trace
 
@@ -120,14 +127,35 @@ def _tools() -> tuple[str, str]:
 def asm_kernel(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Runner]:
     root = tmp_path_factory.mktemp("asm")
 
-    def build(body: str, *, lds: int = 0, scratch: int = 0) -> Runner:
+    def build(
+        body: str,
+        *,
+        lds: int = 0,
+        scratch: int = 0,
+        denorm: int = 3,
+        directives: str = "",
+        hand_written: bool = False,
+    ) -> Runner:
+        """`denorm`: FLOAT_DENORM_MODE_32; `directives`: more .amdhsa_* lines; `hand_written`: the
+        object as AITER's assembler leaves it (function symbol size 0, no amdhsa.target, descriptor
+        kernarg size 0: the loader falls back to .text's end, e_flags and the metadata)."""
         mc, lld = _tools()
         args = "\n".join(
             f"      - {{.offset: {8 * i}, .size: 8, .value_kind: global_buffer, .address_space: global}}"
             for i in range(NBUFS)
         )
         src = TEMPLATE.format(
-            body=body, lds=lds, kernarg=8 * NBUFS, args=args, scratch=scratch, scratch_on=int(scratch > 0)
+            body=body,
+            lds=lds,
+            kernarg=8 * NBUFS,
+            args=args,
+            scratch=scratch,
+            scratch_on=int(scratch > 0),
+            denorm=denorm,
+            directives=directives,
+            size="" if hand_written else ".size k, .Lend-k",
+            kd_kernarg=0 if hand_written else 8 * NBUFS,
+            target="" if hand_written else "amdhsa.target: amdgcn-amd-amdhsa--gfx942",
         )
         tag = hashlib.sha256(src.encode()).hexdigest()[:16]
         s, o, co = root / f"{tag}.s", root / f"{tag}.o", root / f"{tag}.co"

@@ -122,7 +122,7 @@ def test_barrier_before_lds_writes_complete(asm_kernel):
     hazards, _ = asm_kernel(body.format(barrier="s_barrier"), lds=256)(
         np.zeros(128, np.uint32), block=128, strict=False
     )
-    assert _kinds(hazards) == {"lds-race"}
+    assert _kinds(hazards) == {"lds-barrier"}
     assert "s_barrier while this wave's LDS writes" in hazards[0].detail
 
 

@@ -25,9 +25,9 @@ RSRC = """\
 
 
 def test_buffer_loads_are_bounds_checked_per_dword(asm_kernel):
-    """address = base + soffset + offset + voffset; dword k is in range iff voffset + offset + 4k + 4
-    <= num_records (soffset is left out of the check: LLVM's raw.buffer intrinsics document it as
-    "excluded from bounds checking"); out of range reads 0."""
+    """address = base + soffset + offset + voffset; dword k is in range iff soffset + voffset + offset
+    + 4k + 4 <= num_records (CDNA3 counts soffset: Triton's CDNA3 buffer documentation, and AITER v3's
+    tail tiles depend on it); out of range reads 0."""
     k = asm_kernel(
         PROLOGUE
         + lane_addr(1, "v[30:31]")
@@ -54,8 +54,8 @@ def test_buffer_loads_are_bounds_checked_per_dword(asm_kernel):
     hazards, _ = k(src, out)
     assert not hazards
     lane = np.arange(64)
-    # dword: byte 8 + 8l + 4 -> element 3 + 2l; in range for 8l + 8 <= 404, lanes 0..49.
-    want = np.where(lane <= 49, 1003 + 2 * lane, 0)
+    # dword: byte 8 + 8l + 4 -> element 3 + 2l; in range for 8 + 8l + 4 + 4 <= 404, lanes 0..48.
+    want = np.where(lane <= 48, 1003 + 2 * lane, 0)
     assert out[:, 0].tolist() == want.tolist()
     # x2 at byte 8l: lane 50 straddles the bound (dword 0 at 400 in, dword 1 at 404 out).
     assert out[50, 2:4].tolist() == [1100, 0]

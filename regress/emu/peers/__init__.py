@@ -5,7 +5,8 @@ unpacked snapshot, a wheel). What lives here is ours: how to build or load it, i
 description learned from its public host code, and the host side written again in Python.
 
     moonmath   build MoonMath's dense kernel from csrc/, its launches, and an emulated forward
-    aiter      AITER v3's code objects (emu-aiter's part)
+    aiter      AITER v3's bf16 forward code objects from the amd-aiter wheel, their argument struct
+               from its header, the launch plan, and an emulated forward
 
 `kernarg` packs a kernel's argument block from its metadata, for any code object.
 """
@@ -29,7 +30,7 @@ def kernarg(kernel: Kernel, values: Sequence[int | float], grid: tuple[int, int,
     explicit = [a for a in args if not str(a[".value_kind"]).startswith("hidden_")]
     if len(explicit) != len(values):
         raise ValueError(f"{kernel.name}: {len(explicit)} explicit arguments, {len(values)} given")
-    out = bytearray(kernel.descriptor.kernarg_size)
+    out = bytearray(kernel.kernarg_size)
     for a, v in zip(explicit, values, strict=True):
         off, size = int(a[".offset"]), int(a[".size"])
         if isinstance(v, float):
