@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from regress.emu.cdna3 import FITTED
+from regress.emu.cdna3 import FITTED, C
 from regress.emu.mi300x import MODES, KernelModel, Ours, Prediction, Predictor, Shape, tflops
 from regress.metrics import geomean
 
@@ -73,15 +73,13 @@ def build_models(args: argparse.Namespace) -> dict[str, KernelModel]:
                 path = build_kernel("hip-emu").path
             models["ours"] = Ours(path)
         elif name == "aiter":
-            from regress.emu.peers import aiter
+            from regress.emu.mi300x import AiterModel
 
-            models["aiter"] = aiter.timing_model(args.aiter_wheel)
+            models["aiter"] = AiterModel(args.aiter_wheel)
         elif name == "moonmath":
-            from regress.emu.peers import moonmath
+            from regress.emu.mi300x import MoonMathModel
 
-            if args.moonmath_src is None:
-                raise SystemExit("mi300x_model: --moonmath-src DIR is needed for the moonmath kernel")
-            models["moonmath"] = moonmath.timing_model(args.moonmath_src)
+            models["moonmath"] = MoonMathModel(args.moonmath_src)
         else:
             raise SystemExit(f"mi300x_model: unknown kernel {name!r} (known: {', '.join(KERNELS)})")
     return models
@@ -158,9 +156,9 @@ def summary(rows: list[dict[str, object]], params: dict[str, float], seconds: fl
 
 def predict_all(
     models: dict[str, KernelModel], shapes: list[Shape], modes: list[str], params: dict[str, float]
-) -> list[Prediction]:
+) -> tuple[list[Prediction], Predictor]:
     pred = Predictor(params)
-    return [pred.predict(models[k], s, m) for s in shapes for m in modes for k in models]
+    return [pred.predict(models[k], s, m) for s in shapes for m in modes for k in models], pred
 
 
 def fit(models: dict[str, KernelModel]) -> dict[str, float]:
@@ -200,6 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code-object", type=Path, help="our gfx942 code object (default: build it)")
     ap.add_argument("--out", type=Path, help="also write the JSON lines here")
     ap.add_argument("--fit", action="store_true", help="refit the three parameters, print them, exit")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one model constant (a sensitivity run; the summary records it)",
+    )
+    ap.add_argument("--breakdown", action="store_true", help="also print each kernel's steady-state tile")
     args = ap.parse_args(argv)
     for m in args.modes:
         if m not in MODES:
@@ -210,9 +216,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     shapes = args.shapes or [Shape(b, h, s, s, h) for b, h, s in PUBLISHED]
     params = {k: c.value for k, c in FITTED.items()}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in C:
+            ap.error(f"--set {item}: no model constant {name!r} (regress/emu/cdna3.py)")
+        try:
+            params[name] = float(value)
+        except ValueError:
+            ap.error(f"--set {item}: {value!r} is not a number")
     t0 = time.monotonic()
-    rows = [row(p) for p in predict_all(models, shapes, args.modes, params)]
+    preds, predictor = predict_all(models, shapes, args.modes, params)
+    rows = [row(p) for p in preds]
     lines = [json.dumps(r) for r in rows]
+    if args.breakdown:
+        lines += [json.dumps({"steady_state": b}) for b in predictor.breakdowns()]
     lines.append(json.dumps(summary(rows, params, time.monotonic() - t0)))
     print("\n".join(lines))
     if args.out:

@@ -60,6 +60,13 @@ CONSTANTS: tuple[Constant, ...] = (
     Constant(
         "mfma_valu_read_extra_ws", 3, "wait states", HAZ, "an XDL result is read by VALU after passes + 3"
     ),
+    Constant(
+        "mfma_valu_block",
+        0.0,
+        "share",
+        SCHED,
+        "share of an MFMA's run its SIMD's VALU cannot issue: 0, MFMA holds only HWXDL (full co-issue)",
+    ),
     Constant("branch_issue_cycles", 2, "issue cycles", SCHED, "WriteBranch = 8 clocks for a taken branch"),
     # --- memory latencies (issue to data in VGPRs) ---
     Constant("smem_latency", 5 * 4, "clocks", SCHED, "WriteSMEM = 5 issue cycles"),
@@ -73,9 +80,11 @@ CONSTANTS: tuple[Constant, ...] = (
 FITTED: dict[str, Constant] = {
     c.name: c
     for c in (
-        Constant("vmem_latency", 500.0, "clocks", "fitted", "global load issue to data (L2/MALL mix)"),
-        Constant("lds_latency", 64.0, "clocks", "fitted", "ds_read issue to data beyond bank cycles"),
-        Constant("clock_eff", 1.0, "x clock_ghz", "fitted", "sustained clock under MFMA load / peak"),
+        Constant("vmem_latency", 200.0, "clocks", "fitted", "global load issue to data; grid 200-1400"),
+        Constant("lds_latency", 32.0, "clocks", "fitted", "LDS issue to data past bank cycles; grid 32-160"),
+        Constant(
+            "clock_eff", 0.5142, "x clock_ghz", "fitted", "sustained clock / peak, and all the model misses"
+        ),
     )
 }
 

@@ -43,12 +43,10 @@ class EmuLibrary:
     backend = "hip-emu"
     device_type = "cpu"
 
-    def __init__(self, path: str | Path, *, strict: bool = True, record: bool = False) -> None:
+    def __init__(self, path: str | Path, *, strict: bool = True) -> None:
         self.path = Path(path)
         self.code = CodeObject.load(self.path)
         self.strict = strict
-        self.record = record  # keep each wave's issued pcs for regress.emu.timing (last_records)
-        self.last_records: list[list[tuple[list[int], dict[int, int]]]] = []
         self._launches = 0
         self._lock = threading.Lock()
         self.last_trace: Trace | None = None
@@ -120,7 +118,6 @@ class EmuLibrary:
         n_qblocks = -(-sq // BLOCK_Q)
         total = b * h
         trace = Trace()
-        records = []
         for off in range(0, total, GRID_Y_MAX):
             ny = min(GRID_Y_MAX, total - off)
             args = KERNEL_ARGS.pack(
@@ -136,12 +133,10 @@ class EmuLibrary:
                 scale_log2e,
                 flip,
             )
-            launch = Launch(kernel, memory, args, strict=self.strict, record=self.record)
+            launch = Launch(kernel, memory, args, strict=self.strict)
             part = launch.run((n_qblocks, ny), THREADS)
             _merge(trace, part)
-            records += launch.records
         self.last_trace = trace
-        self.last_records = records
         self.last_kernel = kernel.name
         return out
 

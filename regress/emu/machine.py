@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import ctypes
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -823,6 +825,25 @@ class Workgroup:
         t.active_waves += sum(w.issued_mfma for w in ws)
 
 
+WorkgroupRecord = list[tuple[list[int], dict[int, int]]]  # per wave: issued pcs, LDS cycles by position
+_RECORDING: ContextVar[list[tuple[Kernel, list[WorkgroupRecord]]] | None] = ContextVar(
+    "recording", default=None
+)
+
+
+@contextmanager
+def recording() -> Iterator[list[tuple[Kernel, list[WorkgroupRecord]]]]:
+    """Every Launch run inside the block records its waves (as record=True) and appends
+    (kernel, records) to the yielded list, in launch order: a caller that does not build the Launch
+    itself (a peer's host code) gets the records unchanged."""
+    sink: list[tuple[Kernel, list[WorkgroupRecord]]] = []
+    token = _RECORDING.set(sink)
+    try:
+        yield sink
+    finally:
+        _RECORDING.reset(token)
+
+
 class Launch:
     """One dispatch of `kernel` over grid (x, y, 1) of workgroups of `block` threads."""
 
@@ -871,9 +892,11 @@ class Launch:
         self.check_hazards = check_hazards
         self.hazards: list[Hazard] = []
         self.trace = Trace()
-        # record=True keeps, per workgroup, each wave's issued pcs and LDS cycles (regress.emu.timing).
-        self.record = record
-        self.records: list[list[tuple[list[int], dict[int, int]]]] = []
+        # record=True (or a recording() block around the launch) keeps, per workgroup, each wave's
+        # issued pcs and LDS cycles, for regress.emu.timing.
+        self._sink = _RECORDING.get()
+        self.record = record or self._sink is not None
+        self.records: list[WorkgroupRecord] = []
         self._kernarg = np.frombuffer(bytearray(kernarg), dtype=np.uint8).copy()
         self.kernarg_addr = self._kernarg.ctypes.data
         memory.map(self.kernarg_addr, self._kernarg)
@@ -898,6 +921,8 @@ class Launch:
                 self.trace.issued[m.cls] += int(c)
                 if m.cls == "nop":
                     self.trace.nop_wait_states += int(c) * m.wait_states
+        if self._sink is not None:
+            self._sink.append((self.kernel, self.records))
         return self.trace
 
 

@@ -21,6 +21,7 @@ from regress.emu import timing
 from regress.emu.cdna3 import C
 from regress.emu.codeobject import Kernel
 from regress.emu.library import BLOCK_Q, HEAD_DIM, EmuLibrary
+from regress.emu.machine import recording
 from regress.emu.timing import Grid, LaunchTime, RecordT, SteadyState
 
 MODES = ("rtne", "rtna", "rtz")
@@ -64,8 +65,12 @@ class Launch:
 
     key: str
     grid: Grid
-    record: Callable[[int], tuple[Kernel, list[list[RecordT]]]]
-    tiles: tuple[int, int] = (2, 4)  # the two key-tile counts simulated for the steady state
+    # How to record one CU's resident workgroups with n key tiles each; None: timed by its bandwidth
+    # bounds alone (a small memory-bound kernel).
+    record: Callable[[int], tuple[Kernel, list[list[RecordT]]]] | None
+    # The two key-tile counts simulated for the steady state; None: a kernel without a key loop
+    # (one round of its resident workgroups is simulated, record(0)).
+    tiles: tuple[int, int] | None = (2, 4)
 
 
 class KernelModel(Protocol):
@@ -98,16 +103,43 @@ class Predictor:
 
     def steady(self, model: str, launch: Launch) -> SteadyState:
         k = (model, launch.key, self._key())
+        record = launch.record
+        if record is None:
+            return SteadyState(launch.key, 1, 0.0, 0.0, 0.0, {}, {})
         if k not in self._steady:
 
             def rec(n: int) -> tuple[Kernel, list[list[RecordT]]]:
                 rk = (model, launch.key, n)
                 if rk not in self._records:  # emulation is the slow part: once per parameter sweep
-                    self._records[rk] = launch.record(n)
+                    self._records[rk] = record(n)
                 return self._records[rk]
 
-            self._steady[k] = timing.steady_state(rec, launch.tiles, self.params)
+            if launch.tiles is None:
+                self._steady[k] = timing.one_round(rec, self.params)
+            else:
+                self._steady[k] = timing.steady_state(rec, launch.tiles, self.params)
         return self._steady[k]
+
+    def breakdowns(self) -> list[dict[str, object]]:
+        """Every steady state simulated so far: clocks per key tile, MFMA busy, and per wave and
+        tile the clocks by bucket and the instructions by class."""
+        out = []
+        for (model, key, _), st in sorted(self._steady.items()):
+            out.append(
+                {
+                    "kernel": model,
+                    "launch": key,
+                    "code": st.kernel,
+                    "fixed_clocks": round(st.fixed),
+                    "clocks_per_tile": st.per_tile,
+                    "mfma_busy": round(st.mfma_busy, 4),
+                    "wave_clocks_per_tile": {
+                        k: round(v, 1) for k, v in sorted(st.cost_per_tile.items()) if v
+                    },
+                    "issued_per_tile": {k: round(v, 2) for k, v in sorted(st.issued_per_tile.items()) if v},
+                }
+            )
+        return out
 
     def predict(self, model: KernelModel, shape: Shape, mode: str) -> Prediction:
         times = []
@@ -131,7 +163,7 @@ class Ours:
     name = "ours"
 
     def __init__(self, code_object: str | Path, layout: str = "bshd") -> None:
-        self.lib = EmuLibrary(code_object, record=True)
+        self.lib = EmuLibrary(code_object)
         self.layout = layout
 
     def _record(self, mode: str, n: int) -> tuple[Kernel, list[list[RecordT]]]:
@@ -147,9 +179,9 @@ class Ours:
             q = torch.randn((1, 1, rows, HEAD_DIM), generator=g).to(torch.bfloat16)
             k = torch.randn((1, 1, sk, HEAD_DIM), generator=g).to(torch.bfloat16)
             v = torch.randn((1, 1, sk, HEAD_DIM), generator=g).to(torch.bfloat16)
-        self.lib.forward(q, k, v, layout=self.layout, rounding=mode)  # type: ignore[arg-type]
-        assert self.lib.last_kernel is not None
-        return self.lib.code.kernels[self.lib.last_kernel], self.lib.last_records
+        with recording() as sink:
+            self.lib.forward(q, k, v, layout=self.layout, rounding=mode)  # type: ignore[arg-type]
+        return sink[-1]
 
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
         if shape.hkv != shape.h:
@@ -168,3 +200,122 @@ def tflops(shape: Shape, ms: float) -> float:
 
 def peak_tflops() -> float:
     return C["cus"] * C["clock_ghz"] * 1e9 * 2048 / 1e12
+
+
+# --- AITER v3 -------------------------------------------------------------------------------------
+
+
+class AiterModel:
+    """AITER v3's own code objects (regress.emu.peers.aiter): one launch, grid (ceil(Sq/256), H, B),
+    32 keys a tile, BSHD as its dispatcher is called by the published benchmark."""
+
+    name = "aiter"
+
+    def __init__(self, wheel: str | Path | None = None) -> None:
+        from regress.emu.peers import aiter
+
+        self._mod = aiter
+        self._emu = aiter.AiterEmu(aiter.Aiter.load(wheel))
+
+    def _record(self, mode: str, n: int) -> tuple[Kernel, list[list[RecordT]]]:
+        a = self._mod
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn((1, a.TILE_Q, 1, HEAD_DIM), generator=g).to(torch.bfloat16)
+        k = torch.randn((1, a.TILE_K * n, 1, HEAD_DIM), generator=g).to(torch.bfloat16)
+        v = torch.randn((1, a.TILE_K * n, 1, HEAD_DIM), generator=g).to(torch.bfloat16)
+        with recording() as sink:
+            self._emu.forward(q, k, v, layout="bshd", rounding=mode)
+        return sink[-1]
+
+    def launches(self, shape: Shape, mode: str) -> list[Launch]:
+        a = self._mod
+        if shape.hkv != shape.h:
+            raise ValueError("the AITER v3 objects modelled here take Hkv = H")
+        wgs = shape.b * shape.h * math.ceil(shape.sq / a.TILE_Q)
+        tiles = math.ceil(shape.sk / a.TILE_K)
+        l2 = float(wgs * (tiles * 2 * a.TILE_K * shape.d * 2 + 2 * a.TILE_Q * shape.d * 2))
+        grid = Grid("main", wgs, tiles, shape.bytes_qkvo(), l2, shape.flops)
+        return [Launch(f"main-{mode}", grid, lambda n: self._record(mode, n), tiles=(4, 8))]
+
+
+# --- MoonMath -------------------------------------------------------------------------------------
+
+
+class MoonMathModel:
+    """MoonMath's kernels built from its source (regress.emu.peers.moonmath), every launch of its
+    host code: the V pre-transpose, the dense kernel (or, when its cost rule splits the tail, the
+    dense prefix, the split parts and the fp32 merge). BSHD, as the published benchmark calls it.
+
+    The split kernel is the dense kernel's code with a different epilogue: its workgroups are timed
+    with the dense kernel's steady state over their share of the key blocks (the partial-output
+    stores it adds are in its HBM bound)."""
+
+    name = "moonmath"
+
+    def __init__(self, src: str | Path | None = None) -> None:
+        from regress.emu.peers import moonmath
+
+        self._mod = moonmath
+        self._src = moonmath.find_source(src)
+        self._emus: dict[str, object] = {}
+
+    def _emu(self, mode: str) -> object:
+        if mode not in self._emus:
+            m = self._mod
+            self._emus[mode] = m.MoonMathEmu(m.build(self._src, mode))
+        return self._emus[mode]
+
+    def _run(self, mode: str, kv_blocks: int) -> list[tuple[Kernel, list[list[RecordT]]]]:
+        m = self._mod
+        g = torch.Generator().manual_seed(0)
+        sk = m.KV_BLOCK_ROWS * kv_blocks
+        q = torch.randn((1, m.Q_BLOCK_ROWS, 1, HEAD_DIM), generator=g).to(torch.bfloat16)
+        k = torch.randn((1, sk, 1, HEAD_DIM), generator=g).to(torch.bfloat16)
+        v = torch.randn((1, sk, 1, HEAD_DIM), generator=g).to(torch.bfloat16)
+        with recording() as sink:
+            self._emu(mode).forward(q, k, v, layout="bshd", workspace=False)  # type: ignore[attr-defined]
+        return sink
+
+    def _record(self, mode: str, role: str, n: int) -> tuple[Kernel, list[list[RecordT]]]:
+        name = self._mod.kernel_names("bshd")[role]
+        if role == "v_transpose":  # one round: as many key blocks (workgroups) as reside on a CU
+            kern = self._emu(mode).kernel(name)  # type: ignore[attr-defined]
+            n = timing.occupancy(kern, self._mod.XPOSE_THREADS).wgs_per_cu
+        for kern, recs in self._run(mode, n):
+            if kern.name == name:
+                return kern, recs
+        raise RuntimeError(f"MoonMath made no {role} launch for {n} key blocks")
+
+    def launches(self, shape: Shape, mode: str) -> list[Launch]:
+        m = self._mod
+        if shape.hkv != shape.h:
+            raise ValueError("the MoonMath kernel modelled here takes Hkv = H")
+        out = []
+        bh, d = shape.b * shape.h, shape.d
+        nkb = math.ceil(shape.sk / m.KV_BLOCK_ROWS)
+        v_bytes = 2.0 * bh * nkb * m.KV_BLOCK_ROWS * d
+        kv_tile = 2 * m.KV_BLOCK_ROWS * d * 2
+        q_o = 2 * m.Q_BLOCK_ROWS * d * 2
+        part = 4.0 * (m.PART_FLOATS + m.PART_ML_FLOATS)
+        plan = m.plan((shape.b, shape.h, shape.sq, shape.sk), mode, "bshd")
+        for la in plan:
+            wgs = la.grid[0] * la.grid[1]
+            if la.role == "v_transpose":
+                grid = Grid(la.role, wgs, 0, 2 * v_bytes, 2 * v_bytes)
+                out.append(
+                    Launch(f"xpose-{mode}", grid, lambda n: self._record(mode, "v_transpose", n), None)
+                )
+                continue
+            if la.role == "merge":  # reads every part's fp32 o, m, l; writes the tail's bf16 rows
+                tail = wgs // m.MERGE_WGS_PER_QBLOCK
+                parts = sum(x.grid[0] for x in plan if x.role == "split")
+                byts = parts * part + tail * m.Q_BLOCK_ROWS * d * 2.0
+                out.append(Launch(f"merge-{mode}", Grid(la.role, wgs, 0, byts, byts), None, None))
+                continue
+            tiles = la.kv_blocks_per_wg
+            hbm = shape.bytes_qkvo() * (wgs / (bh * math.ceil(shape.sq / m.Q_BLOCK_ROWS)))
+            if la.role == "split":
+                hbm = wgs * (part + kv_tile * tiles)
+            grid = Grid(la.role, wgs, tiles, hbm, float(wgs * (tiles * kv_tile + q_o)), 0.0)
+            out.append(Launch(f"forward-{mode}", grid, lambda n: self._record(mode, "forward", n)))
+        return out

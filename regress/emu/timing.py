@@ -63,7 +63,7 @@ class TimingError(RuntimeError):
 class Op:
     kind: int
     arg: int = 0  # VALU: issue cycles; MFMA: passes; NOP: wait states; WAIT: vmcnt; PRIO: level; VMEM: bytes
-    arg2: int = 0  # WAIT: lgkmcnt
+    arg2: int = 0  # WAIT: lgkmcnt; VMEM: 1 for a direct-to-LDS load
     target: int = -1  # branch target index
 
 
@@ -97,7 +97,8 @@ def static_ops(kernel: Kernel) -> list[Op]:
         elif name.startswith("ds_"):
             ops.append(Op(LDS))
         elif name.startswith(("global_", "buffer_", "flat_", "scratch_")):
-            ops.append(Op(VMEM, _vmem_bytes(name)))
+            # arg2 = 1: the load writes LDS, not VGPRs (buffer_load ... lds), and takes LDS bandwidth.
+            ops.append(Op(VMEM, _vmem_bytes(name), int("lds" in ins.modifiers)))
         elif name.startswith(("s_load", "s_buffer_load", "s_store", "s_dcache")):
             ops.append(Op(SMEM))
         elif name == "s_nop":
@@ -227,6 +228,7 @@ def replay(
     l1_bpc = p["l1_bytes_per_clk"]
     branch_cycles = int(p["branch_issue_cycles"])
     barrier_clk = int(p["barrier_clocks"])
+    block_share = p["mfma_valu_block"]
 
     waves: list[_Wave] = []
     for g, wg in enumerate(workgroups):
@@ -304,7 +306,8 @@ def replay(
                     cost["valu"] += issue
                 elif k == MFMA:
                     busy = op.arg * pass_clk
-                    valu_free[s] = t + issue
+                    # The VALU port: one issue cycle, plus the share of the MFMA's run it cannot co-issue.
+                    valu_free[s] = t + issue + round(block_share * (busy - issue))
                     xdl_free[s] = t + busy
                     xdl_busy[s] += busy
                     cost["mfma"] += issue
@@ -323,6 +326,10 @@ def replay(
                     vmem_free = start + cyc
                     vmem_busy += cyc
                     done = start + cyc + vmem_lat
+                    if op.arg2:  # the dwords are written into LDS: its bandwidth, booked at issue
+                        lcyc = math.ceil(op.arg / p["lds_bytes_per_clk"])
+                        lds_free = max(lds_free, t) + lcyc
+                        lds_busy += lcyc
                     w.vm = [c for c in w.vm if c > t]
                     w.vm.append(max(done, w.vm[-1]) if w.vm else done)
                     cost["vmem"] += issue
@@ -436,6 +443,15 @@ def steady_state(
         cost_per_tile=cost,
         issued_per_tile=iss,
     )
+
+
+def one_round(
+    record: Callable[[int], tuple[Kernel, list[list[RecordT]]]], params: dict[str, float] | None = None
+) -> SteadyState:
+    """A kernel without a key loop: one round of the workgroups `record(0)` returns, all resident."""
+    k, r = record(0)
+    run = replay(k, r, params)
+    return SteadyState(k.name, len(r), float(run.clocks), 0.0, run.mfma_busy, {}, {})
 
 
 @dataclass(frozen=True)
