@@ -242,3 +242,29 @@ def log2_f32(x: np.ndarray) -> np.ndarray:
     x = flush_denorm(x)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log2(x.astype(np.float64)).astype(np.float32)
+
+
+# Register-major form of the same operation, for the emulator's hot path: gathers through fixed
+# index tables instead of transposes. Operand registers as the register file holds them:
+# a, b [2, 64] uint32 (viewed as [2, 128] bf16: lane l's element e at [e // 2, 2 l + e % 2]),
+# c and the result [4, 64] float32 (register r, lane l).
+with np.errstate(invalid="ignore"):
+    _BF16_F64 = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
+_i, _k = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
+# A[i][k], k = 4g + e, from lane 16g + i; B[k][j], k = 4g + e, from lane 16g + j.
+_A_IDX = ((_k % 4) // 2) * 128 + 2 * (16 * (_k // 4) + _i) + (_k % 4) % 2
+_B_IDX = ((_i % 4) // 2) * 128 + 2 * (16 * (_i // 4) + _k) + (_i % 4) % 2  # rows k = _i, cols j = _k
+# C/D[row][j] in register row % 4 of lane 16 (row // 4) + j.
+_C_IDX = (_i % 4) * 64 + 16 * (_i // 4) + _k
+_r, _l = np.meshgrid(np.arange(4), np.arange(64), indexing="ij")
+_D_IDX = (4 * (_l // 16) + _r) * 16 + _l % 16
+
+
+def mfma_16x16x16_bf16_regs(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """mfma_f32_16x16x16_bf16 on register-major operands (see above); the same summation model."""
+    fa = _BF16_F64[np.ascontiguousarray(a).view(np.uint16).ravel()]
+    fb = _BF16_F64[np.ascontiguousarray(b).view(np.uint16).ravel()]
+    cm = np.asarray(c, np.float32).ravel()[_C_IDX].astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dm = fa[_A_IDX] @ fb[_B_IDX] + cm
+    return dm.ravel()[_D_IDX].astype(np.float32)

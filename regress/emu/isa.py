@@ -9,6 +9,7 @@ kernel is loaded (UnsupportedInstruction), never skipped.
 from __future__ import annotations
 
 import contextvars
+import functools
 import re
 import struct
 from collections.abc import Callable
@@ -542,7 +543,15 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
         d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
 
         def run(w: Wave) -> None:
-            w.vset(d, perm_b32(_full(a(w), np.uint32), _full(b(w), np.uint32), _full(c(w), np.uint32)))
+            sel = c(w)
+            if isinstance(sel, int) and _perm_plain(sel):
+                # A wave-uniform selector of source bytes only (the bf16 packing case): one gather.
+                pool = np.empty((2, 64), np.uint32)
+                pool[0], pool[1] = b(w), a(w)
+                cols = _perm_cols(sel)
+                w.vset(d, np.ascontiguousarray(pool.T).view(np.uint8)[:, cols].copy().view(np.uint32).ravel())
+                return
+            w.vset(d, perm_b32(_full(a(w), np.uint32), _full(b(w), np.uint32), _full(sel, np.uint32)))
 
         return run
     if name == "v_lshl_add_u64":
@@ -833,6 +842,19 @@ def _compile_mfma(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
     meta.mfma_passes = MFMA_PASSES[name]
     di, ai, bi, ci = d.index, a.index, b.index, c.index
     c_imm = np.full((64, nacc), np.uint32(_imm32(c)).view(np.float32)) if c.kind == "imm" else None
+    if nacc == 4:  # the 16x16x16 hot path: register-major operands through fp's gather tables
+        c_regs = None if c_imm is None else np.ascontiguousarray(c_imm.T)
+
+        def run16(w: Wave) -> None:
+            acc = c_regs if c_regs is not None else w.vf[ci : ci + 4]
+            res = fp.mfma_16x16x16_bf16_regs(w.v[ai : ai + 2], w.v[bi : bi + 2], acc).view(np.uint32)
+            if w.full:
+                w.v[di : di + 4] = res
+            else:
+                for r in range(4):
+                    w.vset(di + r, res[r])
+
+        return run16
 
     def run(w: Wave) -> None:
         acc = c_imm if c_imm is not None else w.vf[ci : ci + nacc].T
@@ -1007,6 +1029,16 @@ def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
         d, a = ops[0].index, r32(1)
         return lambda w: w.sset(d, w.s[d] | (1 << (a(w) & 31)))
     raise UnsupportedInstruction(ins.text)
+
+
+@functools.cache
+def _perm_plain(sel: int) -> bool:
+    return all(((sel >> (8 * k)) & 0xFF) < 8 for k in range(4))
+
+
+@functools.cache
+def _perm_cols(sel: int) -> np.ndarray:
+    return np.asarray([(sel >> (8 * k)) & 0xFF for k in range(4)], dtype=np.intp)
 
 
 def perm_b32(s0: np.ndarray, s1: np.ndarray, sel: np.ndarray) -> np.ndarray:

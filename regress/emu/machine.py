@@ -97,6 +97,37 @@ class Hazard:
         )
 
 
+# --- LDS bank model ---------------------------------------------------------------------------------
+
+_BANK_CACHE: dict[tuple[int, int, bytes], tuple[int, int]] = {}
+
+
+def _bank_cycles(idx: np.ndarray, ndw: int) -> tuple[int, int]:
+    """(cycles, conflict-free cycles) of one LDS access, [lanes, ndw] dword indices. The count
+    depends only on the pattern relative to its lowest dword and that dword's bank, so loops that
+    repeat an access pattern at other addresses hit the cache."""
+    lo = int(idx.min())
+    key = (ndw, lo % LDS_BANKS, (idx - lo).astype(np.int32).tobytes())
+    hit = _BANK_CACHE.get(key)
+    if hit is not None:
+        return hit
+    per = {4: 8, 2: 16, 1: 32}[ndw]
+    n = idx.shape[0]
+    groups = -(-n // per)
+    pad = np.full((groups * per - n, ndw), -1, dtype=np.int64)
+    g = np.sort(np.concatenate([idx, pad]).reshape(groups, per * ndw), axis=1)
+    first = np.ones(g.shape, dtype=bool)
+    first[:, 1:] = g[:, 1:] != g[:, :-1]
+    first &= g >= 0  # distinct dwords only, padding left out
+    rows = np.broadcast_to(np.arange(groups)[:, None], g.shape)
+    load = np.zeros((groups, LDS_BANKS), dtype=np.int64)
+    np.add.at(load, (rows[first], g[first] % LDS_BANKS), 1)
+    out = (int(load.max(axis=1).sum()), int((-(-first.sum(axis=1) // LDS_BANKS)).sum()))
+    if len(_BANK_CACHE) < 65536:
+        _BANK_CACHE[key] = out
+    return out
+
+
 # --- memory -----------------------------------------------------------------------------------------
 
 
@@ -120,6 +151,11 @@ class Memory:
         self._bases = [self._bases[i] for i in order]
         self._bufs = [self._bufs[i] for i in order]
 
+    def _words(self, b: int) -> np.ndarray:
+        """Buffer b as uint32 words (its whole dwords from its first byte)."""
+        buf = self._bufs[b]
+        return buf[: buf.size // 4 * 4].view(np.uint32)
+
     def map_host(self, ptr: int, nbytes: int) -> None:
         self.map(ptr, np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr)))
 
@@ -139,6 +175,10 @@ class Memory:
     def load(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
         """[n] uint64 addresses -> [n, nbytes // 4] uint32."""
         idx, off = self._locate(addrs, nbytes)
+        if addrs.size and nbytes % 4 == 0 and (idx == idx[0]).all() and not (off % 4).any():
+            # One buffer, dword-aligned (nearly every access): a single gather of dwords.
+            words = self._words(int(idx[0]))
+            return words[(off // 4)[:, None] + np.arange(nbytes // 4)]
         out = np.empty((addrs.size, nbytes), dtype=np.uint8)
         span = np.arange(nbytes)
         for b in np.unique(idx):
@@ -221,6 +261,7 @@ class Wave:
         self.issued_mfma = False
         self.prio = 0  # s_setprio
         self.dma_pending = 0  # direct-to-LDS buffer loads not yet landed
+        self.dma_dwords: np.ndarray | None = None  # per LDS dword: how many of them write it
         # Timing record (Launch(record=True)): the pcs issued in order, and the LDS bank cycles of the
         # ones that accessed LDS, keyed by their position in `rec` (regress.emu.timing replays these).
         self.rec: list[int] | None = [] if wg.launch.record else None
@@ -380,21 +421,23 @@ class Wave:
             wg.check_lds(self, idx, write=True)
             wg.lds[idx] = data
             self.dma_pending -= 1
+            np.subtract.at(self.dma_dwords, idx, 1)
 
         self.vm_queue.append(Pending(self.pc, "vm", (), land, idx))
         self.dma_pending += 1
+        if self.dma_dwords is None:
+            self.dma_dwords = np.zeros(LDS_BYTES // 4, np.int16)
+        np.add.at(self.dma_dwords, idx, 1)
 
     def _check_dma(self, idx: np.ndarray) -> None:
         """A read of LDS that this wave's direct-to-LDS loads still have in flight."""
-        for p in self.vm_queue:
-            if p.lds_dwords is not None and np.isin(idx, p.lds_dwords).any():
-                self.wg.hazard(
-                    self,
-                    self.pc,
-                    "waitcnt",
-                    "LDS read of bytes a buffer_load ... lds no s_waitcnt vmcnt has covered",
-                )
-                return
+        if self.dma_dwords is not None and self.dma_dwords[idx].any():
+            self.wg.hazard(
+                self,
+                self.pc,
+                "waitcnt",
+                "LDS read of bytes a buffer_load ... lds no s_waitcnt vmcnt has covered",
+            )
 
     def _poison_v(self, d: int, ndw: int, lanes: np.ndarray, data: np.ndarray) -> Callable[[], None]:
         """Fill the destination lanes with the poison pattern now; the returned write lands the data."""
@@ -545,19 +588,7 @@ class Wave:
         16 lanes, 32-bit 32 lanes; a cycle group takes as many cycles as its most loaded bank holds
         distinct dwords."""
         t = self.wg.launch.trace
-        per = {4: 8, 2: 16, 1: 32}[ndw]
-        n = idx.shape[0]
-        groups = -(-n // per)
-        pad = np.full((groups * per - n, ndw), -1, dtype=np.int64)
-        g = np.sort(np.concatenate([idx, pad]).reshape(groups, per * ndw), axis=1)
-        first = np.ones(g.shape, dtype=bool)
-        first[:, 1:] = g[:, 1:] != g[:, :-1]
-        first &= g >= 0  # distinct dwords only, padding left out
-        rows = np.broadcast_to(np.arange(groups)[:, None], g.shape)
-        load = np.zeros((groups, LDS_BANKS), dtype=np.int64)
-        np.add.at(load, (rows[first], g[first] % LDS_BANKS), 1)
-        cycles = int(load.max(axis=1).sum())
-        ideal = int((-(-first.sum(axis=1) // LDS_BANKS)).sum())
+        cycles, ideal = _bank_cycles(idx, ndw)
         t.lds_cycles += cycles
         t.lds_ideal_cycles += ideal
         if self.rec is not None:
