@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator, FormatChecker, ValidationError, val
 from jsonschema.exceptions import best_match
 
 from .errors import UserError
-from .results import CaseSpec
+from .results import CaseResult, CaseSpec
 
 BUNDLE_SCHEMA = "regress.bundle"
 BUNDLE_VERSION = 1
@@ -303,9 +303,18 @@ def validate_bundle(data: Any) -> None:
             missing = next(k for k in err.validator_value if k not in err.instance)
             raise BundleError(f"{json_path([*err.absolute_path, missing])}: is missing")
         raise BundleError(f"{json_path(err.absolute_path)}: {_describe(err)}")
+    run = data["run"]
+    if run.get("finished_at") and parse_timestamp(run["finished_at"]) < parse_timestamp(run["started_at"]):
+        raise BundleError(
+            f"bundle.run.finished_at: {run['finished_at']!r} is before started_at {run['started_at']!r}"
+        )
     seen: dict[str, int] = {}
     for i, res in enumerate(data["results"]):
         key = CaseSpec(res["suite"], res["name"], res["params"], res["kernel"]).key
+        if "case_key" in res and res["case_key"] != key:
+            raise BundleError(
+                f"bundle.results[{i}].case_key: {res['case_key']!r} is not the case's key {key!r}"
+            )
         if key in seen:
             raise BundleError(
                 f"bundle.results[{i}]: repeats the case of results[{seen[key]}] "
@@ -329,6 +338,75 @@ def _json_problem_depth(data: Any) -> tuple[list[str | int], str | None] | None:
         elif isinstance(item, list):
             stack.extend((sub, [*where, i]) for i, sub in enumerate(item) if isinstance(sub, dict | list))
     return None
+
+
+def canonical(bundle: dict[str, Any]) -> dict[str, Any]:
+    """A validated bundle as the store holds it: optional fields with their stored defaults,
+    timestamps as naive UTC, numbers as floats, results in case-key order. The runner (the token's)
+    and the stack name (the pins') are the server's to set, so they are left out. Two bundles are
+    the same run exactly when their canonical forms are equal (idempotent upload)."""
+    run = bundle["run"]
+    build = bundle.get("build")
+
+    def when(value: Any) -> str | None:
+        return parse_timestamp(value).isoformat() if value else None
+
+    results = [CaseResult.from_dict(r).to_dict() for r in bundle["results"]]
+    return normalised(
+        {
+            "schema": bundle["schema"],
+            "schema_version": bundle["schema_version"],
+            "run": {
+                "id": run["id"],
+                "status": run["status"],
+                "trigger": run.get("trigger") or "upload",
+                "is_drill": bool(run.get("is_drill", False)),
+                "backend": run["backend"],
+                "kernel_commit": run.get("kernel_commit"),
+                "source_hash": run.get("source_hash"),
+                "suites": list(run["suites"]),
+                "hostname": run.get("hostname"),
+                **{k: run.get(k) or {} for k in ("host", "ci", "gpu_state", "summary")},
+                "message": run.get("message") or "",
+                "exit_code": run.get("exit_code"),
+                "started_at": when(run["started_at"]),
+                "finished_at": when(run.get("finished_at")),
+            },
+            "stack": {k: bundle["stack"][k] for k in ("digest", "schema_version", "keys")},
+            "build": None
+            if not build
+            else {
+                **build,
+                "git_commit": build.get("git_commit"),
+                "git_dirty": bool(build.get("git_dirty", False)),
+                "compile_only": bool(build.get("compile_only", False)),
+                "stats": build.get("stats") or {},
+                "inject": build.get("inject") or {},
+            },
+            "results": sorted(results, key=lambda r: str(r["case_key"])),
+        }
+    )
+
+
+def first_difference(a: Any, b: Any, where: tuple[str | int, ...] = ()) -> str | None:
+    """The JSON path of the first place two JSON values differ (None when equal)."""
+    if type(a) is not type(b):
+        return json_path(where)
+    if isinstance(a, dict):
+        for key in sorted(set(a) | set(b)):
+            if key not in a or key not in b:
+                return json_path((*where, key))
+            found = first_difference(a[key], b[key], (*where, key))
+            if found:
+                return found
+        return None
+    if isinstance(a, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            found = first_difference(x, y, (*where, i))
+            if found:
+                return found
+        return json_path((*where, min(len(a), len(b)))) if len(a) != len(b) else None
+    return None if a == b else json_path(where)
 
 
 def normalised(value: Any) -> Any:

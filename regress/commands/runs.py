@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from ..errors import UserError
+
 _db = click.option(
     "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
 )
@@ -103,6 +105,29 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
         shown = f"{h.metric}={value:.4g} {h.unit}" if h and value is not None else ""
         table.add_row(res["suite"], res["name"], res["status"], shown)
     console.print(table)
+
+
+@runs.command("delete")
+@click.argument("run_id")
+@_db
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete_run(run_id: str, db_url: str | None, yes: bool) -> None:
+    """Remove one run (RUN_ID, the full id) and everything that refers to it: its results and
+    samples, the regression records and gate decisions it took part in. For an admin removing a
+    run that should never have been accepted; there is no undo."""
+    from ..store.repo import delete_run as delete_stored_run
+    from ..store.repo import find_run, open_store
+
+    store = open_store(db_url, must_exist=True)
+    with store.reader() as session:
+        found = find_run(session, run_id).id
+    if found != run_id.strip():
+        raise UserError(f"give the full run id to delete ({found!r} matched the prefix {run_id!r})")
+    if not yes:
+        click.confirm(f"delete run {found} and everything that refers to it?", abort=True, err=True)
+    with store.transaction() as session:
+        removed = delete_stored_run(session, found)
+    click.echo(f"deleted run {found}: " + ", ".join(f"{n} {k}" for k, n in removed.items() if k != "runs"))
 
 
 EXPORT_FIELDS = (

@@ -33,13 +33,19 @@ def token_group() -> None:
 
 @token_group.command("create")
 @click.argument("runner")
+@click.option(
+    "--stacks",
+    metavar="NAMES",
+    help="Comma-separated pinned stack names (or digests) the token may upload onto (default: any).",
+)
 @_db_option
-def create(runner: str, db_url: str | None) -> None:
+def create(runner: str, stacks: str | None, db_url: str | None) -> None:
     """Create a token for RUNNER and print it once (give it to the runner as REGRESS_TOKEN)."""
     try:
         from ..server.tokens import create_token
 
-        info, token = create_token(_store(db_url), runner)
+        allowed = None if stacks is None else stacks.split(",")
+        info, token = create_token(_store(db_url), runner, allowed)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     click.echo(

@@ -12,7 +12,7 @@ from flask import Blueprint, current_app, jsonify, request, url_for
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from ..bundle import BundleError, loads_bundle, validate_bundle
+from ..bundle import BundleError, loads_bundle, parse_timestamp, validate_bundle
 from ..store import RunnerToken, queries, utcnow
 from ..store.bulk import ensure_dimensions
 from ..store.queries import list_runs as list_runs_query
@@ -20,13 +20,16 @@ from ..store.queries import run_summary
 from ..store.repo import BundleConflict, export_bundle, import_bundle
 from .errors import ApiError, error_response
 from .extensions import store_ext
-from .tokens import lookup_token
+from .tokens import lookup_token, may_upload_onto
 
 bp = Blueprint("runs", __name__, url_prefix="/api/v1/runs")
 
 # Writes that lose a race (SQLite busy, PostgreSQL deadlock) are retried this often, then 503.
 WRITE_ATTEMPTS = 4
-LAST_USED_RESOLUTION = timedelta(minutes=1)  # fewer writes to the token row under load
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+CLOCK_SKEW = timedelta(
+    hours=1
+)  # how far ahead of the server's clock a run's times may be  # fewer writes to the token row under load
 
 _RUN_SUMMARY = {
     "type": "object",
@@ -70,8 +73,13 @@ OPENAPI_PATHS: dict[str, Any] = {
                 "200": {"description": "Already stored, identical: nothing written"},
                 "400": error_response("Not JSON, or not a valid bundle (the field is named)"),
                 "401": error_response("Missing or unknown token"),
-                "403": error_response("Revoked token, or a run of another runner"),
-                "409": error_response("A different bundle is stored under this run id"),
+                "403": error_response(
+                    "Revoked token, a run of another runner, or a stack the token may not use"
+                ),
+                "409": error_response(
+                    "A different bundle is stored under this run id, or the bundle's stack or build "
+                    "disagrees with the stored one (the first differing JSON path is named)"
+                ),
                 "413": error_response("Body over the size limit"),
                 "503": error_response("Database busy or down; retry after Retry-After seconds"),
             },
@@ -209,6 +217,19 @@ def _store_bundle(session: Session, bundle: dict[str, Any], token: RunnerToken) 
     return run_id, created
 
 
+def _check_clock(run: dict[str, Any]) -> None:
+    """A run cannot have started (or finished) in the server's future: a far-future started_at made
+    an upload every gate's `stack:NAME` baseline. CLOCK_SKEW allows for runner clocks a bit ahead."""
+    latest = utcnow() + CLOCK_SKEW
+    for field in ("started_at", "finished_at"):
+        if run.get(field) and parse_timestamp(run[field]) > latest:
+            raise ApiError(
+                400,
+                f"invalid bundle: bundle.run.{field}: {run[field]!r} is later than the server's clock "
+                f"({latest:%Y-%m-%dT%H:%M:%S}Z, now + {CLOCK_SKEW})",
+            )
+
+
 @bp.post("")
 def upload() -> Any:
     token = _authenticate()
@@ -220,6 +241,12 @@ def upload() -> Any:
     claimed = bundle["run"].get("runner")
     if claimed and claimed != token.runner:
         raise ApiError(403, f"this token uploads as runner {token.runner!r}, the bundle names {claimed!r}")
+    digest = bundle["stack"]["digest"]
+    if not may_upload_onto(token, digest):
+        raise ApiError(
+            403, f"token {token.id} of runner {token.runner!r} may not upload onto stack {digest[:12]}"
+        )
+    _check_clock(bundle["run"])
     store = store_ext.store
     for attempt in range(WRITE_ATTEMPTS):
         try:
@@ -231,6 +258,8 @@ def upload() -> Any:
             break
         except BundleConflict as exc:
             raise ApiError(409, str(exc)) from exc
+        except BundleError as exc:  # a fact of the bundle the store checks (the stack digest)
+            raise ApiError(400, f"invalid bundle: {exc}") from exc
         except IntegrityError:
             # A concurrent upload of the same run id committed first; the next pass sees it.
             if attempt == WRITE_ATTEMPTS - 1:

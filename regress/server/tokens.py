@@ -37,14 +37,28 @@ def _info(row: RunnerToken) -> TokenInfo:
     return TokenInfo(row.id, row.runner, row.created_at, row.revoked_at, row.last_used_at)
 
 
-def create_token(store: Store, runner: str) -> tuple[TokenInfo, str]:
-    """Returns the stored record and the clear token; the clear token is never stored."""
+def create_token(store: Store, runner: str, stacks: list[str] | None = None) -> tuple[TokenInfo, str]:
+    """Returns the stored record and the clear token; the clear token is never stored. `stacks`
+    (pin names or digests) are the only stacks the token may upload onto; None means any."""
     runner = runner.strip()
     if not runner or len(runner) > 128:
         raise ValueError("runner name must be 1-128 characters")
+    if stacks is not None:
+        stacks = sorted({s.strip() for s in stacks if s.strip()})
+        if not stacks:
+            raise ValueError("--stacks needs at least one stack name or digest")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with store.transaction() as session:
-        return _info(add_runner_token(session, runner, hash_token(token))), token
+        return _info(add_runner_token(session, runner, hash_token(token), stacks)), token
+
+
+def may_upload_onto(token: RunnerToken, digest: str) -> bool:
+    """Whether the token may upload a run onto the stack with this digest (by digest or pin name)."""
+    if token.stacks is None:
+        return True
+    from ..stack import pin_name_for_digest
+
+    return digest in token.stacks or pin_name_for_digest(digest) in token.stacks
 
 
 def revoke_tokens(store: Store, *, token_id: int | None = None, runner: str | None = None) -> list[TokenInfo]:

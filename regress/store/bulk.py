@@ -311,9 +311,9 @@ class BulkWriter:
 def ensure_dimensions(session: Session, bundle: dict[str, Any]) -> None:
     """The shared rows a validated bundle refers to (stack, build, cases), for a transaction of their
     own before the run's: see the module docstring. Idempotent."""
-    from .repo import bundle_stack, record_build
+    from .repo import bundle_build, bundle_stack
 
     stack = bundle_stack(session, bundle)
     if bundle.get("build"):
-        record_build(session, stack, bundle["build"])
+        bundle_build(session, stack, bundle["build"])
     ensure_cases(session, (CaseResult.from_dict(r).case for r in bundle["results"]))

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..errors import UserError
 from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
-from ..stack import pin_name_for_digest
+from ..stack import HASHED_KEYS, PINNED_KEYS, load_pin, pin_name_for_digest, stack_digest
 from .base import new_run_id, utcnow
 from .build import Build
 from .case import Case
@@ -101,15 +101,64 @@ def get_or_create_case(session: Session, spec: CaseSpec) -> Case:
 
 
 def bundle_stack(session: Session, bundle: dict[str, Any]) -> Stack:
-    """The stack row of a validated bundle; its name comes from the pins, not from the uploader."""
+    """The stack row of a validated bundle; its name comes from the pins, not from the uploader.
+
+    Shared rows are facts, not first come: the digest must be the one of the bundle's keys
+    (BundleError), and a stored stack with other keys is a conflict (BundleConflict)."""
+    from ..bundle import BundleError, first_difference
+
     st = bundle["stack"]
-    return get_or_create_stack(
-        session,
-        digest=st["digest"],
-        keys=st["keys"],
-        schema_version=st["schema_version"],
-        name=pin_name_for_digest(st["digest"]),
+    computed = stack_digest({k: st["keys"].get(k) for k in HASHED_KEYS}, st["schema_version"])
+    if computed != st["digest"]:
+        raise BundleError(
+            f"bundle.stack.digest: {st['digest']} is not the digest of bundle.stack.keys "
+            f"and schema_version, which is {computed}"
+        )
+    name = pin_name_for_digest(st["digest"])
+    if name is not None:  # a pinned stack's facts are its pin's, reviewed in the repository
+        pin = load_pin(name)
+        for key in (*HASHED_KEYS, *PINNED_KEYS):
+            if st["keys"].get(key) != pin.expected.get(key):
+                raise BundleConflict(
+                    f"bundle.stack.keys.{key}: {str(st['keys'].get(key))[:80]!r} is not the value of "
+                    f"stack {name}'s pin ({str(pin.expected.get(key))[:80]!r})"
+                )
+    stack = get_or_create_stack(
+        session, digest=st["digest"], keys=st["keys"], schema_version=st["schema_version"], name=name
     )
+    stored = {"keys": stack.keys, "schema_version": stack.schema_version}
+    where = first_difference(stored, {"keys": st["keys"], "schema_version": st["schema_version"]}, ("stack",))
+    if where:
+        raise BundleConflict(f"stack {st['digest'][:12]} is stored with other facts (first at {where})")
+    return stack
+
+
+# What an artifact hash determines. The git commit is provenance, not content: one artifact is
+# rebuilt at every commit that leaves the kernel sources alone (the run carries its kernel_commit).
+BUILD_FACTS = ("source_hash", "compiler", "compiler_version", "flags", "compile_only", "stats", "inject")
+
+
+def bundle_build(session: Session, stack: Stack, build: dict[str, Any]) -> Build:
+    """The build row of a validated bundle; a stored build of that artifact whose facts differ is a
+    conflict (BundleConflict), never silently the first uploader's."""
+    from ..bundle import first_difference, normalised
+
+    row = record_build(session, stack, build)
+    stored = normalised({k: getattr(row, k) for k in BUILD_FACTS})
+    sent = normalised(
+        {
+            **{k: build.get(k) for k in BUILD_FACTS},
+            "compile_only": bool(build.get("compile_only", False)),
+            "stats": build.get("stats") or {},
+            "inject": build.get("inject") or {},
+        }
+    )
+    where = first_difference(stored, sent, ("build",))
+    if where:
+        raise BundleConflict(
+            f"build {build['artifact_hash'][:12]} is stored with other facts (first at {where})"
+        )
+    return row
 
 
 def record_build(session: Session, stack: Stack, build: dict[str, Any]) -> Build:
@@ -409,15 +458,19 @@ def import_bundle(
     run_doc = bundle["run"]
     existing = session.get(Run, run_doc["id"])
     if existing is not None:
-        if bundle_fingerprint(export_bundle(session, existing.id)) == bundle_fingerprint(bundle):
+        from ..bundle import canonical, first_difference
+
+        stored, sent = canonical(export_bundle(session, existing.id)), canonical(bundle)
+        if stored == sent:
             return existing.id, False
-        raise BundleConflict(f"run {existing.id} is already stored with different content")
+        where = first_difference(stored, sent)
+        raise BundleConflict(f"run {existing.id} is already stored with different content (first at {where})")
     results = [CaseResult.from_dict(res) for res in bundle["results"]]
     # The JSON encoding of every result before the first write: SQLite's lock is then held only
     # for the inserts themselves.
     prepared = prepare_results(run_doc["id"], [] if row_by_row else results)
     stack = bundle_stack(session, bundle)
-    build_id = record_build(session, stack, bundle["build"]).id if bundle.get("build") else None
+    build_id = bundle_build(session, stack, bundle["build"]).id if bundle.get("build") else None
     row = {
         "id": run_doc["id"],
         "stack_id": stack.id,
@@ -524,9 +577,44 @@ def record_gate_decision(
     return row.id
 
 
-def add_runner_token(session: Session, runner: str, token_hash: str) -> RunnerToken:
-    """A new live ingest credential, stored as its hash only."""
-    row = RunnerToken(runner=runner, token_hash=token_hash)
+def delete_run(session: Session, run_id: str) -> dict[str, int]:
+    """Removes a run with everything that refers to it (its results and samples, the regression
+    records and gate decisions it took part in), inside the caller's transaction. For an admin
+    removing a run that should never have been accepted; returns what was removed, by table."""
+    from sqlalchemy import delete, or_
+
+    result_ids = select(Result.id).where(Result.run_id == run_id)
+    removed = {}
+    for name, statement in (
+        ("samples", delete(Sample).where(Sample.result_id.in_(result_ids))),
+        ("results", delete(Result).where(Result.run_id == run_id)),
+        (
+            "regressions",
+            delete(Regression).where(
+                or_(
+                    Regression.first_run_id == run_id,
+                    Regression.last_run_id == run_id,
+                    Regression.baseline_run_id == run_id,
+                )
+            ),
+        ),
+        (
+            "gate decisions",
+            delete(GateDecision).where(
+                or_(GateDecision.baseline_run_id == run_id, GateDecision.candidate_run_id == run_id)
+            ),
+        ),
+        ("runs", delete(Run).where(Run.id == run_id)),
+    ):
+        removed[name] = int(session.execute(statement.execution_options(synchronize_session=False)).rowcount)
+    return removed
+
+
+def add_runner_token(
+    session: Session, runner: str, token_hash: str, stacks: list[str] | None = None
+) -> RunnerToken:
+    """A new live ingest credential, stored as its hash only; `stacks` limits where it uploads."""
+    row = RunnerToken(runner=runner, token_hash=token_hash, stacks=stacks)
     session.add(row)
     session.flush()
     return row

@@ -19,3 +19,5 @@ class RunnerToken(Base):
     created_at: Mapped[datetime] = NotNull(default=utcnow)
     revoked_at: Mapped[datetime | None] = Nullable()
     last_used_at: Mapped[datetime | None] = Nullable()
+    # The stack names (pins) or digests this token may upload onto; None: any (tokens before 0002).
+    stacks: Mapped[list[str] | None] = Nullable()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from regress.results import CaseResult, CaseSpec
+from regress.stack import stack_digest
 from regress.store.base import new_run_id
 from regress.store.repo import (
     add_result,
@@ -34,7 +35,7 @@ STACK_KEYS = {
     "compiler": "AMD clang version 19.0.0git",
     "build_flags": "--offload-arch=gfx942 -O3",
 }
-STACK_DIGEST = "ab" * 32
+STACK_DIGEST = stack_digest(STACK_KEYS)
 
 
 def _cases(rng: random.Random) -> list[CaseResult]:

@@ -336,13 +336,13 @@ def test_7_stack_name_comes_from_the_pin(
     fp = Fingerprint(keys={k: f"value-{k}" for k in _all_keys()})
     monkeypatch.setenv("REGRESS_STACKS_DIR", str(tmp_path / "stacks"))
     first = make_bundle()
-    first["stack"].update(digest=fp.digest, name="whoever-came-first")
+    first["stack"].update(digest=fp.digest, keys=fp.keys, name="whoever-came-first")
     assert post(service, first, token).status_code == 201
     with service.store.reader() as session:
         assert session.scalars(select(Stack.name).where(Stack.digest == fp.digest)).one() is None
     write_pin("team-pin", fp, stacks_dir=tmp_path / "stacks")
     other_fp_bundle = make_bundle()
-    other_fp_bundle["stack"].update(digest=fp.digest, name="yet-another")
+    other_fp_bundle["stack"].update(digest=fp.digest, keys=fp.keys, name="yet-another")
     assert post(service, other_fp_bundle, token).status_code == 201
     with service.store.reader() as session:
         assert session.scalars(select(Stack.name).where(Stack.digest == fp.digest)).one() == "team-pin"

@@ -148,3 +148,166 @@ def test_18_limit_takes_ascii_digits_only(service: Service, limit: str) -> None:
 def test_committed_bundles_still_valid() -> None:
     for bundle in real_bundles():
         validate_bundle(bundle_module.loads_bundle(json.dumps(copy.deepcopy(bundle))))
+
+
+# ---- 5. shared rows are facts, not first come ---------------------------------------------------
+
+
+def test_5_a_digest_that_is_not_the_keys_is_400_naming_both(service: Service) -> None:
+    from regress.stack import HASHED_KEYS, stack_digest
+
+    bundle = real()
+    genuine = bundle["stack"]["digest"]
+    bundle["stack"]["keys"]["driver"] = "EVIL-KEYS"
+    resp = post(service, bundle, service.token("attacker"))
+    assert resp.status_code == 400, resp.text
+    forged = stack_digest({k: bundle["stack"]["keys"][k] for k in HASHED_KEYS})
+    assert "bundle.stack.digest" in resp.json()["error"]
+    assert genuine in resp.json()["error"] and forged in resp.json()["error"]
+
+
+def test_5_a_pinned_stack_takes_its_pins_keys_only(service: Service) -> None:
+    bundle = real()  # the committed H200 runs: their digest is the shipped h200 pin's
+    bundle["stack"]["keys"]["torch"] = "EVIL 9.9"  # not hashed: the digest still matches
+    resp = post(service, bundle, service.token("attacker"))
+    assert resp.status_code == 409, resp.text
+    assert "bundle.stack.keys.torch" in resp.json()["error"]
+    genuine = real()
+    assert post(service, genuine, service.token("h200-01")).status_code == 201
+    got = requests.get(f"{service.url}/api/v1/runs/{genuine['run']['id']}", timeout=30).json()
+    assert got["stack"]["keys"] == genuine["stack"]["keys"]
+
+
+def test_5_an_unpinned_stack_with_other_keys_is_409(service: Service) -> None:
+    from ingest_bundles import make_bundle
+
+    first = make_bundle()
+    assert post(service, first, service.token("a")).status_code == 201
+    other = make_bundle()
+    other["stack"]["keys"]["extra"] = "x"  # not hashed, not pinned: only the stored row says
+    resp = post(service, other, service.token("b"))
+    assert resp.status_code == 409 and "bundle.stack.keys.extra" in resp.json()["error"], resp.text
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("inject", {"slowdown": 30}), ("flags", ["-O0"]), ("compiler", "evil"), ("stats", {"max_registers": 1})],
+)
+def test_5_a_build_whose_facts_differ_is_409(service: Service, field: str, value: Any) -> None:
+    first, second = real_bundles()[2:4]  # two committed runs of one artifact
+    assert first["build"]["artifact_hash"] == second["build"]["artifact_hash"]
+    evil = copy.deepcopy(first)
+    evil["build"][field] = value
+    assert post(service, evil, service.token("attacker")).status_code == 201  # the first of its kind...
+    resp = post(service, second, service.token("h200-01"))
+    assert resp.status_code == 409, resp.text  # ...cannot speak for the genuine run
+    assert f"bundle.build.{field}" in resp.json()["error"]
+
+
+def test_5_token_stacks_limit_where_a_runner_uploads(service: Service, db_url: str, capsys: Any) -> None:
+    assert main(["token", "create", "mi300x-01", "--stacks", "mi300x-rocm6.4", "--db", db_url]) == 0
+    limited = capsys.readouterr().out.strip()
+    resp = post(service, real(), limited)  # an H200 run: not this token's stack
+    assert resp.status_code == 403 and "may not upload onto stack" in resp.json()["error"], resp.text
+    assert main(["token", "create", "h200-01", "--stacks", "h200-cuda13.0", "--db", db_url]) == 0
+    allowed = capsys.readouterr().out.strip()
+    assert post(service, real(), allowed).status_code == 201
+
+
+# ---- 6. no run from the future; an admin can remove a run -------------------------------------
+
+
+@pytest.mark.parametrize("field", ["started_at", "finished_at"])
+def test_6_a_run_from_the_future_is_400(service: Service, field: str) -> None:
+    bundle = real()
+    bundle["run"].update(started_at="2026-01-01T00:00:00", finished_at=None)
+    bundle["run"][field] = "2999-12-30T00:00:00"
+    resp = post(service, bundle, service.token("attacker"))
+    assert resp.status_code == 400 and f"bundle.run.{field}" in resp.json()["error"], resp.text
+    assert "later than the server's clock" in resp.json()["error"]
+
+
+def test_6_runs_delete_removes_a_run_and_what_refers_to_it(service: Service, db_url: str) -> None:
+    from sqlalchemy import func, select
+
+    from regress.store import Result, Run, Sample
+
+    bundle = real()
+    assert post(service, bundle, service.token("attacker")).status_code == 201
+    keep = real()
+    assert post(service, keep, service.token("h200-01")).status_code == 201
+    run_id = bundle["run"]["id"]
+    assert main(["runs", "delete", run_id[:8], "--yes", "--db", db_url]) == 2  # a prefix is not enough
+    assert main(["runs", "delete", run_id, "--yes", "--db", db_url]) == 0
+    with service.store.reader() as s:
+        assert s.get(Run, run_id) is None and s.get(Run, keep["run"]["id"]) is not None
+        assert s.scalar(select(func.count()).select_from(Result)) == len(keep["results"])
+        assert s.scalar(select(func.count()).select_from(Sample)) == sum(
+            len(r["samples"]) for r in keep["results"]
+        )
+    assert requests.get(f"{service.url}/api/v1/runs/{run_id}", timeout=30).status_code == 404
+
+
+# ---- 7. idempotency compares the whole canonical bundle ----------------------------------------
+
+CHANGES = [
+    ("run.is_drill", True),
+    ("run.started_at", "2026-11-01T00:00:00"),
+    ("run.kernel_commit", "f" * 40),
+    ("run.summary", {"failed": 0, "forged": 1}),
+    ("run.message", "changed"),
+    ("run.trigger", "forged"),
+    ("run.host", {"forged": 1}),
+    ("build.flags", ["-O0"]),
+    ("results.0.name", "renamed"),
+    ("results.0.device", {"index": 7}),
+    ("results.0.message", "changed"),
+    ("results.0.metrics.extra", 1.0),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), CHANGES, ids=[p for p, _ in CHANGES])
+def test_7_any_change_under_a_stored_id_is_409_naming_the_path(
+    service: Service, path: str, value: Any
+) -> None:
+    token = service.token("h200-01")
+    original = real()
+    assert post(service, original, token).status_code == 201
+    changed = copy.deepcopy(original)
+    parts: list[Any] = [int(p) if p.isdigit() else p for p in path.split(".")]
+    target: Any = changed
+    for part in parts[:-1]:
+        target = target[part]
+    target[parts[-1]] = value
+    changed["results"][0].pop("case_key", None)  # derived from the name: checked on its own (18)
+    resp = post(service, changed, token)
+    assert resp.status_code == 409, resp.text
+    assert "bundle." + path.split(".")[0] in resp.json()["error"]
+    assert post(service, original, token).status_code == 200  # the same again: identical
+
+
+def test_7_equal_content_written_differently_is_identical(service: Service) -> None:
+    token = service.token("h200-01")
+    original = real()
+    assert post(service, original, token).status_code == 201
+    same = copy.deepcopy(original)
+    same["results"].reverse()  # order is not content
+    same["run"]["started_at"] = original["run"]["started_at"] + "+00:00"  # the same instant
+    assert post(service, same, token).status_code == 200
+
+
+# ---- 18 (part). finished before started; a case_key that is not the case's ----------------------
+
+
+def test_18_finished_before_started_is_400(service: Service) -> None:
+    bundle = real()
+    bundle["run"].update(started_at="2026-11-02T00:00:00", finished_at="2026-11-01T00:00:00")
+    resp = post(service, bundle, service.token("h200-01"))
+    assert resp.status_code == 400 and "bundle.run.finished_at" in resp.json()["error"], resp.text
+
+
+def test_18_a_forged_case_key_is_400(service: Service) -> None:
+    bundle = real()
+    bundle["results"][0]["case_key"] = "0" * 32
+    resp = post(service, bundle, service.token("h200-01"))
+    assert resp.status_code == 400 and "bundle.results[0].case_key" in resp.json()["error"], resp.text
