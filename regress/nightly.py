@@ -74,6 +74,9 @@ class NightlyOptions:
     cache_dir: Path | None = None
     # The watchdog's floor: no case is stopped sooner (regress.runner.time_limit).
     case_timeout: float = DEFAULT_TIME_LIMIT_FLOOR_S
+    # Seconds from the start that bound the whole run: cases still running then are stopped, and
+    # they and the cases not started are recorded 'skip' (the build itself is not interrupted).
+    deadline: float | None = None
 
     def case_options(self) -> CaseOptions:
         return CaseOptions(quick=self.quick, seed=self.seed, iterations=self.iterations)
@@ -173,6 +176,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     """The whole nightly loop; returns the outcome (exit 0 all passed, 1 a suite failed, 2 could not run)."""
     from .suites import get_suite
 
+    ends_at = time.monotonic() + opts.deadline if opts.deadline else None
     for name in opts.suites:
         try:
             get_suite(name)  # unknown suite names fail before anything is built or stored
@@ -205,7 +209,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
                 from .upload import flush_spool
 
                 flush_spool(opts.upload)
-            return _run(opts, store, pool, backend, device, pin, fp, drift_notes, progress)
+            return _run(opts, store, pool, backend, device, pin, fp, drift_notes, progress, ends_at)
         finally:
             pool.close()
 
@@ -220,6 +224,7 @@ def _run(
     fp: Fingerprint,
     drift_notes: list[str],
     progress: Progress | None,
+    ends_at: float | None,
 ) -> NightlyOutcome:
     started = time.perf_counter()
     is_drill = bool(opts.inject)
@@ -283,9 +288,10 @@ def _run(
     results: list[CaseResult] = []
     store_s = 0.0
     cases_started = time.perf_counter()
+    plan = plan_cases(opts, device, backend)
     try:
         with _terminate_as_exception():
-            for result in pool.run(plan_cases(opts, device, backend), measured, progress):
+            for result in pool.run(plan, measured, progress, deadline=ends_at):
                 t0 = time.perf_counter()
                 add_result(store, run_id, result)  # streamed: each result is safe as soon as it exists
                 store_s += time.perf_counter() - t0
@@ -298,6 +304,7 @@ def _run(
     cases_s = time.perf_counter() - cases_started
 
     summary = summarise(results)
+    summary["planned"] = len(plan)  # == results: the pool gives every case a status
     summary["timing"] = timing_summary(
         results,
         workers=len(pool.slots),
@@ -306,7 +313,8 @@ def _run(
         store_s=store_s,
         pool=pool.stats.to_dict(),
     )
-    exit_code = EXIT_OK if summary["failed"] == summary["errors"] == summary["timeouts"] == 0 else EXIT_FAILED
+    clean = summary["failed"] == summary["errors"] == summary["timeouts"] == 0 and not pool.stats.skipped
+    exit_code = EXIT_OK if clean else EXIT_FAILED  # a case the pool could not run is not a pass
     if not results:
         exit_code = EXIT_UNDECIDED
     pool.close()  # the workers' after-state belongs in the run record

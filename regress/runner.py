@@ -7,6 +7,7 @@ its phases (`phase_<name>_s`, see regress.phases), and turns a suite bug into an
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,6 +95,21 @@ def parse_inject(spec: tuple[str, ...] | list[str] | None) -> dict[str, int] | N
             raise UserError(f"--inject {item!r}: the amount must be positive")
         out[INJECT_NAMES[key]] = number
     return out
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def parse_duration(text: str, option: str = "--deadline") -> float:
+    """'90m', '2h', '1h30m', '45s' or '600' (seconds) → seconds."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise UserError(f"{option} {text!r}: expected a duration like 90m, 2h, 1h30m, 45s or 600 (seconds)")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise UserError(f"{option} {text!r}: the duration must be positive")
+    return total
 
 
 def make_context(lib_path: Path, device: str, options: CaseOptions, log: Any = None) -> SuiteContext:

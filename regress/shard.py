@@ -13,6 +13,15 @@ backend `--gpus 0,1` names worker slots, which is how CI tests the pool without 
   its limit is recorded as 'timeout' with its evidence (the step it was in and every thread's
   Python stack, dumped by faulthandler), its worker is killed and replaced, and the run goes on. A
   worker that dies mid-case gets an 'error' result for that case and is replaced the same way.
+- The run always ends, with a status for every case and no exception. A loss during a case records
+  that case, so replacing such workers without limit still ends; what bounds them is the device
+  answering: a worker is ready only after a probe on its device, and a worker that dies or does not
+  answer within `ready_limit_s` before it is ready marks its device unhealthy (no replacement; its
+  cases go to the other devices, or, when none is left, are recorded 'skip' with that reason).
+  After a slot's first loss it keeps a spare worker started ahead, so the next loss costs no cold
+  start (import, device context, library: ~5 s on the H200, ~7 s on the loaded 2-core VM).
+  Losses between cases cost no case, so only MAX_IDLE_LOSSES of them are replaced per device. At
+  the run's deadline the cases in flight are stopped and every case left is recorded 'skip'.
 - The parent owns the database; workers only compute and send results back, so a dying worker can
   lose at most its in-flight case, never a stored one. Results are yielded as they arrive. Each
   worker writes to its own pipe: a shared queue's lock, held by a worker killed mid-send, would
@@ -45,8 +54,15 @@ Progress = Callable[[str, int, int, CaseResult | None], None]
 Item = tuple[str, CaseSpec]
 
 POLL_S = 0.25  # how often the parent checks the watchdog while no message arrives
-MAX_REPLACEMENTS = 4  # per worker slot: a device that kills every worker is not retried forever
+# A worker lost between cases costs no case, so its replacement makes no progress: per device, this
+# many are replaced, then the device is declared unhealthy (a loss during a case is always replaced).
+MAX_IDLE_LOSSES = 4
+# From the library being ready (or the worker's spawn, if later) to the worker's 'ready': import,
+# device context, library load and the device probe. A fresh H200 worker needs ~5 s, a CPU one
+# on a loaded 2-core VM ~20 s; a device that does not answer in this long is unhealthy.
+READY_LIMIT_S = 180.0
 EVIDENCE_CHARS = 4000
+DEADLINE = "deadline"  # the reason a case is skipped when the run's deadline passed
 
 
 def parse_gpus(spec: str | None, device: str) -> list[int]:
@@ -184,6 +200,7 @@ def _worker_main(
         ctx = make_context(Path(payload), device, options)
         marks["context_s"] = round(time.perf_counter() - t0, 3)
         identity = {"worker": slot, **_device_identity(device, gpu)}
+        _probe_device(device)
         before = device_state(device)
         marks["ready_after_library_s"] = round(time.perf_counter() - waited, 3)
         out.send(("ready", wid, {"startup": marks, "before": before, "identity": identity}))
@@ -203,6 +220,18 @@ def _worker_main(
     except BaseException as exc:
         with contextlib.suppress(OSError):
             out.send(("crash", wid, f"{type(exc).__name__}: {exc}"))
+
+
+def _probe_device(device: str) -> None:
+    """A worker is ready only once its device has answered: a small computation, synchronised (after
+    a hung kernel is killed, a device that no longer answers blocks or raises here)."""
+    if device == "cpu":
+        return
+    import torch
+
+    if float(torch.ones(256, device="cuda").sum().item()) != 256.0:
+        raise RuntimeError("device probe: 256 ones did not sum to 256")
+    torch.cuda.synchronize()
 
 
 def _next_message(inbox: Any, parent: int) -> tuple[str, Any]:
@@ -277,6 +306,7 @@ class _Worker:
     evidence: Path
     spawned: float
     ready: bool = False
+    spare: bool = False  # started ahead, to replace the slot's next lost worker without a cold start
     eof: bool = False
     outstanding: deque[int] = field(default_factory=deque)  # unit ids sent, oldest first
     current: _Current | None = None
@@ -294,6 +324,9 @@ class PoolStats:
     crashes: int = 0
     replaced: int = 0
     scheduled_by: str = ""
+    unhealthy: dict[str, str] = field(default_factory=dict)  # worker slot → why its device was given up
+    skipped: dict[str, int] = field(default_factory=dict)  # cases the pool did not run, by reason
+    deadline_reached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -304,6 +337,9 @@ class PoolStats:
             "crashes": self.crashes,
             "replaced": self.replaced,
             "scheduled_by": self.scheduled_by,
+            "unhealthy": self.unhealthy,
+            "not_run": self.skipped,
+            "deadline_reached": self.deadline_reached,
         }
 
 
@@ -318,8 +354,10 @@ class WorkerPool:
         *,
         time_limit_floor_s: float,
         identify: bool,
+        ready_limit_s: float = READY_LIMIT_S,
     ) -> None:
         self.device = device
+        self.ready_limit_s = ready_limit_s
         self.slots: list[tuple[int, int | None]] = [(g, g) for g in gpus] or [(0, None)]
         self.options = options
         self.floor_s = time_limit_floor_s
@@ -333,7 +371,8 @@ class WorkerPool:
         self._workers: dict[int, _Worker] = {}  # by wid
         self._wids = 0
         self._library: str | None = None
-        self._replacements: dict[int, int] = {}
+        self._idle_losses: dict[int, int] = {}  # per slot: workers lost between cases
+        self._lost_in_a_row: dict[int, int] = {}  # per slot: workers lost since its last result
         self._closed = False
         self._loaded_at = 0.0
 
@@ -366,7 +405,7 @@ class WorkerPool:
         self._drain_states()
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def _spawn(self, slot: int, gpu: int | None) -> _Worker:
+    def _spawn(self, slot: int, gpu: int | None, *, spare: bool = False) -> _Worker:
         inbox = self._mp.Queue()
         reader, writer = self._mp.Pipe(duplex=False)
         self._wids += 1
@@ -393,7 +432,7 @@ class WorkerPool:
         )
         proc.start()
         writer.close()  # the worker holds the only write end, so its death reads as EOF here
-        worker = _Worker(wid, slot, gpu, proc, inbox, reader, evidence, time.monotonic())
+        worker = _Worker(wid, slot, gpu, proc, inbox, reader, evidence, time.monotonic(), spare=spare)
         self._workers[wid] = worker
         if self._library is not None:
             inbox.put(("library", self._library))
@@ -427,9 +466,15 @@ class WorkerPool:
     # running
 
     def run(
-        self, plan: list[Item], measured: dict[str, float], progress: Progress | None
+        self,
+        plan: list[Item],
+        measured: dict[str, float],
+        progress: Progress | None,
+        deadline: float | None = None,
     ) -> Iterator[CaseResult]:
-        """Yields every case's result (pass, fail, error or timeout) as it arrives."""
+        """Yields one result for every case of the plan (pass, fail, error, timeout or skip) as it
+        arrives; a lost worker or device never raises. `deadline` (a time.monotonic() value): the
+        cases in flight then are stopped and the rest are not started, all recorded 'skip'."""
         units = make_units(plan, measured)
         self.stats.scheduled_by = (
             "measured" if units and measured and all(s.key in measured for _, s in plan) else "estimate"
@@ -438,11 +483,20 @@ class WorkerPool:
         pending: deque[int] = deque(range(len(units)))
         left: dict[int, set[int]] = {i: set(range(len(items))) for i, items in table.items()}
         total, done = len(plan), 0
-        crashes: list[str] = []
-        losses: list[CaseResult | None] = []  # this round's lost cases, yielded together
+        outbox: deque[tuple[str, CaseResult]] = deque()  # recorded this round, yielded together
+
+        def record(w: _Worker | None, spec: CaseSpec, status: str, message: str, **metrics: float) -> None:
+            """A result the pool writes itself: a case lost with its worker, or one it did not run."""
+            where = {"worker": w.slot, "gpu_index": w.gpu} if w is not None and self.identify else {}
+            lost = CaseResult(case=spec, status=status, metrics=metrics, message=message, device=where)  # type: ignore[arg-type]
+            outbox.append((f"{status} {spec.suite}: {spec.name}", lost))
+            if status == "skip":
+                reason = message.split(":", 1)[0]
+                self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + 1
 
         def dispatch(w: _Worker) -> None:
-            while w.ready and not w.outstanding and pending:  # one at a time: the free worker takes the next
+            # One unit at a time: the free worker takes the next. A spare waits until it replaces one.
+            while w.ready and not w.spare and not w.outstanding and pending:
                 uid = pending.popleft()
                 items = table[uid]
                 w.outstanding.append(uid)
@@ -465,45 +519,65 @@ class WorkerPool:
                 pending.appendleft(new_id)
             w.outstanding.clear()
 
-        def lose(w: _Worker, status: str, message: str) -> CaseResult | None:
-            """Records the in-flight case of a hung or dead worker and starts its replacement."""
-            lost: CaseResult | None = None
-            cur = w.current
-            if cur is not None:
-                spec = table[cur.unit_id][cur.index][1]
-                left[cur.unit_id].discard(cur.index)
-                elapsed = time.monotonic() - cur.started
-                lost = CaseResult(
-                    case=spec,
-                    status=status,  # type: ignore[arg-type]
-                    metrics={"wall_s": round(elapsed, 3), "time_limit_s": round(cur.limit, 3)},
-                    message=message,
-                    device={"worker": w.slot, "gpu_index": w.gpu} if self.identify else {},
-                )
+        def stop(w: _Worker) -> None:
             requeue(w)
             if w.proc.is_alive():
                 w.proc.kill()
             w.proc.join(timeout=10)
             self._forget(w)
-            count = self._replacements.get(w.slot, 0)
-            if count < MAX_REPLACEMENTS:
-                self._replacements[w.slot] = count + 1
-                self.stats.replaced += 1
-                self._spawn(w.slot, w.gpu)
-            else:
-                crashes.append(f"worker {w.slot} replaced {count} times; not again")
-            return lost
 
-        backlog: deque[tuple[str, int, Any]] = deque()
-        while done < total:
-            if not self._workers:
-                break
-            if not backlog:
-                backlog.extend(self._receive(POLL_S))
-            kind, wid, payload = backlog.popleft() if backlog else ("", -1, None)
+        def in_flight(w: _Worker) -> tuple[CaseSpec, _Current] | None:
+            """The case the worker is in, taken off the books (its caller records it)."""
+            cur = w.current
+            if cur is None or cur.index not in left[cur.unit_id]:
+                return None
+            left[cur.unit_id].discard(cur.index)
+            return table[cur.unit_id][cur.index][1], cur
+
+        def lose(w: _Worker, status: str, message: str) -> None:
+            """Records the in-flight case of a hung or dead worker and starts its replacement."""
+            case = in_flight(w)
+            if case is not None:
+                spec, cur = case
+                elapsed = round(time.monotonic() - cur.started, 3)
+                record(w, spec, status, message, wall_s=elapsed, time_limit_s=round(cur.limit, 3))
+            stop(w)
+            self._lost_in_a_row[w.slot] = self._lost_in_a_row.get(w.slot, 0) + 1
+            if case is None:  # lost between cases: a replacement has not yet shown it makes progress
+                idle = self._idle_losses[w.slot] = self._idle_losses.get(w.slot, 0) + 1
+                if idle > MAX_IDLE_LOSSES:
+                    give_up(w, f"lost {idle} workers between cases")
+                    return
+            self.stats.replaced += 1
+            spare = next((o for o in self._workers.values() if o.slot == w.slot and o.spare), None)
+            if spare is None:
+                self._spawn(w.slot, w.gpu)
+            else:  # warm already, or on its way: its ready limit runs from its own start
+                spare.spare = False
+                dispatch(spare)
+            self._spawn(w.slot, w.gpu, spare=True)
+
+        def give_up(w: _Worker, why: str) -> None:
+            """The device does not answer: no replacement; its cases go to the other devices."""
+            for other in [o for o in self._workers.values() if o.slot == w.slot]:
+                stop(other)  # w and the slot's spare
+            lost = self._lost_in_a_row.get(w.slot, 0)
+            after = f" (after {lost} worker{'s' * (lost != 1)} lost on it in a row)" if lost else ""
+            self.stats.unhealthy[f"worker{w.slot}"] = f"{self._where(w)} {why}{after}"
+
+        def skip_the_rest(message: str) -> None:
+            for uid in sorted(left):
+                for i in sorted(left[uid]):
+                    record(None, table[uid][i][1], "skip", message)
+                left[uid] = set()
+            pending.clear()
+
+        def handle(kind: str, wid: int, payload: Any) -> None:
             w = self._workers.get(wid)
+            if w is None:  # a stopped worker's late message
+                return
             now = time.monotonic()
-            if kind == "ready" and w is not None:
+            if kind == "ready":
                 w.ready = True
                 name = f"worker{w.slot}" + (f"-{wid}" if wid > len(self.slots) else "")
                 self.stats.startup_s[name] = round(now - w.spawned, 3)
@@ -512,67 +586,105 @@ class WorkerPool:
                 if self.identify:
                     self.states.setdefault(f"worker{w.slot}", {}).setdefault("before", payload["before"])
                 dispatch(w)
-            elif kind == "start" and w is not None:
+            elif kind == "start":
                 uid, index = payload
                 spec = table[uid][index][1]
                 w.current = _Current(uid, index, now, time_limit(measured.get(spec.key), self.floor_s))
                 w.current.phase_at = now
-            elif kind == "phase" and w is not None and w.current is not None:
+            elif kind == "phase" and w.current is not None:
                 w.current.phase, w.current.phase_at = payload, now
-            elif kind == "result" and w is not None:
+            elif kind == "result":
                 uid, index, data = payload
                 if index not in left[uid]:  # already recorded (a lost worker's late message)
-                    continue
+                    return
                 result = CaseResult.from_dict(data)
                 left[uid].discard(index)
                 w.current = None
+                self._lost_in_a_row[w.slot] = 0
                 if not left[uid] and uid in w.outstanding:
                     w.outstanding.remove(uid)
                 dispatch(w)
-                done += 1
-                if progress:
-                    where = f"gpu{w.slot} " if self.identify else ""
-                    progress(f"{where}{result.case.suite}: {result.case.name}", done, total, result)
-                yield result
-            elif kind == "state" and w is not None and self.identify:
+                where = f"gpu{w.slot} " if self.identify else ""
+                outbox.append((f"{where}{result.case.suite}: {result.case.name}", result))
+            elif kind == "state" and self.identify:
                 self.states.setdefault(f"worker{w.slot}", {}).update(payload)
-            elif kind == "crash" and w is not None:
-                crashes.append(f"worker {w.slot}: {payload}")
+            elif kind == "crash":
                 self.stats.crashes += 1
-                if not w.ready:  # could not even start: no replacement would do better
-                    w.proc.join(timeout=10)
-                    requeue(w)
-                    self._forget(w)
-                    continue
-                losses.append(lose(w, "error", f"worker {w.slot} crashed during this case: {payload}"))
-            for w in list(self._workers.values()):  # the watchdog
+                if w.spare:  # judged only if it is needed: the replacement then starts afresh
+                    stop(w)
+                elif not w.ready:  # could not even start: a replacement would do no better
+                    give_up(w, f"could not start a worker: {payload}")
+                else:
+                    lose(w, "error", f"worker {w.slot} crashed during this case: {payload}")
+
+        def watchdog() -> None:
+            for w in list(self._workers.values()):
                 cur = w.current
-                if cur is not None and time.monotonic() - cur.started > cur.limit:
+                now = time.monotonic()
+                if cur is not None and now - cur.started > cur.limit:
                     self.stats.timeouts += 1
-                    losses.append(lose(w, "timeout", self._timeout_message(w, cur)))
+                    lose(w, "timeout", self._timeout_message(w, cur))
                 elif not w.proc.is_alive() and w.eof and all(m[1] != w.wid for m in backlog):
                     # Dead, and every message it sent before dying has been handled: a "start" still
                     # unread would leave its case unrecorded, and run again by the replacement.
                     self.stats.crashes += 1
                     code = w.proc.exitcode
-                    if not w.ready:
-                        requeue(w)
-                        self._forget(w)
-                        crashes.append(f"worker {w.slot} exited with code {code} before it was ready")
-                        continue
-                    died = f"worker {w.slot} died (exit code {code}) during this case"
-                    losses.append(lose(w, "error", died))
-            for lost in losses:  # a crashed or hung worker's case, recorded as such
-                if lost is not None:
-                    done += 1
-                    if progress:
-                        progress(f"{lost.status} {lost.case.suite}: {lost.case.name}", done, total, lost)
-                    yield lost
-            losses.clear()
-        if done < total:
-            raise RuntimeError(
-                f"worker pool lost {total - done} of {total} cases; {'; '.join(crashes) or 'workers died'}"
-            )
+                    if w.spare:
+                        stop(w)
+                    elif not w.ready:
+                        give_up(
+                            w, f"could not start a worker: it exited with code {code} before it was ready"
+                        )
+                    else:
+                        lose(w, "error", f"worker {w.slot} died (exit code {code}) during this case")
+                elif (
+                    not w.ready
+                    and not w.spare
+                    and self._library is not None
+                    and now - max(w.spawned, self._loaded_at) > self.ready_limit_s
+                ):
+                    give_up(w, f"did not answer: no worker ready {self.ready_limit_s:g} s after it started")
+
+        backlog: deque[tuple[str, int, Any]] = deque()
+        ended = False  # every case left was recorded 'skip': nothing more can arrive
+        while done < total and not ended:
+            if deadline is not None and time.monotonic() >= deadline:
+                self.stats.deadline_reached = True
+                for w in list(self._workers.values()):
+                    case = in_flight(w)
+                    if case is not None:
+                        spec, cur = case
+                        elapsed = time.monotonic() - cur.started
+                        record(
+                            w,
+                            spec,
+                            "skip",
+                            f"{DEADLINE}: the run's deadline passed {elapsed:.1f} s into this case "
+                            f"(last step: {cur.phase}); stopped",
+                            wall_s=round(elapsed, 3),
+                        )
+                    stop(w)
+                skip_the_rest(f"{DEADLINE}: the run's deadline passed before this case started")
+                ended = True
+            elif not self._workers:  # every device was given up
+                skip_the_rest("unhealthy: " + ("; ".join(self.stats.unhealthy.values()) or "no worker left"))
+                ended = True
+            else:
+                if not backlog:
+                    backlog.extend(self._receive(POLL_S))
+                if backlog:
+                    handle(*backlog.popleft())
+                watchdog()
+            for label, result in outbox:
+                done += 1
+                if progress:
+                    progress(label, done, total, result)
+                yield result
+            outbox.clear()
+
+    @staticmethod
+    def _where(w: _Worker) -> str:
+        return f"GPU {w.gpu}" if w.gpu is not None else f"worker {w.slot}"
 
     def _timeout_message(self, w: _Worker, cur: _Current) -> str:
         """The evidence of a hang: the step it was in, for how long, and every thread's stack."""
@@ -589,10 +701,9 @@ class WorkerPool:
             if now and now == stacks:
                 break
             stacks = now
-        where = "GPU " + str(w.gpu) if w.gpu is not None else f"worker {w.slot}"
         return (
             f"timeout: no result after {time.monotonic() - cur.started:.1f} s "
-            f"(limit {cur.limit:.1f} s) on {where}; "
+            f"(limit {cur.limit:.1f} s) on {self._where(w)}; "
             f"last step: {cur.phase} (for {in_phase:.1f} s); worker killed and replaced.\n"
             f"{stacks.strip()[-EVIDENCE_CHARS:]}"
         )

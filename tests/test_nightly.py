@@ -280,6 +280,107 @@ def test_a_worker_that_dies_mid_case_costs_that_case_only(tmp_path: Path) -> Non
     assert "died (exit code -6) during this case" in lost.message
 
 
+@pytest.mark.slow
+def test_a_run_with_many_hung_cases_finishes_with_every_case_accounted_for(tmp_path: Path) -> None:
+    """The GPU drill that used to give up (issue 23: 'worker pool lost 21 of 26 cases; worker 0
+    replaced 4 times; not again', a traceback, the cases that do not hang never run): on one
+    worker, the six ULP cases with Sq = 113 hang, more than the four replacements the pool used to
+    allow. Each is a timeout with its evidence, every other case passes, the bundle is written, the
+    exit code is 1 and the output is a summary, not a traceback."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    out = tmp_path / "out"
+    args = ["--backend", "cpu", "--quick", "--suites", "ulp", "--inject", "hang=113", "--case-timeout", "4"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "regress", "nightly", *args, "--db", db, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert "Traceback" not in output
+    assert "11 of 11 cases have a status" in proc.stdout
+    assert "watchdog: 6 timed out" in proc.stdout
+    with open_store(db).reader() as s:
+        run = s.scalars(select(Run)).one()
+        rows = s.execute(select(Result, Case).join(Case, Case.id == Result.case_id)).all()
+    assert run.status == "failed" and run.exit_code == 1
+    status = {case.name: res.status for res, case in rows}
+    assert len(status) == 11
+    hung = {name for name, st in status.items() if st == "timeout"}
+    assert hung == {name for name in status if "_sq113_" in name} and len(hung) == 6
+    assert all(st == "pass" for name, st in status.items() if name not in hung)
+    for res, _case in rows:
+        if res.status == "timeout":
+            assert "last step: kernel" in res.message and "forward" in res.message
+    (bundle,) = (out / "bundles").glob("*.json")
+    assert len(read_bundle(bundle)["results"]) == 11
+
+
+def test_a_device_that_does_not_answer_is_given_up_and_its_cases_skipped(tmp_path: Path) -> None:
+    """A worker whose start-up blocks (its library is a FIFO nobody writes: dlopen waits forever, as
+    a wedged device would) or fails (no library) is never ready: the pool gives the device up
+    without a replacement and records every case 'skip' with the reason, instead of raising."""
+    from regress.nightly import plan_cases
+    from regress.runner import CaseOptions
+    from regress.shard import WorkerPool
+
+    plan = plan_cases(NightlyOptions(backend="cpu", quick=True, suites=("ulp",)), "cpu", "cpu")[:3]
+    fifo = tmp_path / "libwedged.so"
+    os.mkfifo(fifo)
+    # The FIFO blocks for ever, so a short limit gives the same verdict; the missing library fails
+    # within seconds, far inside its limit.
+    for library, why, limit in (
+        (fifo, "did not answer", 8.0),
+        (tmp_path / "no.so", "could not start a worker", 300.0),
+    ):
+        pool = WorkerPool(
+            "cpu", [], CaseOptions(quick=True), time_limit_floor_s=60, identify=False, ready_limit_s=limit
+        )
+        pool.start()
+        try:
+            pool.load(library)
+            results = list(pool.run(plan, {}, None))
+        finally:
+            pool.close()
+        assert sorted(r.case.key for r in results) == sorted(spec.key for _, spec in plan)
+        assert all(r.status == "skip" and r.message.startswith("unhealthy: worker 0 " + why) for r in results)
+        assert pool.stats.unhealthy["worker0"].startswith("worker 0 " + why)
+        assert pool.stats.skipped == {"unhealthy": 3} and pool.stats.replaced == 0
+
+
+def test_the_deadline_bounds_the_run(tmp_path: Path) -> None:
+    """--deadline: a case in flight when it passes is stopped, the cases not started are skipped,
+    each saying which; the run is stored and exits 1. The first unit hangs (Sq = 113 is the longest
+    ULP unit, so it runs first) with a time limit far beyond the deadline, so no case can pass:
+    whether the deadline falls during start-up or in the hung case, every case is a deadline skip."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    outcome = run_nightly(
+        _opts(db, tmp_path, suites=("ulp",), inject={"hang_sq": 113}, case_timeout=600.0, deadline=15.0)
+    )
+    assert outcome.exit_code == 1 and outcome.bundle_path is not None and outcome.bundle_path.exists()
+    timing = outcome.summary["timing"]
+    assert timing["deadline_reached"] and timing["not_run"] == {"deadline": 11}
+    with open_store(db).reader() as s:
+        run = s.scalars(select(Run)).one()
+        messages = [r.message for r in s.scalars(select(Result))]
+    assert run.status == "failed" and len(messages) == 11
+    stopped = [m for m in messages if "into this case (last step:" in m]
+    assert len(stopped) <= 1 and all(m.startswith("deadline: the run's deadline passed") for m in messages)
+    assert sum("before this case started" in m for m in messages) == 11 - len(stopped)
+
+
+def test_deadline_durations() -> None:
+    from regress.errors import UserError
+    from regress.runner import parse_duration
+
+    assert parse_duration("90m") == 5400 and parse_duration("1h30m") == 5400 and parse_duration("600") == 600
+    assert parse_duration("45s") == 45 and parse_duration("1.5h") == 5400
+    for bad in ("", "soon", "0", "1d", "-5m"):
+        with pytest.raises(UserError, match="--deadline"):
+            parse_duration(bad)
+
+
 def test_units_keep_a_shared_reference_together_and_run_longest_first() -> None:
     from regress.nightly import plan_cases
     from regress.shard import make_units, predict_wall

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..runner import BACKEND_CHOICES, DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_inject
+from ..runner import BACKEND_CHOICES, DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_duration, parse_inject
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -55,6 +55,12 @@ if TYPE_CHECKING:
     "recorded as 'timeout'.",
 )
 @click.option(
+    "--deadline",
+    metavar="DURATION",
+    help="Bound the whole run (90m, 2h, 1h30m, 600 = seconds, counted from the start): cases still "
+    "running then are stopped, and they and the cases not started are recorded 'skip' (exit 1).",
+)
+@click.option(
     "--gpus",
     help="Shard cases over GPUs: 'all' or '0,1,...' (one worker process per GPU; on the CPU backend, "
     "worker slots).",
@@ -84,6 +90,7 @@ def nightly(
     out: Path,
     inject: tuple[str, ...],
     case_timeout: float,
+    deadline: str | None,
     gpus: str | None,
     upload_url: str | None,
     iterations: int | None,
@@ -116,6 +123,7 @@ def nightly(
         trigger=trigger,
         runner=runner,
         case_timeout=case_timeout,
+        deadline=parse_duration(deadline) if deadline is not None else None,
     )
     console = Console(stderr=True)
     with Progress(
@@ -154,6 +162,22 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
     for suite, counts in summary.get("suites", {}).items():
         table.add_row(suite, *(str(counts.get(k, 0)) for k in ("pass", "fail", "error", "timeout", "skip")))
     console.print(table)
+    pool = summary.get("timing", {})
+    if "planned" in summary:
+        console.print(f"{summary['results']} of {summary['planned']} cases have a status")
+    if pool.get("timeouts") or pool.get("crashes"):
+        console.print(
+            f"watchdog: {pool.get('timeouts', 0)} timed out, {pool.get('crashes', 0)} worker(s) died, "
+            f"{pool.get('replaced', 0)} replaced"
+        )
+    for reason in pool.get("unhealthy", {}).values():
+        console.print(f"[red]device given up[/]: {reason}")
+    not_run = pool.get("not_run", {})
+    if not_run:
+        console.print(
+            "[red]not run[/]: "
+            + ", ".join(f"{n} case(s) skipped ({why})" for why, n in sorted(not_run.items()))
+        )
     geo = summary.get("geomean_speedup", {})
     if geo:
         speed = Table(title="geomean speedup vs baseline")
@@ -187,6 +211,8 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
         )
     console.print(f"bundle: {outcome.bundle_path}")
     verdict = {0: "[green]all suites passed[/]", 1: "[red]a suite failed[/]", 2: "[red]could not run[/]"}
+    if outcome.exit_code == 1 and not_run and summary.get("failing_cases") == []:
+        verdict[1] = "[red]not every case ran[/]"
     console.print(verdict.get(outcome.exit_code, str(outcome.exit_code)))
 
 
