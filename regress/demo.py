@@ -12,7 +12,8 @@ the upgrade night, per-case constants); `Night` is one run of one lane; one gene
 turns a Night into CaseResults; `demo_history` stores them through `store.bulk.BulkWriter`.
 Scripted events give the detectors and the site something to show: a few kernel commits that
 step the time of a subset of cases (one fixed later, one still open), a one-night thermal outlier
-(not a step), a toolkit upgrade in lane 0 (a new stack digest, with a gate decision), a numerics
+(not a step), a toolkit upgrade in lane 0 (its pin re-pinned under the same name: a new stack
+digest, the site's "replaced by", with a gate decision), a numerics
 regression and a flaky determinism night, and Regression rows in every state.
 """
 
@@ -124,7 +125,7 @@ def _lanes(count: int) -> list[list[StackDef]]:
     lanes = [
         [
             _rocm(
-                "mi300x-rocm-6.2",
+                "mi300x-rocm",
                 "6.2.4",
                 "AMD clang 18.0.0git (rocm-6.2.4)",
                 "6.8.5",
@@ -132,7 +133,7 @@ def _lanes(count: int) -> list[list[StackDef]]:
                 "mi300x-01",
             ),
             _rocm(
-                "mi300x-rocm-6.3",
+                "mi300x-rocm",  # the same pin, re-pinned after the upgrade
                 "6.3.1",
                 "AMD clang 18.0.0git (rocm-6.3.1)",
                 "6.10.5",
@@ -611,7 +612,7 @@ def demo_history(
     plan = make_plan(stacks=stacks, cases=cases, seed=seed, samples=samples, total=total, start=start)
     with store.transaction() as session:
         stack_ids = {
-            sd.name: get_or_create_stack(
+            sd.digest: get_or_create_stack(
                 session, digest=sd.digest, keys=sd.keys, schema_version=SCHEMA_VERSION, name=sd.name
             ).id
             for lane in plan.lanes
@@ -647,7 +648,7 @@ def demo_history(
                 results = [r for gen in SUITE_GENERATORS.values() for r in gen(n)]
                 for r in results:  # as nightly.run_one stamps every case
                     r.metrics.setdefault("wall_s", round(0.25 + 0.01 * float(nrng.random()), 4))
-                bulk.run(run_row(n, stack_ids[sd.name], commit, results), results)
+                bulk.run(run_row(n, stack_ids[sd.digest], commit, results), results)
                 for e in plan.events:
                     if e.state and li in e.lanes:
                         if night == e.night - 1:
@@ -696,7 +697,7 @@ def _regressions(
                 out.append(
                     _regression(
                         case_ids[i],
-                        stack_ids[sd.name],
+                        stack_ids[sd.digest],
                         "perf",
                         "p50_ms",
                         e.state,
@@ -719,7 +720,7 @@ def _regressions(
             out.append(
                 _regression(
                     case_ids[i],
-                    stack_ids[sd.name],
+                    stack_ids[sd.digest],
                     "numerics",
                     "scaled_ulp_max",
                     "open",
@@ -737,7 +738,7 @@ def _regressions(
             out.append(
                 _regression(
                     case_ids[i],
-                    stack_ids[sd.name],
+                    stack_ids[sd.digest],
                     "determinism",
                     "distinct_hashes",
                     "acknowledged",

@@ -93,22 +93,28 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
         for chunk in np.split(np.arange(len(rows)), cut):
             series[int(case_of[chunk[0]])][int(stack_of[chunk[0]])] = rows[chunk]
 
-    # Stack transitions: the same runner (else host) moving to another digest.
+    # Stack transitions: one pin (its name) on one runner (else host) moving to another digest, as
+    # when a toolkit is upgraded. Two pins on one runner (the CPU and the emulator stack of a CI
+    # host, say) are neighbours, not successors; an unnamed stack has no lineage to follow.
     transitions: list[Transition] = []
-    last_on: dict[str, int] = {}
+    last_on: dict[tuple[str, str], int] = {}
     for r in run_rows:
-        if r.is_drill:
+        name = data.stacks[r.stack_id].name if r.stack_id in data.stacks else ""
+        if r.is_drill or not name:
             continue
         where = r.runner or r.host.get("hostname") or "?"
-        prev = last_on.get(where)
+        prev = last_on.get((name, where))
         if prev is not None and prev != r.stack_id:
             transitions.append(Transition(r.id, prev, r.stack_id, where))
-        last_on[where] = r.stack_id
-    successor = {tr.old: tr.new for tr in transitions if last_on.get(tr.where) != tr.old}
+        last_on[(name, where)] = r.stack_id
+    still_run = set(last_on.values())  # some runner's latest run of its pin is on it
+    successor = {tr.old: tr.new for tr in transitions if tr.old not in still_run}
 
+    # A drill is a rehearsal with an injected fault: never a stack's latest run.
     latest_run: dict[int, RunRow] = {}
     for r in run_rows:
-        latest_run[r.stack_id] = r
+        if not r.is_drill:
+            latest_run[r.stack_id] = r
     current = [data.stacks[s] for s in latest_run if s not in successor]
     current.sort(key=lambda s: s.label)
 

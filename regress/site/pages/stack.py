@@ -15,10 +15,12 @@ def stack_pages(c: Pages) -> None:
     stacks = sorted(c.d.stacks.values(), key=lambda s: s.label)
     counts = {s.id: 0 for s in stacks}
     first: dict[int, RunRow] = {}
+    last: dict[int, RunRow] = {}
     for rid in c.d.run_order:
         r = c.d.runs[rid]
         counts[r.stack_id] = counts.get(r.stack_id, 0) + 1
         first.setdefault(r.stack_id, r)
+        last[r.stack_id] = r  # drills included: the span of the stack's runs, not its latest result
     pairs: list[tuple[StackRow, StackRow]] = []
     seen = set()
     for tr in c.m.transitions:
@@ -37,7 +39,7 @@ def stack_pages(c: Pages) -> None:
             "ref": c.stack_ref(s.id),
             "runs": counts.get(s.id, 0),
             "first": first.get(s.id),
-            "last": c.m.latest_run.get(s.id),
+            "last": last.get(s.id),
         }
         for s in stacks
     ]
