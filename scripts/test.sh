@@ -25,6 +25,15 @@ fi
 
 REGRESS_EXTRAS=test bash scripts/setup.sh
 
+# AITER v3's own code objects for the hip-emu comparison (issue 21): the amd-aiter wheel, fetched into
+# the regress cache once (never committed). Without it those tests and nightly rows skip with the reason.
+AITER_DIR=$("$PY" -c 'from regress.emu.peers.aiter import cache_root; print(cache_root())')
+if ! ls "$AITER_DIR"/amd_aiter-*.whl >/dev/null 2>&1; then
+  mkdir -p "$AITER_DIR"
+  timeout 600 "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$AITER_DIR" amd-aiter \
+    || echo "test.sh: downloading amd-aiter failed; the AITER comparisons will skip" >&2
+fi
+
 if [ -x /usr/lib/postgresql/15/bin/pg_ctl ]; then
   REGRESS_TEST_POSTGRES_URL=$(bash .ci/pg.sh)
   export REGRESS_TEST_POSTGRES_URL

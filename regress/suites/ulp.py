@@ -11,6 +11,13 @@ mode (regress.numerics):
                canonicalisation; the count of mismatches is gated at zero.
 The same measures for each baseline that supports the mode are extra metrics: its own scaled ULP
 against fp64, and the plain ULP between kernel and baseline.
+
+On hip-emu, the `vs_aiter` cases also run AITER v3's own bf16 forward code object on the same
+emulator and inputs (regress.emu.peers.aiter; its v3 path needs seqlen_q > 128) and store, beside
+the kernel's own measures: `vs_aiter:*`, the plain-ULP histogram and maximum between our output and
+AITER's, and whether the NaN/Inf positions and bit patterns are identical; `aiter:*`, AITER's output
+against the fp64 contract. Those are measurements, not gates: the case passes or fails on the
+kernel's contract alone, and skips (with the reason) when the amd-aiter wheel cannot be had.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import numpy as np
 import torch
 
 from regress import numerics
+from regress.emu.peers.aiter import Aiter, AiterEmu, PeerUnavailable
 from regress.gpu_state import device_state
 from regress.metrics import load_contract, percentile
 from regress.phases import phase
@@ -77,6 +85,12 @@ EDGE_KINDS = tuple(kind for kind in INPUT_KINDS if kind != "realistic")
 QUICK_EDGE_KINDS = ("nan_q", "posinf_k", "neginf_v", "extreme_logits")
 EDGE_LENGTH_SHAPES = {"sk1": Shape(1, 2, 64, 1), "sq1": Shape(1, 2, 1, 300)}
 QUICK_EDGE_LENGTHS = ("sk1",)
+# hip-emu: our output against AITER v3's emulated output (Sq > 128: AITER's v3 path), odd lengths.
+PEER = "aiter-v3"
+AITER_QUICK = [Shape(1, 2, 203, 77)]
+AITER_SHAPES = [Shape(1, 2, 203, 77), Shape(2, 2, 300, 129), Shape(2, 1, 257, 33)]
+AITER_EDGE_SHAPE = Shape(1, 1, 129, 45)
+AITER_QUICK_EDGE_KINDS = ("nan_q", "posinf_k", "neginf_v", "extreme_logits")
 
 
 def _block_max(su: np.ndarray) -> np.ndarray:
@@ -156,6 +170,8 @@ class UlpSuite:
                 specs.append(
                     make_spec(NAME, EDGE_LENGTH_SHAPES[label], "bshd", mode, label, input="realistic")
                 )
+        if getattr(ctx.library, "backend", "") == "hip-emu":
+            specs += _aiter_cases(ctx.quick)
         return specs
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
@@ -186,6 +202,8 @@ class UlpSuite:
         return self._ref_bits[mode]
 
     def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        if spec.params.get("peer") == PEER:
+            return self._run_vs_aiter(ctx, spec)
         p = spec.params
         shape = spec_shape(spec)
         layout, mode = spec_layout_mode(spec)
@@ -247,6 +265,122 @@ class UlpSuite:
             message="; ".join(failures + notes),
             device=device_state(ctx.device),
         )
+
+    def _run_vs_aiter(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        """Our output and AITER v3's (its code object on the same emulator), on the same inputs."""
+        try:
+            peer = _aiter_emu()
+        except PeerUnavailable as exc:
+            return CaseResult(case=spec, status="skip", message=f"AITER v3 not run: {exc}")
+        shape = spec_shape(spec)
+        layout, mode = spec_layout_mode(spec)
+        kind = str(spec.params.get("input", "realistic"))
+        contract = load_contract()
+        limit = contract.scaled_ulp_limit(mode)
+        with phase("inputs"):
+            q, k, v = make_inputs(shape, layout, seed=ctx.seed, device=ctx.device, kind=kind)
+        with phase("reference"):
+            ref, mag = self._reference(ctx, shape, kind, q, k, v, layout)
+            ref_bits = self._rounded_reference(ref, mode)
+        with phase("kernel"):
+            out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+        with phase("baseline"):
+            theirs = peer.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+        with phase("compare"):
+            o_bits = numerics.to_bhsd_bits(out, layout)
+            a_bits = numerics.to_bhsd_bits(theirs, layout)
+            m = compare(o_bits, ref_bits, ref, mag, self._mag_ulp)
+            am = compare(a_bits, ref_bits, ref, mag, self._mag_ulp)
+            vs = compare_bits(o_bits, a_bits)
+        m.pop("scaled")
+        metrics: dict[str, Any] = dict(m)
+        metrics["scaled_ulp_limit"] = limit
+        metrics["contract_version"] = contract.version
+        metrics.update({f"vs_aiter:{key}": val for key, val in vs.items()})
+        for key in ("scaled_ulp_max", "scaled_ulp_p9999", "plain_ulp_max", "nonfinite_mismatches"):
+            metrics[f"aiter:{key}"] = am[key]
+        aiter_ok = (
+            am["scaled_ulp_max"] <= limit and am["nonfinite_mismatches"] <= contract.nonfinite_mismatch_max
+        )
+        metrics["aiter:meets_contract"] = int(aiter_ok)
+        metrics["aiter:mfma_hazards"] = sum(h.kind == "mfma" for h in peer.last_hazards)
+        same_pos = "identical" if vs["nonfinite_positions_identical"] else "differ"
+        same_bits = "identical" if vs["nonfinite_bits_identical"] else "differ"
+        aiter_note = f"AITER vs fp64: scaled ULP max {am['scaled_ulp_max']:.3f}"
+        if not aiter_ok:
+            aiter_note += (
+                f" (misses the contract: limit {limit}, {am['nonfinite_mismatches']} non-finite mismatches)"
+            )
+        notes = [
+            f"AITER v3 from {peer.aiter.wheel.name}",
+            f"vs AITER v3: plain ULP max {vs['plain_ulp_max']}, {vs['frac_le1']:.4%} within 1 ULP, "
+            f"NaN/Inf positions {same_pos}, bits {same_bits}",
+            aiter_note,
+        ]
+        failures = []
+        if metrics["scaled_ulp_max"] > limit:
+            failures.append(f"scaled ULP max {metrics['scaled_ulp_max']:.3f} > {limit} ({mode})")
+        if metrics["nonfinite_mismatches"] > contract.nonfinite_mismatch_max:
+            failures.append(f"{metrics['nonfinite_mismatches']} non-finite outputs differ from the reference")
+        return CaseResult(
+            case=spec,
+            status="fail" if failures else "pass",
+            metrics=metrics,
+            message="; ".join(failures + notes),
+            device=device_state(ctx.device),
+        )
+
+
+def compare_bits(o_bits: np.ndarray, p_bits: np.ndarray) -> dict[str, Any]:
+    """Our bf16 output against a peer's, element by element: the plain-ULP histogram and maximum over
+    the positions where both are finite, and whether the non-finite positions and their bit patterns
+    (no NaN canonicalisation) are identical."""
+    o_nf, p_nf = numerics.is_nonfinite_bits(o_bits), numerics.is_nonfinite_bits(p_bits)
+    both = ~(o_nf | p_nf)
+    dist = numerics.ulp_distance(o_bits[both], p_bits[both])
+    hist = numerics.ulp_histogram(dist)
+    either = o_nf | p_nf
+    return {
+        "plain_ulp_max": int(dist.max()) if dist.size else 0,
+        **{f"plain_ulp_hist_{HIST_KEYS.get(k, k)}": val for k, val in hist.items()},
+        "frac_le1": float((dist <= 1).mean()) if dist.size else 1.0,
+        "nonfinite": int(o_nf.sum()),
+        "peer_nonfinite": int(p_nf.sum()),
+        "nonfinite_positions_identical": int(bool((o_nf == p_nf).all())),
+        "nonfinite_bits_identical": int(bool((o_bits[either] == p_bits[either]).all())),
+    }
+
+
+def _aiter_cases(quick: bool) -> list[CaseSpec]:
+    shapes = AITER_QUICK if quick else AITER_SHAPES
+    specs = [
+        make_spec(NAME, shape, layout, mode, "vs_aiter", input="realistic", peer=PEER)
+        for shape in shapes
+        for layout in LAYOUTS
+        for mode in ROUNDING_MODES
+    ]
+    kinds = AITER_QUICK_EDGE_KINDS if quick else EDGE_KINDS
+    modes = ("rtne",) if quick else ROUNDING_MODES
+    for kind in kinds:
+        for mode in modes:
+            specs.append(
+                make_spec(NAME, AITER_EDGE_SHAPE, "bshd", mode, kind, "vs_aiter", input=kind, peer=PEER)
+            )
+    return specs
+
+
+_AITER: list[Any] = []  # [AiterEmu] or [PeerUnavailable]: loaded (or refused) once per process
+
+
+def _aiter_emu() -> Any:
+    if not _AITER:
+        try:
+            _AITER.append(AiterEmu(Aiter.load()))
+        except PeerUnavailable as exc:
+            _AITER.append(exc)
+    if isinstance(_AITER[0], PeerUnavailable):
+        raise _AITER[0]
+    return _AITER[0]
 
 
 def _worst_blocks_text(blocks: np.ndarray) -> str:

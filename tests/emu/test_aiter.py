@@ -72,3 +72,25 @@ def test_aiter_output_meets_the_contract_on_a_small_shape(
     assert np.isfinite(su).all()
     assert su.max() <= load_contract().scaled_ulp_limit(mode)
     assert {h.kind for h in emu.last_hazards} <= set(peer.LENIENT)
+
+
+def test_compare_bits_histogram_and_nonfinite_identity() -> None:
+    """compare_bits (the vs-AITER row): plain ULP over positions where both are finite; NaN/Inf
+    positions and raw bit patterns compared without canonicalisation."""
+    from regress.suites.ulp import compare_bits
+
+    ours = np.array([0x3F80, 0x3F81, 0x3F80, 0x7FC0, 0x7F80, 0x0001], np.uint16)
+    peer_ = np.array([0x3F80, 0x3F80, 0x3F84, 0x7FC0, 0x7F80, 0x8001], np.uint16)
+    m = compare_bits(ours, peer_)
+    assert m["plain_ulp_max"] == 4 and m["plain_ulp_hist_0"] == 1 and m["plain_ulp_hist_1"] == 1
+    assert m["plain_ulp_hist_2"] == 1 and m["plain_ulp_hist_gt3"] == 1  # 0x0001 vs 0x8001: 2 apart
+    assert m["nonfinite_positions_identical"] == 1 and m["nonfinite_bits_identical"] == 1
+    assert m["frac_le1"] == 0.5
+    other_nan = peer_.copy()
+    other_nan[3] = 0x7FC1  # another NaN payload: same position, different bits
+    m = compare_bits(ours, other_nan)
+    assert m["nonfinite_positions_identical"] == 1 and m["nonfinite_bits_identical"] == 0
+    finite_there = peer_.copy()
+    finite_there[4] = 0x3F80
+    m = compare_bits(ours, finite_there)
+    assert m["nonfinite_positions_identical"] == 0 and m["peer_nonfinite"] == 1 and m["nonfinite"] == 2
