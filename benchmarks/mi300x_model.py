@@ -186,6 +186,81 @@ def fit(models: dict[str, KernelModel]) -> dict[str, float]:
     return best[1]
 
 
+BUCKETS = (
+    ("MFMA issue", ("mfma",)),
+    ("VALU issue", ("valu",)),
+    ("quarter-rate VALU held", ("valu busy",)),
+    ("matrix core busy (wait)", ("matrix core busy",)),
+    ("lost arbitration", ("arbitration",)),
+    ("s_nop", ("s_nop",)),
+    ("wait LDS/scalar (lgkmcnt)", ("wait lgkmcnt",)),
+    ("wait global (vmcnt)", ("wait vmcnt",)),
+    ("s_barrier", ("barrier",)),
+    ("LDS, VMEM, SALU, branch, waitcnt issue", ("lds", "vmem", "salu", "branch", "waitcnt")),
+)
+
+
+def markdown(path: Path) -> str:
+    """The tables of docs/hip-gfx942.md from a committed results file (all predicted)."""
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    by = {(tuple(r["shape"]), r["mode"], r["kernel"]): r for r in rows if "shape" in r}
+    out = [
+        "| B,H,S | mode | AITER pred / pub ms | err | MoonMath pred / pub ms | err | "
+        "AITER/MoonMath pred / pub | ours pred ms | ours TFLOP/s | ours vs AITER | ours vs MoonMath |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (sh, m, k), r in by.items():
+        if k != "ours":
+            continue
+        a, mm = by.get((sh, m, "aiter")), by.get((sh, m, "moonmath"))
+        o = float(r["predicted_ms"])
+        cells = [",".join(str(x) for x in sh[:3]), m]
+        for peer in (a, mm):
+            if peer and peer["published_ms"]:
+                p, q = float(peer["predicted_ms"]), float(peer["published_ms"])
+                fit = " (fit)" if peer.get("fit_row") else ""
+                cells += [f"{p:.3f} / {q:.3f}{fit}", f"{100 * (p / q - 1):+.1f}%"]
+            else:
+                cells += [f"{float(peer['predicted_ms']):.3f}" if peer else "–", ""]
+        if a and mm and a["published_ms"] and mm["published_ms"]:
+            cells.append(
+                f"{float(a['predicted_ms']) / float(mm['predicted_ms']):.3f} / "
+                f"{float(a['published_ms']) / float(mm['published_ms']):.3f}"
+            )
+        else:
+            cells.append("–")
+        cells += [f"{o:.3f}", f"{r['predicted_tflops']:.0f}"]
+        cells += [f"{float(p['predicted_ms']) / o:.3f}" if p else "–" for p in (a, mm)]
+        out.append("| " + " | ".join(cells) + " |")
+    steady = [r["steady_state"] for r in rows if "steady_state" in r]
+    if steady:
+        out += [
+            "",
+            "| launch | clocks / key tile | keys x rows | MFMA busy | "
+            + " | ".join(b for b, _ in BUCKETS)
+            + " |",
+        ]
+        out.append("|" + "---|" * (4 + len(BUCKETS)))
+        tiles = {"ours": "64 x 256", "aiter": "32 x 256", "moonmath": "64 x 384"}
+        for st in steady:
+            if not st["clocks_per_tile"]:
+                continue
+            w = st["wave_clocks_per_tile"]
+            tot = sum(w.values()) or 1.0
+            cells = [
+                f"{st['kernel']} {st['launch']}",
+                f"{st['clocks_per_tile']:.0f}",
+                tiles.get(st["kernel"], "?"),
+                f"{100 * st['mfma_busy']:.0f}%",
+            ]
+            cells += [f"{100 * sum(w.get(k, 0.0) for k in keys) / tot:.0f}%" for _, keys in BUCKETS]
+            out.append("| " + " | ".join(cells) + " |")
+    summ = next((r for r in rows if r.get("summary")), None)
+    if summ:
+        out += ["", "```", json.dumps(summ, indent=1), "```"]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kernels", type=lambda s: s.split(","), default=list(KERNELS))
@@ -206,7 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         help="override one model constant (a sensitivity run; the summary records it)",
     )
     ap.add_argument("--breakdown", action="store_true", help="also print each kernel's steady-state tile")
+    ap.add_argument(
+        "--markdown", type=Path, metavar="RESULTS", help="print the docs tables of a results file"
+    )
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(args.markdown))
+        return 0
     for m in args.modes:
         if m not in MODES:
             ap.error(f"mode {m!r} is not one of {', '.join(MODES)}")

@@ -16,7 +16,7 @@ _PACKAGE = Path(__file__).resolve().parent
 CHECKOUT = _PACKAGE.parent
 SHARE = _PACKAGE / "_share"
 # The folders (relative to the source root) that a wheel must carry; setup.py reads this list.
-SHARED_TREES = ("kernel", "migrations", "web", "runners/stacks")
+SHARED_TREES = ("kernel", "migrations", "web", "runners/stacks", "benchmarks/results/mi300x-model")
 SHARED_FILES = ("alembic.ini",)
 _MARKER = Path("kernel") / "include" / "regress_attn.h"
 
@@ -48,6 +48,11 @@ def web_dir() -> Path:
 def shipped_stacks_dir() -> Path:
     """The pins that come with regress (read-only in a wheel)."""
     return source_root() / "runners" / "stacks"
+
+
+def mi300x_predicted_dir() -> Path:
+    """The committed predicted MI300X times (benchmarks/mi300x_model.py --out), shown by the site."""
+    return source_root() / "benchmarks" / "results" / "mi300x-model"
 
 
 def cache_dir() -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from .. import predicted
 from ..data import RunRow, StackRow
 from ..model import stack_diff
 from ..writer import sha
@@ -69,9 +70,12 @@ def stack_pages(c: Pages) -> None:
     )
     ctx = {"title": "Stacks", "stacks": views, "diffs": diff_links, "transitions": transitions}
     c.w.page("stacks.html", "stacks.html.j2", key, lambda: ctx)
+    pred = predicted.load(predicted.latest_file())
     for v in views:
         s = v["stack"]
+        v["predicted"] = pred if s.keys.get("backend") == predicted.BACKEND else None
         key = sha(
+            repr(v["predicted"]),
             s.digest,
             s.label,
             repr(s.keys),

@@ -1,0 +1,137 @@
+"""Whole-call MI300X predictions: the extrapolation arithmetic in closed form, the steady state of our
+code object, the peers' (skipped, with the reason, when their inputs are absent), and the
+benchmark's JSON lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from regress.emu import timing
+from regress.emu.cdna3 import C
+from regress.emu.mi300x import Shape
+from regress.emu.timing import Grid, SteadyState
+
+HZ = C["clock_ghz"] * 1e9 * C["clock_eff"]
+
+
+def _st(fixed: float, per_tile: float, resident: int = 1) -> SteadyState:
+    return SteadyState("k", resident, fixed, per_tile, 0.5, {}, {})
+
+
+def test_rounds_include_the_last_partial_round() -> None:
+    cus = int(C["cus"])
+    t = timing.launch_time(Grid("main", cus + 1, 10, 0.0, 0.0), _st(100, 10))
+    assert t.rounds == 2 and t.bound == "compute"
+    assert t.ms == pytest.approx(2 * (100 + 10 * 10) / HZ * 1e3)
+    t = timing.launch_time(Grid("main", cus, 10, 0.0, 0.0), _st(100, 10))
+    assert t.rounds == 1 and t.ms == pytest.approx((100 + 10 * 10) / HZ * 1e3)
+
+
+def test_a_partial_round_with_fewer_resident_workgroups_uses_their_own_steady_state() -> None:
+    cus = int(C["cus"])
+    seen = []
+
+    def partial(k: int) -> SteadyState:
+        seen.append(k)
+        return _st(50, 5, k)
+
+    t = timing.launch_time(Grid("main", 2 * cus + 1, 4, 0.0, 0.0), _st(100, 10, 2), partial)
+    assert seen == [1] and t.rounds == 2
+    assert t.ms == pytest.approx(((100 + 40) + (50 + 20)) / HZ * 1e3)
+
+
+def test_the_bandwidth_bounds_win_when_they_are_larger() -> None:
+    hbm = C["hbm_tb_s"] * 1e12  # one second of HBM traffic
+    t = timing.launch_time(Grid("main", 1, 1, hbm, 0.0), _st(100, 10))
+    assert t.bound == "hbm" and t.ms == pytest.approx(1e3)
+    l2 = C["l2_bytes_per_clk_xcd"] * C["xcds"] * HZ
+    t = timing.launch_time(Grid("main", 1, 1, 0.0, 2 * l2), _st(100, 10))
+    assert t.bound == "l2" and t.ms == pytest.approx(2e3)
+
+
+def test_shape_parse() -> None:
+    s = Shape.parse("2,24,8192,4096,8")
+    assert (s.b, s.h, s.sq, s.sk, s.hkv) == (2, 24, 8192, 4096, 8)
+    assert Shape.parse("1,2,3,4").hkv == 2
+    for bad in ("1,2,3", "1,2,x,4", "1,0,3,4", "1,6,3,4,4"):
+        with pytest.raises(ValueError, match="shape"):
+            Shape.parse(bad)
+
+
+def _check_steady(st: SteadyState, mfma_per_tile: float) -> None:
+    assert st.issued_per_tile["mfma"] == mfma_per_tile
+    assert 0 < st.mfma_busy < 1 and st.fixed > 0
+    # Every clock of every wave is booked to one bucket: per tile they add up to the tile's clocks,
+    # up to the drain of the last wave (a few issue cycles).
+    assert sum(st.cost_per_tile.values()) == pytest.approx(st.per_tile, rel=0.05)
+
+
+@pytest.mark.slow
+def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from regress.build import build_kernel
+    from regress.emu.mi300x import Ours, Predictor
+
+    ours = Ours(build_kernel("hip-emu", cache_dir=tmp_path_factory.mktemp("co")).path)
+    pred = Predictor()
+    shape = Shape.parse("1,4,2048,2048")
+    p = pred.predict(ours, shape, "rtne")
+    (la,) = ours.launches(shape, "rtne")
+    st = pred.steady("ours", la)
+    _check_steady(st, 128)  # 64 for S^T = K Q^T, 64 for O^T += V^T P^T, per 64 keys per wave
+    assert p.bound == "compute" and p.launches[0].rounds == 1
+    assert p.ms == pytest.approx((st.fixed + st.per_tile * 32) / HZ * 1e3)
+
+
+def _aiter_wheel() -> Path | None:
+    given = os.environ.get("REGRESS_AITER_WHEEL")
+    if given:
+        return Path(given)
+    found = sorted(Path("/work/peers").glob("amd_aiter-*.whl")) if Path("/work/peers").is_dir() else []
+    return found[0] if found else None
+
+
+@pytest.mark.slow
+def test_aiter_steady_state() -> None:
+    wheel = _aiter_wheel()
+    if wheel is None or not wheel.exists():
+        pytest.skip("no AITER wheel (set REGRESS_AITER_WHEEL to the amd-aiter wheel)")
+    from regress.emu.mi300x import AiterModel, Predictor
+
+    model = AiterModel(wheel)
+    (la,) = model.launches(Shape.parse("1,1,256,256"), "rtne")
+    _check_steady(Predictor().steady("aiter", la), 32)  # 32 x 32x8 MFMA per 32-key tile per wave
+
+
+@pytest.mark.slow
+def test_moonmath_steady_state() -> None:
+    src = os.environ.get("REGRESS_MOONMATH_SRC") or (
+        "/work/peers/moonmath" if Path("/work/peers/moonmath").is_dir() else ""
+    )
+    if not src:
+        pytest.skip("no MoonMath source (set REGRESS_MOONMATH_SRC to a checkout)")
+    from regress.emu.mi300x import MoonMathModel, Predictor
+
+    model = MoonMathModel(src)
+    launches = model.launches(Shape.parse("1,1,384,384"), "rtz")
+    assert [la.grid.name for la in launches] == ["v_transpose", "forward"]
+    _check_steady(Predictor().steady("moonmath", launches[1]), 192)  # 48 rows x 64 keys, per wave
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_one_line_per_row_and_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import mi300x_model
+
+    assert mi300x_model.main(["--kernels", "ours", "--modes", "rtz", "--shapes", "1,2,512,512"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 2 and lines[-1]["summary"] and lines[-1]["predicted"]
+    row = lines[0]
+    assert row["shape"] == [1, 2, 512, 128] and row["kernel"] == "ours" and row["published_ms"] is None
+    assert row["predicted_ms"] > 0 and row["bound"] == "compute" and 0 < row["mfma_busy"] < 1
+    with pytest.raises(SystemExit):
+        mi300x_model.main(["--kernels", "ours", "--set", "nonsense=1"])
