@@ -18,6 +18,9 @@
  *                                          seqlen_q clipped), running while the next tile computes
  *                                          A warpgroup with no row < seqlen_q (decode) only releases
  *                                          the stages it would have read.
+ * Split over keys (split.cuh; RA_CUDA_SPLIT below): where the grid of (batch, head, query block)
+ * tiles would leave SMs idle or give a CTA a long serial key loop, each is cut into slices of keys;
+ * the tiles write fp32 partials into a per-stream workspace and attn_merge_splits rounds them.
  * Optional (-DRA_CUDA_PINGPONG=1, or -1 for seqlen_k <= 2048; off by default, measured slower): the
  * two consumer warpgroups take turns issuing their wgmmas (named barriers 1, 2).
  *
@@ -34,10 +37,13 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <type_traits>
 
 #include "../common/bf16.h"
@@ -56,6 +62,11 @@
  * faster or equal on every benchmark shape, by 2-8 % at seqlen_k <= 2048 (docs/perf-notes.md). */
 #ifndef RA_CUDA_PINGPONG
 #define RA_CUDA_PINGPONG 0
+#endif
+/* Split over keys: -1 = by shape (split_rule below, the default), 1 = never (the ablation), N > 1 =
+ * N splits wherever a tile has N key blocks (measurement builds: benchmarks/h200_split.py). */
+#ifndef RA_CUDA_SPLIT
+#define RA_CUDA_SPLIT -1
 #endif
 
 namespace ra_cuda {
@@ -93,6 +104,7 @@ __global__ void __launch_bounds__(sm80::kThreads) attn_fwd_mma_sync(const __grid
   sm80::Smem& sm = *reinterpret_cast<sm80::Smem*>(smem_raw);
   sm80::run<kRound, L>(p, sm);
 }
+/* attn_merge_splits<kRound> (split.cuh) is the third kernel: it rounds a split launch's partials. */
 
 // ---------------------------------------------------------------------------------------------
 // host side
@@ -241,9 +253,74 @@ cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, uint64_t bit, size_
   return e;
 }
 
+/* The split's fp32 partials live in a buffer per (device, stream), so launches on one stream, which
+ * run in order, share it and launches on different streams never do. A buffer only grows, and an
+ * outgrown one is never freed: a CUDA graph captured earlier may still write it. cudaMalloc runs in
+ * the relaxed capture mode, so that a capture in progress (here or in another thread) is not
+ * invalidated. A graph replayed on another stream than the one it was captured on, beside eager
+ * calls on that stream, would share their buffer: not supported. nullptr (no split) when the table
+ * is full or the allocation fails. */
+struct Workspace {
+  int dev;
+  cudaStream_t stream;
+  void* ptr;
+  size_t bytes;
+};
+constexpr int kMaxWorkspaces = 32;
+std::mutex g_ws_mutex;
+Workspace g_ws[kMaxWorkspaces];
+int g_ws_used = 0;
+
+void* split_workspace(int dev, cudaStream_t stream, size_t bytes) {
+  if (stream == cudaStreamPerThread) return nullptr; /* one handle for many streams */
+  std::lock_guard<std::mutex> lock(g_ws_mutex);
+  Workspace* w = nullptr;
+  for (int i = 0; i < g_ws_used && !w; ++i)
+    if (g_ws[i].dev == dev && g_ws[i].stream == stream) w = &g_ws[i];
+  if (!w) {
+    if (g_ws_used == kMaxWorkspaces) return nullptr;
+    w = &g_ws[g_ws_used++];
+    *w = Workspace{dev, stream, nullptr, 0};
+  }
+  if (w->bytes >= bytes) return w->ptr;
+  const size_t want = std::max(bytes, 2 * w->bytes);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  void* ptr = nullptr;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) return (void)cudaGetLastError(), nullptr;
+  const cudaError_t e = cudaMalloc(&ptr, want);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (e != cudaSuccess) return (void)cudaGetLastError(), nullptr;
+  w->ptr = ptr;
+  w->bytes = want;
+  return ptr;
+}
+
+/* Splits for a launch of `tiles` (batch, head, query block) tiles of `nb` key blocks on `sms` SMs.
+ * Cost model: a persistent CTA's serial work, ceil(tiles * s / sms) tiles of ceil(nb / s) key
+ * blocks each plus kSplitTileCost blocks' worth per tile (pipeline fill, epilogue, partials);
+ * the smallest s of least cost, s <= kMaxSplits. It splits only where the grid leaves SMs idle
+ * for a large part of the launch (few tiles, many key blocks: decode and short queries at small
+ * batch x heads, long keys at few heads); docs/perf-notes.md v5 has the measurements. */
+constexpr int kMaxSplits = 32;
+constexpr int kSplitTileCost = 1;
+constexpr size_t kMaxWorkspaceBytes = size_t{512} << 20;
+
+int split_rule(int64_t tiles, int nb, int sms) {
+  if (RA_CUDA_SPLIT > 0) return std::min(RA_CUDA_SPLIT, nb);
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= std::min(nb, kMaxSplits); ++s) {
+    const int sb = (nb + s - 1) / s;
+    if ((nb + sb - 1) / sb != s) continue; /* s would leave a split empty: the same as fewer */
+    const int64_t cost = (tiles * s + sms - 1) / sms * (sb + kSplitTileCost);
+    if (cost < best_cost) best_cost = cost, best = s;
+  }
+  return best;
+}
+
 /* One launch over rows [0, seqlen_q) of p. */
-ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, DeviceInfo& dev, cudaStream_t stream,
-                 char* err, size_t err_len) {
+ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int dev_id, DeviceInfo& dev,
+                 cudaStream_t stream, char* err, size_t err_len) {
   cudaError_t e = cudaSuccess;
   const bool pp = p.seqlen_k <= kPingPongMaxKeys;
   const bool nqk = p.seqlen_k <= sm90::kNextQKMaxKeys;
@@ -257,16 +334,41 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, Device
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
       p.num_n_blocks = (p.seqlen_k + sm90::kBlockN - 1) / sm90::kBlockN;
-      p.num_tiles = p.num_m_blocks * p.batch * p.heads;
+      const int64_t tiles = (int64_t)p.num_m_blocks * p.batch * p.heads;
+      p.num_splits = 1;
+      p.split_blocks = p.num_n_blocks;
+      const int want = split_rule(tiles, p.num_n_blocks, dev.sm_count);
+      if (want > 1) {
+        const int sb = (p.num_n_blocks + want - 1) / want;
+        const int s = (p.num_n_blocks + sb - 1) / sb;
+        const size_t rows = (size_t)p.batch * p.heads * p.seqlen_q;
+        const size_t bytes = (size_t)s * rows * (kHeadDim + 2) * sizeof(float);
+        float* ws = bytes <= kMaxWorkspaceBytes ? static_cast<float*>(split_workspace(dev_id, stream, bytes)) : nullptr;
+        if (ws) {
+          p.num_splits = s;
+          p.split_blocks = sb;
+          p.part_o = ws;
+          p.part_ml = ws + (size_t)s * rows * kHeadDim;
+        }
+      }
+      p.num_tiles = (int)(tiles * p.num_splits);
       auto kernel = attn_fwd_sm90<R, L, PP, NQK>;
       e = ensure_smem_attr(kernel, dev, uint64_t{1} << (inst + (PP ? 6 : 0) + (NQK ? 12 : 0)), sm90::kSmemBytes);
       if (e != cudaSuccess) return;
       const int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
       kernel<<<grid, sm90::kThreads, sm90::kSmemBytes, stream>>>(p);
+      if (p.num_splits > 1) {
+        if ((e = cudaGetLastError()) != cudaSuccess) return;
+        const int64_t rows = (int64_t)p.batch * p.heads * p.seqlen_q;
+        const unsigned blocks = (unsigned)((rows + kMergeRowsPerBlock - 1) / kMergeRowsPerBlock);
+        attn_merge_splits<R><<<blocks, 32 * kMergeRowsPerBlock, 0, stream>>>(p);
+      }
     } else {
       p.num_m_blocks = (p.seqlen_q + sm80::kBlockM - 1) / sm80::kBlockM;
       p.num_n_blocks = (p.seqlen_k + sm80::kBlockN - 1) / sm80::kBlockN;
       p.num_tiles = p.num_m_blocks * p.batch * p.heads;
+      p.num_splits = 1;
+      p.split_blocks = p.num_n_blocks;
       auto kernel = attn_fwd_mma_sync<R, L>;
       e = ensure_smem_attr(kernel, dev, uint64_t{1} << (24 + inst), sm80::kSmemBytes);
       if (e != cudaSuccess) return;
@@ -296,7 +398,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {
@@ -359,5 +461,5 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   RA_INJECT_CRASH_LAUNCH(P->seqlen_q);        /* drill: the process dies here */
   const unsigned long long n = ++g_launches;
   p.nondet_flip = (RA_INJECT_NONDET && (n & 1ull)) ? 1 : 0;
-  return launch(p, use_tma, P->rounding, layout, dev, stream, err, err_len);
+  return launch(p, use_tma, P->rounding, layout, dev_id, dev, stream, err, err_len);
 }

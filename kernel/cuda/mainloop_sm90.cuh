@@ -21,6 +21,7 @@
 #include "params.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
+#include "split.cuh"
 #include "tile_scheduler.cuh"
 #include "wgmma_m64n128.cuh"
 
@@ -85,6 +86,17 @@ __device__ __forceinline__ void init_barriers(Smem& sm) {
   fence_barrier_init();
 }
 
+/* The key blocks of split `split` (all of them when num_splits = 1). */
+struct KeyRange {
+  int begin, end;
+};
+__device__ __forceinline__ KeyRange key_range(const FwdParams& p, int split) {
+  KeyRange r;
+  r.begin = split * p.split_blocks;
+  r.end = min(r.begin + p.split_blocks, p.num_n_blocks);
+  return r;
+}
+
 /* One elected thread. Stage s of the K/V ring is used by key blocks kv = s, s + 2, ... counted over
  * all tiles of this CTA; the producer waits for the previous use to be released (parity flipped:
  * the first wait on a fresh barrier returns at once). */
@@ -92,13 +104,14 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem& sm) {
   int kv = 0;
   int tq = 0;
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
-    const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
+    const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads, p.num_splits);
+    const KeyRange kr = key_range(p, t.split);
     const int qs = tq % kQStages;
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
     mbar_arrive_expect_tx(&sm.q_full[qs], kTileBytes);
     tma_load_4d(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, t.m * kBlockM, t.h, t.b);
     tma_load_4d(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, t.m * kBlockM, t.h, t.b);
-    for (int n = 0; n < p.num_n_blocks; ++n, ++kv) {
+    for (int n = kr.begin; n < kr.end; ++n, ++kv) {
       const int s = kv % kStages;
       const uint32_t ph = (kv / kStages) & 1;
       mbar_wait(&sm.k_empty[s], ph ^ 1);
@@ -187,9 +200,8 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
   const int lane = tid & 31;
   const int qc = 2 * (lane & 3);
   const int row_in_tile = wg * 64 + warp * 16 + (lane >> 2);
-  const int nb = p.num_n_blocks;
-  const int last_valid = p.seqlen_k - (nb - 1) * kBlockN; /* keys in the last block, 1..128 */
-  const bool tail = last_valid < kBlockN;
+  const int last_valid = p.seqlen_k - (p.num_n_blocks - 1) * kBlockN; /* keys in the last block, 1..128 */
+  const bool any_tail = last_valid < kBlockN;
   /* 64 rows of 128 B into each d-half of Q stage qs */
   auto q_addr_of = [&](int qs) { return smem_u32(&sm.q[qs][0][0]) + wg * 64 * 128; };
 
@@ -223,7 +235,10 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     wgmma_wait<0>();
   }
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
-    const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads);
+    const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads, p.num_splits);
+    const KeyRange kr = key_range(p, t.split);
+    const int nb = kr.end - kr.begin;                        /* this tile's key blocks */
+    const bool tail = any_tail && kr.end == p.num_n_blocks; /* its last block is partial */
     const int qs = tq % kQStages;
     const uint32_t q_addr = q_addr_of(qs);
     const bool has_next = tile + (int)gridDim.x < p.num_tiles;
@@ -328,18 +343,23 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
     const int64_t os = seq_stride<L>(p.o_stride);
     const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
+    if (p.num_splits > 1) {
+      store_partial(p, o, sfm, t, row0, qc); /* split.cuh: attn_merge_splits rounds */
+    } else {
 #if RA_CUDA_EPILOGUE == 2
-    (void)obase;
-    (void)os;
-    store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
+      (void)obase;
+      (void)os;
+      store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
 #elif RA_CUDA_EPILOGUE == 1
-    store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane, flip0);
+      store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane,
+                              flip0);
 #else
-    const int row1 = row0 + 8;
-    uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
-    uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
-    store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
+      const int row1 = row0 + 8;
+      uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
+      uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
+      store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
 #endif
+    }
     if constexpr (!kNQK) {
       if (has_next) wait_qk0(tq + 1, kv);
       turn_begin<kPP>(wg);

@@ -35,7 +35,14 @@ struct FwdParams {
   int seqlen_k;
   int num_m_blocks; /* ceil(seqlen_q / block_m) */
   int num_n_blocks; /* ceil(seqlen_k / block_n) */
-  int num_tiles;    /* batch * heads * num_m_blocks */
+  int num_tiles;    /* batch * heads * num_m_blocks * num_splits */
+  /* Split over keys (split.cuh): each (batch, head, query block) is num_splits tiles, tile j taking
+   * key blocks [j * split_blocks, min((j + 1) * split_blocks, num_n_blocks)); with num_splits > 1
+   * tiles write fp32 partials and attn_merge_splits rounds them. 1: no split, O written directly. */
+  int num_splits;
+  int split_blocks;
+  float* part_o;  /* [split][batch * heads][seqlen_q][128]: unnormalised O of the split's keys */
+  float* part_ml; /* [split][batch * heads][seqlen_q][2]: raw row max, row sum of the split's keys */
   float scale_log2; /* softmax scale * log2(e) */
   int nondet_flip;  /* RA_INJECT_NONDET: flip bit 0 of O[0,0,0,0] on this launch */
 };

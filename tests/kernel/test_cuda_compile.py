@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: canno
 MODES = 3
 LAYOUTS = 2
 SCHEDULES = 2  # sm90: next tile's Q K^T beside the last P.V or not (by seqlen_k); no ping-pong variant
+MERGES = MODES  # attn_merge_splits, one per rounding mode (the split over keys, split.cuh)
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
 
 INJECT = {"slowdown_pct": 25, "ulp": 1, "nondeterminism": 1}
@@ -76,8 +77,11 @@ def test_every_kernel_is_reported(built):
     found = kernels(built[1])
     sm90 = [k for k in found if "attn_fwd_sm90" in k]
     mma = [k for k in found if "attn_fwd_mma_sync" in k]
+    merge = [k for k in found if "attn_merge_splits" in k]
     assert len(sm90) == MODES * LAYOUTS * SCHEDULES, found.keys()
     assert len(mma) == MODES * LAYOUTS, found.keys()
+    assert len(merge) == MERGES, found.keys()
+    assert len(found) == len(sm90) + len(mma) + len(merge), found.keys()
 
 
 def test_no_spills_no_stack(built):
@@ -105,7 +109,7 @@ def test_wgmma_not_serialized(built):
 def test_inject_builds_compile(injected):
     """A fire-drill build with every fault on compiles every kernel, without spills."""
     found = kernels(injected[1])
-    assert len(found) == (SCHEDULES + 1) * MODES * LAYOUTS, found.keys()
+    assert len(found) == (SCHEDULES + 1) * MODES * LAYOUTS + MERGES, found.keys()
     for name, r in found.items():
         assert r.get("spill_store_bytes") == 0 and r.get("stack_bytes") == 0, f"{name}: {r}"
 
@@ -161,7 +165,7 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             "provide them): SASS not checked"
         )
     funcs = _sass(built[0], cuobjdump, nvdisasm)
-    assert len(funcs) == (SCHEDULES + 1) * MODES * LAYOUTS, list(funcs)
+    assert len(funcs) == (SCHEDULES + 1) * MODES * LAYOUTS + MERGES, list(funcs)
     for name, body in funcs.items():
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
         if "attn_fwd_sm90" in name:
@@ -172,6 +176,13 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             # no generic-address load or store (the v3 staging lost the shared space: ST.E, LD.E)
             assert len(re.findall(r"\bSTSM\.16\.M88\.4\b", body)) == 8, name
             assert len(re.findall(r"\bUTMASTG\.4D\b", body)) == 2, name
+            assert not re.search(r"\b(ST|LD)\.E\b", body), name
+            # a split tile's partials: per row 16 float2 of O and one (max, sum), 2 rows a thread
+            assert len(re.findall(r"\bSTG\.E\.64\b", body)) == 34, name
+        elif "attn_merge_splits" in name:
+            # 16-byte partial loads, 8-byte bf16 stores, exp2 on the MUFU; global, never generic
+            assert re.search(r"\bLDG\.E\.128\b", body) and re.search(r"\bSTG\.E\.64\b", body), name
+            assert re.search(r"\bMUFU\.EX2\b", body), name
             assert not re.search(r"\b(ST|LD)\.E\b", body), name
         else:
             assert re.search(r"\bHMMA\.16816\.F32\.BF16\b", body), name

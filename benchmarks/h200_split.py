@@ -1,0 +1,408 @@
+"""H200 measurements for issue 26, the split over keys (one device call: benchmarks/h200_split.sh).
+
+  python benchmarks/h200_split.py all --out DIR   build, check, time; results.json + table.txt
+  python benchmarks/h200_split.py ncu-target      the decode launches `ncu` profiles
+
+Libraries: "new" = the default build (split by kernel/cuda/attention_sm90.cu's split_rule);
+"nosplit" = -DRA_CUDA_SPLIT=1 (the ablation: the kernel before the split); "sN" = N splits wherever
+a tile has N key blocks (the measurements the rule is chosen from). Checked, never timed: the fire
+drills and bf16.h's integer rounding, each on a forced split so the merge kernel's data path is the
+one checked. Timing as benchmarks/h200_op.py (its time_shape: every function of a shape interleaved
+in each round, input sets rotated, CUDA events after a GPU spin, median), against SDPA flash and
+cuDNN on the same inputs; ratios are TFLOP/s ratios (cuDNN time / our time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import h200_op
+
+from regress import numerics as nm
+from regress.baselines import available_baselines
+from regress.build import build_kernel
+from regress.kernel import KernelLibrary, load_library
+from regress.metrics import load_contract
+from regress.results import ROUNDING_MODES
+from regress.suites.common import Shape, make_inputs
+
+LIBS: dict[str, tuple[str, ...]] = {
+    "new": (),
+    "nosplit": ("-DRA_CUDA_SPLIT=1",),
+    "s2": ("-DRA_CUDA_SPLIT=2",),
+    "s4": ("-DRA_CUDA_SPLIT=4",),
+    "s8": ("-DRA_CUDA_SPLIT=8",),
+    "s16": ("-DRA_CUDA_SPLIT=16",),
+}
+CHECK_ONLY: dict[str, tuple[str, ...]] = {
+    "ulp2s4": ("-DRA_INJECT_ULP=2", "-DRA_CUDA_SPLIT=4"),
+    "nondets4": ("-DRA_INJECT_NONDET=1", "-DRA_CUDA_SPLIT=4"),
+    "cvt0s4": ("-DRA_CUDA_CVT_ROUND=0", "-DRA_CUDA_SPLIT=4"),
+}
+if os.environ.get("H200_LIBS"):  # "new=;nosplit=-DRA_CUDA_SPLIT=1" replaces the timed set
+    LIBS = {
+        name: tuple(f for f in flags.split() if f)
+        for name, _, flags in (item.partition("=") for item in os.environ["H200_LIBS"].split(";"))
+    }
+MODES = ROUNDING_MODES
+LAYOUTS = ("bhsd", "bshd")
+# The issue's shapes behind cuDNN (decode, short queries) and the two square families.
+TARGETS = [
+    Shape(8, 32, 1, 4096),
+    Shape(32, 32, 1, 8192),
+    Shape(4, 32, 16, 8192),
+    Shape(16, 32, 1, 2048),
+    Shape(4, 32, 64, 8192),
+]
+# Where the grid leaves most SMs idle: the split's clear case, and the rule's edges.
+EDGES = [Shape(1, 32, 1, 8192), Shape(2, 8, 1, 32768), Shape(1, 16, 64, 4096), Shape(1, 4, 2048, 8192)]
+SQUARES = [Shape(1, 24, 4608, 4608), Shape(16, 32, 2048, 2048)]
+OVERHEAD = [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
+LOG: list[str] = []
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+    LOG.append(msg)
+
+
+def build_libs() -> dict[str, KernelLibrary]:
+    everything = {**LIBS, **CHECK_ONLY}
+    with ThreadPoolExecutor(len(everything)) as ex:
+        futs = {k: ex.submit(build_kernel, "cuda", extra_flags=flags) for k, flags in everything.items()}
+        arts = {k: f.result() for k, f in futs.items()}
+    libs = {}
+    for name, art in arts.items():
+        say(
+            f"built {name}: {art.path.name} ({art.build_seconds:.0f} s) regs {art.stats.get('max_registers')}"
+        )
+        libs[name] = load_library(art.path)
+    return libs
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+
+def edge_inputs(s: Shape, layout: str, kind: str, seed: int) -> tuple[torch.Tensor, ...]:
+    """The split's own non-finite cases, on head 0 of batch 0 (built in BHSD, then laid out):
+    neginf_split0: every key of the first half scores -Inf (q[..., 0] > 0, k[j, 0] = -Inf), so
+    split 0's partials are all 0 with max -Inf; neginf_all: every key -Inf (the row is 0/0 = NaN);
+    posinf_last / nan_last: the last key scores +Inf / NaN (a late split poisons the row)."""
+    q, k, v = make_inputs(s, "bhsd", seed=seed, device="cuda")
+    q[0, 0, :, 0] = q[0, 0, :, 0].abs() + 0.5
+    if kind == "neginf_split0":
+        k[0, 0, : s.sk // 2, 0] = -math.inf
+    elif kind == "neginf_all":
+        k[0, 0, :, 0] = -math.inf
+    elif kind == "posinf_last":
+        k[0, 0, -1, 0] = math.inf
+    elif kind == "nan_last":
+        k[0, 0, -1, 3] = math.nan
+    if layout == "bshd":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    return q, k, v
+
+
+def guarded_forward(
+    lib: KernelLibrary, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, mode: str
+):
+    """Output into the middle of a sentinel-filled buffer: returns (out, every element written,
+    nothing outside touched)."""
+    n = q.numel()
+    pad = 4096
+    buf = torch.full((n + 2 * pad,), -12345.0, device="cuda", dtype=torch.bfloat16)
+    o = buf[pad : pad + n].view(q.shape)
+    lib.forward(q, k, v, layout=layout, rounding=mode, out=o)  # type: ignore[arg-type]
+    sentinel = torch.tensor(-12345.0, dtype=torch.bfloat16).view(torch.int16).item()
+    bits = buf.view(torch.int16)
+    untouched = bool((bits[:pad] == sentinel).all() and (bits[pad + n :] == sentinel).all())
+    written = not bool((bits[pad : pad + n] == sentinel).any())
+    return o, written, untouched
+
+
+def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
+    out: dict[str, Any] = {"ulp": {}, "bits": {}, "determinism": {}, "failures": []}
+    fails: list[str] = out["failures"]
+    contract = load_contract()
+    numeric_libs = [n for n in ("new", "s2", "s4", "s16") if n in libs]
+    cases: list[tuple[Shape, str]] = [
+        (Shape(8, 32, 1, 4096), "realistic"),
+        (Shape(4, 32, 16, 8192), "realistic"),
+        (Shape(2, 8, 64, 8192), "realistic"),
+        (Shape(2, 4, 63, 300), "realistic"),
+        (Shape(3, 5, 65, 129), "realistic"),
+        (Shape(1, 1, 1, 1), "realistic"),
+        (Shape(1, 2, 77, 1), "realistic"),
+        (Shape(5, 6, 113, 203), "realistic"),
+        (Shape(2, 3, 300, 1500), "realistic"),  # several query blocks, split
+        (Shape(1, 4, 1, 5000), "realistic"),  # a partial last key block in the last split
+        *(
+            (Shape(5, 6, 113, 2030), kind)
+            for kind in ("nan_q", "nan_k", "posinf_v", "neginf_k", "extreme_logits")
+        ),
+        *(
+            (Shape(2, 3, 16, 2000), kind)
+            for kind in ("neginf_split0", "neginf_all", "posinf_last", "nan_last")
+        ),
+    ]
+    for s, kind in cases:
+        for layout in LAYOUTS:
+            seed = zlib.crc32(f"{s.dims()}{kind}{layout}".encode())
+            if kind in ("neginf_split0", "neginf_all", "posinf_last", "nan_last"):
+                q, k, v = edge_inputs(s, layout, kind, seed)
+            else:
+                q, k, v = make_inputs(s, layout, seed=seed, device="cuda", kind=kind)
+            ref, mag = nm.reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
+            for mode in MODES:
+                for name in numeric_libs:
+                    o, written, untouched = guarded_forward(libs[name], q, k, v, layout, mode)
+                    su = nm.scaled_ulp(nm.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
+                    worst = float(su.max())
+                    key = f"{name}:{s.dims()}:{kind}:{layout}:{mode}"
+                    out["ulp"][key] = worst
+                    if not worst <= contract.scaled_ulp_limit(mode):
+                        fails.append(f"ulp {key} = {worst}")
+                    if not written or not untouched:
+                        fails.append(
+                            f"output coverage {key}: written {written}, outside untouched {untouched}"
+                        )
+    # The rule's no-split shapes are the old kernel bit for bit; cvt rounding = bf16.h on the merge.
+    for s in (Shape(2, 40, 1024, 77), Shape(1, 24, 4097, 4097), Shape(64, 16, 256, 256)):
+        for layout in LAYOUTS:
+            q, k, v = make_inputs(s, layout, seed=5, device="cuda")
+            for mode in MODES:
+                a = libs["new"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                b = libs["nosplit"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                d = int((a.view(torch.int16) != b.view(torch.int16)).sum())
+                out["bits"][f"new=nosplit:{s.dims()}:{layout}:{mode}"] = d
+                if d:
+                    fails.append(f"new != nosplit at {s.dims()} {layout} {mode}: {d} elements")
+    for s, kind in (
+        (Shape(4, 8, 16, 3000), "realistic"),
+        (Shape(3, 7, 1, 2000), "nan_v"),
+        (Shape(2, 3, 16, 2000), "neginf_split0"),
+    ):
+        for layout in LAYOUTS:
+            if kind == "neginf_split0":
+                q, k, v = edge_inputs(s, layout, kind, 9)
+            else:
+                q, k, v = make_inputs(s, layout, seed=9, device="cuda", kind=kind)
+            for mode in MODES:
+                a = libs["s4"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                b = libs["cvt0s4"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                d = int((a.view(torch.int16) != b.view(torch.int16)).sum())
+                out["bits"][f"s4=cvt0s4:{s.dims()}:{kind}:{layout}:{mode}"] = d
+                if d:
+                    fails.append(f"s4 != cvt0s4 at {s.dims()} {kind} {layout} {mode}: {d} elements")
+    check_drills(libs, fails)
+    check_determinism(libs, out)
+    out["graph"] = check_graph(libs, fails)
+    say(
+        f"checks: {len(out['ulp'])} ULP, {len(out['bits'])} bit-equality, "
+        f"{len(out['determinism'])} determinism, "
+        f"{len(fails)} failed; max scaled ULP "
+        + ", ".join(f"{m} {max(v for k, v in out['ulp'].items() if k.endswith(m)):.2f}" for m in MODES)
+    )
+    for f in fails[:20]:
+        say(f"  FAIL {f}")
+    return out
+
+
+def check_drills(libs: dict[str, KernelLibrary], fails: list[str]) -> None:
+    """On a forced split: ULP=2 moves every finite non-zero output by exactly 2; NONDET flips bit 0
+    of O[0,0,0,0] on every other launch and nothing else."""
+    for layout in LAYOUTS:
+        q, k, v = make_inputs(Shape(2, 3, 40, 1000), layout, seed=11, device="cuda")
+        for mode in MODES:
+            clean = libs["s4"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            moved = libs["ulp2s4"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            c, m = clean.view(torch.int16).int(), moved.view(torch.int16).int()
+            finite = torch.isfinite(clean.float()) & (clean.float() != 0)
+            if not torch.equal((m - c)[finite].abs(), torch.full_like((m - c)[finite], 2)):
+                fails.append(f"drill ulp2 {layout} {mode}: not every finite output moved by 2 ULP")
+            a = libs["nondets4"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            b = libs["nondets4"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+            flips = a.view(torch.int16) ^ b.view(torch.int16)
+            where = flips.nonzero().tolist()
+            if where != [[0, 0, 0, 0]] or int(flips.flatten()[0]) != 1:
+                fails.append(f"drill nondet {layout} {mode}: launches differ at {where[:4]}")
+            unflipped = a if torch.equal(a.view(torch.int16), clean.view(torch.int16)) else b
+            if not torch.equal(unflipped.view(torch.int16), clean.view(torch.int16)):
+                fails.append(f"drill nondet {layout} {mode}: neither launch equals the clean build")
+    say(f"drills checked: {sum(f.startswith('drill') for f in fails)} failed")
+
+
+def check_determinism(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> None:
+    """Six launches per case with unrelated GPU work between: one hash each."""
+    junk = torch.randn(4096, 4096, device="cuda")
+    for name in ("new", "s4", "s16"):
+        for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(3, 5, 65, 2000)):
+            for layout in LAYOUTS:
+                q, k, v = make_inputs(s, layout, seed=2, device="cuda")
+                hashes = set()
+                for i in range(6):
+                    junk = junk @ junk.T * 1e-4 if i % 2 else junk
+                    o = libs[name].forward(q, k, v, layout=layout, rounding="rtne")
+                    hashes.add(hashlib.sha256(o.view(torch.int16).cpu().numpy().tobytes()).hexdigest())
+                key = f"{name}:{s.dims()}:{layout}"
+                out["determinism"][key] = len(hashes)
+                if len(hashes) != 1:
+                    out["failures"].append(f"nondeterministic {key}: {len(hashes)} hashes")
+
+
+def check_graph(libs: dict[str, KernelLibrary], fails: list[str]) -> dict[str, Any]:
+    """A split launch captured in a CUDA graph (its workspace then belongs to the capture stream,
+    allocated during the capture), replayed on new inputs, equals eager."""
+    from regress.kernel import attention
+
+    res: dict[str, Any] = {}
+    fns = {
+        "op": lambda q, k, v: attention(q, k, v, layout="bhsd", rounding="rtne"),
+        "s4": lambda q, k, v: libs["s4"].forward(q, k, v, layout="bhsd", rounding="rtne"),
+    }
+    for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)):
+        for name, f in fns.items():
+            q, k, v = make_inputs(s, "bhsd", seed=3, device="cuda")
+            first = f(q, k, v)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                captured = f(q, k, v)
+            q2, k2, v2 = make_inputs(s, "bhsd", seed=4, device="cuda")
+            q.copy_(q2), k.copy_(k2), v.copy_(v2)
+            g.replay()
+            torch.cuda.synchronize()
+            want = f(q, k, v)
+            ok = bool(torch.equal(captured.view(torch.int16), want.view(torch.int16)))
+            moved = not torch.equal(captured.view(torch.int16), first.view(torch.int16))
+            res[f"{name}:{s.dims()}"] = {"replay_equal": ok, "differs_from_first": moved}
+            if not ok or not moved:
+                fails.append(f"graph {name} {s.dims()}: replay equal {ok}, differs from first inputs {moved}")
+    say(f"graph: {res}")
+    return res
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+
+def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
+    bl = {b.name: b for b in available_baselines("cuda")}
+    rows = []
+    for s in [*TARGETS, *EDGES, *SQUARES]:
+        for layout in LAYOUTS if s not in EDGES else ("bhsd",):
+            fns: dict[str, Any] = {}
+            for lname, lib in libs.items():
+                if lname not in LIBS:
+                    continue
+                if lname.startswith("s") and (s in SQUARES or layout == "bshd"):
+                    continue  # the forced splits are timed where the rule decides, BHSD only
+                for mode in MODES if lname in ("new", "nosplit") else ("rtne",):
+                    fns[f"{lname}:{mode}"] = lambda t, lib=lib, mode=mode, layout=layout: lib.forward(
+                        *t, layout=layout, rounding=mode
+                    )
+            for bname, b in bl.items():
+                fns[bname] = lambda t, b=b, layout=layout: b(*t, layout=layout, rounding="rtne")
+            ms = h200_op.time_shape(s, layout, fns, budget_s=0.5 if s not in SQUARES else 1.0)
+            row = {"shape": s.dims(), "layout": layout, "ms": ms}
+            rows.append(row)
+            cud = ms.get("sdpa_cudnn")
+            say(
+                f"{s.dims():>20} {layout} "
+                + " ".join(
+                    f"{k}={v * 1e3:.1f}us" + (f"({cud / v:.3f})" if cud else "") for k, v in ms.items()
+                )
+            )
+    return rows
+
+
+def ncu_target() -> None:
+    libs = {n: load_library(build_kernel("cuda", extra_flags=LIBS[n]).path) for n in ("new", "nosplit", "s4")}
+    cudnn = {b.name: b for b in available_baselines("cuda")}.get("sdpa_cudnn")
+    for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)):
+        q, k, v = make_inputs(s, "bhsd", seed=0, device="cuda")
+        for name, lib in libs.items():
+            print(f"ncu launch: {name} {s.dims()}", flush=True)
+            lib.forward(q, k, v, layout="bhsd", rounding="rtne")
+            torch.cuda.synchronize()
+        if cudnn is not None:
+            print(f"ncu launch: sdpa_cudnn {s.dims()}", flush=True)
+            cudnn(q, k, v, layout="bhsd", rounding="rtne")
+            torch.cuda.synchronize()
+
+
+def table(res: dict[str, Any]) -> str:
+    lines = ["", "== ours / cuDNN (TFLOP/s ratio = cuDNN time / ours); us = our time =="]
+    for row in res.get("sweep", []):
+        ms = row["ms"]
+        cud = ms.get("sdpa_cudnn")
+        if not cud:
+            continue
+        cells = [f"{k}={cud / v:.3f}" for k, v in ms.items() if k not in ("sdpa_cudnn", "sdpa_flash")]
+        lines.append(f"{row['shape']:>20} {row['layout']} cudnn={cud * 1e3:.1f}us " + " ".join(cells))
+    lines.append(
+        "== per-call us: eager host / eager wall / graph 1-call / graph per call (20 in one graph) =="
+    )
+    for r in res.get("overhead", []):
+        if "error" in r:
+            lines.append(f"{r['shape']:>14} {r['fn']:36} error {r['error'][:80]}")
+        else:
+            lines.append(
+                f"{r['shape']:>14} {r['fn']:36} {r['eager_host_us']:7.1f} {r['eager_wall_us']:7.1f} "
+                f"{r['graph1_us']:7.1f} {r['graph20_per_call_us']:7.1f}"
+            )
+    c = res.get("check", {})
+    lines.append(f"checks failed: {len(c.get('failures', []))}: {c.get('failures', [])[:5]}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["all", "ncu-target"])
+    ap.add_argument("--out", type=Path, default=Path("/tmp/h200_split"))
+    ap.add_argument("--skip", default="")
+    a = ap.parse_args()
+    if a.what == "ncu-target":
+        ncu_target()
+        return 0
+    a.out.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    libs = build_libs()
+    h200_op.LIBS = {
+        n: LIBS[n] for n in ("new", "nosplit", "s2", "s4", "s8") if n in LIBS
+    }  # overhead() times these
+    h200_op.OVERHEAD = OVERHEAD
+    for part, fn in (
+        ("check", lambda: check(libs)),
+        ("sweep", lambda: sweep(libs)),
+        ("overhead", lambda: h200_op.overhead(libs)),
+    ):
+        if part in a.skip.split(","):
+            continue
+        t0 = time.perf_counter()
+        try:
+            res[part] = fn()
+        except Exception:
+            say(f"{part} failed:\n{traceback.format_exc()}")
+        say(f"[{part}: {time.perf_counter() - t0:.0f} s]")
+        res["log"] = LOG
+        (a.out / "results.json").write_text(json.dumps(res, indent=1, default=str))
+    (a.out / "table.txt").write_text(table(res))
+    print(table(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
