@@ -43,17 +43,20 @@ from regress.suites.common import Shape, make_inputs
 LIBS: dict[str, tuple[str, ...]] = {
     "new": (),
     "nosplit": ("-DRA_CUDA_SPLIT=1",),
+    "promo256": ("-DRA_CUDA_L2_PROMO=256",),  # v4's L2 promotion of the TMA loads
     "s2": ("-DRA_CUDA_SPLIT=2",),
     "s4": ("-DRA_CUDA_SPLIT=4",),
     "s8": ("-DRA_CUDA_SPLIT=8",),
     "s16": ("-DRA_CUDA_SPLIT=16",),
 }
 CHECK_ONLY: dict[str, tuple[str, ...]] = {
+    "s4": ("-DRA_CUDA_SPLIT=4",),  # the drills, bits and graph checks run on a forced split
+    "nosplit": ("-DRA_CUDA_SPLIT=1",),  # where the rule does not split: the same bits
     "ulp2s4": ("-DRA_INJECT_ULP=2", "-DRA_CUDA_SPLIT=4"),
     "nondets4": ("-DRA_INJECT_NONDET=1", "-DRA_CUDA_SPLIT=4"),
     "cvt0s4": ("-DRA_CUDA_CVT_ROUND=0", "-DRA_CUDA_SPLIT=4"),
 }
-if os.environ.get("H200_LIBS"):  # "new=;nosplit=-DRA_CUDA_SPLIT=1" replaces the timed set
+if os.environ.get("H200_LIBS"):  # "new=;promo0=-DRA_CUDA_L2_PROMO=0" replaces the timed set
     LIBS = {
         name: tuple(f for f in flags.split() if f)
         for name, _, flags in (item.partition("=") for item in os.environ["H200_LIBS"].split(";"))
@@ -71,6 +74,21 @@ TARGETS = [
 # Where the grid leaves most SMs idle: the split's clear case, and the rule's edges.
 EDGES = [Shape(1, 32, 1, 8192), Shape(2, 8, 1, 32768), Shape(1, 16, 64, 4096), Shape(1, 4, 2048, 8192)]
 SQUARES = [Shape(1, 24, 4608, 4608), Shape(16, 32, 2048, 2048)]
+# Suite shapes a change of the load path could move (memory-bound, cross, compute-bound).
+REGULAR = [
+    Shape(256, 32, 128, 128),
+    Shape(2, 40, 1024, 77),
+    Shape(2, 24, 4096, 77),
+    Shape(16, 16, 1024, 1024),
+    Shape(2, 16, 8192, 8192),
+    Shape(1, 16, 32768, 32768),
+]
+if os.environ.get("H200_SHAPES"):  # "targets,squares": a shorter call
+    _groups = set(os.environ["H200_SHAPES"].split(","))
+    TARGETS, EDGES, SQUARES, REGULAR = (
+        g if name in _groups else []
+        for name, g in (("targets", TARGETS), ("edges", EDGES), ("squares", SQUARES), ("regular", REGULAR))
+    )
 OVERHEAD = [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
 LOG: list[str] = []
 
@@ -138,7 +156,7 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
     out: dict[str, Any] = {"ulp": {}, "bits": {}, "determinism": {}, "failures": []}
     fails: list[str] = out["failures"]
     contract = load_contract()
-    numeric_libs = [n for n in ("new", "s2", "s4", "s16") if n in libs]
+    numeric_libs = ["new", "s4", *(n for n in LIBS if n not in ("new", "s4"))]
     cases: list[tuple[Shape, str]] = [
         (Shape(8, 32, 1, 4096), "realistic"),
         (Shape(4, 32, 16, 8192), "realistic"),
@@ -249,7 +267,7 @@ def check_drills(libs: dict[str, KernelLibrary], fails: list[str]) -> None:
 def check_determinism(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> None:
     """Six launches per case with unrelated GPU work between: one hash each."""
     junk = torch.randn(4096, 4096, device="cuda")
-    for name in ("new", "s4", "s16"):
+    for name in ("new", "s4", *(n for n in ("s16",) if n in libs)):
         for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(3, 5, 65, 2000)):
             for layout in LAYOUTS:
                 q, k, v = make_inputs(s, layout, seed=2, device="cuda")
@@ -301,13 +319,13 @@ def check_graph(libs: dict[str, KernelLibrary], fails: list[str]) -> dict[str, A
 def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
     bl = {b.name: b for b in available_baselines("cuda")}
     rows = []
-    for s in [*TARGETS, *EDGES, *SQUARES]:
+    for s in [*TARGETS, *EDGES, *SQUARES, *REGULAR]:
         for layout in LAYOUTS if s not in EDGES else ("bhsd",):
             fns: dict[str, Any] = {}
             for lname, lib in libs.items():
                 if lname not in LIBS:
                     continue
-                if lname.startswith("s") and (s in SQUARES or layout == "bshd"):
+                if lname.startswith("s") and (s in SQUARES or s in REGULAR or layout == "bshd"):
                     continue  # the forced splits are timed where the rule decides, BHSD only
                 for mode in MODES if lname in ("new", "nosplit") else ("rtne",):
                     fns[f"{lname}:{mode}"] = lambda t, lib=lib, mode=mode, layout=layout: lib.forward(
@@ -315,7 +333,7 @@ def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
                     )
             for bname, b in bl.items():
                 fns[bname] = lambda t, b=b, layout=layout: b(*t, layout=layout, rounding="rtne")
-            ms = h200_op.time_shape(s, layout, fns, budget_s=0.5 if s not in SQUARES else 1.0)
+            ms = h200_op.time_shape(s, layout, fns, budget_s=0.5 if s.flops < 1e12 else 1.0)
             row = {"shape": s.dims(), "layout": layout, "ms": ms}
             rows.append(row)
             cud = ms.get("sdpa_cudnn")
@@ -329,7 +347,7 @@ def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
 
 
 def ncu_target() -> None:
-    libs = {n: load_library(build_kernel("cuda", extra_flags=LIBS[n]).path) for n in ("new", "nosplit", "s4")}
+    libs = {n: load_library(build_kernel("cuda", extra_flags=f).path) for n, f in list(LIBS.items())[:3]}
     cudnn = {b.name: b for b in available_baselines("cuda")}.get("sdpa_cudnn")
     for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)):
         q, k, v = make_inputs(s, "bhsd", seed=0, device="cuda")
@@ -380,9 +398,7 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
     libs = build_libs()
-    h200_op.LIBS = {
-        n: LIBS[n] for n in ("new", "nosplit", "s2", "s4", "s8") if n in LIBS
-    }  # overhead() times these
+    h200_op.LIBS = {n: f for n, f in LIBS.items() if n != "s16"}  # overhead() times these
     h200_op.OVERHEAD = OVERHEAD
     for part, fn in (
         ("check", lambda: check(libs)),
