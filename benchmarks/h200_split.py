@@ -5,7 +5,9 @@
 
 Libraries: "new" = the default build (split by kernel/cuda/attention_sm90.cu's split_rule);
 "nosplit" = -DRA_CUDA_SPLIT=1 (the ablation: the kernel before the split); "sN" = N splits wherever
-a tile has N key blocks (the measurements the rule is chosen from). Checked, never timed: the fire
+a tile has N key blocks (the measurements the rule is chosen from); H200_LIBS="new=;bal0=-D..."
+replaces the timed set (docs/perf-notes.md v5 lists each call's). H200_SHAPES="targets,regular"
+times only those groups. Checked, never timed: the fire
 drills and bf16.h's integer rounding, each on a forced split so the merge kernel's data path is the
 one checked. Timing as benchmarks/h200_op.py (its time_shape: every function of a shape interleaved
 in each round, input sets rotated, CUDA events after a GPU spin, median), against SDPA flash and
@@ -267,7 +269,7 @@ def check_drills(libs: dict[str, KernelLibrary], fails: list[str]) -> None:
 def check_determinism(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> None:
     """Six launches per case with unrelated GPU work between: one hash each."""
     junk = torch.randn(4096, 4096, device="cuda")
-    for name in ("new", "s4", *(n for n in ("s16",) if n in libs)):
+    for name in ("new", "s4", *(n for n in ("s16", "decode3") if n in libs)):
         for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(3, 5, 65, 2000)):
             for layout in LAYOUTS:
                 q, k, v = make_inputs(s, layout, seed=2, device="cuda")
@@ -292,6 +294,8 @@ def check_graph(libs: dict[str, KernelLibrary], fails: list[str]) -> dict[str, A
         "op": lambda q, k, v: attention(q, k, v, layout="bhsd", rounding="rtne"),
         "s4": lambda q, k, v: libs["s4"].forward(q, k, v, layout="bhsd", rounding="rtne"),
     }
+    if "decode3" in libs:
+        fns["decode3"] = lambda q, k, v: libs["decode3"].forward(q, k, v, layout="bhsd", rounding="rtne")
     for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)):
         for name, f in fns.items():
             q, k, v = make_inputs(s, "bhsd", seed=3, device="cuda")
@@ -327,7 +331,7 @@ def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
                     continue
                 if lname.startswith("s") and (s in SQUARES or s in REGULAR or layout == "bshd"):
                     continue  # the forced splits are timed where the rule decides, BHSD only
-                for mode in MODES if lname in ("new", "nosplit") else ("rtne",):
+                for mode in MODES if not lname.startswith("s") else ("rtne",):
                     fns[f"{lname}:{mode}"] = lambda t, lib=lib, mode=mode, layout=layout: lib.forward(
                         *t, layout=layout, rounding=mode
                     )

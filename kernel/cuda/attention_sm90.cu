@@ -68,17 +68,31 @@
 #ifndef RA_CUDA_SPLIT
 #define RA_CUDA_SPLIT -1
 #endif
+/* K/V stages of the decode plan (mainloop_sm90.cuh), taken when seqlen_q <= 64 and the next tile's
+ * Q K^T is not overlapped (seqlen_k > 256): 3, or 0 = never (the main plan's 2 stages everywhere). */
+#ifndef RA_CUDA_DECODE_STAGES
+#define RA_CUDA_DECODE_STAGES 0
+#endif
+constexpr int kDecodeMaxRows = 64;
+/* 1: the persistent grid is the fewest CTAs that keep the number of tile waves, so every CTA gets
+ * the same number of tiles (256 tiles: 128 CTAs of 2, not 124 of 2 and 8 of 1); no CTA gets more
+ * tiles than with one CTA per SM. 0: one CTA per SM. */
+#ifndef RA_CUDA_GRID_BALANCE
+#define RA_CUDA_GRID_BALANCE 1
+#endif
 
 namespace ra_cuda {
 
 // ---------------------------------------------------------------------------------------------
 // kernels: thin compositions of the parts
 
-template <int kRound, Layout L, bool kPP, bool kNQK>
+template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Plan = std::conditional_t<kDecode, sm90::DecodePlan, sm90::MainPlan>;
   extern __shared__ uint8_t smem_raw[];
-  sm90::Smem& sm = *reinterpret_cast<sm90::Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  sm90::Smem<Plan>& sm =
+      *reinterpret_cast<sm90::Smem<Plan>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   if (threadIdx.x == 0) {
     sm90::init_barriers(sm);
@@ -93,7 +107,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
     if (threadIdx.x == 0) sm90::produce(p, sm);
   } else {
     setmaxnreg_inc<232>();
-    sm90::consume<kRound, L, kPP, kNQK>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+    sm90::consume<kRound, L, kPP, kNQK, Plan>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
   }
 #endif
 }
@@ -305,26 +319,33 @@ void* split_workspace(int dev, cudaStream_t stream, size_t bytes) {
 }
 
 /* Splits for a launch of `tiles` (batch, head, query block) tiles of `nb` key blocks on `sms` SMs.
- * Cost model: a persistent CTA's serial work, ceil(tiles * s / sms) tiles of ceil(nb / s) key
- * blocks each plus kSplitTileCost blocks' worth per tile (pipeline fill, epilogue, partials);
- * the smallest s of least cost, s <= kMaxSplits. It splits only where the grid leaves SMs idle
- * for a large part of the launch (few tiles, many key blocks: decode and short queries at small
- * batch x heads, long keys at few heads); docs/perf-notes.md v5 has the measurements. */
+ * Cost model, in key blocks of one CTA (1.5-2.5 us each on the H200): a persistent CTA's serial
+ * work, ceil(tiles * s / sms) tiles of ceil(nb / s) blocks plus kSplitTileCost per tile (pipeline
+ * fill, epilogue), plus kSplitMergeCost for the merge launch when s > 1 (3.9-8 us in ncu); the
+ * s <= kMaxSplits of least cost, and only if it saves a tenth of the unsplit cost: the partials'
+ * traffic, which the model leaves out, cost 3-12 % where the grid is already full (forced splits
+ * on (8,32,1,4096) and (4,32,64,8192), docs/perf-notes.md v5). So it splits where the grid leaves
+ * SMs idle for much of the launch: decode and short queries at small batch x heads, long keys at
+ * few heads. */
 constexpr int kMaxSplits = 32;
 constexpr int kSplitTileCost = 1;
+constexpr int kSplitMergeCost = 3;
 constexpr size_t kMaxWorkspaceBytes = size_t{512} << 20;
 
 int split_rule(int64_t tiles, int nb, int sms) {
   if (RA_CUDA_SPLIT > 0) return std::min(RA_CUDA_SPLIT, nb);
+  auto cost = [&](int s) {
+    const int sb = (nb + s - 1) / s;
+    return (tiles * s + sms - 1) / sms * (sb + kSplitTileCost) + (s > 1 ? kSplitMergeCost : 0);
+  };
   int best = 1;
-  int64_t best_cost = INT64_MAX;
-  for (int s = 1; s <= std::min(nb, kMaxSplits); ++s) {
+  int64_t best_cost = cost(1);
+  for (int s = 2; s <= std::min(nb, kMaxSplits); ++s) {
     const int sb = (nb + s - 1) / s;
     if ((nb + sb - 1) / sb != s) continue; /* s would leave a split empty: the same as fewer */
-    const int64_t cost = (tiles * s + sms - 1) / sms * (sb + kSplitTileCost);
-    if (cost < best_cost) best_cost = cost, best = s;
+    if (cost(s) < best_cost) best_cost = cost(s), best = s;
   }
-  return best;
+  return 10 * best_cost <= 9 * cost(1) ? best : 1;
 }
 
 /* One launch over rows [0, seqlen_q) of p. */
@@ -338,7 +359,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
     constexpr Layout L = decltype(layout_c)::value;
     constexpr bool PP = decltype(pp_c)::value;
     constexpr bool NQK = decltype(nqk_c)::value;
-    /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, then 6 mma.sync */
+    /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans */
     const unsigned inst = (unsigned)(R * 2 + (L == Layout::kBHSD ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
@@ -361,11 +382,29 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
         }
       }
       p.num_tiles = (int)(tiles * p.num_splits);
-      auto kernel = attn_fwd_sm90<R, L, PP, NQK>;
-      e = ensure_smem_attr(kernel, dev, uint64_t{1} << (inst + (PP ? 6 : 0) + (NQK ? 12 : 0)), sm90::kSmemBytes);
-      if (e != cudaSuccess) return;
-      const int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
-      kernel<<<grid, sm90::kThreads, sm90::kSmemBytes, stream>>>(p);
+      int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
+      if (RA_CUDA_GRID_BALANCE) {
+        const int waves = (p.num_tiles + dev.sm_count - 1) / dev.sm_count;
+        grid = (p.num_tiles + waves - 1) / waves;
+      }
+      bool decode = false;
+      if constexpr (RA_CUDA_DECODE_STAGES == 3 && !NQK) {
+        decode = p.seqlen_q <= kDecodeMaxRows;
+        if (decode) {
+          auto kernel = attn_fwd_sm90<R, L, PP, false, true>;
+          constexpr size_t bytes = sm90::kSmemBytes<sm90::DecodePlan>;
+          e = ensure_smem_attr(kernel, dev, uint64_t{1} << (30 + inst + (PP ? 6 : 0)), bytes);
+          if (e != cudaSuccess) return;
+          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
+        }
+      }
+      if (!decode) {
+        auto kernel = attn_fwd_sm90<R, L, PP, NQK, false>;
+        constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
+        e = ensure_smem_attr(kernel, dev, uint64_t{1} << (inst + (PP ? 6 : 0) + (NQK ? 12 : 0)), bytes);
+        if (e != cudaSuccess) return;
+        kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
+      }
       if (p.num_splits > 1) {
         if ((e = cudaGetLastError()) != cudaSuccess) return;
         const int64_t rows = (int64_t)p.batch * p.heads * p.seqlen_q;
@@ -407,7 +446,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

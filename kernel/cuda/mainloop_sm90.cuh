@@ -47,37 +47,57 @@ __device__ __forceinline__ void turn_end(int wg) {
 
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 128;
-constexpr int kStages = 2;
-/* Q buffers. With 2 the producer loads tile t + 1's Q (and, the K/V ring being free by then, its
- * first K and V) while tile t still computes, so a CTA always has the next tile's loads in flight:
- * this is what short key ranges (one or two key blocks per tile) need, where a tile is mostly load
- * latency. 224 KB of the 227 KB a CTA may have. */
-constexpr int kQStages = RA_CUDA_Q_STAGES;
 constexpr int kThreads = 384;        /* warpgroup 0: producer; 1, 2: consumers */
 constexpr int kConsumerWarps = 8;    /* arrivals that complete an "empty" barrier */
 constexpr uint32_t kHalfBytes = 128 * 64 * 2; /* one d-half of a 128-row tile: 16 KB */
 constexpr uint32_t kTileBytes = 2 * kHalfBytes;
 
-struct Smem {
-  alignas(1024) uint16_t q[kQStages][2][128 * 64];
-  alignas(1024) uint16_t k[kStages][2][128 * 64];
-  alignas(1024) uint16_t v[kStages][2][128 * 64];
-#if RA_CUDA_EPILOGUE >= 1
-  alignas(1024) uint16_t o[kConsumerWarps][16 * 128]; /* per-warp output staging (epilogue.cuh) */
-#endif
-  uint64_t q_full[kQStages], q_empty[kQStages];
-  uint64_t k_full[kStages], k_empty[kStages];
-  uint64_t v_full[kStages], v_empty[kStages];
+/* How a CTA's shared memory is spent: Q buffers, K/V stages, and whether the epilogue has its
+ * staging (else it stores from registers, epilogue 0).
+ * Main: 2 Q buffers, so the producer loads tile t + 1's Q (and, the K/V ring being free by then,
+ * its first K and V) while tile t still computes, so a CTA always has the next tile's loads in
+ * flight: what short key ranges (one or two key blocks per tile) need, where a tile is mostly
+ * load latency; 2 K/V stages; staging. 224 KB of the 227 KB a CTA may have.
+ * Decode (seqlen_q <= 64 and long keys, RA_CUDA_DECODE_STAGES=3): 1 Q buffer, 3 K/V stages, no
+ * staging (a tile stores at most 64 rows): 64 KB more of K and V in flight per SM for a launch that
+ * only streams K and V. 224 KB. */
+template <int kQ, int kKV, bool kStaging>
+struct Plan {
+  static constexpr int kQStages = kQ;
+  static constexpr int kStages = kKV;
+  static constexpr bool kOStaging = kStaging;
 };
-constexpr size_t kSmemBytes = sizeof(Smem) + 1024; /* + room to align the base to 1024 */
-static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
+using MainPlan = Plan<RA_CUDA_Q_STAGES, 2, (RA_CUDA_EPILOGUE >= 1)>;
+using DecodePlan = Plan<1, 3, false>;
 
-__device__ __forceinline__ void init_barriers(Smem& sm) {
-  for (int s = 0; s < kQStages; ++s) {
+template <bool kStaging>
+struct OStaging {
+  alignas(1024) uint16_t o[kConsumerWarps][16 * 128]; /* per-warp output staging (epilogue.cuh) */
+};
+template <>
+struct OStaging<false> {};
+
+template <class P>
+struct Smem : OStaging<P::kOStaging> {
+  alignas(1024) uint16_t q[P::kQStages][2][128 * 64];
+  alignas(1024) uint16_t k[P::kStages][2][128 * 64];
+  alignas(1024) uint16_t v[P::kStages][2][128 * 64];
+  uint64_t q_full[P::kQStages], q_empty[P::kQStages];
+  uint64_t k_full[P::kStages], k_empty[P::kStages];
+  uint64_t v_full[P::kStages], v_empty[P::kStages];
+};
+template <class P>
+constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the base to 1024 */
+static_assert(kSmemBytes<MainPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
+static_assert(kSmemBytes<DecodePlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
+
+template <class P>
+__device__ __forceinline__ void init_barriers(Smem<P>& sm) {
+  for (int s = 0; s < P::kQStages; ++s) {
     mbar_init(&sm.q_full[s], 1);
     mbar_init(&sm.q_empty[s], kConsumerWarps);
   }
-  for (int s = 0; s < kStages; ++s) {
+  for (int s = 0; s < P::kStages; ++s) {
     mbar_init(&sm.k_full[s], 1);
     mbar_init(&sm.k_empty[s], kConsumerWarps);
     mbar_init(&sm.v_full[s], 1);
@@ -100,7 +120,10 @@ __device__ __forceinline__ KeyRange key_range(const FwdParams& p, int split) {
 /* One elected thread. Stage s of the K/V ring is used by key blocks kv = s, s + 2, ... counted over
  * all tiles of this CTA; the producer waits for the previous use to be released (parity flipped:
  * the first wait on a fresh barrier returns at once). */
-__device__ __forceinline__ void produce(const FwdParams& p, Smem& sm) {
+template <class P>
+__device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
+  constexpr int kQStages = P::kQStages;
+  constexpr int kStages = P::kStages;
   int kv = 0;
   int tq = 0;
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
@@ -194,8 +217,10 @@ __device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg)
   return !kPP && m_block * kBlockM + wg * 64 >= p.seqlen_q;
 }
 
-template <int kRound, Layout L, bool kPP, bool kNQK>
-__device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, int tid) {
+template <int kRound, Layout L, bool kPP, bool kNQK, class P>
+__device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg, int tid) {
+  constexpr int kQStages = P::kQStages;
+  constexpr int kStages = P::kStages;
   const int warp = tid >> 5;
   const int lane = tid & 31;
   const int qc = 2 * (lane & 3);
@@ -345,19 +370,17 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
     if (p.num_splits > 1) {
       store_partial(p, o, sfm, t, row0, qc); /* split.cuh: attn_merge_splits rounds */
-    } else {
-#if RA_CUDA_EPILOGUE == 2
-      (void)obase;
-      (void)os;
-      store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
-#elif RA_CUDA_EPILOGUE == 1
-      store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane,
-                              flip0);
-#else
+    } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {
       const int row1 = row0 + 8;
       uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
       uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
       store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
+    } else {
+#if RA_CUDA_EPILOGUE == 2
+      store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
+#elif RA_CUDA_EPILOGUE == 1
+      store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane,
+                              flip0);
 #endif
     }
     if constexpr (!kNQK) {
@@ -370,9 +393,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem& sm, int wg, in
     wgmma_wait<0>(); /* the next tile's S */
     inject_spin(tile_start);
   }
-#if RA_CUDA_EPILOGUE == 2
-  store_tile_tma_drain(lane);
-#endif
+  if constexpr (P::kOStaging && RA_CUDA_EPILOGUE == 2) store_tile_tma_drain(lane);
 }
 
 }  // namespace sm90

@@ -94,6 +94,21 @@ GPU_MODEL_SHAPES = [
     Shape(3, 40, 1000, 2049),  # odd, Sq != Sk
 ]
 
+# GPU: the shapes where the H200 kernel trailed cuDNN before issue 26 (decode, short queries, two
+# square sizes), so a regression in them is caught: decode (Sq = 1) reads all of K and V for one
+# query row (memory-bound; the grid has as many tiles as batch x heads), short queries (Sq = 16,
+# 64) likewise with one query tile, and the square families 4608 (diffusion) and 2048 (prefill).
+GPU_DECODE_SHAPES = [
+    Shape(8, 32, 1, 4096),
+    Shape(32, 32, 1, 8192),
+    Shape(16, 32, 1, 2048),
+    Shape(1, 32, 1, 8192),  # decode at batch 1: 32 tiles, which the CUDA kernel splits over keys
+    Shape(4, 32, 16, 8192),  # short query: speculative verification, 16 draft tokens
+    Shape(4, 32, 64, 8192),  # short query: 64 rows, one query tile
+    Shape(1, 24, 4608, 4608),  # diffusion, 24 heads, 4608 tokens (72 x 64 latents)
+    Shape(16, 32, 2048, 2048),  # prefill, 32 heads, 2k, a full batch
+]
+
 
 def _long_shapes() -> bool:
     return os.environ.get("REGRESS_PERF_LONG", "") not in ("", "0")
@@ -159,7 +174,9 @@ class PerfSuite:
     name = NAME
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
-        gpu_full = GPU_SHAPES + GPU_MODEL_SHAPES + (GPU_LONG_SHAPES if _long_shapes() else [])
+        gpu_full = (
+            GPU_SHAPES + GPU_MODEL_SHAPES + GPU_DECODE_SHAPES + (GPU_LONG_SHAPES if _long_shapes() else [])
+        )
         shapes = for_device(ctx, gpu=(GPU_QUICK, gpu_full), cpu=(CPU_QUICK, CPU_SHAPES))
         return [
             make_spec(NAME, shape, layout, mode)

@@ -77,6 +77,10 @@ GPU_SHAPES = [
     Shape(1, 4, 4096, 4096),
     Shape(1, 2, 16384, 16384),
     Shape(2, 40, 1024, 77),
+    # The CUDA kernel's split over keys (kernel/cuda/split.cuh): decode at batch 1 (4 splits) and a
+    # short query at small batch x heads (8 splits) go through the fp32 merge.
+    Shape(1, 32, 1, 8192),
+    Shape(2, 8, 64, 8192),
 ]
 GPU_QUICK = [Shape(2, 6, 113, 203), Shape(2, 40, 1024, 77)]
 # Edge cases: poisoned or extreme inputs on a small shape, and degenerate lengths with realistic inputs.

@@ -75,6 +75,24 @@ def test_gpu_plans_include_the_anchor_shapes() -> None:
     assert {s.params["variant"] for s in det} == {"repeat", "interleaved", "stream", "process"}
 
 
+def test_gpu_full_perf_has_the_decode_short_query_and_square_families() -> None:
+    """Issue 26: decode (Sq = 1), short queries (Sq = 16, 64) and the 4608- and 2048-square shapes
+    run in the GPU full nightly; the quick and CPU plans stay as they were (their cost unchanged)."""
+
+    def shapes(device: str, quick: bool) -> set[tuple[int, int, int, int]]:
+        return {
+            (s.params["b"], s.params["h"], s.params["sq"], s.params["sk"])
+            for s in get_suite("perf").cases(_ctx(device, quick))
+        }
+
+    full = shapes("cuda", False)
+    assert {sq for _, _, sq, sk in full if sq < 128 and sk >= 2048} == {1, 16, 64}
+    assert {(1, 24, 4608, 4608), (16, 32, 2048, 2048), (8, 32, 1, 4096), (4, 32, 64, 8192)} <= full
+    for device, quick in (("cuda", True), ("cpu", True), ("cpu", False)):
+        assert all(sq >= 64 and sk <= 8192 and sq != 4608 for _, _, sq, sk in shapes(device, quick)), device
+    assert shapes("cuda", True) == {(16, 16, 1024, 1024), (2, 16, 8192, 8192), (2, 40, 1024, 77)}
+
+
 def test_cpu_plans_have_no_second_stream() -> None:
     det = get_suite("determinism").cases(_ctx("cpu", False))
     assert "stream" not in {s.params["variant"] for s in det}
