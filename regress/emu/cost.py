@@ -6,7 +6,10 @@ cost of one tile: instructions issued by class, s_nop wait states, LDS bytes and
 cycles (the model in machine.Wave._lds_cost), global bytes, and the MFMA share of issue slots
 (issued instructions plus the extra wait states of s_nop).
 
-    python -m regress.emu.cost [--code-object PATH]   # markdown table on stdout
+    python -m regress.emu.cost [--code-object PATH] [--moonmath-src DIR]   # markdown table on stdout
+
+`cost_between` takes the two traces of any kernel (ours, a peer's), so a peer's module measures its
+own tile the same way (regress.emu.peers.moonmath.tile_cost).
 """
 
 from __future__ import annotations
@@ -116,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--code-object", type=Path, help="default: build it (regress build --backend hip --compile-only)"
     )
+    ap.add_argument(
+        "--moonmath-src",
+        type=Path,
+        help="also MoonMath's dense kernel, built from this checkout (regress.emu.peers.moonmath)",
+    )
     args = ap.parse_args(argv)
     path = args.code_object
     if path is None:
@@ -124,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         path = build_kernel("hip-emu").path
     lib = EmuLibrary(path)
     costs = [tile_cost(lib, r, p) for p in (True, False) for r in ("rtne", "rtna", "rtz")]
+    if args.moonmath_src is not None:
+        from regress.emu.peers import moonmath
+
+        for mode in moonmath.MODES:
+            b = moonmath.build(args.moonmath_src, mode)
+            costs += [moonmath.tile_cost(b, layout) for layout in moonmath.LAYOUTS]
     print(f"code object sha256 {lib.code.sha256}\n")
     print(table(costs))
     return 0

@@ -102,3 +102,16 @@ def test_emulated_output_meets_the_contract(
     err = scaled_ulp(to_bhsd_bits(out, layout), ref, mag)  # type: ignore[arg-type]
     assert np.isfinite(err).all()
     assert err.max() <= load_contract().scaled_ulp_limit(mode)
+
+
+@pytest.mark.slow
+def test_tile_cost_matches_moonmaths_design(builds: dict[str, mm.Build]) -> None:
+    """Per 64-key tile and wave: 3 q-tiles x 4 key sub-tiles x 8 head-dim tiles of QK^T plus
+    16 V chunks x 2 x 3 q-tiles of PV = 192 MFMAs, two barriers (the mid-iteration swap and the
+    end), and per block K once by DMA (16 KiB) plus V_t read by each of the 8 waves (8 x 16 KiB)
+    and its L1 prefetch (16 KiB)."""
+    c = mm.tile_cost(builds["rtne"], "bhsd")
+    assert c.per_wave["mfma"] == 192
+    assert c.per_wave["barrier"] == 2
+    assert c.global_bytes == 16384 + 8 * 16384 + 16384
+    assert c.lds_conflict_cycles == 0  # its XOR-swizzled K layout, under the emulator's bank model

@@ -382,3 +382,25 @@ def short_name(mangled: str) -> str:
     m = re.search(r"N_1\d+(\w+?)IL", mangled)
     flags = re.findall(r"Lb(\d)E", mangled)
     return f"{m.group(1) if m else mangled}<{','.join(flags)}>"
+
+
+def tile_cost(build_: Build, layout: str = "bhsd", tiles: int = 2, base: int = 6) -> Any:
+    """The steady-state cost of one 64-key tile of the dense kernel (regress.emu.cost.TileCost):
+    two one-workgroup calls (384 query rows, all 8 waves) of `base` and `base + tiles` key blocks.
+    N(0, 1) inputs: after `base` blocks the running max rarely grows, so the rescale branch (96
+    v_mul per wave when taken) is mostly skipped, as in a long sequence."""
+    from regress.emu.cost import cost_between
+
+    emu = MoonMathEmu(build_)
+    g = torch.Generator().manual_seed(0)
+
+    def traced(sk: int) -> Trace:
+        dims = (lambda s: (1, 1, s, HEAD_DIM)) if layout == "bhsd" else (lambda s: (1, s, 1, HEAD_DIM))
+        q = torch.randn(dims(Q_BLOCK_ROWS), generator=g).to(torch.bfloat16)
+        k = torch.randn(dims(sk), generator=g).to(torch.bfloat16)
+        emu.forward(q, k, k.clone(), layout=layout, workspace=False)
+        return next(t for role, t in emu.traces if role == "forward")
+
+    small, big = traced(base * KV_BLOCK_ROWS), traced((base + tiles) * KV_BLOCK_ROWS)
+    name = f"moonmath {short_name(kernel_names(layout)['forward'])} {build_.mode}"
+    return cost_between(small, big, name, tiles=tiles, waves=THREADS // 64)
