@@ -78,6 +78,7 @@ CASES = [
     pytest.param("rtne", "bhsd", (1, 1, 384, 384), id="rtne-bhsd-384"),
     pytest.param("rtna", "bshd", (1, 2, 517, 451), id="rtna-bshd-517x451"),
     pytest.param("rtz", "bhsd", (1, 1, 100, 3072), id="rtz-bhsd-100x3072-tail-split"),
+    pytest.param("rtne", "bhsd", (1, 1, 391, 200), id="rtne-bhsd-391x200-nan-inf"),
 ]
 
 
@@ -94,13 +95,18 @@ def test_emulated_output_meets_the_contract(
         return torch.randn(dims, generator=g).to(torch.bfloat16)
 
     q, k, v = make(sq), make(sk), make(sk)
+    if sq == 391:  # a NaN query element, a +Inf key element, a -Inf value element
+        q[0, 0, 5, 3], k[0, 0, 17, 9], v[0, 0, 40, 0] = float("nan"), float("inf"), float("-inf")
     emu = mm.MoonMathEmu(builds[mode])
     out = emu.forward(q, k, v, layout=layout)
     roles = [r for r, _ in emu.traces]
     assert roles == [x.role for x in mm.plan(shape, mode, layout)]
     ref, mag = reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
     err = scaled_ulp(to_bhsd_bits(out, layout), ref, mag)  # type: ignore[arg-type]
+    # Non-finite positions score 0 only when they match the reference (NaN canonicalised), else inf.
     assert np.isfinite(err).all()
+    if sq == 391:
+        assert not np.isfinite(ref).all()
     assert err.max() <= load_contract().scaled_ulp_limit(mode)
 
 
