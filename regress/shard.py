@@ -18,8 +18,9 @@ backend `--gpus 0,1` names worker slots, which is how CI tests the pool without 
   answering: a worker is ready only after a probe on its device, and a worker that dies or does not
   answer within `ready_limit_s` before it is ready marks its device unhealthy (no replacement; its
   cases go to the other devices, or, when none is left, are recorded 'skip' with that reason).
-  After a slot's first loss it keeps a spare worker started ahead, so the next loss costs no cold
-  start (import, device context, library: ~5 s on the H200, ~7 s on the loaded 2-core VM).
+  After a GPU's first loss the pool keeps a spare worker started ahead, so the next loss costs no
+  cold start (import, device context, library: ~5 s on the H200). Not on the CPU backend, where
+  a start-up is CPU work that would slow the cases running beside it.
   Losses between cases cost no case, so only MAX_IDLE_LOSSES of them are replaced per device. At
   the run's deadline the cases in flight are stopped and every case left is recorded 'skip'.
 - The parent owns the database; workers only compute and send results back, so a dying worker can
@@ -555,7 +556,8 @@ class WorkerPool:
             else:  # warm already, or on its way: its ready limit runs from its own start
                 spare.spare = False
                 dispatch(spare)
-            self._spawn(w.slot, w.gpu, spare=True)
+            if self.device != "cpu":  # on the CPU a spare's start-up takes the cores the cases run on
+                self._spawn(w.slot, w.gpu, spare=True)
 
         def give_up(w: _Worker, why: str) -> None:
             """The device does not answer: no replacement; its cases go to the other devices."""
