@@ -65,6 +65,7 @@ def test_quick_nightly_runs_the_compile_only_code_object(tmp_path: Path, cache: 
                 m["vs_aiter:nonfinite_positions_identical"] in (0, 1) and "vs_aiter:plain_ulp_hist_gt3" in m
             )
             assert m["aiter:meets_contract"] == 1, (r["name"], r["message"])
+            assert m["vs_aiter:scaled_ulp_max"] >= 0, (r["name"], r["message"])
     assert bundle["build"]["artifact_hash"] == made.artifact_hash
     assert made.artifact_hash == hashlib.sha256(made.path.read_bytes()).hexdigest()
     assert bundle["stack"]["keys"]["backend"] == "hip-emu"
