@@ -67,6 +67,13 @@ CONSTANTS: tuple[Constant, ...] = (
         SCHED,
         "share of an MFMA's run its SIMD's VALU cannot issue: 0, MFMA holds only HWXDL (full co-issue)",
     ),
+    Constant(
+        "mfma_own_valu_block",
+        0.0,
+        "share",
+        SCHED,
+        "share of an MFMA's run its own wave cannot issue VALU (other waves can): 0, full co-issue",
+    ),
     Constant("branch_issue_cycles", 2, "issue cycles", SCHED, "WriteBranch = 8 clocks for a taken branch"),
     # --- memory latencies (issue to data in VGPRs) ---
     Constant("smem_latency", 5 * 4, "clocks", SCHED, "WriteSMEM = 5 issue cycles"),

@@ -191,6 +191,7 @@ class _Wave:
         "reason",
         "simd",
         "since",
+        "valu_at",
         "vm",
         "wg",
     )
@@ -211,6 +212,7 @@ class _Wave:
         self.barrier = False
         self.done = self.n == 0
         self.end = 0
+        self.valu_at = 0  # its own last MFMA holds this wave's VALU issue until then (see own_block)
 
 
 def replay(
@@ -229,6 +231,7 @@ def replay(
     branch_cycles = int(p["branch_issue_cycles"])
     barrier_clk = int(p["barrier_clocks"])
     block_share = p["mfma_valu_block"]
+    own_block = p["mfma_own_valu_block"]
 
     waves: list[_Wave] = []
     for g, wg in enumerate(workgroups):
@@ -278,6 +281,10 @@ def replay(
                     if valu_free[s] > t:
                         w.reason = "valu busy"
                         continue
+                    if k == VALU and w.valu_at > t:
+                        w.ready = w.valu_at
+                        w.reason = "own MFMA"
+                        continue
                     if k == MFMA and xdl_free[s] > t:
                         w.ready = xdl_free[s]
                         w.reason = "matrix core busy"
@@ -308,6 +315,7 @@ def replay(
                     busy = op.arg * pass_clk
                     # The VALU port: one issue cycle, plus the share of the MFMA's run it cannot co-issue.
                     valu_free[s] = t + issue + round(block_share * (busy - issue))
+                    w.valu_at = t + issue + round(own_block * (busy - issue))
                     xdl_free[s] = t + busy
                     xdl_busy[s] += busy
                     cost["mfma"] += issue

@@ -17,15 +17,25 @@ from regress.emu.cdna3 import MFMA_PASSES, C
 ISSUE = int(C["issue_clocks"])
 
 
-def _clocks(asm_kernel, body: str, n: int, *, lds: int = 0, block: int = 64) -> timing.CuRun:
+def _clocks(
+    asm_kernel, body: str, n: int, *, lds: int = 0, block: int = 64, params: dict | None = None
+) -> timing.CuRun:
     run = asm_kernel(body.replace("{N}", str(n)), lds=lds)
     run(np.zeros(64 * (block // 64), np.uint32), block=block, record=True)
     assert run.records is not None and len(run.records) == 1
-    return timing.replay(run.code.kernels["k"], run.records)
+    return timing.replay(run.code.kernels["k"], run.records, params)
 
 
-def _per_rep(asm_kernel, body: str, *, lds: int = 0, block: int = 64, n: tuple[int, int] = (8, 16)) -> float:
-    a, b = (_clocks(asm_kernel, body, k, lds=lds, block=block) for k in n)
+def _per_rep(
+    asm_kernel,
+    body: str,
+    *,
+    lds: int = 0,
+    block: int = 64,
+    n: tuple[int, int] = (8, 16),
+    params: dict | None = None,
+) -> float:
+    a, b = (_clocks(asm_kernel, body, k, lds=lds, block=block, params=params) for k in n)
     return (b.clocks - a.clocks) / (n[1] - n[0])
 
 
@@ -83,6 +93,14 @@ def test_independent_valu_co_issues_under_an_mfma(asm_kernel, k: int) -> None:
     per = _per_rep(asm_kernel, body)
     # The MFMA holds the VALU port one issue cycle, the matrix core 4 passes: up to 3 VALU ops are free.
     assert per == max(MFMA_PASSES["v_mfma_f32_16x16x16_bf16"] * C["mfma_pass_clocks"], ISSUE * (1 + k))
+
+
+@pytest.mark.parametrize("knob", ["mfma_valu_block", "mfma_own_valu_block"])
+def test_the_co_issue_sensitivity_knobs_serialise_valu_behind_the_mfma(asm_kernel, knob: str) -> None:
+    # One wave: blocking the SIMD's VALU or only the issuing wave's gives the same serial sum.
+    body = CO_ISSUE.replace("{valu}", "  v_add_u32 v40, 1, v41\n" * 2)
+    per = _per_rep(asm_kernel, body, params={knob: 1.0})
+    assert per == MFMA_PASSES["v_mfma_f32_16x16x16_bf16"] * C["mfma_pass_clocks"] + 2 * ISSUE
 
 
 @pytest.mark.parametrize(("op", "cycles"), [("v_add_u32 v40, 1, v41", 1), ("v_exp_f32 v40, v41", 4)])
