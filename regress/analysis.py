@@ -22,24 +22,21 @@ drills are stored already acknowledged (visible, never alerting) with details["d
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 from sqlalchemy.orm import Session
 
-from .detect import PairwiseConfig, compare_samples, historical_noise
-from .detect.verdict import CaseInput, CaseJudgement, Judgement, RuleConfig, judge
+from .detect import PairwiseConfig, compare_samples
+from .detect.config import prior_noise
+from .detect.verdict import CaseJudgement, RuleConfig, judge, pooled_sigma
 from .errors import UserError
-from .metrics import percentile
+from .evidence import PerfEvidence, PerfPair, perf_evidence, samples, scaled_ulp, usable
 from .results import CaseSpec
 from .store import Case, Regression, Result, Run, queries, utcnow
 from .store.queries import series_history
 from .store.repo import Store, add_regression, get_or_create_case
-
-PERF_SAMPLE = "time_ms"
 
 
 @dataclass(frozen=True)
@@ -68,15 +65,6 @@ class _Finding:
     details: dict[str, Any]
 
 
-def _scaled_ulp(metrics: dict[str, Any]) -> float | None:
-    # The ULP suite writes "scaled_ulp_max"; HEADLINE_METRIC names "max_scaled_ulp". Accept both.
-    for key in ("scaled_ulp_max", "max_scaled_ulp"):
-        v = metrics.get(key)
-        if isinstance(v, int | float):
-            return float(v)
-    return None
-
-
 def plain_ulp_frac_gt1(metrics: dict[str, Any]) -> float | None:
     """Fraction of finite outputs more than 1 plain ULP from the reference, from the histogram."""
     keys = [f"plain_ulp_hist_{k}" for k in ("0", "1", "2", "3", "gt3")]
@@ -86,87 +74,38 @@ def plain_ulp_frac_gt1(metrics: dict[str, Any]) -> float | None:
     return sum(float(metrics[k]) for k in keys[2:]) / total if total else None
 
 
-def _samples(result: Result, name: str = PERF_SAMPLE) -> list[float]:
-    for s in result.samples:
-        if s.name == name:
-            return list(s.values)
-    return []
-
-
-def control_ratio(b: Result, c: Result, q: float) -> tuple[str, float] | None:
-    """(control name, candidate/baseline location ratio) of the first baseline kernel that both
-    runs timed interleaved with ours; None when there is none."""
-    shared = {s.name for s in b.samples} & {s.name for s in c.samples}
-    for name in sorted(n for n in shared if n.startswith("baseline:") and n.endswith(":time_ms")):
-        xb, xc = _samples(b, name), _samples(c, name)
-        if xb and xc:
-            lb, lc = percentile(xb, 100 * q), percentile(xc, 100 * q)
-            if lb > 0 and lc > 0:
-                return name.split(":")[1], lc / lb
+def _perf_pair(
+    cfg: AnalysisConfig, session: Session, run: Run, case: Case, result: Result
+) -> PerfPair | None:
+    """This result against the latest earlier usable result of its series (None: nothing to judge)."""
+    if not usable(result):
+        return None
+    for r, res in series_history(session, run, case.id, cfg.history_runs):
+        if usable(res):
+            return PerfPair(case, r, res, result)
     return None
 
 
-def perf_levels(res: Result, q: float) -> float | None:
-    """The location (quantile q of the raw samples) of one perf result; its headline value without samples."""
-    xs = [v for v in _samples(res) if math.isfinite(v)]
-    if xs:
-        return percentile(xs, 100 * q)
-    return res.value
-
-
-@dataclass
-class _PerfSeries:
-    result: Result
-    base_run: Run
-    base_result: Result
-    levels: list[float]  # the series' locations, oldest first, ending with the baseline run
-
-    @property
-    def noise(self) -> float | None:
-        return historical_noise(self.levels)
-
-
-def _perf_series(cfg: AnalysisConfig, session: Session, run: Run, result: Result) -> _PerfSeries | None:
-    if result.status != "pass" or not _samples(result):
-        return None
-    history = [
-        (r, res)
-        for r, res in series_history(session, run, result.case_id, cfg.history_runs)
-        if res.status == "pass" and _samples(res)
+def night_evidence(cfg: AnalysisConfig, session: Session, run: Run) -> PerfEvidence:
+    """The rule's inputs for this run's perf cases, each against its series' latest run."""
+    pairs = [
+        p
+        for result, case in queries.run_results_with_cases(session, run.id)
+        if case.suite in cfg.perf_suites and (p := _perf_pair(cfg, session, run, case, result))
     ]
-    if not history:
-        return None
     q = cfg.pairwise.location_quantile
-    levels = [v for _, res in history[::-1] if (v := perf_levels(res, q)) is not None]
-    return _PerfSeries(result, history[0][0], history[0][1], levels)
+    return perf_evidence(session, pairs, q=q, history_runs=cfg.history_runs, with_control=True)
 
 
-def pooled_noise(noises: Sequence[float | None], min_cases: int = 3) -> float | None:
-    """Median run-to-run sigma over the cases of one machine: a floor for each case's own estimate."""
-    known = sorted(n for n in noises if n is not None)
-    return float(np.median(known)) if len(known) >= min_cases else None
+def rule_for(cfg: RuleConfig, backend: str) -> RuleConfig:
+    """The rule with the backend's stated noise prior (detect/config.py) where it has one."""
+    case, stack = prior_noise(backend)
+    return replace(cfg, prior_sigma=cfg.prior_sigma or case, prior_stack_sigma=cfg.prior_stack_sigma or stack)
 
 
-def _judge_perf(cfg: AnalysisConfig, series: list[_PerfSeries], names: dict[int, str]) -> Judgement:
-    """The gate's rule over this run's perf cases, each against the latest run of its series."""
-    q = cfg.pairwise.location_quantile
-    inputs = [
-        CaseInput(
-            str(s.result.case_id),
-            _samples(s.base_result),
-            _samples(s.result),
-            s.levels,
-            control_ratio(s.base_result, s.result, q),
-            names.get(s.result.case_id, str(s.result.case_id)),
-        )
-        for s in series
-    ]
-    return judge(inputs, cfg.rule)
-
-
-def _perf_finding(s: _PerfSeries, j: CaseJudgement, cfg: AnalysisConfig) -> _Finding:
+def _perf_finding(s: PerfPair, j: CaseJudgement, cfg: AnalysisConfig) -> _Finding:
     return _Finding(
-        s.result.case_id,
+        s.case.id,
         "perf",
         "time_ms",
         (j.ratio or 1.0) - 1.0,
@@ -200,7 +139,7 @@ def _perf_recovered(
     if base is None:
         return False
     cmp = compare_samples(
-        _samples(base), _samples(result), history=levels, config=cfg.pairwise, pooled_noise=pooled
+        samples(base), samples(result), history=levels, config=cfg.pairwise, pooled_noise=pooled
     )
     # Hysteresis: within half the threshold of the old level, so a borderline case does not flap.
     return cmp.verdict == "faster" or abs(cmp.relative_change) < cmp.threshold / 2
@@ -209,7 +148,7 @@ def _perf_recovered(
 def _numerics(cfg: AnalysisConfig, session: Session, run: Run, result: Result) -> list[_Finding]:
     out: list[_Finding] = []
     m = result.metrics
-    su, limit = _scaled_ulp(m), m.get("scaled_ulp_limit")
+    su, limit = scaled_ulp(m), m.get("scaled_ulp_limit")
     if result.status == "fail":
         mag = (
             (su / float(limit) - 1.0) if su is not None and isinstance(limit, int | float) and limit else None
@@ -388,25 +327,23 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
         rows = queries.run_results_with_cases(session, run_id)
         findings: list[_Finding] = []
         checked: dict[int, Result] = {}  # case id -> result that was judged (for auto-resolve)
-        perf: list[_PerfSeries] = []
         for result, case in rows:
             if result.status in ("skip", "error", "timeout"):
                 continue
             checked[case.id] = result
-            if case.suite in cfg.perf_suites:
-                series = _perf_series(cfg, session, run, result)
-                perf += [series] if series else []
-            elif case.suite == "ulp":
+            if case.suite == "ulp":
                 findings += _numerics(cfg, session, run, result)
             elif case.suite == "determinism":
                 findings += _determinism(result)
-        pooled = pooled_noise([p.noise for p in perf])
-        perf_by_case = {p.result.case_id: p for p in perf}
-        if perf:
-            judged = _judge_perf(cfg, perf, {case.id: f"{case.suite}/{case.name}" for _, case in rows})
+        ev = night_evidence(cfg, session, run)
+        rule = rule_for(cfg.rule, run.backend)
+        pooled = pooled_sigma(ev.inputs, rule.pairwise) or rule.prior_sigma
+        levels_by_case = {p.case.id: inp.history for p, inp in zip(ev.pairs, ev.inputs, strict=True)}
+        if ev.inputs:
+            judged = judge(ev.inputs, rule)
             findings += [
                 _perf_finding(s, j, cfg)
-                for s, j in zip(perf, judged.cases, strict=True)
+                for s, j in zip(ev.pairs, judged.cases, strict=True)
                 if j.status == "regression"
             ]
             # Recorded on the run: what the night could see, and a night too noisy to judge as such.
@@ -414,11 +351,12 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
                 **(run.summary or {}),
                 "analysis": {
                     "verdict": judged.verdict,
-                    "reasons": judged.reasons,
+                    "reasons": ev.reasons + judged.reasons,
                     "too_noisy": judged.too_noisy,
                     "max_mde": cfg.rule.max_mde,
                     "mde": {j.name: round(j.mde, 4) for j in judged.cases if j.mde is not None},
                     "stack_mde": judged.aggregate.get("mde"),
+                    "noisy_nights": ev.dropped_nights,
                 },
             }
         build_found, build_case_id = _build(cfg, session, run)
@@ -438,8 +376,7 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
                 if reg.details.get("drill"):
                     _resolve(reg, run, "drill over: a clean run followed")
                 elif reg.kind == "perf" and result is not None:
-                    series = perf_by_case.get(reg.case_id)
-                    levels = series.levels if series else None
+                    levels = levels_by_case.get(reg.case_id)
                     if _perf_recovered(cfg, session, reg, result, levels, pooled):
                         _resolve(reg, run, "back to the baseline level")
                     else:  # still slow against its own baseline: the record follows the series

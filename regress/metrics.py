@@ -199,6 +199,15 @@ def drill_costs(results: list[CaseResult]) -> dict[str, Any]:
     }
 
 
+def drill_tolerance_word(drill: Mapping[str, Any], measured_pct: float | None) -> str:
+    """ "within tolerance" or "outside tolerance" for a measured drill cost (a 30 % request read
+    +58.8 % was once printed "geomean (within tolerance)")."""
+    if measured_pct is None:
+        return "not measured"
+    inside = abs(float(measured_pct) - float(drill["requested_pct"])) <= float(drill["tolerance_pct"])
+    return "within tolerance" if inside else "outside tolerance"
+
+
 def stored_geomean(summary: Any) -> GeomeanTable:
     """The geomean table of a stored run summary, {} if absent or not of the one shape."""
     geo = summary.get("geomean_speedup") if isinstance(summary, Mapping) else None

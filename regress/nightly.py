@@ -77,6 +77,9 @@ class NightlyOptions:
     # Seconds from the start that bound the whole run: cases still running then are stopped, and
     # they and the cases not started are recorded 'skip' (the build itself is not interrupted).
     deadline: float | None = None
+    # A/B: the baseline build the perf suite times beside this run's own in the same rounds
+    # ("clean", "stack:NAME", "flags:F1 F2", a library path, or "none"); slowdown drills: "clean".
+    compare_build: str | None = None
 
     def case_options(self) -> CaseOptions:
         return CaseOptions(quick=self.quick, seed=self.seed, iterations=self.iterations)
@@ -198,7 +201,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     pool = WorkerPool(
         device, gpus, opts.case_options(), time_limit_floor_s=opts.case_timeout, identify=bool(gpus)
     )
-    with _drill_control(opts, backend, pin):  # before the workers start: they inherit its variable
+    with _ab_baseline(opts, backend, pin):  # before the workers start: they inherit its variable
         pool.start()
         try:
             fp, drift_notes = _check_stack(opts, pin, backend)
@@ -335,31 +338,74 @@ def _run(
     return NightlyOutcome(run_id, exit_code, summary, bundle_path, regressions)
 
 
+def compare_build_spec(opts: NightlyOptions) -> str | None:
+    """What the A/B phase times beside this run's build: --compare-build, else the clean build for a
+    slowdown drill (its verdict and its measured cost), else nothing."""
+    spec = opts.compare_build
+    if spec is None and (opts.inject or {}).get("slowdown_pct"):
+        spec = "clean"
+    return None if spec in (None, "", "none") else spec
+
+
+def _baseline_artifact(spec: str, opts: NightlyOptions, backend: str, pin: Any) -> tuple[Path, str]:
+    """(library path, label) of the A/B baseline build named by `spec`."""
+    flags: tuple[str, ...] = tuple(pin.extra_flags) if pin else ()
+    if spec == "clean":
+        label = "the clean build (same flags, no fault)"
+    elif spec.startswith("stack:"):
+        other = load_pin(spec.removeprefix("stack:"))
+        if other.backend != backend:
+            raise UserError(f"--compare-build {spec}: pinned for {other.backend}, this run is {backend}")
+        flags, label = (
+            tuple(other.extra_flags),
+            f"stack {other.name} ({' '.join(other.extra_flags) or 'no extra flags'})",
+        )
+    elif spec.startswith("flags:"):
+        flags = tuple(spec.removeprefix("flags:").split())
+        label = f"flags {' '.join(flags) or '(none)'}"
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise UserError(
+                f"--compare-build {spec!r}: not 'clean', 'stack:NAME', 'flags:...', 'none' nor a library file"
+            )
+        return path.resolve(), f"library {path.name}"
+    try:
+        art = build_kernel(backend, extra_flags=flags, cache_dir=opts.cache_dir)
+    except BuildError as exc:
+        raise UserError(f"--compare-build {spec}: the baseline build failed: {str(exc)[:300]}") from exc
+    return art.path, label
+
+
 @contextmanager
-def _drill_control(opts: NightlyOptions, backend: str, pin: Any) -> Iterator[None]:
-    """A slowdown drill also builds the clean kernel (same flags, no fault) and names it in
-    $REGRESS_DRILL_CONTROL_LIB, so the perf suite times it interleaved with the drill and records
-    what the drill really cost (every worker, replacements included, inherits the variable). A clean
-    build that fails leaves the drill without its control; the drill's own build then reports why."""
-    if not (opts.inject or {}).get("slowdown_pct") or "perf" not in opts.suites:
+def _ab_baseline(opts: NightlyOptions, backend: str, pin: Any) -> Iterator[None]:
+    """Builds the A/B baseline and names it in $REGRESS_AB_BASELINE_LIB, so the perf suite times it
+    beside this run's build in the same rounds (every worker, replacements included, inherits the
+    variable). A slowdown drill's clean build that fails leaves the drill without its A/B phase;
+    the drill's own build then reports why."""
+    spec = compare_build_spec(opts)
+    if spec is None or not any(s in opts.suites for s in ("perf",)):
         yield
         return
-    from .suites.perf import DRILL_CONTROL_ENV
+    from .suites.perf import AB_BASELINE_ENV, AB_LABEL_ENV
 
     try:
-        clean = build_kernel(backend, extra_flags=pin.extra_flags if pin else (), cache_dir=opts.cache_dir)
-    except BuildError:
+        path, label = _baseline_artifact(spec, opts, backend, pin)
+    except UserError:
+        if opts.compare_build:
+            raise
         yield
         return
-    previous = os.environ.get(DRILL_CONTROL_ENV)
-    os.environ[DRILL_CONTROL_ENV] = str(clean.path)
+    previous = {k: os.environ.get(k) for k in (AB_BASELINE_ENV, AB_LABEL_ENV)}
+    os.environ[AB_BASELINE_ENV], os.environ[AB_LABEL_ENV] = str(path), label
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(DRILL_CONTROL_ENV, None)
-        else:
-            os.environ[DRILL_CONTROL_ENV] = previous
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _analyse(store: Store, run_id: str) -> list[int]:

@@ -16,6 +16,11 @@ Rounding = Literal["rtne", "rtna", "rtz"]
 
 ROUNDING_MODES: tuple[Rounding, ...] = ("rtne", "rtna", "rtz")
 LAYOUTS: tuple[Layout, ...] = ("bshd", "bhsd")
+# Raw-sample names of a perf result: our kernel, and the two arms of an A/B run (regress nightly
+# --compare-build; slowdown drills by default), timed in a phase of their own in the same rounds.
+PERF_SAMPLE = "time_ms"
+AB_BASELINE_SAMPLE = "ab:baseline:time_ms"
+AB_CANDIDATE_SAMPLE = "ab:candidate:time_ms"
 # The lifecycle of a detected regression (stored in regressions.state; the CLI offers them).
 REGRESSION_STATES: tuple[str, ...] = ("open", "acknowledged", "resolved")
 # AITER's how_v3_bf16_cvt numbering, also the C ABI's ra_rounding.

@@ -179,6 +179,10 @@ def _worker_main(
     faulthandler.register(signal.SIGUSR1, file=evidence, all_threads=True)
     _pin_device(device, gpu)
     os.environ.setdefault("REGRESS_CPU_THREADS", str(threads))
+    if device == "cpu":
+        # Before torch loads OpenMP: idle OpenMP threads sleep instead of spinning ~2 ms after each
+        # call on the core the next timed call needs (regress/suites/perf.py).
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     try:
         t0 = time.perf_counter()
         import torch

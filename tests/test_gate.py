@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from regress.cli import main
+from regress.errors import UserError
 from regress.gate import GateConfig, compare, gate, render_html
 from regress.results import CaseResult, CaseSpec
 from regress.store import GateDecision
@@ -127,12 +128,36 @@ def test_stack_selector_takes_the_latest_finished_non_drill_run(store: Store) ->
 
 
 @pytest.mark.parametrize(
-    ("sel", "reason"), [("stack:nope", "no finished run of stack"), ("ffff", "not found")]
+    ("sel", "reason"),
+    [("stack:nope", "no finished run of stack"), ("ffff", "not found"), ("0", "ambiguous")],
 )
-def test_unknown_selectors_are_undecided(store: Store, sel: str, reason: str) -> None:
-    runs = history(store, nights=1)
-    report = gate(store, runs[0], sel)
-    assert report.exit_code == 2 and reason in report.reasons[0]
+def test_unknown_or_ambiguous_selectors_are_one_line_exit_2_and_no_files(
+    store: Store, tmp_path: Path, sel: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped run id used to write gate-none-vs-none.* report files and a decision."""
+    runs = history(store, nights=2)
+    with pytest.raises(UserError, match=reason):
+        gate(store, runs[0], sel, report_dir=tmp_path / "api")
+    url = store.engine.url.render_as_string(hide_password=False)
+    out_dir = tmp_path / "reports"
+    code = main(
+        ["gate", "--db", url, "--report-dir", str(out_dir), "--baseline", runs[0], "--candidate", sel]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and reason in err[0]
+    assert not out_dir.exists() and not (tmp_path / "api").exists()
+    with store.reader() as session:
+        assert session.query(GateDecision).count() == 0
+
+
+def test_the_same_run_twice_is_refused(store: Store, tmp_path: Path) -> None:
+    """A run gated against itself used to pass (or, on noisy runs, exit 2): it says nothing."""
+    runs = history(store, nights=2)
+    with pytest.raises(UserError, match="same run"):
+        gate(store, runs[-1], runs[-1][:14], report_dir=tmp_path / "reports")
+    with pytest.raises(UserError, match="same run"):
+        compare(store, runs[-1], runs[-1])
+    assert not (tmp_path / "reports").exists()
 
 
 def test_different_kernel_sources_are_undecided(store: Store) -> None:

@@ -16,8 +16,19 @@ _db = click.option(
 
 
 @click.command("gate")
-@click.option("--baseline", "baseline", required=True, metavar="SEL", help="Run id or stack:NAME.")
-@click.option("--candidate", "candidate", required=True, metavar="SEL", help="Run id or stack:NAME.")
+@click.option("--baseline", "baseline", metavar="SEL", help="Run id or stack:NAME.")
+@click.option("--candidate", "candidate", metavar="SEL", help="Run id or stack:NAME.")
+@click.option(
+    "--ab",
+    is_flag=True,
+    help="A/B on one device: judge the two builds one run timed in the same rounds (--run), or time "
+    "--candidate-stack against --baseline-stack on this machine now and judge that run.",
+)
+@click.option("--run", "run_sel", metavar="SEL", help="With --ab: a stored run made with --compare-build.")
+@click.option("--baseline-stack", metavar="NAME", help="With --ab: the pinned stack to compare against.")
+@click.option("--candidate-stack", metavar="NAME", help="With --ab: the pinned stack that wants to ship.")
+@click.option("--quick", is_flag=True, help="With --ab and stacks: the quick perf cases.")
+@click.option("--iterations", type=click.IntRange(min=1), help="With --ab and stacks: rounds per case.")
 @_db
 @click.option(
     "--report-dir",
@@ -37,8 +48,14 @@ _db = click.option(
 @click.pass_context
 def gate_cmd(
     ctx: click.Context,
-    baseline: str,
-    candidate: str,
+    baseline: str | None,
+    candidate: str | None,
+    ab: bool,
+    run_sel: str | None,
+    baseline_stack: str | None,
+    candidate_stack: str | None,
+    quick: bool,
+    iterations: int | None,
     db_url: str | None,
     report_dir: Path,
     max_mde: float,
@@ -46,20 +63,41 @@ def gate_cmd(
 ) -> None:
     """May the candidate ship? Exit 0 pass, 1 regression (cases named), 2 could not decide.
 
-    Pass needs nothing slower AND every perf case able to show a slowdown of --max-mde (its minimum
-    detectable effect, from both runs' samples and the stack's night-to-night history); a run too
-    noisy for that is undecided, naming the cases and what would make them decidable.
+    Cross-night (--baseline, --candidate): pass needs nothing slower AND every perf case able to
+    show a slowdown of --max-mde (its minimum detectable effect, from both runs' samples and the
+    stack's night-to-night history, or the backend's stated prior); a run too noisy for that is
+    undecided, naming the cases and what would make them decidable. SEL is a run id (or a unique
+    prefix) or stack:NAME, the latest finished non-drill run of the pinned stack NAME. Both runs
+    must have measured the same kernel source, and must be two runs.
 
-    SEL is a run id (or a unique prefix) or stack:NAME, the latest finished non-drill run of the
-    pinned stack NAME. Both runs must have measured the same kernel source.
+    A/B (--ab): both builds timed on one device in the same rounds, judged on their paired
+    per-block ratios (Wilcoxon signed-rank); no history needed, the strongest mode for an upgrade.
     """
-    from ..detect.verdict import RuleConfig
-    from ..gate import GateConfig, format_table, gate, summary_lines
+    from ..errors import UserError
+    from ..gate import GateConfig, format_table, gate, gate_ab, summary_lines
     from ..store.repo import open_store
 
-    config = GateConfig(rule=dataclasses.replace(RuleConfig(), max_mde=max_mde))
-    store = open_store(db_url, must_exist=True)
-    report = gate(store, baseline, candidate, config=config, report_dir=report_dir)
+    config = GateConfig(rule=dataclasses.replace(GateConfig().rule, max_mde=max_mde))
+    config = dataclasses.replace(config, ab=dataclasses.replace(config.ab, max_mde=max_mde))
+    if ab:
+        if baseline or candidate:
+            raise UserError(
+                "--ab takes --run, or --baseline-stack and --candidate-stack, not --baseline/--candidate"
+            )
+        if baseline_stack or candidate_stack:
+            if not (baseline_stack and candidate_stack) or run_sel:
+                raise UserError(
+                    "--ab with stacks needs both --baseline-stack and --candidate-stack (and no --run)"
+                )
+            run_sel = _run_ab(baseline_stack, candidate_stack, db_url, report_dir, quick, iterations)
+        if not run_sel:
+            raise UserError("--ab needs --run RUN, or --baseline-stack and --candidate-stack")
+        report = gate_ab(open_store(db_url, must_exist=True), run_sel, config=config, report_dir=report_dir)
+    else:
+        if not baseline or not candidate:
+            raise UserError("gate needs --baseline and --candidate (or --ab)")
+        store = open_store(db_url, must_exist=True)
+        report = gate(store, baseline, candidate, config=config, report_dir=report_dir)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -72,6 +110,36 @@ def gate_cmd(
             if kind != "json":
                 click.echo(f"  {kind}: {path}")
     ctx.exit(report.exit_code)
+
+
+def _run_ab(
+    baseline_stack: str,
+    candidate_stack: str,
+    db_url: str | None,
+    out: Path,
+    quick: bool,
+    iterations: int | None,
+) -> str:
+    """One perf run of the candidate stack with the baseline stack's build timed beside it."""
+    from ..errors import UserError
+    from ..nightly import NightlyOptions, run_nightly
+
+    outcome = run_nightly(
+        NightlyOptions(
+            stack=candidate_stack,
+            suites=("perf",),
+            quick=quick,
+            db=db_url,
+            out=out,
+            iterations=iterations,
+            trigger="gate",
+            compare_build=f"stack:{baseline_stack}",
+            allow_drift=True,
+        )
+    )
+    if outcome.run_id is None:
+        raise UserError(f"the A/B run of {candidate_stack} against {baseline_stack} did not start")
+    return outcome.run_id
 
 
 @click.command("compare")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..metrics import drill_tolerance_word
 from ..runner import BACKEND_CHOICES, DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_duration, parse_inject
 
 if TYPE_CHECKING:
@@ -71,7 +72,16 @@ if TYPE_CHECKING:
 @click.option(
     "--iterations",
     type=click.IntRange(min=1),
-    help="Minimum timed iterations per perf case (on the CPU a case also spans >= 0.1 s quick, 0.5 s full).",
+    help="Minimum timed rounds per perf case (default 40 quick, 100 full; on the CPU a case also spans "
+    "about 0.1 s quick, 0.5 s full, from its FLOPs).",
+)
+@click.option(
+    "--compare-build",
+    metavar="BUILD",
+    help="A/B on this device: also time BUILD beside this run's build, in the same rounds, and store "
+    "both arms (judge with `regress gate --ab RUN`). BUILD: clean (this stack's flags, no fault; the "
+    "default for --inject slowdown), stack:NAME (a second pinned stack's flags), 'flags:F1 F2', a "
+    "built library file, or none.",
 )
 @click.option("--seed", default=42, show_default=True, type=int)
 @click.option(
@@ -94,6 +104,7 @@ def nightly(
     gpus: str | None,
     upload_url: str | None,
     iterations: int | None,
+    compare_build: str | None,
     seed: int,
     trigger: str,
     runner: str | None,
@@ -124,6 +135,7 @@ def nightly(
         runner=runner,
         case_timeout=case_timeout,
         deadline=parse_duration(deadline) if deadline is not None else None,
+        compare_build=compare_build,
     )
     console = Console(stderr=True)
     with Progress(
@@ -196,11 +208,14 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
         )
         cost.add_column("perf case")
         cost.add_column("measured", justify="right")
+        cost.add_column("", justify="left")
         for name, pct in drill["per_case_pct"].items():
-            cost.add_row(name, f"{pct:+.1f} %")
+            cost.add_row(name, f"{pct:+.1f} %", drill_tolerance_word(drill, pct))
+        geo = drill["measured_pct_geomean"]
         cost.add_row(
-            "geomean (within tolerance)",
-            f"{drill['measured_pct_geomean']:+.1f} % ({drill['within_tolerance']}/{drill['cases']})",
+            "geomean",
+            f"{geo:+.1f} %",
+            f"{drill_tolerance_word(drill, geo)} ({drill['within_tolerance']}/{drill['cases']} cases within)",
         )
         console.print(cost)
     for name in summary.get("failing_cases", [])[:20]:

@@ -10,6 +10,21 @@ from typing import Literal
 MAX_MDE = 0.15  # a case whose minimum detectable slowdown exceeds this leaves the verdict undecided
 MAX_STACK_MDE = 0.10  # the same for a shift of every case together
 
+# Stated run-to-run noise per backend, for a comparison whose stack has too few clean nights to
+# know its own (fewer than min_history): (sigma of one case between two runs, sigma of the
+# stack-wide mean), relative. Measured, not guessed (docs/detection.md, "Noise priors"):
+# cuda: the H200 quick perf nights of benchmarks/gate_calibration.sh and the committed H200
+# bundles, where the noisiest quick case (the 25 µs cross-attention shape) moved about 1.7 % between
+# processes on one machine and the rest 0.3-1 %. No prior for the shared CPU (its noise is the
+# neighbours' load, not the machine's) nor for hip: there, a gate without history says how many
+# nights would decide, and A/B decides on the first.
+PRIOR_NOISE: dict[str, tuple[float, float]] = {"cuda": (0.02, 0.005)}
+
+
+def prior_noise(backend: str) -> tuple[float | None, float | None]:
+    case, stack = PRIOR_NOISE.get(backend, (None, None))
+    return case, stack
+
 
 @dataclass(frozen=True)
 class ChangePointConfig:

@@ -67,15 +67,22 @@ def pair_noise(
     the median is √2 times one run's sigma; a few changed cases barely move a MAD, and a shift of
     every case (a drill, a slower stack) moves none. The part of that spread the samples already
     explain (the median of the cases' sampling standard errors of the log ratio, `sampling_se`) is
-    taken out in quadrature, so few rounds are not mistaken for a noisy machine. Used where a
-    case's own history is too short, and as a floor where it is not.
+    taken out in quadrature, so few rounds are not mistaken for a noisy machine. None ("unknown")
+    with too few cases or when the sampling error explains the whole spread.
+
+    Descriptive only: the rule never takes its noise band from the pair it judges (a real
+    regression, rarely uniform, would widen the band that is meant to catch it).
     """
     logs = np.log(np.asarray([r for r in ratios if r > 0 and math.isfinite(r)], dtype=float))
     if logs.size < min_cases:
         return None
     spread = float(1.4826 * np.median(np.abs(logs - np.median(logs))))
     se = float(np.median(sampling_se)) if len(sampling_se) else 0.0
-    return math.sqrt(max(0.0, spread**2 - se**2) / 2.0)
+    if spread <= se:
+        # The samples explain all of the spread: what is left is unknown, not zero (a 0.0 here made
+        # the noise band vanish exactly when the samples were noisiest).
+        return None
+    return math.sqrt((spread**2 - se**2) / 2.0)
 
 
 @dataclass(frozen=True)

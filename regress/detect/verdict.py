@@ -6,10 +6,13 @@ disagree about the same pair of runs.
 
 Per case
     `compare_samples` (rank test AND effect floor AND noise band). The noise band's sigma is the
-    largest of the case's own night-to-night sigma (history), the median of all cases' (pooled) and
-    the spread of this pair's per-case ratios (`power.pair_noise`): a machine that moved every case
-    differently tonight cannot hide behind a quiet history. Same stack: a case whose interleaved
-    control kernel moved as much is the machine, not the kernel (`control_ratio`).
+    case's own night-to-night sigma (history of at least `min_history` nights), floored by the
+    median of the other cases' (pooled); with too short a history, the pooled sigma, else the
+    backend's stated prior (`RuleConfig.prior_sigma`, measured: docs/detection.md), else it is
+    unknown and the case is undecided, naming how many nights would decide. Never the spread of
+    the pair under test: a real regression, rarely uniform, would widen the band meant to catch it.
+    Same stack: a case whose interleaved control kernel moved as much is the machine, not the
+    kernel (`control_ratio`).
 Stack-wide
     A shift of every case is one event: cases flagged only by the common shift are left to the
     aggregate test (geomean ratio AND one-sided Wilcoxon AND the stack's night-to-night band).
@@ -33,7 +36,7 @@ from scipy import stats
 from ..metrics import geomean
 from .config import MAX_MDE, MAX_STACK_MDE
 from .pairwise import PairwiseConfig, compare_samples, historical_noise
-from .power import MIN_PAIR_CASES, minimum_detectable_effect, pair_noise, quantile_se
+from .power import MIN_PAIR_CASES, minimum_detectable_effect, pair_noise
 
 Status = Literal["regression", "improvement", "same", "undecided"]
 Verdict = Literal["regression", "pass", "undecided"]
@@ -54,6 +57,9 @@ class RuleConfig:
         stack-wide test (geomean floor, Wilcoxon p, fewest cases, the history band's one-sided
         level).
     control_veto : a case whose interleaved control moved as much is not flagged (same stack only).
+    prior_sigma : the backend's run-to-run sigma of one case (relative, one run), used when neither
+        the case nor the other cases have `min_history` nights; None: unknown (undecided).
+    prior_stack_sigma : the same for the stack-wide (mean over cases) night-to-night swing.
     """
 
     pairwise: PairwiseConfig = field(default_factory=lambda: PairwiseConfig(min_effect=0.05, noise_k=6.0))
@@ -65,6 +71,8 @@ class RuleConfig:
     aggregate_min_cases: int = 10
     aggregate_noise_alpha: float = 0.01
     control_veto: bool = True
+    prior_sigma: float | None = None
+    prior_stack_sigma: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,30 @@ def aggregate_history_noise(levels: Sequence[Sequence[float]]) -> StackNoise | N
     arr = np.log(np.array([lv[-nights:] for lv in usable], dtype=float))
     steps = np.diff(arr, axis=1).mean(axis=0)
     return StackNoise(float(np.std(steps, ddof=1)), len(steps))
+
+
+def pooled_sigma(cases: Sequence[CaseInput], pw: PairwiseConfig, min_cases: int = 3) -> float | None:
+    """Median run-to-run sigma over the cases with at least `min_history` nights: the machine's
+    typical noise, a floor for each case's own estimate (opening and auto-resolving a regression
+    use this one definition)."""
+    noises = [historical_noise(c.history) for c in cases if len(c.history) >= pw.min_history]
+    known = sorted(n for n in noises if n is not None)
+    return float(np.median(known)) if len(known) >= min_cases else None
+
+
+def noisy_nights(shifts: dict[str, float], min_shift: float = 0.15, k: float = 4.0) -> list[str]:
+    """Nights whose stack-wide control shift (log, from the control's own level) is an outlier: beyond
+    log(1 + min_shift) AND k robust sigmas of the nights' shifts. The control (torch's SDPA, timed
+    in the same rounds) does not change with our kernel, so a night on which it moved on every case
+    at once was a loaded or throttled machine; its levels would inflate every case's noise band
+    (seen on the shared CPU: thresholds of 229-1000 %). Needs 5 nights to say anything."""
+    if len(shifts) < 5:
+        return []
+    v = np.asarray(list(shifts.values()), dtype=float)
+    mid = float(np.median(v))
+    sigma = 1.4826 * float(np.median(np.abs(v - mid)))
+    cut = max(math.log1p(min_shift), k * sigma)
+    return [rid for rid, x in shifts.items() if abs(x - mid) > cut]
 
 
 @dataclass
@@ -217,6 +249,23 @@ def _advice(cfg: RuleConfig, power: Any, j: CaseJudgement) -> str:
     return "; ".join(parts)
 
 
+def _seen(cfg: RuleConfig, cases: Sequence[CaseJudgement]) -> str:
+    """What the pair showed, in words: "no slowdown was seen" only when no case moved up
+    significantly (a 30 % drill whose cases moved +18-49 % with p to 1e-67 was once told so)."""
+    up = [
+        c
+        for c in cases
+        if c.ratio and c.ratio > 1.0 and c.p_value is not None and c.p_value < cfg.pairwise.alpha
+    ]
+    if not up:
+        return "no slowdown was seen"
+    top = max(up, key=lambda c: c.ratio or 1.0)
+    return (
+        f"{len(up)} case(s) were significantly slower but not beyond their threshold "
+        f"(largest {((top.ratio or 1.0) - 1) * 100:+.1f}%, {top.name})"
+    )
+
+
 def _separate_common_mode(cfg: RuleConfig, cases: list[CaseJudgement]) -> float | None:
     """A case flagged only because the whole stack moved is left to the aggregate test.
 
@@ -272,14 +321,17 @@ def _aggregate(
     geomean = float(np.exp(logs.mean()))
     p_slower = float(stats.wilcoxon(logs, alternative="greater").pvalue) if np.any(logs) else 1.0
     floor = cfg.aggregate_min_effect
+    stack_sigma = history.sigma / math.sqrt(2.0) if history is not None else cfg.prior_stack_sigma
     if history is not None:
         floor = max(floor, history.band(cfg.aggregate_noise_alpha))
     elif pair_sigma is not None:
-        # No stack history yet: assume the stack can swing as much as one case does between two runs
-        # (a loaded night moves every case; measured on the shared CPU: a clean second night
-        # +66 % geomean with per-case ratios 0.8x-15x), so a noisy pair cannot look systematic.
+        # No stack history yet: the stated prior (pooled or the backend's), never this pair's spread.
+        # The geomean of two runs moves by the stack's common swing and the cases' own noise / √n.
         z = float(stats.norm.isf(cfg.aggregate_noise_alpha))
-        floor = max(floor, math.expm1(z * math.sqrt(2.0) * pair_sigma))
+        common = math.hypot(stack_sigma or 0.0, pair_sigma / math.sqrt(n))
+        floor = max(floor, math.expm1(z * math.sqrt(2.0) * common))
+    else:  # nothing known about the noise: the aggregate cannot call anything systematic
+        return {"cases": n, "verdict": "noise unknown", "mde": None}
     systematic = geomean - 1.0 >= floor and p_slower < cfg.aggregate_alpha
     # What the control took away must not become a pass: a stack-wide slowdown of ours that the
     # control "explains" is the machine or the kernel, and nobody can tell which (seen in CI on the
@@ -294,7 +346,10 @@ def _aggregate(
     )
     # The geomean's own noise: the stack's night-to-night swing (history) and the cases' independent
     # run-to-run noise, sampling included, averaged over n cases (this pair's spread).
-    sigma = math.hypot(history.sigma if history else 0.0, math.sqrt(2.0) * (pair_sigma or 0.0) / math.sqrt(n))
+    sigma = math.hypot(
+        history.sigma if history else math.sqrt(2.0) * (stack_sigma or 0.0),
+        math.sqrt(2.0) * (pair_sigma or 0.0) / math.sqrt(n),
+    )
     mde = math.expm1(math.log1p(floor) + float(stats.norm.ppf(cfg.power)) * sigma)
     agg: dict[str, Any] = {
         "cases": n,
@@ -334,29 +389,27 @@ def judge(cases: Sequence[CaseInput], config: RuleConfig | None = None) -> Judge
     """
     cfg = config or RuleConfig()
     pw = cfg.pairwise
-    noises = [historical_noise(c.history) for c in cases if len(c.history) >= pw.min_history]
-    known = sorted(n for n in noises if n is not None)
-    pooled = float(np.median(known)) if len(known) >= 3 else None
-    ratios, ses = [], []
-    for c in cases:
-        b = [v for v in c.baseline if math.isfinite(v)]
-        d = [v for v in c.candidate if math.isfinite(v)]
-        if b and d:
-            qb, qc = float(np.quantile(b, pw.location_quantile)), float(np.quantile(d, pw.location_quantile))
-            if qb > 0 and qc > 0:
-                ratios.append(qc / qb)
-            se_b, se_c = quantile_se(b, pw.location_quantile), quantile_se(d, pw.location_quantile)
-            if se_b is not None and se_c is not None:
-                ses.append(math.hypot(se_b, se_c))
-    pair = pair_noise(ratios, ses)
-    swing = pair_noise(ratios)  # sampling noise included: what one case does between two runs
-    floor_noise = max((v for v in (pooled, pair) if v is not None), default=None)
+    pooled = pooled_sigma(cases, pw)
+    floor_noise, source = (pooled, "pooled") if pooled is not None else (cfg.prior_sigma, "prior")
     out = [_judge_case(cfg, c, floor_noise) for c in cases]
+    for c, j in zip(cases, out, strict=True):
+        if j.noise is None and j.status != "undecided":
+            need = pw.min_history - len(c.history)
+            j.status, j.mark, j.mde = "undecided", "?", None
+            j.note = "run-to-run noise unknown"
+            j.advice = (
+                f"its run-to-run noise is unknown: {need} more clean night(s) of this stack would decide "
+                "(or A/B: both builds timed in the same rounds, `regress nightly --compare-build`)"
+            )
     _separate_common_mode(cfg, out)
     controls = [c.control[1] if c.control else None for c in cases]
     history = aggregate_history_noise([c.history for c in cases])
-    aggregate = _aggregate(cfg, out, history, swing, controls)
-    aggregate["pooled_sigma"], aggregate["pair_sigma"], aggregate["pair_swing"] = pooled, pair, swing
+    case_sigma = pooled if pooled is not None else cfg.prior_sigma
+    aggregate = _aggregate(cfg, out, history, case_sigma, controls)
+    # Descriptive only (never a noise estimate for this pair): the spread of its per-case ratios.
+    ratios = [c.ratio for c in out if c.ratio]
+    aggregate["pooled_sigma"], aggregate["pair_swing"] = pooled, pair_noise(ratios)
+    aggregate["noise_source"] = source if floor_noise is not None else "unknown"
 
     reasons: list[str] = []
     regressed = [c for c in out if c.status == "regression"]
@@ -378,12 +431,23 @@ def judge(cases: Sequence[CaseInput], config: RuleConfig | None = None) -> Judge
     stack_limited = (
         len(out) >= cfg.aggregate_min_cases and stack_mde is not None and stack_mde > cfg.max_stack_mde
     )
-    if undecided:
-        reasons.append(f"{len(undecided)} perf case(s) could not be compared (too few samples)")
+    unknown = [c for c in undecided if c.note == "run-to-run noise unknown"]
+    if len(unknown) < len(undecided):
+        reasons.append(
+            f"{len(undecided) - len(unknown)} perf case(s) could not be compared (too few samples)"
+        )
+    if unknown:
+        nights = max(pw.min_history - c.history_nights for c in unknown)
+        reasons.append(
+            f"{len(unknown)} perf case(s) have no known run-to-run noise and this backend no stated prior: "
+            f"{nights} more clean night(s) of this stack would decide, or an A/B run on one device "
+            "(`regress nightly --compare-build`, `regress gate --ab`) decides now"
+        )
+        too_noisy = [n for n in too_noisy if n not in {c.name for c in unknown}]
     if too_noisy:
         worst = max(out, key=lambda c: c.mde if c.mde is not None else math.inf)
         reasons.append(
-            f"{len(too_noisy)} of {len(out)} perf case(s) too noisy to pass: no slowdown was seen, but "
+            f"{len(too_noisy)} of {len(out)} perf case(s) too noisy to pass: {_seen(cfg, out)}, but "
             f"one below their MDE could have been missed (worst {worst.name}: {worst.advice})"
         )
     if stack_limited:
@@ -418,4 +482,6 @@ __all__ = [
     "StackNoise",
     "aggregate_history_noise",
     "judge",
+    "noisy_nights",
+    "pooled_sigma",
 ]

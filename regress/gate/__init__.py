@@ -1,7 +1,8 @@
 """The upgrade gate: `core` reads the store and decides (with the pure rule of
 `regress.detect.verdict`), `render` writes the reports from web/templates/gate_report.*.j2."""
 
-from .core import GateConfig, GateReport, GateRow, compare, control_ratio, gate, resolve_selector
+from ..evidence import control_ratio
+from .core import GateConfig, GateReport, GateRow, compare, gate, gate_ab, resolve_selector
 from .render import format_table, render_html, render_junit, render_markdown, summary_lines, write_reports
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "control_ratio",
     "format_table",
     "gate",
+    "gate_ab",
     "render_html",
     "render_junit",
     "render_markdown",

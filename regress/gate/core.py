@@ -17,17 +17,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ..analysis import (
-    PERF_SAMPLE,
-    control_ratio,
-    perf_levels,
-    plain_ulp_frac_gt1,
-)
+from ..analysis import plain_ulp_frac_gt1, rule_for
 from ..detect import PairwiseConfig
-from ..detect.verdict import CaseInput, CaseJudgement, Judgement, RuleConfig, judge
+from ..detect.paired import ABConfig, judge_ab
+from ..detect.verdict import CaseJudgement, Judgement, RuleConfig, judge
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
+from ..evidence import PerfPair, ab_inputs, perf_evidence, scaled_ulp
 from ..store import FINISHED_STATES, Case, Result, Run, queries
-from ..store.queries import series_history
 from ..store.repo import Store, find_run, record_gate_decision
 from .render import write_reports
 
@@ -38,11 +34,16 @@ VERDICT_EXIT = {"pass": EXIT_OK, "regression": EXIT_FAILED, "undecided": EXIT_UN
 class GateConfig:
     """Gate settings. The rule (`regress.detect.verdict.RuleConfig`) holds the statistics: an effect
     floor wider than the nightly one (5 % against 2 %, since two runs on two stacks differ by more
-    than two nights on one and a gate that cries wolf gets bypassed), noise_k 6 (one case on a busy
-    runner can jump 10 % with a 1.3 % sigma, measured on a shared 2-core CPU), and the MDE limits
-    a pass needs."""
+    than two nights on one and a gate that cries wolf gets bypassed), noise_k 4 as the nightly's
+    (the band is 4·√2 sigmas of the case's own run-to-run noise: the perf suite now times one
+    thread with a passive OpenMP wait, so the 10 % jumps of a 1.3 % sigma case that once asked for
+    6 came from the scheduler, not the kernel), and the MDE limits a pass needs. `ab`: the rule
+    of an A/B run (`regress gate --ab`)."""
 
-    rule: RuleConfig = field(default_factory=RuleConfig)
+    rule: RuleConfig = field(
+        default_factory=lambda: RuleConfig(pairwise=PairwiseConfig(min_effect=0.05, noise_k=4.0))
+    )
+    ab: ABConfig = field(default_factory=ABConfig)
     history_runs: int = 30
     require_same_source: bool = True
     # Same stack: a case is not flagged when the baseline kernel, timed in the same interleaved
@@ -133,6 +134,19 @@ def resolve_selector(session: Session, sel: str) -> Run:
     return find_run(session, sel)
 
 
+def resolve_pair(session: Session, baseline_sel: str, candidate_sel: str) -> tuple[Run, Run]:
+    """Both selectors as runs; the same run twice is refused (a run always passes against itself,
+    which says nothing)."""
+    base = resolve_selector(session, baseline_sel)
+    cand = resolve_selector(session, candidate_sel)
+    if base.id == cand.id:
+        raise UserError(
+            f"baseline and candidate are the same run ({base.id}): a gate needs two runs "
+            "(or one A/B run: `regress gate --ab RUN`)"
+        )
+    return base, cand
+
+
 def _run_info(session: Session, run: Run) -> dict[str, Any]:
     stack = queries.stack_by_id(session, run.stack_id)
     return {
@@ -150,23 +164,6 @@ def _run_info(session: Session, run: Run) -> dict[str, Any]:
 
 def _results(session: Session, run_id: str) -> dict[str, tuple[Case, Result]]:
     return {case.key: (case, res) for res, case in queries.run_results_with_cases(session, run_id)}
-
-
-def _samples(res: Result, name: str = PERF_SAMPLE) -> list[float]:
-    return next((list(s.values) for s in res.samples if s.name == name), [])
-
-
-def _scaled(res: Result) -> float | None:
-    v = res.metrics.get("scaled_ulp_max", res.metrics.get("max_scaled_ulp"))
-    return float(v) if isinstance(v, int | float) else None
-
-
-def _history_levels(cfg: GateConfig, session: Session, base_run: Run, case: Case, b: Result) -> list[float]:
-    """The baseline series' locations, oldest first, ending with the baseline run itself."""
-    q = cfg.pairwise.location_quantile
-    past = [res for _, res in series_history(session, base_run, case.id, cfg.history_runs)]
-    levels = [perf_levels(res, q) for res in [*past[::-1], b] if res.status == "pass"]
-    return [v for v in levels if v is not None]
 
 
 def _perf_row(case: Case, j: CaseJudgement) -> GateRow:
@@ -193,7 +190,7 @@ def _perf_row(case: Case, j: CaseJudgement) -> GateRow:
 def _exact_row(case: Case, b: Result, c: Result) -> GateRow:
     """Numerics and determinism: the candidate must pass its contract, and must not get worse."""
     if case.suite == "ulp":
-        metric, bv, cv = "scaled_ulp_max", _scaled(b), _scaled(c)
+        metric, bv, cv = "scaled_ulp_max", scaled_ulp(b.metrics), scaled_ulp(c.metrics)
     else:
         metric = "distinct_hashes"
         bv = b.metrics.get("distinct_hashes")
@@ -219,12 +216,13 @@ def _exact_row(case: Case, b: Result, c: Result) -> GateRow:
     return row
 
 
-def _table(cfg: GateConfig, session: Session, base: Run, cand: Run) -> tuple[list[GateRow], Judgement]:
+def _table(
+    cfg: GateConfig, session: Session, base: Run, cand: Run
+) -> tuple[list[GateRow], Judgement, list[str]]:
     b_res, c_res = _results(session, base.id), _results(session, cand.id)
     rows: list[GateRow] = []
     perf: list[tuple[int, Case]] = []
-    inputs: list[CaseInput] = []
-    q = cfg.pairwise.location_quantile
+    pairs: list[PerfPair] = []
     same_stack = base.stack_id == cand.stack_id and cfg.control_veto_same_stack
     for key in sorted(set(b_res) | set(c_res), key=lambda k: (b_res.get(k) or c_res[k])[0].name):
         case = (b_res.get(key) or c_res[key])[0]
@@ -240,23 +238,16 @@ def _table(cfg: GateConfig, session: Session, base: Run, cand: Run) -> tuple[lis
             continue
         if case.suite in cfg.perf_suites:
             perf.append((len(rows), case))
-            inputs.append(
-                CaseInput(
-                    key,
-                    _samples(b),
-                    _samples(c),
-                    _history_levels(cfg, session, base, case, b),
-                    control_ratio(b, c, q) if same_stack else None,
-                    f"{case.suite}/{case.name}",
-                )
-            )
+            pairs.append(PerfPair(case, base, b, c))
             rows.append(GateRow(case.suite, case.name, key, "?", "undecided", "time_ms"))
         elif case.suite in ("ulp", "determinism"):
             rows.append(_exact_row(case, b, c))
-    judged = judge(inputs, cfg.rule)
+    q = cfg.pairwise.location_quantile
+    ev = perf_evidence(session, pairs, q=q, history_runs=cfg.history_runs, with_control=same_stack)
+    judged = judge(ev.inputs, rule_for(cfg.rule, base.backend))
     for (i, case), j in zip(perf, judged.cases, strict=True):
         rows[i] = _perf_row(case, j)
-    return rows, judged
+    return rows, judged, ev.reasons
 
 
 def _verdict(rows: list[GateRow], judged: Judgement, blocked: bool) -> tuple[str, list[str]]:
@@ -306,9 +297,9 @@ def _build_report(cfg: GateConfig, session: Session, base: Run, cand: Run, gatin
         if gating and run.status not in FINISHED_STATES:
             report.reasons.append(f"{side} run {run.id} is {run.status}")
             blocked = True
-    rows, judged = _table(cfg, session, base, cand)
+    rows, judged, notes = _table(cfg, session, base, cand)
     verdict, reasons = _verdict(rows, judged, blocked)
-    report.rows, report.reasons, report.aggregate = rows, report.reasons + reasons, judged.aggregate
+    report.rows, report.reasons, report.aggregate = rows, report.reasons + reasons + notes, judged.aggregate
     rule = cfg.rule
     report.power = {
         "power": rule.power,
@@ -334,14 +325,9 @@ def gate(
     """Gates the candidate against the baseline; writes reports (if report_dir) and a GateDecision."""
     cfg = config or GateConfig()
     with store.transaction() as session:
-        try:
-            base = resolve_selector(session, baseline_sel)
-            cand = resolve_selector(session, candidate_sel)
-        except UserError as err:
-            report = GateReport(None, None, "undecided", EXIT_UNDECIDED, reasons=[str(err)])
-            if report_dir is not None:
-                write_reports(report, report_dir)
-            return report
+        # Unknown, ambiguous or identical selectors raise (one line, exit 2) before anything is
+        # written: no report files, no decision.
+        base, cand = resolve_pair(session, baseline_sel, candidate_sel)
         report = _build_report(cfg, session, base, cand, gating=True)
         if report_dir is not None:
             write_reports(report, report_dir)
@@ -359,5 +345,81 @@ def gate(
 def compare(store: Store, run_a: str, run_b: str, config: GateConfig | None = None) -> GateReport:
     """The gate's table for any two runs (A baseline, B candidate), without a verdict."""
     with store.reader() as session:
-        a, b = resolve_selector(session, run_a), resolve_selector(session, run_b)
+        a, b = resolve_pair(session, run_a, run_b)
         return _build_report(config or GateConfig(), session, a, b, gating=False)
+
+
+def _ab_row(case: Case, j: CaseJudgement) -> GateRow:
+    row = _perf_row(case, j)
+    row.metric = "time_ms (A/B)"
+    row.baseline, row.candidate = j.baseline_location, j.candidate_location
+    return row
+
+
+def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
+    """The A/B verdict of one run that timed a baseline build beside its own in the same rounds."""
+    rows_in = [(case, res) for res, case in queries.run_results_with_cases(session, run.id)]
+    inputs = ab_inputs([(c, r) for c, r in rows_in if c.suite in cfg.perf_suites])
+    if not inputs:
+        raise UserError(
+            f"run {run.id} has no A/B samples: it was not run with `regress nightly --compare-build` "
+            "(or a slowdown drill)"
+        )
+    judged = judge_ab(inputs, cfg.ab)
+    by_key = {c.key: c for c, _ in rows_in}
+    rows = [_ab_row(by_key[j.key], j) for j in judged.cases]
+    for case, res in rows_in:  # the candidate's own exact suites still count
+        if case.suite in ("ulp", "determinism") and res.status == "fail":
+            rows.append(
+                GateRow(case.suite, case.name, case.key, "x", "regression", "contract", note=res.message)
+            )
+    failed = [r for r in rows if r.mark == "x"]
+    verdict = "regression" if failed else judged.verdict
+    reasons = list(judged.reasons)
+    if failed:
+        reasons.append(f"{len(failed)} case(s) of the candidate fail their exact contract")
+    info = _run_info(session, run)
+    metrics = next((res.metrics for c, res in rows_in if c.suite in cfg.perf_suites), {})
+    report = GateReport(
+        run.id,
+        run.id,
+        verdict,
+        VERDICT_EXIT[verdict],
+        reasons,
+        rows,
+        baseline_info={**info, "arm": "baseline build", "build": metrics.get("ab_baseline")},
+        candidate_info={**info, "arm": "candidate build (the run's own)"},
+        aggregate=judged.aggregate,
+    )
+    report.power = {
+        "power": cfg.ab.power,
+        "max_mde": cfg.ab.max_mde,
+        "max_stack_mde": cfg.ab.max_stack_mde,
+        "stack_mde": judged.aggregate.get("mde"),
+        "too_noisy": judged.too_noisy,
+        "alpha": cfg.ab.alpha,
+        "mode": "ab",
+    }
+    return report
+
+
+def gate_ab(
+    store: Store, run_sel: str, config: GateConfig | None = None, report_dir: Path | None = None
+) -> GateReport:
+    """A/B: gates the run's own build against the baseline build timed in the same rounds on the
+    same device (`regress nightly --compare-build`); writes reports and a GateDecision."""
+    cfg = config or GateConfig()
+    with store.transaction() as session:
+        run = resolve_selector(session, run_sel)
+        report = ab_report(cfg, session, run)
+        if report_dir is not None:
+            write_reports(report, report_dir)
+        report.decision_id = record_gate_decision(
+            session,
+            baseline_run_id=run.id,
+            candidate_run_id=run.id,
+            verdict=report.verdict or "undecided",
+            exit_code=report.exit_code,
+            report=report.to_dict(),
+        )
+    return report

@@ -4,7 +4,15 @@ Protocol per case: build several input sets (rotated so each iteration reads col
 together they exceed the L2 several times), warm up, then `iterations` rounds; each round times the
 kernel and every baseline once on the same input set, alternating which goes first so neither
 always runs after the other. GPU times are CUDA events around each call (device time, recorded
-without synchronising in between); CPU times are perf_counter_ns.
+without synchronising in between). CPU times are the calling thread's CPU time, with our golden
+model and torch each on one thread (`_one_thread`): a second thread, and wall time on a shared
+machine, measured the scheduler, not the kernel.
+
+A/B (`regress nightly --compare-build`; slowdown drills by default): a second build named in
+$REGRESS_AB_BASELINE_LIB is timed against this run's own build in a phase of its own after those
+rounds, the two alternating A B, B A, ... on the same inputs (samples `ab:baseline:time_ms` and
+`ab:candidate:time_ms`, judged by `regress.detect.paired`). The first phase is then the same in
+every run, A/B or not, so a drill night and a clean night share their round structure.
 
 Baselines that lack the case's rounding mode (SDPA is rtne only) are timed in a mode they have:
 the mode changes one rounding in the epilogue, so the speed comparison still holds; the message
@@ -13,11 +21,11 @@ says so.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -25,7 +33,14 @@ import torch
 from regress.gpu_state import device_state
 from regress.metrics import timing_metrics
 from regress.phases import phase
-from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
+from regress.results import (
+    AB_BASELINE_SAMPLE,
+    AB_CANDIDATE_SAMPLE,
+    LAYOUTS,
+    ROUNDING_MODES,
+    CaseResult,
+    CaseSpec,
+)
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     Shape,
@@ -43,10 +58,10 @@ from regress.suites.timing import Timer, working_baselines
 
 NAME = "perf"
 
-# A slowdown drill names the clean build of the same kernel here (regress/nightly.py); the suite then
-# times it interleaved with the drill, so the drill's cost is measured in the same rounds, per case.
-DRILL_CONTROL_ENV = "REGRESS_DRILL_CONTROL_LIB"
-DRILL_CONTROL_SAMPLE = "drill_control:time_ms"
+# The A/B baseline build (regress/nightly.py sets it: --compare-build, or the clean build of a
+# slowdown drill) and what it is, for the record.
+AB_BASELINE_ENV = "REGRESS_AB_BASELINE_LIB"
+AB_LABEL_ENV = "REGRESS_AB_BASELINE_LABEL"
 
 # CPU: the golden model runs at ~5 GFLOP/s on 2 cores, so "very long" is S = 1024 at B·H = 1
 # (≈0.12 s a launch; 100 rounds × 6 mode/layout cases ≈ 75 s of the 5-minute budget).
@@ -121,27 +136,57 @@ L2_FACTOR = 4
 MAX_SETS = 16
 
 
+# The floor on rounds: what the paired A/B test needs (20 ABBA blocks on the CPU: its smallest
+# two-sided p is then 2e-6) and what the rank test of two nights needs.
+CPU_MIN_ROUNDS = {True: 40, False: 100}  # by ctx.quick
+GPU_MIN_ROUNDS = {True: 40, False: 100}
+
+
 def default_iterations(ctx: SuiteContext) -> int:
     if ctx.iterations is not None:
         return max(1, ctx.iterations)
-    if ctx.is_gpu:
-        return 20 if ctx.quick else 100
-    return 5 if ctx.quick else 100
+    return (GPU_MIN_ROUNDS if ctx.is_gpu else CPU_MIN_ROUNDS)[ctx.quick]
 
 
 # CPU: time each case for at least this long, whatever the iteration count. A case of 30 rounds at
 # 0.15 ms spans 5 ms, and one scheduler hiccup on a shared 2-core runner then shifts every sample
-# (seen: a clean-vs-clean gate flagging +14.6 %). GPU timings are device events after a spin, which
-# host bursts do not move, so the GPU keeps its fixed count.
+# (seen: a clean-vs-clean gate flagging +14.6 %). The rounds follow from the shape's FLOPs at a
+# stated single-thread rate, not from a warm-up round (one preempted warm-up once gave a case 5
+# rounds and its twin 770), so two runs of one case always have the same round structure. GPU
+# timings are device events after a spin, which host bursts do not move: the GPU keeps its count.
 CPU_MIN_WINDOW_S = {True: 0.1, False: 0.5}  # by ctx.quick
-MAX_ITERATIONS = 5000
+CPU_NOMINAL_FLOPS = 2.2e10  # the golden model on one thread of this 2-core VM (measured 22-25 GFLOP/s)
+MAX_ITERATIONS = 2000
 
 
-def timed_iterations(ctx: SuiteContext, iters: int, round_s: float) -> int:
-    """`iters`, raised on the CPU so the timed rounds span at least CPU_MIN_WINDOW_S."""
-    if ctx.is_gpu or round_s <= 0:
+def timed_iterations(ctx: SuiteContext, iters: int, shape: Shape) -> int:
+    """`iters`, raised on the CPU so the timed rounds span about CPU_MIN_WINDOW_S."""
+    if ctx.is_gpu:
         return iters
-    return max(iters, min(MAX_ITERATIONS, math.ceil(CPU_MIN_WINDOW_S[ctx.quick] / round_s)))
+    call_s = shape.flops / CPU_NOMINAL_FLOPS
+    return max(iters, min(MAX_ITERATIONS, math.ceil(CPU_MIN_WINDOW_S[ctx.quick] / call_s)))
+
+
+@contextlib.contextmanager
+def _one_thread(ctx: SuiteContext) -> Iterator[None]:
+    """CPU: our golden model and torch's SDPA control on one thread each while timing. Torch's
+    worker sets its own thread count (overriding OMP_NUM_THREADS), and its OpenMP threads spin after
+    each call and steal the core our second thread needs (45 % of our calls slow under default
+    threading, 10 % with torch on one thread); the worker also sets OMP_WAIT_POLICY=passive."""
+    if ctx.is_gpu:
+        yield
+        return
+    before_env, before_torch = os.environ.get("REGRESS_CPU_THREADS"), torch.get_num_threads()
+    os.environ["REGRESS_CPU_THREADS"] = "1"  # the kernel reads it at each call
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before_torch)
+        if before_env is None:
+            os.environ.pop("REGRESS_CPU_THREADS", None)
+        else:
+            os.environ["REGRESS_CPU_THREADS"] = before_env
 
 
 def warmup_iterations(ctx: SuiteContext) -> int:
@@ -186,7 +231,11 @@ class PerfSuite:
         ]
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
-        return guarded(spec, lambda: self._run(ctx, spec), ctx.device)
+        def timed() -> CaseResult:
+            with _one_thread(ctx):
+                return self._run(ctx, spec)
+
+        return guarded(spec, timed, ctx.device)
 
     def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
         shape = spec_shape(spec)
@@ -208,14 +257,8 @@ class PerfSuite:
             return ctx.library.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
 
         runners.append(("time_ms", kernel))
-        requested, control = _drill_control(ctx)
-        if control is not None:
-
-            def clean(i: int, lib: Any = control) -> object:
-                q, k, v = sets[i % n_sets]
-                return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
-
-            runners.append((DRILL_CONTROL_SAMPLE, clean))
+        requested = int((ctx.library.build_info().get("inject") or {}).get("slowdown_pct", 0) or 0)
+        other = _ab_baseline()
         for bl in ctx.baselines:
             bmode = _baseline_mode(bl, mode)
             if bmode != mode:
@@ -231,21 +274,17 @@ class PerfSuite:
         kept = working_baselines(probes, ctx.device, notes)
         runners = [(key, fn) for key, fn in runners if key in kept]
         before = device_state(ctx.device)
+        iters = timed_iterations(ctx, iters, shape)
         with phase("timing"):  # kernel and baselines interleaved: one phase, not separable
-            warm_start = time.perf_counter()
-            for i in range(warm):
-                for _, fn in runners:
-                    fn(i)
-            synchronize(ctx.device)
-            iters = timed_iterations(ctx, iters, (time.perf_counter() - warm_start) / max(1, warm))
+            samples = _rounds(ctx, runners, warm, iters)
+            if other is not None:
 
-            timer = Timer(ctx.is_gpu)
-            for i in range(iters):
-                order = runners if i % 2 == 0 else runners[::-1]
-                timer.prime()
-                for key, fn in order:
-                    timer.time(key, functools.partial(fn, i))
-            samples = timer.samples()
+                def baseline_build(i: int, lib: Any = other) -> object:
+                    q, k, v = sets[i % n_sets]
+                    return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
+
+                arms = [(AB_CANDIDATE_SAMPLE, kernel), (AB_BASELINE_SAMPLE, baseline_build)]
+                samples.update(_rounds(ctx, arms, warm, iters))
         after = device_state(ctx.device)
 
         metrics: dict[str, Any] = {
@@ -253,6 +292,11 @@ class PerfSuite:
             "iterations": iters,
             "warmup": warm,
             "input_sets": n_sets,
+            **(
+                {"ab_baseline": os.environ.get(AB_LABEL_ENV, "a second build"), "ab_rounds": iters}
+                if other
+                else {}
+            ),
             **drill_cost(samples, requested),
         }
         return CaseResult(
@@ -265,29 +309,47 @@ class PerfSuite:
         )
 
 
-def _drill_control(ctx: SuiteContext) -> tuple[int, Any]:
-    """(requested slowdown %, the clean library) for a slowdown drill with a control; (0, None) else."""
-    requested = int((ctx.library.build_info().get("inject") or {}).get("slowdown_pct", 0) or 0)
-    path = os.environ.get(DRILL_CONTROL_ENV)
-    if not requested or not path:
-        return requested, None
+def _rounds(
+    ctx: SuiteContext, runners: list[tuple[str, Callable[[int], object]]], warm: int, iters: int
+) -> dict[str, list[float]]:
+    """Warm-up, then `iters` rounds of every runner once, the order reversed every other round."""
+    for i in range(warm):
+        for _, fn in runners:
+            fn(i)
+    synchronize(ctx.device)
+    timer = Timer(ctx.is_gpu, thread_clock=True)  # CPU: one thread (_one_thread), its CPU time
+    for i in range(iters):
+        order = runners if i % 2 == 0 else runners[::-1]
+        timer.prime()
+        for key, fn in order:
+            timer.time(key, functools.partial(fn, i))
+    return timer.samples()
+
+
+def _ab_baseline() -> Any:
+    """The A/B baseline build named in $REGRESS_AB_BASELINE_LIB, loaded; None when there is none."""
+    path = os.environ.get(AB_BASELINE_ENV)
+    if not path:
+        return None
     from regress.kernel import load_library
 
-    return requested, load_library(path)
+    return load_library(path)
 
 
 def drill_cost(samples: dict[str, list[float]], requested: int) -> dict[str, Any]:
-    """The drill's measured cost: the ratio of the fastest drill call to the fastest clean call,
-    timed in the same interleaved rounds. The minimum, not the gate's lower quartile: on the loaded
-    2-core runner more than a quarter of a 1.6 ms call's rounds can be preempted (measured: 6-10 ms
-    calls beside 1.6 ms), which moved the quartile ratio of a 10 % drill to +178 % on one case while
-    the ratio of minima stayed at +9 % (18 cases, 60 rounds: geomean +9.6 %); noise only adds time,
-    so each minimum is its build's least-disturbed call."""
-    drill, clean = samples.get("time_ms", []), samples.get(DRILL_CONTROL_SAMPLE, [])
-    if not requested or not drill or not clean or min(clean) <= 0:
+    """The drill's measured cost: the median over ABBA blocks of the drill build's time over the
+    clean build's, both timed in the same rounds of the A/B phase (the statistic the A/B verdict
+    judges, `regress.detect.paired`). Paired blocks, not the two builds' separate minima or
+    quartiles: a preempted round slows both arms of its block, so it cancels in the ratio instead
+    of deciding it (on the loaded 2-core runner the quartile ratio of one 10 % drill case read
+    +178 %)."""
+    from regress.detect.paired import block_log_ratios
+
+    d = block_log_ratios(samples.get(AB_BASELINE_SAMPLE, []), samples.get(AB_CANDIDATE_SAMPLE, []))
+    if not requested or not d:
         return {}
     return {
         "drill_requested_pct": requested,
-        "drill_measured_pct": (min(drill) / min(clean) - 1.0) * 100.0,
-        "drill_rounds": min(len(drill), len(clean)),
+        "drill_measured_pct": math.expm1(sorted(d)[len(d) // 2]) * 100.0,
+        "drill_rounds": 2 * len(d),
     }

@@ -74,3 +74,12 @@ def test_pair_noise_ignores_a_common_shift_and_needs_enough_cases() -> None:
     shifted = pair_noise([r * 1.3 for r in ratios])
     assert shifted is not None and math.isclose(shifted, s, rel_tol=1e-9)
     assert pair_noise(ratios[:5]) is None
+
+
+def test_pair_noise_is_unknown_not_zero_when_the_samples_explain_the_spread() -> None:
+    """It used to return 0.0 here, so the noise band vanished exactly when the samples were noisiest
+    (a clean-vs-clean gate then flagged three cases at +55 %, +313 % and +181 %)."""
+    rng = np.random.default_rng(1)
+    ratios = list(np.exp(0.01 * rng.standard_normal(18)))
+    assert pair_noise(ratios, [0.5] * 18) is None
+    assert pair_noise(ratios) is not None

@@ -121,16 +121,45 @@ def test_perf_stores_every_sample(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> 
     }
 
 
-def test_cpu_cases_span_the_minimum_window() -> None:
+def test_cpu_rounds_follow_the_shape_not_a_warm_up() -> None:
+    """Two runs of one case get the same round structure: the count comes from the shape's FLOPs at
+    a stated rate, with a floor (one preempted warm-up once gave a case 5 rounds and its twin 770)."""
     from regress.suites.base import SuiteContext
-    from regress.suites.perf import CPU_MIN_WINDOW_S, MAX_ITERATIONS, timed_iterations
+    from regress.suites.perf import (
+        CPU_MIN_WINDOW_S,
+        CPU_NOMINAL_FLOPS,
+        MAX_ITERATIONS,
+        default_iterations,
+        timed_iterations,
+    )
 
     cpu = SuiteContext(library=None, device="cpu", quick=True)  # type: ignore[arg-type]
     gpu = SuiteContext(library=None, device="cuda", quick=True)  # type: ignore[arg-type]
-    assert timed_iterations(cpu, 30, 1e-4) * 1e-4 >= CPU_MIN_WINDOW_S[True]
-    assert timed_iterations(cpu, 30, 1.0) == 30  # long rounds keep the asked count
-    assert timed_iterations(cpu, 30, 1e-9) == MAX_ITERATIONS
-    assert timed_iterations(gpu, 30, 1e-4) == 30  # device events: fixed count
+    small, big, tiny = Shape(1, 1, 64, 77), Shape(1, 1, 1024, 1024), Shape(1, 1, 1, 1)
+    assert default_iterations(cpu) == 40 and default_iterations(gpu) == 40
+    n = timed_iterations(cpu, 30, small)
+    assert n * small.flops / CPU_NOMINAL_FLOPS >= CPU_MIN_WINDOW_S[True] and n == timed_iterations(
+        cpu, 30, small
+    )
+    assert timed_iterations(cpu, 30, big) == 30  # long calls keep the asked count
+    assert timed_iterations(cpu, 30, tiny) == MAX_ITERATIONS
+    assert timed_iterations(gpu, 30, small) == 30  # device events: fixed count
+
+
+def test_cpu_perf_times_one_thread_and_restores_the_setting(
+    cpu_lib: KernelLibrary, make_ctx: MakeCtx
+) -> None:
+    import os
+
+    import torch
+
+    from regress.suites.perf import _one_thread
+
+    ctx = make_ctx(cpu_lib, iterations=2)
+    before, env = torch.get_num_threads(), os.environ.get("REGRESS_CPU_THREADS")
+    with _one_thread(ctx):
+        assert torch.get_num_threads() == 1 and os.environ["REGRESS_CPU_THREADS"] == "1"
+    assert torch.get_num_threads() == before and os.environ.get("REGRESS_CPU_THREADS") == env
 
 
 def test_e2e_layer_runs(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:

@@ -1,0 +1,168 @@
+"""The one path from stored results to the pure rule (`regress.detect.verdict.judge`, `paired.judge_ab`).
+
+The nightly analysis (regress/analysis.py) and the gate (regress/gate/) both build their inputs here,
+so a night and a gate judging the same pair of runs see the same samples, the same history, the
+same noisy nights left out and the same control ratio (tests/test_evidence.py checks it):
+
+- readers: a result's raw samples by name, its location, its scaled-ULP maximum (one name);
+- per-case history: the earlier finished, non-drill, passing runs of the baseline's series that
+  have samples, oldest first, ending with the baseline itself (never the p50 headline: a different
+  statistic from the rule's q = 0.25 location);
+- noisy nights: history nights on which the interleaved control (torch's SDPA) moved far from its
+  own level on every case at once are the machine's, not the kernel's; they are left out and named;
+- the control ratio of a pair; the A/B arms of one run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from .detect.paired import ABInput
+from .detect.verdict import CaseInput, noisy_nights
+from .metrics import percentile
+from .results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, PERF_SAMPLE
+from .store import Case, Result, Run
+from .store.queries import series_history
+
+SCALED_ULP = "scaled_ulp_max"  # the one name the ULP suite writes
+
+
+def samples(res: Result, name: str = PERF_SAMPLE) -> list[float]:
+    """The raw samples of one stored result under `name` (empty when it has none)."""
+    return next((list(s.values) for s in res.samples if s.name == name), [])
+
+
+def scaled_ulp(metrics: dict[str, Any]) -> float | None:
+    v = metrics.get(SCALED_ULP)
+    return float(v) if isinstance(v, int | float) else None
+
+
+def location(res: Result, q: float, name: str = PERF_SAMPLE) -> float | None:
+    """Quantile q of the finite raw samples; None without samples."""
+    xs = [v for v in samples(res, name) if math.isfinite(v)]
+    return percentile(xs, 100 * q) if xs else None
+
+
+def _control_name(res: Result) -> str | None:
+    names = sorted(
+        s.name for s in res.samples if s.name.startswith("baseline:") and s.name.endswith(":time_ms")
+    )
+    return names[0] if names else None
+
+
+def control_ratio(b: Result, c: Result, q: float) -> tuple[str, float] | None:
+    """(control name, candidate/baseline location ratio) of the first baseline kernel that both
+    runs timed interleaved with ours; None when there is none."""
+    shared = {s.name for s in b.samples} & {s.name for s in c.samples}
+    for name in sorted(n for n in shared if n.startswith("baseline:") and n.endswith(":time_ms")):
+        lb, lc = location(b, q, name), location(c, q, name)
+        if lb and lc and lb > 0 and lc > 0:
+            return name.split(":")[1], lc / lb
+    return None
+
+
+def usable(res: Result) -> bool:
+    """A result the perf rule can use: passed, with raw samples."""
+    return res.status == "pass" and bool(samples(res))
+
+
+@dataclass(frozen=True)
+class PerfPair:
+    """One perf case of a comparison: the baseline run and result, and the candidate's result."""
+
+    case: Case
+    base_run: Run
+    baseline: Result
+    candidate: Result
+
+
+@dataclass
+class PerfEvidence:
+    inputs: list[CaseInput]
+    pairs: list[PerfPair] = field(default_factory=list)  # the inputs' pairs, in the same order
+    dropped_nights: list[str] = field(default_factory=list)  # run ids left out of every history
+    reasons: list[str] = field(default_factory=list)
+
+
+def perf_evidence(
+    session: Session, pairs: Sequence[PerfPair], *, q: float, history_runs: int, with_control: bool
+) -> PerfEvidence:
+    """The rule's inputs for these pairs: samples, histories (noisy nights left out), controls."""
+    histories: list[list[tuple[str, Result]]] = []
+    for p in pairs:
+        past = [
+            (r.id, res)
+            for r, res in series_history(session, p.base_run, p.case.id, history_runs - 1)
+            if usable(res)
+        ]
+        histories.append([*past[::-1], (p.base_run.id, p.baseline)])
+    # Per night, the control's shift from its own level, as the median over the cases that have one.
+    by_night: dict[str, list[float]] = {}
+    for hist in histories:
+        name = next((n for _, res in hist if (n := _control_name(res))), None)
+        levels = {rid: v for rid, res in hist if name and (v := location(res, q, name))}
+        if len(levels) < 4:
+            continue
+        mid = float(np.median(list(levels.values())))
+        for rid, v in levels.items():
+            by_night.setdefault(rid, []).append(math.log(v / mid))
+    shifts = {rid: float(np.median(v)) for rid, v in by_night.items()}
+    base_ids = {p.base_run.id for p in pairs}
+    dropped = [rid for rid in noisy_nights(shifts) if rid not in base_ids]
+    inputs = []
+    for p, hist in zip(pairs, histories, strict=True):
+        levels = [v for rid, res in hist if rid not in dropped and (v := location(res, q)) is not None]
+        inputs.append(
+            CaseInput(
+                p.case.key,
+                samples(p.baseline),
+                samples(p.candidate),
+                levels,
+                control_ratio(p.baseline, p.candidate, q) if with_control else None,
+                f"{p.case.suite}/{p.case.name}",
+            )
+        )
+    ev = PerfEvidence(inputs, list(pairs), dropped)
+    if dropped:
+        moved = ", ".join(f"{rid[:12]} ({math.expm1(shifts[rid]) * 100:+.0f}%)" for rid in dropped[:8])
+        ev.reasons.append(
+            f"{len(dropped)} noisy night(s) left out of the history (the interleaved control moved on "
+            f"every case at once): {moved}"
+        )
+    return ev
+
+
+def ab_inputs(rows: Sequence[tuple[Case, Result]]) -> list[ABInput]:
+    """Both arms of an A/B run, per perf case that recorded them."""
+    out = []
+    for case, res in rows:
+        base, cand = samples(res, AB_BASELINE_SAMPLE), samples(res, AB_CANDIDATE_SAMPLE)
+        if res.status == "pass" and base and cand:
+            out.append(ABInput(case.key, base, cand, f"{case.suite}/{case.name}"))
+    return out
+
+
+def is_ab_result(res: Result) -> bool:
+    return bool(samples(res, AB_BASELINE_SAMPLE))
+
+
+__all__ = [
+    "AB_BASELINE_SAMPLE",
+    "AB_CANDIDATE_SAMPLE",
+    "PERF_SAMPLE",
+    "SCALED_ULP",
+    "PerfEvidence",
+    "PerfPair",
+    "ab_inputs",
+    "control_ratio",
+    "location",
+    "perf_evidence",
+    "samples",
+    "scaled_ulp",
+]
