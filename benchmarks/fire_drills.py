@@ -7,7 +7,7 @@ python benchmarks/fire_drills.py gates --pairs 10 --drill 30 --db sqlite:////tmp
 python benchmarks/fire_drills.py gates --db sqlite:////tmp/drills.db --regate   # re-judge only
 
 # calibration: the clean and the drill builds timed interleaved on the perf shapes, single-thread,
-# the cost of each requested slowdown as the ratio of lower quartiles (as the perf suite records it)
+# the cost of each requested slowdown as the perf suite records it (median paired ABBA block ratio)
 python benchmarks/fire_drills.py calibrate --drills 2,3,5,10 --rounds 200
 """
 
@@ -148,8 +148,9 @@ def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, dict[st
     torch.set_num_threads(threads)
     from regress.build import build_kernel
     from regress.kernel import load_library
+    from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
     from regress.suites.common import make_inputs
-    from regress.suites.perf import CPU_QUICK, CPU_SHAPES, DRILL_CONTROL_SAMPLE, drill_cost
+    from regress.suites.perf import CPU_QUICK, CPU_SHAPES, drill_cost
 
     clean = load_library(build_kernel("cpu").path)
     shapes = list(dict.fromkeys([*CPU_QUICK, *CPU_SHAPES]))
@@ -168,12 +169,12 @@ def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, dict[st
                     t0 = time.thread_time_ns()
                     one.forward(q, k, v, layout="bhsd", rounding="rtne")
                     times[name].append((time.thread_time_ns() - t0) / 1e6)
-            cost = drill_cost({"time_ms": times["drill"], DRILL_CONTROL_SAMPLE: times["clean"]}, pct)
+            cost = drill_cost({AB_CANDIDATE_SAMPLE: times["drill"], AB_BASELINE_SAMPLE: times["clean"]}, pct)
             # Beside the suite's estimator, the median of the per-round paired ratios: CPU time is
             # not one-sided like wall time, so the paired median is the steadier one here.
             paired = sorted(d / c for d, c in zip(times["drill"], times["clean"], strict=True) if c > 0)
             table.setdefault(f"{shape.b}x{shape.h}x{shape.sq}x{shape.sk}", {})[str(pct)] = {
-                "min_ratio": round(cost["drill_measured_pct"], 2),
+                "paired_blocks": round(cost["drill_measured_pct"], 2),
                 "paired_median": round((paired[len(paired) // 2] - 1) * 100, 2),
             }
     print(json.dumps({"threads": threads, "rounds": rounds, "measured_pct": table}, indent=1))

@@ -167,6 +167,17 @@ def timed_iterations(ctx: SuiteContext, iters: int, shape: Shape) -> int:
     return max(iters, min(MAX_ITERATIONS, math.ceil(CPU_MIN_WINDOW_S[ctx.quick] / call_s)))
 
 
+# The A/B phase on the CPU gets twice the rounds (at most AB_MAX_ITERATIONS, never fewer than the
+# first phase): a loaded 2-core VM scatters the paired blocks of a 1.5 ms case enough that 20
+# blocks left its MDE at 15 %; the phase costs about 6 s of CPU time per quick night.
+AB_CPU_FACTOR = 2
+AB_MAX_ITERATIONS = 1000
+
+
+def ab_iterations(ctx: SuiteContext, iters: int) -> int:
+    return iters if ctx.is_gpu else max(iters, min(AB_MAX_ITERATIONS, AB_CPU_FACTOR * iters))
+
+
 @contextlib.contextmanager
 def _one_thread(ctx: SuiteContext) -> Iterator[None]:
     """CPU: our golden model and torch's SDPA control on one thread each while timing. Torch's
@@ -284,7 +295,7 @@ class PerfSuite:
                     return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
 
                 arms = [(AB_CANDIDATE_SAMPLE, kernel), (AB_BASELINE_SAMPLE, baseline_build)]
-                samples.update(_rounds(ctx, arms, warm, iters))
+                samples.update(_rounds(ctx, arms, warm, ab_iterations(ctx, iters)))
         after = device_state(ctx.device)
 
         metrics: dict[str, Any] = {
@@ -293,7 +304,10 @@ class PerfSuite:
             "warmup": warm,
             "input_sets": n_sets,
             **(
-                {"ab_baseline": os.environ.get(AB_LABEL_ENV, "a second build"), "ab_rounds": iters}
+                {
+                    "ab_baseline": os.environ.get(AB_LABEL_ENV, "a second build"),
+                    "ab_rounds": ab_iterations(ctx, iters),
+                }
                 if other
                 else {}
             ),

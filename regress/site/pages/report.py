@@ -48,6 +48,7 @@ def gate_pages(c: Pages) -> None:
                 **g,
                 "baseline": c.d.runs.get(g["baseline_run_id"]),
                 "candidate": c.d.runs.get(g["candidate_run_id"]),
+                "mode": _gate_mode(g["report"]),
             }
         )
     views.sort(key=lambda g: g["created_at"] or datetime.min, reverse=True)
@@ -69,6 +70,12 @@ def gate_pages(c: Pages) -> None:
             }
 
         c.w.page(f"gate/{g['id']}.html", "gate.html.j2", key, ctx)
+
+
+def _gate_mode(report: Any) -> str:
+    """ "A/B" for a gate of one run's two builds timed in the same rounds, else "cross-night"."""
+    power = report.get("power") if isinstance(report, dict) else None
+    return "A/B" if isinstance(power, dict) and power.get("mode") == "ab" else "cross-night"
 
 
 def _report_sections(report: dict[str, Any]) -> list[dict[str, Any]]:
