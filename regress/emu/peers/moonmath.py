@@ -334,8 +334,9 @@ class MoonMathEmu:
         nkb = _ceil(sk, KV_BLOCK_ROWS)
         out = torch.empty_like(q)
         v_t = torch.empty((b, h, nkb * KV_BLOCK_ROWS, d), dtype=torch.bfloat16)
-        # Padding after K: the kernel reads whole 64-row key blocks (the rows past seq_len_kv it
-        # masks to -inf); the pad is NaN so that any use of it would show in the output.
+        # Padding after K: the kernel walks whole 64-row key blocks; its buffer bound (counting
+        # soffset, machine.Wave._buffer_dwords) turns the rows past seq_len_kv into zeros, which it
+        # masks to -inf. The NaN pad would show in the output if a read ever got past that bound.
         k_pad = torch.full((k.numel() + KV_BLOCK_ROWS * h * d,), 0, dtype=torch.int16)
         k_pad.fill_(_NAN_BF16)
         k_buf = k_pad.view(torch.bfloat16)
