@@ -94,3 +94,17 @@ def test_compare_bits_histogram_and_nonfinite_identity() -> None:
     finite_there[4] = 0x3F80
     m = compare_bits(ours, finite_there)
     assert m["nonfinite_positions_identical"] == 0 and m["peer_nonfinite"] == 1 and m["nonfinite"] == 2
+
+
+def test_aiter_lse_is_the_natural_log_sum_exp(aiter: peer.Aiter) -> None:
+    """With s_lse = 1 the kernel also stores each row's log-sum-exp (v_log_f32, then a multiply by
+    1/log2 e) into LSE [B, H, Sq]: against fp64 within fp32 rounding of values up to ~14."""
+    import torch
+
+    emu = peer.AiterEmu(aiter)
+    q, k, v = make_inputs(Shape(1, 2, 203, 77), "bshd", seed=42, device="cpu")
+    emu.forward(q, k, v, layout="bshd", rounding="rtne", lse=True)
+    assert emu.last_lse is not None
+    s = q.double().transpose(1, 2) @ k.double().transpose(1, 2).transpose(-1, -2) * 128**-0.5
+    want = torch.logsumexp(s, -1)
+    assert (emu.last_lse.double() - want).abs().max().item() < 1e-5
