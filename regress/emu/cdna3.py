@@ -52,7 +52,11 @@ CONSTANTS: tuple[Constant, ...] = (
         "issue_clocks", 4, "clocks", ISA, "one issue opportunity per SIMD every 4 clocks; wave64 on 16 lanes"
     ),
     Constant(
-        "trans_issue_cycles", 4, "issue cycles", SCHED, "WriteTrans32 / WriteQuarterRate32 = 4 (quarter rate)"
+        "trans_issue_cycles",
+        4,
+        "issue cycles",
+        SCHED,
+        "WriteTrans32 = 4 = 1 / (ops per cycle) / 4: quarter rate, VALU held 16 clocks",
     ),
     Constant("mfma_pass_clocks", 4, "clocks", CALC, "one pass = 4 clocks"),
     Constant("mfma_16x16x16_bf16_passes", 4, "passes", CALC, "16 cycles; SISchedule Write4PassMAI"),

@@ -62,7 +62,8 @@ class TimingError(RuntimeError):
 @dataclass(frozen=True)
 class Op:
     kind: int
-    arg: int = 0  # VALU: issue cycles; MFMA: passes; NOP: wait states; WAIT: vmcnt; PRIO: level; VMEM: bytes
+    # VALU: 1 for a quarter-rate op; MFMA: passes; NOP: wait states; WAIT: vmcnt; PRIO: level; VMEM: bytes
+    arg: int = 0
     arg2: int = 0  # WAIT: lgkmcnt; VMEM: 1 for a direct-to-LDS load
     target: int = -1  # branch target index
 
@@ -93,7 +94,7 @@ def static_ops(kernel: Kernel) -> list[Op]:
                 raise TimingError(f"{kernel.name}: no MFMA rate for {name} (regress/emu/cdna3.py)")
             ops.append(Op(MFMA, MFMA_PASSES[name]))
         elif name.startswith("v_"):
-            ops.append(Op(VALU, int(C["trans_issue_cycles"]) if name in QUARTER_RATE else 1))
+            ops.append(Op(VALU, int(name in QUARTER_RATE)))
         elif name.startswith("ds_"):
             ops.append(Op(LDS))
         elif name.startswith(("global_", "buffer_", "flat_", "scratch_")):
@@ -232,6 +233,7 @@ def replay(
     barrier_clk = int(p["barrier_clocks"])
     block_share = p["mfma_valu_block"]
     own_block = p["mfma_own_valu_block"]
+    trans_cycles = int(p["trans_issue_cycles"])
 
     waves: list[_Wave] = []
     for g, wg in enumerate(workgroups):
@@ -307,7 +309,7 @@ def replay(
                 if unit is not None:
                     used |= 1 << unit
                 if k == VALU:
-                    busy = op.arg * issue
+                    busy = issue * (trans_cycles if op.arg else 1)
                     valu_free[s] = t + busy
                     valu_busy[s] += busy
                     cost["valu"] += issue
