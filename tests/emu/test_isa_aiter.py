@@ -328,3 +328,80 @@ def test_refusal_names_the_instruction_and_the_object(asm_kernel):
         k()
     msg = str(err.value)
     assert "v_sin_f32_e32 v10, v6" in msg and "kernel k at +0x" in msg and ".co" in msg
+
+
+def test_forms_aiter_uses_of_instructions_ours_uses_too(asm_kernel):
+    """The operand forms AITER's objects use of instructions the emulator already had: ds_write_b64 /
+    ds_read_b64 / ds_read_b128 with offsets, v_fma_f32 with an SGPR and a negated source,
+    v_rcp_iflag_f32, v_cmp_eq_f32 into an SGPR pair against the inline 0, v_cmp_le_u32 with an SGPR,
+    and s_cmp_lt_i32 / s_sub_i32 / s_add_i32 (signed compare; SCC = signed overflow)."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_lshlrev_b32 v8, 5, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[12:13], s[6:7], 0, v[8:9]
+  global_load_dword v10, v[2:3], off
+  s_waitcnt vmcnt(0)
+  v_lshlrev_b32 v14, 3, v0
+  v_mov_b32 v16, v0
+  v_add_u32 v17, 1000, v0
+  ds_write_b64 v14, v[16:17] offset:512
+  s_waitcnt lgkmcnt(0)
+  ds_read_b64 v[18:19], v14 offset:512
+  v_and_b32 v15, 31, v0
+  v_lshlrev_b32 v15, 4, v15
+  ds_read_b128 v[20:23], v15 offset:512
+  s_waitcnt lgkmcnt(0)
+  s_mov_b32 s20, 2.0
+  v_mov_b32 v25, 1.0
+  v_fma_f32 v26, v10, s20, -v25
+  v_rcp_iflag_f32 v27, v10
+  v_cmp_eq_f32_e64 s[22:23], v10, 0
+  v_cndmask_b32_e64 v28, 0, 1, s[22:23]
+  s_mov_b32 s24, 5
+  v_cmp_le_u32 vcc, s24, v0
+  v_cndmask_b32 v29, 0, 1, vcc
+  s_mov_b32 s25, -3
+  s_cmp_lt_i32 s25, 2
+  s_cselect_b32 s26, 1, 0
+  s_mov_b32 s27, 0x80000000
+  s_sub_i32 s28, s27, 1
+  s_cselect_b32 s29, 1, 0
+  s_add_i32 s30, s25, 7
+  s_cselect_b32 s31, 1, 0
+  v_mov_b32 v32, s26
+  v_mov_b32 v33, s28
+  v_mov_b32 v34, s29
+  v_mov_b32 v35, s30
+  v_mov_b32 v36, s31
+  global_store_dwordx2 v[12:13], v[18:19], off
+  global_store_dwordx2 v[12:13], v[26:27], off offset:8
+  global_store_dwordx2 v[12:13], v[28:29], off offset:16
+  s_mov_b64 exec, 1
+  global_store_dwordx4 v[12:13], v[20:23], off offset:2048
+  global_store_dwordx4 v[12:13], v[32:35], off offset:2064
+  global_store_dword v[12:13], v36, off offset:2080
+  s_waitcnt vmcnt(0)
+""",
+        lds=2048,
+    )
+    x = np.zeros(64, np.float32)
+    x[:4] = [0.0, 4.0, -0.5, 3.0]
+    x[4:] = np.arange(4, 64)
+    out = np.zeros(64 * 8 + 16, np.uint32)
+    hazards, _ = k(x, out)
+    assert not hazards
+    rows = out[: 64 * 8].reshape(64, 8)
+    lane = np.arange(64)
+    assert rows[:, 0].tolist() == lane.tolist() and rows[:, 1].tolist() == (1000 + lane).tolist()
+    fma, rcp = rows[:, 2].view(np.float32), rows[:, 3].view(np.float32)
+    assert fma[:4].tolist() == [-1.0, 7.0, -2.0, 5.0]  # 2x - 1
+    assert rcp[1] == 0.25 and rcp[3] == np.float32(1 / 3) and rcp[0] == np.inf
+    assert rows[:, 4].tolist() == [1] + [0] * 63  # only x = 0 equals 0
+    assert rows[:, 5].tolist() == (lane >= 5).astype(int).tolist()  # 5 <= lane
+    tail = out[64 * 8 :]  # lane 0's ds_read_b128 at byte 512: lanes 0 and 1 of the b64 writes
+    assert tail[:4].tolist() == [0, 1000, 1, 1001]
+    assert tail[4] == 1  # -3 < 2 signed
+    assert tail[5] == 0x7FFFFFFF and tail[6] == 1  # INT_MIN - 1 overflows
+    assert tail[7] == 4 and tail[8] == 0  # -3 + 7, no overflow
