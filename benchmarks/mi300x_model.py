@@ -107,6 +107,7 @@ def row(p: Prediction) -> dict[str, object]:
 
 
 def summary(rows: list[dict[str, object]], params: dict[str, float], seconds: float) -> dict[str, object]:
+    rows = [r for r in rows if "predicted_ms" in r]
     by = {(tuple(r["shape"]), r["mode"], r["kernel"]): r for r in rows}  # type: ignore[arg-type]
     out: dict[str, object] = {
         "summary": True,
@@ -156,9 +157,18 @@ def summary(rows: list[dict[str, object]], params: dict[str, float], seconds: fl
 
 def predict_all(
     models: dict[str, KernelModel], shapes: list[Shape], modes: list[str], params: dict[str, float]
-) -> tuple[list[Prediction], Predictor]:
+) -> tuple[list[Prediction | dict[str, object]], Predictor]:
     pred = Predictor(params)
-    return [pred.predict(models[k], s, m) for s in shapes for m in modes for k in models], pred
+    out: list[Prediction | dict[str, object]] = []
+    for s in shapes:
+        for m in modes:
+            for k in models:
+                try:
+                    out.append(pred.predict(models[k], s, m))
+                except ValueError as e:  # a shape the kernel's own host code refuses: say so, go on
+                    shape = [s.b, s.h, s.sq, s.d] if s.sq == s.sk else [s.b, s.h, s.sq, s.sk, s.d]
+                    out.append({"shape": shape, "mode": m, "kernel": k, "error": str(e)})
+    return out, pred
 
 
 def fit(models: dict[str, KernelModel]) -> dict[str, float]:
@@ -203,7 +213,7 @@ BUCKETS = (
 def markdown(path: Path) -> str:
     """The tables of docs/hip-gfx942.md from a committed results file (all predicted)."""
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    by = {(tuple(r["shape"]), r["mode"], r["kernel"]): r for r in rows if "shape" in r}
+    by = {(tuple(r["shape"]), r["mode"], r["kernel"]): r for r in rows if "predicted_ms" in r}
     out = [
         "| B,H,S | mode | AITER pred / pub ms | err | MoonMath pred / pub ms | err | "
         "AITER/MoonMath pred / pub | ours pred ms | ours TFLOP/s | ours vs AITER | ours vs MoonMath |",
@@ -307,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--set {item}: {value!r} is not a number")
     t0 = time.monotonic()
     preds, predictor = predict_all(models, shapes, args.modes, params)
-    rows = [row(p) for p in preds]
+    rows = [row(p) if isinstance(p, Prediction) else p for p in preds]
     lines = [json.dumps(r) for r in rows]
     if args.breakdown:
         lines += [json.dumps({"steady_state": b}) for b in predictor.breakdowns()]

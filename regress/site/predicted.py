@@ -33,6 +33,6 @@ def load(path: Path | None) -> dict[str, Any] | None:
         r = json.loads(line)
         if r.get("summary"):
             summary = r
-        elif "shape" in r:
+        elif "predicted_ms" in r:  # not the rows a kernel refused ("error") or the steady states
             rows.append(r)
     return {"file": path.name, "rows": rows, "summary": summary}

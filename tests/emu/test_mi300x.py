@@ -127,9 +127,11 @@ def test_the_benchmark_prints_one_line_per_row_and_a_summary(capsys: pytest.Capt
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import mi300x_model
 
-    assert mi300x_model.main(["--kernels", "ours", "--modes", "rtz", "--shapes", "1,2,512,512"]) == 0
+    argv = ["--kernels", "ours", "--modes", "rtz", "--shapes", "1,2,512,512", "1,4,512,512,2"]
+    assert mi300x_model.main(argv) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert len(lines) == 2 and lines[-1]["summary"] and lines[-1]["predicted"]
+    assert len(lines) == 3 and lines[-1]["summary"] and lines[-1]["predicted"]
+    assert "grouped-query" in lines[1]["error"]  # a shape the kernel refuses is a row saying so
     row = lines[0]
     assert row["shape"] == [1, 2, 512, 128] and row["kernel"] == "ours" and row["published_ms"] is None
     assert row["predicted_ms"] > 0 and row["bound"] == "compute" and 0 < row["mfma_busy"] < 1
