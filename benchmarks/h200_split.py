@@ -57,6 +57,7 @@ CHECK_ONLY: dict[str, tuple[str, ...]] = {
     "ulp2s4": ("-DRA_INJECT_ULP=2", "-DRA_CUDA_SPLIT=4"),
     "nondets4": ("-DRA_INJECT_NONDET=1", "-DRA_CUDA_SPLIT=4"),
     "cvt0s4": ("-DRA_CUDA_CVT_ROUND=0", "-DRA_CUDA_SPLIT=4"),
+    "mk0s4": ("-DRA_CUDA_MERGE_KERNEL=0", "-DRA_CUDA_SPLIT=4"),  # decode merged in the kernel: same bits
 }
 if os.environ.get("H200_LIBS"):  # "new=;promo0=-DRA_CUDA_L2_PROMO=0" replaces the timed set
     LIBS = {
@@ -178,6 +179,12 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
             (Shape(2, 3, 16, 2000), kind)
             for kind in ("neginf_split0", "neginf_all", "posinf_last", "nan_last")
         ),
+        # decode: the last split's warpgroup merges in the kernel (seqlen_q <= 4)
+        *(
+            (Shape(2, 3, 1, 2000), kind)
+            for kind in ("neginf_split0", "neginf_all", "posinf_last", "nan_last")
+        ),
+        (Shape(3, 2, 4, 3000), "realistic"),
     ]
     for s, kind in cases:
         for layout in LAYOUTS:
@@ -223,11 +230,12 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
                 q, k, v = make_inputs(s, layout, seed=9, device="cuda", kind=kind)
             for mode in MODES:
                 a = libs["s4"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
-                b = libs["cvt0s4"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
-                d = int((a.view(torch.int16) != b.view(torch.int16)).sum())
-                out["bits"][f"s4=cvt0s4:{s.dims()}:{kind}:{layout}:{mode}"] = d
-                if d:
-                    fails.append(f"s4 != cvt0s4 at {s.dims()} {kind} {layout} {mode}: {d} elements")
+                for other in ("cvt0s4", "mk0s4"):
+                    b = libs[other].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                    d = int((a.view(torch.int16) != b.view(torch.int16)).sum())
+                    out["bits"][f"s4={other}:{s.dims()}:{kind}:{layout}:{mode}"] = d
+                    if d:
+                        fails.append(f"s4 != {other} at {s.dims()} {kind} {layout} {mode}: {d} elements")
     check_drills(libs, fails)
     check_determinism(libs, out)
     out["graph"] = check_graph(libs, fails)
@@ -270,7 +278,12 @@ def check_determinism(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> No
     """Six launches per case with unrelated GPU work between: one hash each."""
     junk = torch.randn(4096, 4096, device="cuda")
     for name in ("new", "s4", *(n for n in ("s16", "decode3") if n in libs)):
-        for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(3, 5, 65, 2000)):
+        for s in (
+            Shape(8, 32, 1, 4096),
+            Shape(4, 32, 64, 8192),
+            Shape(3, 5, 65, 2000),
+            Shape(1, 32, 1, 8192),
+        ):
             for layout in LAYOUTS:
                 q, k, v = make_inputs(s, layout, seed=2, device="cuda")
                 hashes = set()

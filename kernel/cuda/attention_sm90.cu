@@ -276,46 +276,64 @@ cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, uint64_t bit, size_
   return e;
 }
 
-/* The split's fp32 partials live in a buffer per (device, stream), so launches on one stream, which
- * run in order, share it and launches on different streams never do. A buffer only grows, and an
- * outgrown one is never freed: a CUDA graph captured earlier may still write it. cudaMalloc runs in
- * the relaxed capture mode, so that a capture in progress (here or in another thread) is not
- * invalidated. A graph replayed on another stream than the one it was captured on, beside eager
- * calls on that stream, would share their buffer: not supported. nullptr (no split) when the table
- * is full or the allocation fails. */
+/* The split's fp32 partials and its counters (split.cuh) live in a buffer per (device, stream), so
+ * launches on one stream, which run in order, share it and launches on different streams never do.
+ * A buffer only grows, and an outgrown one is never freed: a CUDA graph captured earlier may still
+ * write it. cudaMalloc runs in the relaxed capture mode, so that a capture in progress (here or in
+ * another thread) is not invalidated, and the counters of a new buffer are zeroed on a private
+ * stream, waited for at once (each launch leaves them at 0 again). A graph replayed on another stream
+ * than the one it was captured on, beside eager calls on that stream, would share their buffer: not
+ * supported. nullptr (no split) when the table is full or a CUDA call fails. Layout: `floats` bytes
+ * of partials, then the counters. */
 struct Workspace {
   int dev;
   cudaStream_t stream;
   void* ptr;
-  size_t bytes;
+  size_t floats_bytes, counters;
 };
 constexpr int kMaxWorkspaces = 32;
 std::mutex g_ws_mutex;
 Workspace g_ws[kMaxWorkspaces];
 int g_ws_used = 0;
+cudaStream_t g_zero_stream[kMaxDevices];
 
-void* split_workspace(int dev, cudaStream_t stream, size_t bytes) {
-  if (stream == cudaStreamPerThread) return nullptr; /* one handle for many streams */
+struct WorkspacePtrs {
+  float* floats;
+  int* counters;
+};
+
+WorkspacePtrs split_workspace(int dev, cudaStream_t stream, size_t floats_bytes, size_t counters) {
+  const WorkspacePtrs none{nullptr, nullptr};
+  if (stream == cudaStreamPerThread) return none; /* one handle for many streams */
   std::lock_guard<std::mutex> lock(g_ws_mutex);
   Workspace* w = nullptr;
   for (int i = 0; i < g_ws_used && !w; ++i)
     if (g_ws[i].dev == dev && g_ws[i].stream == stream) w = &g_ws[i];
   if (!w) {
-    if (g_ws_used == kMaxWorkspaces) return nullptr;
+    if (g_ws_used == kMaxWorkspaces) return none;
     w = &g_ws[g_ws_used++];
-    *w = Workspace{dev, stream, nullptr, 0};
+    *w = Workspace{dev, stream, nullptr, 0, 0};
   }
-  if (w->bytes >= bytes) return w->ptr;
-  const size_t want = std::max(bytes, 2 * w->bytes);
+  auto ptrs = [](const Workspace& x) {
+    return WorkspacePtrs{static_cast<float*>(x.ptr), reinterpret_cast<int*>(static_cast<char*>(x.ptr) + x.floats_bytes)};
+  };
+  if (w->floats_bytes >= floats_bytes && w->counters >= counters) return ptrs(*w);
+  const size_t fb = std::max(floats_bytes, 2 * w->floats_bytes);
+  const size_t nc = std::max(counters, 2 * w->counters);
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) return (void)cudaGetLastError(), none;
   void* ptr = nullptr;
-  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) return (void)cudaGetLastError(), nullptr;
-  const cudaError_t e = cudaMalloc(&ptr, want);
+  cudaError_t e = cudaSuccess;
+  if (nc && !g_zero_stream[dev]) e = cudaStreamCreateWithFlags(&g_zero_stream[dev], cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMalloc(&ptr, fb + nc * sizeof(int));
+  if (e == cudaSuccess && nc) e = cudaMemsetAsync(static_cast<char*>(ptr) + fb, 0, nc * sizeof(int), g_zero_stream[dev]);
+  if (e == cudaSuccess && nc) e = cudaStreamSynchronize(g_zero_stream[dev]);
   cudaThreadExchangeStreamCaptureMode(&mode);
-  if (e != cudaSuccess) return (void)cudaGetLastError(), nullptr;
+  if (e != cudaSuccess) return (void)cudaGetLastError(), none; /* a buffer that failed to zero leaks */
   w->ptr = ptr;
-  w->bytes = want;
-  return ptr;
+  w->floats_bytes = fb;
+  w->counters = nc;
+  return ptrs(*w);
 }
 
 /* Splits for a launch of `tiles` (batch, head, query block) tiles of `nb` key blocks on `sms` SMs.
@@ -372,15 +390,21 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
         const int sb = (p.num_n_blocks + want - 1) / want;
         const int s = (p.num_n_blocks + sb - 1) / sb;
         const size_t rows = (size_t)p.batch * p.heads * p.seqlen_q;
-        const size_t bytes = (size_t)s * rows * (kHeadDim + 2) * sizeof(float);
-        float* ws = bytes <= kMaxWorkspaceBytes ? static_cast<float*>(split_workspace(dev_id, stream, bytes)) : nullptr;
-        if (ws) {
+        const size_t floats = (size_t)s * rows * (kHeadDim + 2);
+        const size_t counters = RA_CUDA_MERGE_KERNEL ? 0 : (size_t)tiles * 2; /* merge_if_last's */
+        const size_t bytes = floats * sizeof(float) + counters * sizeof(int);
+        const WorkspacePtrs ws = bytes <= kMaxWorkspaceBytes
+                                     ? split_workspace(dev_id, stream, floats * sizeof(float), counters)
+                                     : WorkspacePtrs{nullptr, nullptr};
+        if (ws.floats) {
           p.num_splits = s;
           p.split_blocks = sb;
-          p.part_o = ws;
-          p.part_ml = ws + (size_t)s * rows * kHeadDim;
+          p.part_o = ws.floats;
+          p.part_ml = ws.floats + (size_t)s * rows * kHeadDim;
+          p.part_cnt = ws.counters;
         }
       }
+      p.merge_in_kernel = !RA_CUDA_MERGE_KERNEL && p.num_splits > 1 && p.seqlen_q <= kMergeInKernelMaxRows;
       p.num_tiles = (int)(tiles * p.num_splits);
       int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
       if (RA_CUDA_GRID_BALANCE) {
@@ -405,7 +429,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
         if (e != cudaSuccess) return;
         kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
       }
-      if (p.num_splits > 1) {
+      if (p.num_splits > 1 && !p.merge_in_kernel) {
         if ((e = cudaGetLastError()) != cudaSuccess) return;
         const int64_t rows = (int64_t)p.batch * p.heads * p.seqlen_q;
         const unsigned blocks = (unsigned)((rows + kMergeRowsPerBlock - 1) / kMergeRowsPerBlock);
@@ -446,7 +470,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

@@ -85,6 +85,7 @@ struct Smem : OStaging<P::kOStaging> {
   uint64_t q_full[P::kQStages], q_empty[P::kQStages];
   uint64_t k_full[P::kStages], k_empty[P::kStages];
   uint64_t v_full[P::kStages], v_empty[P::kStages];
+  int merge_flag[2]; /* split.cuh's merge_if_last, one per consumer warpgroup */
 };
 template <class P>
 constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the base to 1024 */
@@ -369,7 +370,8 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     const int64_t os = seq_stride<L>(p.o_stride);
     const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
     if (p.num_splits > 1) {
-      store_partial(p, o, sfm, t, row0, qc); /* split.cuh: attn_merge_splits rounds */
+      store_partial(p, o, sfm, t, row0, qc); /* split.cuh: the last split's warpgroup or a second launch rounds */
+      if (!RA_CUDA_MERGE_KERNEL && p.merge_in_kernel) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
     } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {
       const int row1 = row0 + 8;
       uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;

@@ -43,6 +43,8 @@ struct FwdParams {
   int split_blocks;
   float* part_o;  /* [split][batch * heads][seqlen_q][128]: unnormalised O of the split's keys */
   float* part_ml; /* [split][batch * heads][seqlen_q][2]: raw row max, row sum of the split's keys */
+  int* part_cnt;  /* [batch * heads][num_m_blocks][2 warpgroups]: splits done (0 between launches) */
+  int merge_in_kernel; /* 1: the last split's warpgroup merges (few rows); 0: attn_merge_splits does */
   float scale_log2; /* softmax scale * log2(e) */
   int nondet_flip;  /* RA_INJECT_NONDET: flip bit 0 of O[0,0,0,0] on this launch */
 };

@@ -8,9 +8,14 @@
  *   part_ml[split][b*h][row][2]    m: the raw row max over the split's keys (-Inf if none finite),
  *                                  l: the row sum of the same probabilities, reduced over the quad
  *                                  in the epilogue's fixed order
- * where m_use is m, or 0 while m = -Inf (softmax.cuh). attn_merge_splits, launched next on the
- * same stream, combines the splits of a row in split order (fixed: bit-deterministic) and rounds
- * once, in the requested mode, exactly like the one-pass epilogue:
+ * where m_use is m, or 0 while m = -Inf (softmax.cuh). merge_row combines the splits of a row in
+ * split order (fixed: bit-deterministic) and rounds once, in the requested mode, exactly like the
+ * one-pass epilogue. With -DRA_CUDA_MERGE_KERNEL=0 and seqlen_q <= kMergeInKernelMaxRows (decode) it runs in the warpgroup that
+ * finishes a query block's rows last: each split's warpgroup fences its partials and adds 1 to the
+ * rows' counter in part_cnt; the one that sees num_splits - 1 merges and resets the counter to 0
+ * for the next launch, so no second launch is needed. Otherwise (the default build, or more rows
+ * than warps to merge them at once) attn_merge_splits does, a second launch on the same stream, one
+ * warp per row over the whole GPU. Either way:
  *   M = max_i m_i;  c_i = 2^((m_i - M) scale) (c_i = 1 where m_i = -Inf: its partials are 0, or NaN
  *   from a NaN score, and must stay so);  O = (sum_i c_i O_i) * (1 / sum_i c_i l_i).
  * Non-finite semantics are those of the one-pass kernel (docs/perf-notes.md, "NaN and Inf"): a NaN
@@ -57,17 +62,20 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, const float (&
   }
 }
 
-constexpr int kMergeRowsPerBlock = 4; /* one warp per row, 4 columns per lane */
+/* 1 (default): always attn_merge_splits, the path measured on the H200 (docs/perf-notes.md v5).
+ * 0: decode's splits merge in the kernel (merge_if_last), written and compiled but NOT yet run on
+ * a device: benchmarks/h200_split.py checks and times it with H200_LIBS="new=;mk0=-DRA_CUDA_MERGE_KERNEL=0". */
+#ifndef RA_CUDA_MERGE_KERNEL
+#define RA_CUDA_MERGE_KERNEL 1
+#endif
+/* Rows a warpgroup's 4 warps merge at the end of its last split, one each: merge_row's two rounds of
+ * L2 latency (~1.5 us) are paid once, not per row. */
+constexpr int kMergeInKernelMaxRows = 4;
 
+/* One row of O from its splits' partials: one warp, 4 columns per lane. */
 template <int kRound>
-__global__ void __launch_bounds__(32 * kMergeRowsPerBlock) attn_merge_splits(const __grid_constant__ FwdParams p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t gr = (int64_t)blockIdx.x * kMergeRowsPerBlock + (threadIdx.x >> 5);
-  if (gr >= (int64_t)p.batch * p.heads * p.seqlen_q) return;
-  const int bh = (int)(gr / p.seqlen_q);
-  const int row = (int)(gr - (int64_t)bh * p.seqlen_q);
+__device__ __forceinline__ void merge_row(const FwdParams& p, int bh, int row, int lane) {
   const float kNegInf = -__int_as_float(0x7f800000);
-
   float mx = kNegInf;
   for (int i = 0; i < p.num_splits; ++i) mx = fmaxf(mx, __ldcg(p.part_ml + 2 * part_row(p, i, bh, row)));
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -87,11 +95,48 @@ __global__ void __launch_bounds__(32 * kMergeRowsPerBlock) attn_merge_splits(con
   uint2 w;
   w.x = round_pack<kRound>(acc[0] * inv, acc[1] * inv);
   w.y = round_pack<kRound>(acc[2] * inv, acc[3] * inv);
-  if (RA_INJECT_NONDET && p.nondet_flip && gr == 0 && lane == 0) w.x ^= 1u;
+  if (RA_INJECT_NONDET && p.nondet_flip && bh == 0 && row == 0 && lane == 0) w.x ^= 1u;
   const int b = bh / p.heads;
   const int h = bh - b * p.heads;
   uint16_t* out = p.o + (int64_t)b * p.o_stride[0] + (int64_t)h * p.o_stride[1] + (int64_t)row * p.o_stride[2];
   __stcg(reinterpret_cast<uint2*>(out) + lane, w);
+}
+
+/* After store_partial, in every thread of consumer warpgroup wg (tid: 0..127 in it): the last of
+ * the query block's splits to get here merges the warpgroup's 64 rows. `flag`: one shared word per
+ * warpgroup, accessed as shared (a generic access through the aligned base would leave the shared
+ * window, ST.E). Named barrier 3 + wg (1 and 2 are ping-pong's). The release fence makes each
+ * split's partials visible before its arrival is counted; the acquire fence makes the others'
+ * visible to the last one (its loads go to L2: ld.global.cg). */
+template <int kRound>
+__device__ __forceinline__ void merge_if_last(const FwdParams& p, const TileCoord& t, int wg, int tid, int* flag) {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  named_bar_sync(3 + wg, 128);
+  const int bh = t.b * p.heads + t.h;
+  const uint32_t flag_addr = smem_u32(flag);
+  if (tid == 0) {
+    int* cnt = p.part_cnt + ((int64_t)bh * p.num_m_blocks + t.m) * 2 + wg;
+    const int last = atomicAdd(cnt, 1) == p.num_splits - 1;
+    if (last) atomicExch(cnt, 0); /* every split has arrived: ready for the next launch */
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_addr), "r"(last) : "memory");
+  }
+  named_bar_sync(3 + wg, 128);
+  int last;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_addr) : "memory");
+  if (!last) return;
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  const int row = t.m * 128 + wg * 64 + (tid >> 5); /* seqlen_q <= 4: rows 0-3, one per warp */
+  if (row < p.seqlen_q) merge_row<kRound>(p, bh, row, tid & 31);
+}
+
+constexpr int kMergeRowsPerBlock = 4; /* attn_merge_splits: one warp per row */
+
+template <int kRound>
+__global__ void __launch_bounds__(32 * kMergeRowsPerBlock) attn_merge_splits(const __grid_constant__ FwdParams p) {
+  const int64_t gr = (int64_t)blockIdx.x * kMergeRowsPerBlock + (threadIdx.x >> 5);
+  if (gr >= (int64_t)p.batch * p.heads * p.seqlen_q) return;
+  const int bh = (int)(gr / p.seqlen_q);
+  merge_row<kRound>(p, bh, (int)(gr - (int64_t)bh * p.seqlen_q), threadIdx.x & 31);
 }
 
 }  // namespace ra_cuda
