@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from regress import numerics as nm
+from regress import reference
 from regress.baselines import available_baselines
 from regress.build import build_kernel
 from regress.kernel import KernelLibrary, load_library
@@ -127,11 +128,11 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
                 q, k, v = make_inputs(
                     s, layout, seed=zlib.crc32(f"{s.dims()}{kind}{layout}".encode()), device="cuda", kind=kind
                 )
-                ref, mag = nm.reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
+                ref, mag = reference.reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
                 for mode in MODES:
                     o = torch.full_like(q, float("nan"))
                     new.forward(q, k, v, layout=layout, rounding=mode, out=o)  # type: ignore[arg-type]
-                    su = nm.scaled_ulp(nm.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
+                    su = nm.scaled_ulp(reference.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
                     worst = float(su.max())
                     key = f"{s.dims()}:{kind}:{layout}:{mode}"
                     out["ulp"][key] = worst

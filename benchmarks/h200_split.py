@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import h200_op
 
 from regress import numerics as nm
+from regress import reference
 from regress.baselines import available_baselines
 from regress.build import build_kernel
 from regress.kernel import KernelLibrary, load_library
@@ -193,11 +194,11 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
                 q, k, v = edge_inputs(s, layout, kind, seed)
             else:
                 q, k, v = make_inputs(s, layout, seed=seed, device="cuda", kind=kind)
-            ref, mag = nm.reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
+            ref, mag = reference.reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
             for mode in MODES:
                 for name in numeric_libs:
                     o, written, untouched = guarded_forward(libs[name], q, k, v, layout, mode)
-                    su = nm.scaled_ulp(nm.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
+                    su = nm.scaled_ulp(reference.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
                     worst = float(su.max())
                     key = f"{name}:{s.dims()}:{kind}:{layout}:{mode}"
                     out["ulp"][key] = worst

@@ -409,10 +409,8 @@ def _ab_baseline(opts: NightlyOptions, backend: str, pin: Any) -> Iterator[None]
 
 
 def _analyse(store: Store, run_id: str) -> list[int]:
-    try:
-        from .analysis import analyse_run
-    except ImportError:  # detection not installed in this build of the package
-        return []
+    from .analysis import analyse_run  # here, not at the top: scipy costs the CLI a second (issue 11)
+
     return list(analyse_run(store, run_id))
 
 

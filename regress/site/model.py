@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..detect.changepoint import detect_change_points
 from ..metrics import geomean_by_mode, stored_geomean
 from ..stack import HASHED_KEYS
 from .data import STATUS_CODES, CaseRow, RunRow, SiteData, StackRow
@@ -48,14 +48,6 @@ class Model:
     regressions_by_case: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     detector: str = "none"
     run_index: dict[str, int] = field(default_factory=dict)
-
-
-def _detector() -> Callable[..., Any] | None:
-    try:
-        from regress.detect import detect_change_points
-    except ImportError:  # detection is its own module; until it lands the pages show no change points
-        return None
-    return detect_change_points
 
 
 def _direction(raw: Any, before: float, after: float) -> str:
@@ -119,14 +111,14 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
     current.sort(key=lambda s: s.label)
 
     # Change points per series, cached by the series' values.
-    detect = _detector()
+    detect = detect_change_points
     changes: dict[int, list[ChangeMark]] = defaultdict(list)
     used: dict[str, list[list[Any]]] = {}
     for case_id, per_stack in series.items():
         for stack_id, idx in per_stack.items():
             vals = t["value"][idx]
             ok = ~np.isnan(vals)
-            if detect is None or ok.sum() < 8 or np.nanmax(vals) == np.nanmin(vals):
+            if ok.sum() < 8 or np.nanmax(vals) == np.nanmin(vals):
                 continue
             clean_idx, clean = idx[ok], vals[ok]
             key = series_key(clean)
@@ -189,7 +181,7 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
         related,
         rows_by_run,
         dict(regs),
-        "none" if detect is None else f"{detect.__module__}.{detect.__name__}",
+        f"{detect.__module__}.{detect.__name__}",
         {r: i for i, r in enumerate(data.run_order)},
     )
 

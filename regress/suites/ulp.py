@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from regress import numerics
+from regress import numerics, reference
 from regress.emu.peers.aiter import Aiter, AiterEmu, PeerUnavailable
 from regress.gpu_state import device_state
 from regress.metrics import load_contract, percentile
@@ -196,7 +196,7 @@ class UlpSuite:
         if self._ref_key != key or self._ref is None:
             self._ref, self._mag_ulp = None, None  # free the old ones first: at 16k×16k they are large
             self._ref_bits = {}
-            self._ref = numerics.reference_attention(q, k, v, layout=layout, scale=HEAD_DIM**-0.5)
+            self._ref = reference.reference_attention(q, k, v, layout=layout, scale=HEAD_DIM**-0.5)
             self._mag_ulp = numerics.magnitude_ulp(self._ref[1])
             self._ref_key = key
         return self._ref
@@ -225,7 +225,7 @@ class UlpSuite:
             out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
             synchronize(ctx.device)
         with phase("compare"):
-            o_bits = numerics.to_bhsd_bits(out, layout)
+            o_bits = reference.to_bhsd_bits(out, layout)
             m = compare(o_bits, ref_bits, ref, mag, self._mag_ulp)
             blocks = _block_max(m.pop("scaled"))
         metrics: dict[str, Any] = dict(m)
@@ -246,7 +246,7 @@ class UlpSuite:
                 notes.append(f"baseline {bl.name} failed: {type(exc).__name__}: {exc}")
                 continue
             with phase("compare"):
-                b_bits = numerics.to_bhsd_bits(bo, layout)
+                b_bits = reference.to_bhsd_bits(bo, layout)
                 bm = compare(b_bits, ref_bits, ref, mag, self._mag_ulp)
             for key_ in ("scaled_ulp_max", "scaled_ulp_p9999", "plain_ulp_max", "nonfinite_mismatches"):
                 metrics[f"baseline:{bl.name}:{key_}"] = bm[key_]
@@ -292,8 +292,8 @@ class UlpSuite:
         with phase("baseline"):
             theirs = peer.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
         with phase("compare"):
-            o_bits = numerics.to_bhsd_bits(out, layout)
-            a_bits = numerics.to_bhsd_bits(theirs, layout)
+            o_bits = reference.to_bhsd_bits(out, layout)
+            a_bits = reference.to_bhsd_bits(theirs, layout)
             m = compare(o_bits, ref_bits, ref, mag, self._mag_ulp)
             am = compare(a_bits, ref_bits, ref, mag, self._mag_ulp)
             vs = compare_bits(o_bits, a_bits)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from regress import numerics
+from regress import numerics, reference
 from regress.emu.machine import compiled
 from regress.emu.peers import aiter as peer
 from regress.metrics import load_contract
@@ -66,8 +66,8 @@ def test_aiter_output_meets_the_contract_on_a_small_shape(
     emu = peer.AiterEmu(aiter)
     q, k, v = make_inputs(shape, layout, seed=42, device="cpu")
     out = emu.forward(q, k, v, layout=layout, rounding=mode)
-    ref, mag = numerics.reference_attention(q, k, v, layout=layout, scale=128**-0.5)
-    o_bits = numerics.to_bhsd_bits(out, layout)
+    ref, mag = reference.reference_attention(q, k, v, layout=layout, scale=128**-0.5)
+    o_bits = reference.to_bhsd_bits(out, layout)
     su = numerics.scaled_ulp(o_bits, ref, mag)
     assert np.isfinite(su).all()
     assert su.max() <= load_contract().scaled_ulp_limit(mode)

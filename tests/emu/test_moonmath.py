@@ -12,7 +12,8 @@ import torch
 
 from regress.emu.peers import moonmath as mm
 from regress.metrics import load_contract
-from regress.numerics import reference_attention, scaled_ulp, to_bhsd_bits
+from regress.numerics import scaled_ulp
+from regress.reference import reference_attention, to_bhsd_bits
 
 
 def test_tail_plan_follows_moonmaths_cost_rule() -> None:

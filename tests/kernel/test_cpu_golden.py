@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from regress import numerics as nm
+from regress import reference
 from regress.build import build_kernel
 from regress.kernel import _PARAMS_PACK, KernelError, KernelLibrary, _Params, load_library
 
@@ -40,7 +41,7 @@ def make_qkv(
 
 
 def bits(t: torch.Tensor) -> np.ndarray:
-    return nm.tensor_bits(t)
+    return reference.tensor_bits(t)
 
 
 def check(
@@ -48,8 +49,8 @@ def check(
     scale: float | None = None,
 ) -> dict[str, object]:  # fmt: skip
     """Runs the kernel and asserts the contract against the fp64 reference; returns the measures."""
-    ref, mag = nm.reference_attention(q, k, v, layout=layout, scale=scale)  # type: ignore[arg-type]
-    o_bits = nm.to_bhsd_bits(lib.forward(q, k, v, layout=layout, rounding=mode, scale=scale), layout)  # type: ignore[arg-type]
+    ref, mag = reference.reference_attention(q, k, v, layout=layout, scale=scale)  # type: ignore[arg-type]
+    o_bits = reference.to_bhsd_bits(lib.forward(q, k, v, layout=layout, rounding=mode, scale=scale), layout)  # type: ignore[arg-type]
     ref_bits = nm.reference_bits(ref, mode)  # type: ignore[arg-type]
     nonfinite = nm.is_nonfinite_bits(ref_bits) | nm.is_nonfinite_bits(o_bits)
     # Non-finite outputs: the same positions and the same bits as the reference (NaN = 0x7FFF).
@@ -384,10 +385,10 @@ def test_sdpa_cpu_baseline_is_close_to_reference(layout: str) -> None:
 
     (sdpa,) = available_baselines("cpu")
     q, k, v = make_qkv(1, 2, 70, 90, layout=layout, seed=15)
-    ref, mag = nm.reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
+    ref, mag = reference.reference_attention(q, k, v, layout=layout)  # type: ignore[arg-type]
     o = sdpa(q, k, v, layout=layout, rounding="rtne")  # type: ignore[arg-type]
     assert o.shape == q.shape
-    su = nm.scaled_ulp(nm.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
+    su = nm.scaled_ulp(reference.to_bhsd_bits(o, layout), ref, mag)  # type: ignore[arg-type]
     # Torch's CPU SDPA is not held to our contract; it only has to be a sane baseline.
     assert su.max() < 4.0, su.max()
 

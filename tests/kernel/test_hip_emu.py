@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from regress import numerics
+from regress import numerics, reference
 from regress.build import build_kernel
 from regress.emu import EMU_VERSION
 from regress.emu.library import EmuLibrary
@@ -97,8 +97,8 @@ def test_strided_views_in_and_out(cache: Path) -> None:
     assert not qv.is_contiguous()
     lib.forward(qv, kv, vv, layout="bshd", rounding="rtz", out=ov)
     assert lib.last_kernel == "ra_attn_fwd_gfx942_rtz_strided"
-    ref, mag = numerics.reference_attention(qv, kv, vv, layout="bshd", scale=HEAD_DIM**-0.5)
-    m = compare(numerics.to_bhsd_bits(ov, "bshd"), numerics.reference_bits(ref, "rtz"), ref, mag)
+    ref, mag = reference.reference_attention(qv, kv, vv, layout="bshd", scale=HEAD_DIM**-0.5)
+    m = compare(reference.to_bhsd_bits(ov, "bshd"), numerics.reference_bits(ref, "rtz"), ref, mag)
     assert m["nonfinite_mismatches"] == 0
     assert m["scaled_ulp_max"] <= load_contract().scaled_ulp_limit("rtz")
     untouched = torch.cat([ob[..., :32], ob[..., 32 + HEAD_DIM :]], dim=-1)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from regress import numerics as nm
+from regress import reference
 from regress.build import build_kernel
 from regress.kernel import KernelLibrary, load_library
 
@@ -229,7 +230,7 @@ def test_reference_attention_matches_direct_fp64() -> None:
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 5, 2, 128, generator=g).bfloat16() for _ in range(3))
-    ref, mag = nm.reference_attention(q, k, v, layout="bshd", scale=0.1)
+    ref, mag = reference.reference_attention(q, k, v, layout="bshd", scale=0.1)
     qd, kd, vd = (t.transpose(1, 2).double() for t in (q, k, v))
     p = torch.softmax(qd @ kd.transpose(-1, -2) * 0.1, dim=-1)
     assert np.allclose(ref, (p @ vd).numpy(), rtol=1e-12, atol=1e-14)
@@ -245,7 +246,7 @@ def test_reference_attention_ieee_rules() -> None:
     q[0, 0, 0, 0] = float("inf")
     k[0, :, 0, 0] = -1.0  # row 0: every score is -inf
     v[0, 1, 0, 5] = float("inf")
-    ref, _ = nm.reference_attention(q, k, v, layout="bshd")
+    ref, _ = reference.reference_attention(q, k, v, layout="bshd")
     assert np.isnan(ref[0, 0, 0]).all()  # all -inf row -> NaN, no shortcut
     assert np.isinf(ref[0, 0, 1, 5]) and np.isfinite(np.delete(ref[0, 0, 1], 5)).all()
 
