@@ -42,6 +42,14 @@ CONSTANTS: tuple[Constant, ...] = (
     Constant("waves_per_simd_max", 8, "waves", ISA, "wave slots per SIMD on CDNA3"),
     Constant("vgprs_per_lane", 512, "registers", USAGE, "VGPR + AGPR, per SIMD lane"),
     Constant("vgpr_granule", 8, "registers", USAGE),
+    Constant("sgprs_per_simd", 800, "registers", ISA, "scalar register file per SIMD"),
+    Constant(
+        "sgpr_granule",
+        8,
+        "registers",
+        USAGE,
+        "GRANULATED_WAVEFRONT_SGPR_COUNT unit as gfx942 objects encode it",
+    ),
     Constant("lds_bytes", 65536, "B per CU", ISA),
     Constant(
         "lds_bytes_per_clk", 128, "B/clk", ISA, "32 banks x 4 B; the bank model is machine.Wave._lds_cost"

@@ -142,7 +142,9 @@ def occupancy(kernel: Kernel, block: int) -> Occupancy:
     granule = int(C["vgpr_granule"])
     vgprs = ((kd.rsrc1 & 0x3F) + 1) * granule
     simds = int(C["simds"])
+    sgprs = (((kd.rsrc1 >> 6) & 0xF) + 1) * int(C["sgpr_granule"])
     by_vgpr = min(int(C["waves_per_simd_max"]), int(C["vgprs_per_lane"]) // vgprs)
+    by_vgpr = min(by_vgpr, int(C["sgprs_per_simd"]) // sgprs)  # SGPRs rarely bind (800 per SIMD)
     waves = block // 64
     per_simd = -(-waves // simds)  # wave slots one workgroup takes on each SIMD
     wg_vgpr = by_vgpr // per_simd
