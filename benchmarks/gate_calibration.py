@@ -24,17 +24,40 @@ from typing import Any
 
 
 def _runs(url: str) -> list[tuple[str, bool, int]]:
-    """(run id, is drill, requested slowdown %) oldest first."""
+    """(run id, is drill, requested slowdown %) oldest first; finished runs only (a night killed by
+    its timeout is left out and said so)."""
+    from regress.store import FINISHED_STATES
     from regress.store.queries import build_by_id, runs_oldest_first
     from regress.store.repo import open_store
 
     out = []
     with open_store(url).reader() as session:
         for r in runs_oldest_first(session):
+            if r.status not in FINISHED_STATES:
+                print(f"left out: run {r.id} is {r.status}")
+                continue
             build = build_by_id(session, r.build_id) if r.build_id else None
             pct = int((build.inject or {}).get("slowdown_pct", 0)) if build else 0
             out.append((r.id, r.is_drill, pct))
     return out
+
+
+def drill_costs(url: str) -> list[str]:
+    """Per drill run: requested vs measured cost (A/B phase, median paired block ratio)."""
+    from regress.store.queries import runs_oldest_first
+    from regress.store.repo import open_store
+
+    lines = []
+    with open_store(url).reader() as session:
+        for r in runs_oldest_first(session):
+            d = (r.summary or {}).get("drill")
+            if r.is_drill and d:
+                lines.append(
+                    f"drill {d['requested_pct']} %: measured {d['measured_pct_geomean']:+.1f} % geomean "
+                    f"({d['measured_pct_min']:+.1f} to {d['measured_pct_max']:+.1f}; {d['within_tolerance']}/"
+                    f"{d['cases']} within ±{d['tolerance_pct']:g})"
+                )
+    return lines
 
 
 def _entry(report: Any) -> dict[str, Any]:
@@ -103,6 +126,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     print(table(rows))
+    for line in drill_costs(args.db):
+        print(line)
 
 
 if __name__ == "__main__":
