@@ -33,6 +33,7 @@ if ! ls "$AITER_DIR"/amd_aiter-*.whl >/dev/null 2>&1; then
   timeout 600 "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$AITER_DIR" amd-aiter \
     || echo "test.sh: downloading amd-aiter failed; the AITER comparisons will skip" >&2
 fi
+export REGRESS_AITER_NO_DOWNLOAD=1  # tried once above; the tests use the cached wheel or skip
 
 if [ -x /usr/lib/postgresql/15/bin/pg_ctl ]; then
   REGRESS_TEST_POSTGRES_URL=$(bash .ci/pg.sh)

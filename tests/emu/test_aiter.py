@@ -108,3 +108,20 @@ def test_aiter_lse_is_the_natural_log_sum_exp(aiter: peer.Aiter) -> None:
     s = q.double().transpose(1, 2) @ k.double().transpose(1, 2).transpose(-1, -2) * 128**-0.5
     want = torch.logsumexp(s, -1)
     assert (emu.last_lse.double() - want).abs().max().item() < 1e-5
+
+
+def test_wheel_errors_are_one_line_reasons(tmp_path, monkeypatch) -> None:
+    """A missing given file, downloading switched off with an empty cache, and a file that is not a
+    wheel each give PeerUnavailable with the reason (nothing is half-written into the cache)."""
+    monkeypatch.setenv("REGRESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(peer.WHEEL_ENV, raising=False)
+    with pytest.raises(peer.PeerUnavailable, match="does not exist"):
+        peer.wheel(tmp_path / "nope.whl")
+    monkeypatch.setenv(peer.NO_DOWNLOAD_ENV, "1")
+    with pytest.raises(peer.PeerUnavailable, match="downloading is off"):
+        peer.wheel()
+    bad = tmp_path / "amd_aiter-0-py3-none-any.whl"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(peer.PeerUnavailable, match=r"amd_aiter-0-py3-none-any\.whl"):
+        peer.Aiter.load(bad)
+    assert not list((tmp_path / "cache").rglob("*.co"))

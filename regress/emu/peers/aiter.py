@@ -4,7 +4,8 @@ The objects and the argument struct come from the `amd-aiter` wheel at run time 
 repository): `aiter_meta/hsa/gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16_{rtne,rtna,rtz}.co`, and
 `struct fmha_fwd_v3_args` in `aiter_meta/csrc/include/mha_fwd.h` (its padding types p2/p3 in
 `aiter_hip_common.h`). `wheel()` takes a given file, else `$REGRESS_AITER_WHEEL`, else one already in
-the cache, else downloads it with `pip download --no-deps amd-aiter`.
+the cache, else downloads it with `pip download --no-deps amd-aiter` (unless
+`$REGRESS_AITER_NO_DOWNLOAD` is set: scripts/test.sh tries once, then the tests only look).
 
 The launch (learned from the dispatcher the wheel's `fmha_v3_fwd/codegen.py` generates): one
 workgroup of 512 threads per 256 query rows of one (batch, head), grid (ceil(Sq / 256), H, B); the
@@ -33,6 +34,7 @@ from regress.emu.machine import Launch, Memory, Trace
 
 PACKAGE = "amd-aiter"
 WHEEL_ENV = "REGRESS_AITER_WHEEL"
+NO_DOWNLOAD_ENV = "REGRESS_AITER_NO_DOWNLOAD"  # set: use a given or cached wheel only (scripts/test.sh)
 WHEEL_GLOB = "amd_aiter-*.whl"
 CO_DIR = "aiter_meta/hsa/gfx942/fmha_v3_fwd/MI300"
 HEADER = "aiter_meta/csrc/include/mha_fwd.h"
@@ -78,6 +80,8 @@ def wheel(path: str | Path | None = None) -> Path:
     found = sorted(root.glob(WHEEL_GLOB))
     if found:
         return found[-1]
+    if os.environ.get(NO_DOWNLOAD_ENV):
+        raise PeerUnavailable(f"no amd-aiter wheel in {root} and downloading is off (${NO_DOWNLOAD_ENV})")
     root.mkdir(parents=True, exist_ok=True)
     pip = [shutil.which("python3") or "python3", "-m", "pip"]
     try:
