@@ -43,6 +43,9 @@ class BundleError(UserError):
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")  # PostgreSQL stores neither; UTF-8 cannot encode the latter
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _bad_text(value: str) -> bool:
     return _BAD_TEXT.search(value) is not None
 
@@ -260,6 +263,8 @@ def _describe(err: ValidationError) -> str:
     if kind == "pattern":
         if _bad_text(inst):
             return "contains NUL or a lone surrogate"
+        if isinstance(inst, str) and (bad := _CONTROL.search(inst)):
+            return f"contains the control character {bad.group()!r} at {bad.start()}: this field takes none"
         return f"{_short(inst)} does not match {err.validator_value}"
     if kind in ("minimum", "maximum"):
         return f"{_short(inst)} is outside the column's range ({kind} {err.validator_value})"

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ..escape import visible
 from ..results import REGRESSION_STATES
 
 _db = click.option(
@@ -27,6 +28,7 @@ def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -
     """Newest first."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from ..analysis import list_regressions
     from ..store.repo import open_store
@@ -48,7 +50,7 @@ def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -
             if r["kind"] == "perf" and mag is not None
             else (f"{mag:.3g}" if mag is not None else "")
         )
-        table.add_row(
+        cells = (
             str(r["id"]),
             r["state"] + (" (drill)" if r["drill"] else ""),
             r["kind"],
@@ -59,7 +61,8 @@ def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -
             r["first_run"],
             r["note"],
         )
-    Console(width=200).print(table)
+        table.add_row(*(Text(visible(c)) for c in cells))  # stored text: never rich markup or ESC
+    Console(width=200, markup=False, highlight=False).print(table)
 
 
 @regressions.command("ack")

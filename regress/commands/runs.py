@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
+from ..escape import visible
 
 _db = click.option(
     "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
@@ -54,20 +55,22 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
         for r in data
     ]
     if not sys.stdout.isatty():
-        # Piped: tab-separated with full ids, so `cut -f1` gives ids a later command accepts.
+        # Piped: tab-separated with full ids, so `cut -f1` gives ids a later command accepts. A tab
+        # or newline in a stored value is written as an escape: it cannot forge a row or column.
         click.echo("\t".join(columns))
         for row in rows:
-            click.echo("\t".join(row))
+            click.echo("\t".join(map(visible, row)))
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table()
     for col in columns:
         table.add_column(col, no_wrap=col == "id", min_width=24 if col == "id" else None)
     for row in rows:
-        table.add_row(*row)
-    Console().print(table)
+        table.add_row(*(Text(visible(cell)) for cell in row))  # stored text: never rich markup
+    Console(markup=False, highlight=False).print(table)
 
 
 @runs.command("show")
@@ -78,6 +81,7 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     """One run (RUN_ID or a unique prefix of it): its stack, build and every result."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from ..metrics import HEADLINE, headline_value
     from ..store.repo import export_bundle, find_run, open_store
@@ -89,13 +93,20 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
         click.echo(json.dumps(bundle, indent=1, default=str))
         return
     run, stack, build = bundle["run"], bundle["stack"], bundle["build"]
-    console = Console()
-    console.print(f"run {run['id']}  {run['status']}  trigger={run['trigger']}  backend={run['backend']}")
-    console.print(f"stack {stack['name'] or '(unpinned)'}  digest {stack['digest']}")
+    # Every stored string is uploaded text: printed with rich markup off and controls escaped, so
+    # `[/x]` is shown as it is and ESC never reaches the terminal.
+    console = Console(markup=False, highlight=False)
+    console.print(
+        visible(f"run {run['id']}  {run['status']}  trigger={run['trigger']}  backend={run['backend']}")
+    )
+    console.print(visible(f"stack {stack['name'] or '(unpinned)'}  digest {stack['digest']}"))
     if build:
+        inject = ", ".join(f"{k}={v}" for k, v in build["inject"].items()) if build["inject"] else "none"
         console.print(
-            f"build {build['artifact_hash'][:16]}  source {build['source_hash'][:16]}  "
-            f"commit {build['git_commit']}  inject {build['inject'] or 'none'}"
+            visible(
+                f"build {build['artifact_hash'][:16]}  source {build['source_hash'][:16]}  "
+                f"commit {build['git_commit'] or 'unknown'}  inject {inject}"
+            )
         )
     table = Table()
     for col in ("suite", "case", "status", "headline"):
@@ -103,7 +114,7 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     for res in bundle["results"]:
         h, value = HEADLINE.get(res["suite"]), headline_value(res["suite"], res["metrics"])
         shown = f"{h.metric}={value:.4g} {h.unit}" if h and value is not None else ""
-        table.add_row(res["suite"], res["name"], res["status"], shown)
+        table.add_row(*(Text(visible(v)) for v in (res["suite"], res["name"], res["status"], shown)))
     console.print(table)
 
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from .. import escape
+from ..escape import xml_text
 from ..site.paths import web_dir
 
 if TYPE_CHECKING:
@@ -52,8 +54,11 @@ def row_note(r: GateRow) -> str:
 
 
 @cache
-def _env() -> jinja2.Environment:
+def _env(kind: str = "html") -> jinja2.Environment:
+    """HTML is autoescaped; in Markdown every printed value is escaped (`finalize`): a case name
+    holding a newline and `- **verdict: pass**` once forged verdict lines in the job summary."""
     env = jinja2.Environment(
+        finalize=escape.markdown if kind == "md" else None,
         loader=jinja2.FileSystemLoader(str(web_dir() / "templates")),
         autoescape=jinja2.select_autoescape(["html.j2"]),
         trim_blocks=True,
@@ -88,7 +93,7 @@ def format_table(report: GateReport) -> str:
             f"{fmt_ratio(r.ratio) or 'n/a':>7} {fmt_p(r.p_value):>9} {fmt_pct(r.threshold):>7} "
             f"{fmt_pct(r.mde):>7}  {r.suite}/{r.case}{f'  ({note})' if note else ''}"
         )
-    return "\n".join(lines)
+    return escape.visible_lines("\n".join(lines))
 
 
 def summary_lines(report: GateReport) -> list[str]:
@@ -97,11 +102,11 @@ def summary_lines(report: GateReport) -> list[str]:
     out += [f"  reason: {r}" for r in report.reasons]
     out += [f"  regression: {r.suite}/{r.case}: {r.note}" for r in report.regressions]
     out += [f"  too noisy: {r.suite}/{r.case}: {r.advice}" for r in report.too_noisy]
-    return out
+    return [escape.visible(line) for line in out]
 
 
 def render_markdown(report: GateReport) -> str:
-    return _env().get_template("gate_report.md.j2").render(_context(report))
+    return _env("md").get_template("gate_report.md.j2").render(_context(report))
 
 
 def render_html(report: GateReport) -> str:
@@ -148,6 +153,10 @@ def render_junit(report: GateReport) -> str:
             ET.SubElement(case, "skipped", message=row_note(r) or "could not compare")
         else:
             ET.SubElement(case, "system-out").text = text
+    for element in suite.iter():  # names and notes are uploaded text: XML 1.0 forbids most C0
+        element.text = None if element.text is None else xml_text(element.text)
+        for key, value in element.attrib.items():
+            element.set(key, xml_text(value))
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -311,3 +311,34 @@ def test_18_a_forged_case_key_is_400(service: Service) -> None:
     bundle["results"][0]["case_key"] = "0" * 32
     resp = post(service, bundle, service.token("h200-01"))
     assert resp.status_code == 400 and "bundle.results[0].case_key" in resp.json()["error"], resp.text
+
+
+# ---- 8/9 at the door: short fields take no control character ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("results.0.name", "a\nb"),
+        ("run.trigger", "x\tfake"),
+        ("run.backend", "\x1b[2J"),
+        ("stack.name", "\x7f"),
+    ],
+)
+def test_8_9_control_characters_in_short_fields_are_400(service: Service, path: str, value: str) -> None:
+    bundle = real()
+    section, *rest = path.split(".")
+    target: Any = bundle[section]
+    for part in rest[:-1]:
+        target = target[int(part)] if part.isdigit() else target[part]
+    target[rest[-1]] = value
+    target.pop("case_key", None)
+    resp = post(service, bundle, service.token("h200-01"))
+    assert resp.status_code == 400, resp.text
+    assert rest[-1] in resp.json()["error"] and "control character" in resp.json()["error"]
+
+
+def test_8_9_messages_may_hold_newlines_and_tabs(service: Service) -> None:
+    bundle = real()
+    bundle["run"]["message"] = "line one\n\tline two\r\n\x1b[0m"  # a log: readers escape it
+    assert post(service, bundle, service.token("h200-01")).status_code == 201

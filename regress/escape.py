@@ -1,0 +1,46 @@
+"""Stored text made inert for each output format: terminal, TSV, Markdown, XML.
+
+Whatever a runner uploaded is data: a case name holding a newline must not forge a Markdown line, a
+tab must not forge a TSV column, ESC must not reach the terminal, and a character XML 1.0 forbids
+must not make the JUnit file ill-formed. Control characters are shown as `\\xNN` (or `\\uNNNN`),
+visible and unambiguous. HTML is jinja2's autoescape; rich output is printed with markup off.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0, DEL and C1 controls; lone surrogates; the two XML non-characters.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# Characters that can start or change Markdown structure (CommonMark backslash-escapes them). Not
+# `_`: case names are full of it, and inside a word it never starts emphasis.
+_MARKDOWN = re.compile(r"([\\`*\[\]<>|#~&{}$])")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(value: object) -> str:
+    """One line of terminal (or TSV) text: every control character, tab and newline included,
+    written as an escape."""
+    return _CONTROL.sub(_shown, str(value))
+
+
+def visible_lines(value: object) -> str:
+    """Terminal text that may keep its newlines (a multi-line message), nothing else raw."""
+    return _CONTROL_BUT_NEWLINE.sub(_shown, str(value))
+
+
+def markdown(value: object) -> str:
+    """Inline Markdown text (a table cell, a list item): structure characters backslash-escaped,
+    controls (newline included) escaped, so one value stays one inert span."""
+    return _CONTROL.sub(_shown, _MARKDOWN.sub(r"\\\1", str(value)))
+
+
+def xml_text(value: object) -> str:
+    """Text XML 1.0 can hold: the characters it forbids are written as escapes (tab and newline
+    are allowed and kept). ElementTree escapes &, < and > itself."""
+    return re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]", _shown, str(value))
