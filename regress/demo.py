@@ -31,7 +31,7 @@ import numpy as np
 
 from .metrics import load_contract, summarise, timing_metrics
 from .results import CaseResult, CaseSpec
-from .stack import HASHED_KEYS, SCHEMA_VERSION, stack_digest
+from .stack_keys import HASHED_KEYS, SCHEMA_VERSION, stack_digest
 from .store.bulk import BulkWriter
 from .store.repo import Store, get_or_create_case, get_or_create_stack
 

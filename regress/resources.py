@@ -21,6 +21,7 @@ SHARED_FILES = ("alembic.ini",)
 _MARKER = Path("kernel") / "include" / "regress_attn.h"
 
 CACHE_ENV = "REGRESS_CACHE_DIR"
+WEB_ENV = "REGRESS_WEB_DIR"  # another web/ folder (a fork's theme, a packaged copy)
 
 
 def in_checkout() -> bool:
@@ -42,7 +43,19 @@ def migrations_dir() -> Path:
 
 
 def web_dir() -> Path:
-    return source_root() / "web"
+    """The templates and static assets of the site and the gate reports: $REGRESS_WEB_DIR, else the
+    web/ of the checkout or the wheel."""
+    candidates = []
+    if os.environ.get(WEB_ENV):
+        candidates.append(Path(os.environ[WEB_ENV]))
+    candidates.append(source_root() / "web")
+    for path in candidates:
+        if (path / "templates").is_dir() and (path / "static").is_dir():
+            return path
+    from .errors import UserError  # here: setup.py runs this file alone (runpy), outside the package
+
+    tried = ", ".join(str(p) for p in candidates)
+    raise UserError(f"site templates not found (tried {tried}); set ${WEB_ENV} to a web/ folder")
 
 
 def shipped_stacks_dir() -> Path:

@@ -8,13 +8,13 @@ Keys come in three kinds:
   the kernel's history.
 - DIAGNOSTIC facts (hostname, GPU serial/UUID, clocks, temperatures) are stored beside the run and
   never compared.
-Bump SCHEMA_VERSION whenever a key is added, removed or re-derived: the digest changes with it.
+The key lists and the digest are pure and live in regress/stack_keys.py; this module probes the
+machine for them and reads, writes and checks the pins.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import platform
@@ -23,7 +23,7 @@ import shutil
 import socket
 import subprocess
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,46 +31,10 @@ import tomli_w
 
 from . import resources
 from .errors import UserError
+from .stack_keys import HASHED_KEYS, PINNED_KEYS, SCHEMA_VERSION, Fingerprint, stack_digest
 
-SCHEMA_VERSION = 1
-HASHED_KEYS = (
-    "backend",
-    "gpu_arch",
-    "gpu_product",
-    "driver",
-    "firmware",
-    "toolkit",
-    "compiler",
-    "build_flags",
-)
-PINNED_KEYS = ("os_kernel", "torch", "baseline_library", "python")
 STACKS_ENV = "REGRESS_STACKS_DIR"  # the user's folder of pins (a team's private pins, tests)
 NOT_APPLICABLE = "n/a"
-
-
-@dataclass
-class Fingerprint:
-    keys: dict[str, str]  # HASHED_KEYS + PINNED_KEYS
-    diagnostics: dict[str, Any] = field(default_factory=dict)
-    schema_version: int = SCHEMA_VERSION
-
-    @property
-    def digest(self) -> str:
-        return stack_digest({k: self.keys[k] for k in HASHED_KEYS}, self.schema_version)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "digest": self.digest,
-            "keys": self.keys,
-            "hashed_keys": list(HASHED_KEYS),
-            "diagnostics": self.diagnostics,
-        }
-
-
-def stack_digest(hashed: dict[str, str], schema_version: int = SCHEMA_VERSION) -> str:
-    blob = json.dumps({"schema_version": schema_version, **hashed}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _run(argv: list[str], timeout: float = 20) -> str | None:

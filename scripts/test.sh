@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run): installs what the tests need, starts PostgreSQL, runs
-# ruff and pytest. GPU tests skip with their reason on machines without a GPU.
+# ruff and pytest (every tier). GPU tests skip with their reason on machines without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -44,7 +44,8 @@ fi
 "$PY" -m ruff format --check .
 
 set +e
-"$PY" -m pytest "$@"
+# -m "": every tier, slow and e2e included (plain pytest leaves them out: pyproject's addopts).
+"$PY" -m pytest -m "" "$@"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then

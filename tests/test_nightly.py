@@ -27,6 +27,7 @@ def _opts(db_url: str, tmp_path: Path, **kw: object) -> NightlyOptions:
     return NightlyOptions(**base)  # type: ignore[arg-type]
 
 
+@pytest.mark.e2e
 def test_quick_nightly_stores_every_suite_mode_and_layout(db_url: str, tmp_path: Path) -> None:
     first = run_nightly(_opts(db_url, tmp_path, suites=("determinism", "ulp", "perf")))
     assert first.exit_code == 0, first.summary
@@ -64,6 +65,7 @@ def test_unknown_suite_is_refused_before_anything_is_stored(
     assert not (tmp_path / "r.db").exists()
 
 
+@pytest.mark.e2e
 def test_sharded_run_merges_two_workers_into_one_run(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'r.db'}"
     outcome = run_nightly(_opts(db, tmp_path, suites=("perf", "ulp"), gpus="0,1", iterations=5))
@@ -81,6 +83,7 @@ def test_sharded_run_merges_two_workers_into_one_run(tmp_path: Path) -> None:
     assert plain.summary["results"] == outcome.summary["results"]
 
 
+@pytest.mark.e2e
 def test_build_failure_is_recorded_as_a_failed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REGRESS_STACKS_DIR", str(tmp_path))
     assert main(["stack", "pin", "broken", "--backend", "cpu"]) == 0
@@ -129,6 +132,7 @@ def _count(db_url: str, model: type) -> int:
         store.engine.dispose()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_a_killed_run_is_left_incomplete_with_its_results_intact(tmp_path: Path, sig: signal.Signals) -> None:
     db = f"sqlite:///{tmp_path / 'r.db'}"
@@ -180,6 +184,7 @@ def test_a_killed_run_is_left_incomplete_with_its_results_intact(tmp_path: Path,
     assert all(r.samples for r in results)  # no result without its samples
 
 
+@pytest.mark.e2e
 def test_export_writes_one_line_per_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = f"sqlite:///{tmp_path / 'r.db'}"
     outcome = run_nightly(_opts(db, tmp_path, suites=("ulp",)))
@@ -248,6 +253,7 @@ def _the_one_drilled_case(db: str, status: str, results: int) -> tuple[Run, Resu
     return run, next(res for res, _ in rows if res.status == status)
 
 
+@pytest.mark.e2e
 def test_a_hung_case_is_recorded_as_timeout_and_the_run_goes_on(tmp_path: Path) -> None:
     """The watchdog's fire drill: launches with Sq = 64 spin forever (only the sk1 edge case has it)."""
     db = f"sqlite:///{tmp_path / 'r.db'}"
@@ -266,6 +272,7 @@ def test_a_hung_case_is_recorded_as_timeout_and_the_run_goes_on(tmp_path: Path) 
     assert hung.metrics["time_limit_s"] == 8.0
 
 
+@pytest.mark.e2e
 def test_a_worker_that_dies_mid_case_costs_that_case_only(tmp_path: Path) -> None:
     """The worker-loss drill: launches with Sq = 64 abort the process (SIGABRT), as a faulting kernel
     would. The case is recorded as an error naming the death, a replacement worker takes the rest of
@@ -317,6 +324,7 @@ def test_a_run_with_many_hung_cases_finishes_with_every_case_accounted_for(tmp_p
     assert len(read_bundle(bundle)["results"]) == 11
 
 
+@pytest.mark.e2e
 def test_a_device_that_does_not_answer_is_given_up_and_its_cases_skipped(tmp_path: Path) -> None:
     """A worker whose start-up blocks (its library is a FIFO nobody writes: dlopen waits forever, as
     a wedged device would) or fails (no library) is never ready: the pool gives the device up
@@ -349,6 +357,7 @@ def test_a_device_that_does_not_answer_is_given_up_and_its_cases_skipped(tmp_pat
         assert pool.stats.skipped == {"unhealthy": 3} and pool.stats.replaced == 0
 
 
+@pytest.mark.e2e
 def test_the_deadline_bounds_the_run(tmp_path: Path) -> None:
     """--deadline: a case in flight when it passes is stopped, the cases not started are skipped,
     each saying which; the run is stored and exits 1. The first unit hangs (Sq = 113 is the longest

@@ -17,7 +17,7 @@ import jinja2
 
 from .. import escape
 from ..escape import xml_text
-from ..site.paths import web_dir
+from ..resources import web_dir
 
 if TYPE_CHECKING:
     from .core import GateReport, GateRow

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ..resources import web_dir
 from ..store.repo import Store
 from . import data as site_data
 from . import model as site_model
 from .format import make_env
 from .pages import WRITERS, Pages
-from .paths import web_dir
 from .writer import SiteWriter, assets_hash, copy_static
 
 CACHE_DIR = ".regress-site"

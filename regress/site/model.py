@@ -12,7 +12,7 @@ import numpy as np
 
 from ..detect.changepoint import detect_change_points
 from ..metrics import geomean_by_mode, stored_geomean
-from ..stack import HASHED_KEYS
+from ..stack_keys import HASHED_KEYS
 from .data import STATUS_CODES, CaseRow, RunRow, SiteData, StackRow
 
 

@@ -33,6 +33,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("gfx942-emu")
 
 
+@pytest.mark.e2e
 def test_quick_nightly_runs_the_compile_only_code_object(tmp_path: Path, cache: Path) -> None:
     """`regress nightly --backend hip-emu --quick`: every ULP and determinism case passes, on the very
     object `regress build --backend hip --compile-only` makes, whose hash the bundle records."""

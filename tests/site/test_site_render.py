@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from regress.bundle import validate_bundle
 from regress.cli import main
 from regress.demo import demo_cases, demo_history
+from regress.resources import WEB_ENV, web_dir
 from regress.site import build_site
-from regress.site.paths import WEB_ENV, web_dir
 from regress.store import Case, GateDecision, Regression, Run, Stack
 from regress.store.repo import Store, export_bundle, open_store
 

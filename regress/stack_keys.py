@@ -1,0 +1,51 @@
+"""The stack's keys and digest (DESIGN §4), pure: which keys break history and how the digest is made.
+
+Kept apart from regress/stack.py, which probes the machine and reads pins, so that the store, the site
+and the demo can name the keys and make a digest without importing the probing (issue 25).
+Bump SCHEMA_VERSION whenever a key is added, removed or re-derived: the digest changes with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+HASHED_KEYS = (
+    "backend",
+    "gpu_arch",
+    "gpu_product",
+    "driver",
+    "firmware",
+    "toolkit",
+    "compiler",
+    "build_flags",
+)
+PINNED_KEYS = ("os_kernel", "torch", "baseline_library", "python")
+
+
+@dataclass
+class Fingerprint:
+    keys: dict[str, str]  # HASHED_KEYS + PINNED_KEYS
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def digest(self) -> str:
+        return stack_digest({k: self.keys[k] for k in HASHED_KEYS}, self.schema_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "digest": self.digest,
+            "keys": self.keys,
+            "hashed_keys": list(HASHED_KEYS),
+            "diagnostics": self.diagnostics,
+        }
+
+
+def stack_digest(hashed: dict[str, str], schema_version: int = SCHEMA_VERSION) -> str:
+    blob = json.dumps({"schema_version": schema_version, **hashed}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
