@@ -32,6 +32,11 @@ SCHEMA_FILE = Path(__file__).with_name("schemas") / "bundle.schema.json"
 MAX_DEPTH = 24
 # Integers stored in JSON columns are compared as floats (idempotency) and summed by readers.
 JSON_INT_RANGE = (-(2**63), 2**63 - 1)
+# Every float, anywhere: readers square and sum them (variance, geomean, chart scales); 1.7e308
+# was finite yet became Infinity in the site's JSON, which JSON.parse refuses.
+FLOAT_LIMIT = 1e100
+# gpu_state snapshots' `time_unix` (seconds): the datetime range, so every reader can show it.
+TIME_UNIX_RANGE = (0.0, 32503680000.0)  # 1970-01-01 .. 3000-01-01
 # Timestamps: datetime.fromisoformat, then this range once converted to naive UTC.
 TIME_RANGE = (datetime(1970, 1, 1), datetime(2999, 12, 31))
 
@@ -55,7 +60,11 @@ def _finite(value: Any) -> bool:
         return False
     if isinstance(value, int):
         return JSON_INT_RANGE[0] <= value <= JSON_INT_RANGE[1]
-    return isinstance(value, float) and math.isfinite(value)
+    return isinstance(value, float) and -FLOAT_LIMIT <= value <= FLOAT_LIMIT  # NaN compares False
+
+
+def _out_of_range(value: Any) -> str:
+    return f"{_short(value)} is not a finite number within ±{FLOAT_LIMIT:g} (or an integer within 64 bits)"
 
 
 def _is_number(_checker: Any, value: Any) -> bool:
@@ -132,7 +141,10 @@ def _json_problem(value: Any, max_depth: int) -> tuple[list[str | int], str] | N
                 return where, "contains NUL or a lone surrogate"
         elif isinstance(item, int | float) and not isinstance(item, bool):
             if not _finite(item):
-                return where, f"{_short(item)} is not a finite number (or an integer past 64 bits)"
+                return (
+                    where,
+                    f"{_short(item)} is not a number within ±{FLOAT_LIMIT:g} (or an integer within 64 bits)",
+                )
         elif item is not None and not isinstance(item, bool):
             return where, f"is a {type(item).__name__}, not JSON"
     return None
@@ -154,7 +166,7 @@ def _all_finite(values: list[Any]) -> bool:
         if int in kinds and not all(map(_finite, values)):
             return False
         try:
-            if math.isfinite(math.fsum(values)):
+            if math.isfinite(math.fsum(values)) and max(map(abs, values), default=0) <= FLOAT_LIMIT:
                 return True
         except (OverflowError, ValueError):  # inf - inf, or finite values whose sum overflows
             pass
@@ -164,7 +176,9 @@ def _all_finite(values: list[Any]) -> bool:
 def _regress_numbers(validator: Any, enabled: Any, instance: Any, _schema: Any) -> Iterator[ValidationError]:
     if enabled and isinstance(instance, list) and not _all_finite(instance):
         i = next(i for i, v in enumerate(instance) if not _finite(v))
-        yield ValidationError(f"{_short(instance[i])} is not a finite number", path=deque([i]))
+        yield ValidationError(
+            f"{_short(instance[i])} is not a number within ±{FLOAT_LIMIT:g}", path=deque([i])
+        )
 
 
 def _timestamp(value: object) -> bool:
@@ -251,7 +265,7 @@ def _describe(err: ValidationError) -> str:
     if kind == "type":
         got = _TYPE_NAMES.get(type(inst)) or ("number" if isinstance(inst, int | float) else "other")
         if isinstance(inst, int | float) and not isinstance(inst, bool) and not _finite(inst):
-            return f"{_short(inst)} is not a finite number (or an integer past 64 bits)"
+            return _out_of_range(inst)
         want = err.validator_value
         want = " or ".join(want) if isinstance(want, list) else want
         shown = "" if isinstance(inst, dict | list) else f" {_short(inst)}"
@@ -309,6 +323,12 @@ def validate_bundle(data: Any) -> None:
             raise BundleError(f"{json_path([*err.absolute_path, missing])}: is missing")
         raise BundleError(f"{json_path(err.absolute_path)}: {_describe(err)}")
     run = data["run"]
+    stamp = _bad_time_unix(run.get("gpu_state"), ["run", "gpu_state"])
+    if stamp is not None:
+        raise BundleError(
+            f"{json_path(stamp)}: is not a time in seconds since 1970 within "
+            f"{TIME_UNIX_RANGE[0]:.0f}..{TIME_UNIX_RANGE[1]:.0f} (years 1970-2999)"
+        )
     if run.get("finished_at") and parse_timestamp(run["finished_at"]) < parse_timestamp(run["started_at"]):
         raise BundleError(
             f"bundle.run.finished_at: {run['finished_at']!r} is before started_at {run['started_at']!r}"
@@ -326,6 +346,27 @@ def validate_bundle(data: Any) -> None:
                 f"({res['suite']}/{res['name']}); a run holds one result per case"
             )
         seen[key] = i
+
+
+def _bad_time_unix(value: Any, where: list[str | int]) -> list[str | int] | None:
+    """The path of a `time_unix` in the GPU snapshots that is not a datetime a reader can show."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if key == "time_unix" and not (
+                isinstance(sub, int | float)
+                and not isinstance(sub, bool)
+                and TIME_UNIX_RANGE[0] <= sub < TIME_UNIX_RANGE[1]
+            ):
+                return [*where, key]
+            found = _bad_time_unix(sub, [*where, key])
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            found = _bad_time_unix(sub, [*where, i])
+            if found:
+                return found
+    return None
 
 
 def _json_problem_depth(data: Any) -> tuple[list[str | int], str | None] | None:

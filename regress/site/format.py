@@ -72,6 +72,7 @@ def make_env(templates: Path) -> Environment:
         undefined=StrictUndefined,
     )
     # Compact JSON in <script type="application/json">; jinja's tojson escapes <, >, & and '.
+    env.policies["json.dumps_function"] = _tojson_dumps  # never `Infinity`, which JSON.parse refuses
     env.policies["json.dumps_kwargs"] = {"separators": (",", ":"), "sort_keys": False}
     env.filters.update(
         hostrows=host_rows,
@@ -83,6 +84,32 @@ def make_env(templates: Path) -> Environment:
         show=fmt_show,
     )
     return env
+
+
+def finite_json(value: Any) -> str:
+    """Compact JSON that JSON.parse accepts: a non-finite float (stored before the bundle's range,
+    or a reader's overflow) becomes null instead of `Infinity`, which made a whole chart vanish."""
+    try:
+        return json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(_nulled(value), separators=(",", ":"), default=str)
+
+
+def _tojson_dumps(value: Any, **kwargs: Any) -> str:
+    try:
+        return json.dumps(value, **kwargs, allow_nan=False)
+    except ValueError:
+        return json.dumps(_nulled(value), **kwargs)
+
+
+def _nulled(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nulled(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nulled(v) for v in value]
+    return value
 
 
 def script_json(blob: str) -> Markup:
@@ -186,7 +213,10 @@ def describe_device(snapshot: Any) -> str:
             parts.append("throttle: " + throttle_text(state["clocks_throttle_reasons.active"]))
     stamp = snapshot.get("time_unix")
     if isinstance(stamp, int | float):
-        parts.append("at " + datetime.fromtimestamp(stamp, UTC).strftime("%H:%M:%S UTC"))
+        try:
+            parts.append("at " + datetime.fromtimestamp(stamp, UTC).strftime("%H:%M:%S UTC"))
+        except (OverflowError, OSError, ValueError):  # a stored row from before the bundle's range
+            parts.append(f"at t={stamp:g}")
     return " · ".join(parts)
 
 

@@ -342,3 +342,34 @@ def test_8_9_messages_may_hold_newlines_and_tabs(service: Service) -> None:
     bundle = real()
     bundle["run"]["message"] = "line one\n\tline two\r\n\x1b[0m"  # a log: readers escape it
     assert post(service, bundle, service.token("h200-01")).status_code == 201
+
+
+# ---- 11, 12. times a reader cannot show and floats it cannot square are refused at the door ---
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("before", 1e300), ("before", -1e12), ("after", "x"), ("workers.worker0.before", 4e10)],
+)
+def test_11_gpu_state_time_unix_out_of_range_is_400(service: Service, where: str, value: Any) -> None:
+    bundle = real()
+    target = bundle["run"]["gpu_state"]
+    for part in where.split("."):
+        target = target.setdefault(part, {})
+    target["time_unix"] = value
+    resp = post(service, bundle, service.token("h200-01"))
+    assert resp.status_code == 400, resp.text
+    assert f"bundle.run.gpu_state.{where}.time_unix" in resp.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [("metrics.scaled_ulp_max", 1.7e308), ("metrics.p50_ms", -1e101), ("samples.time_ms", [1.0, 1e308])],
+)
+def test_12_huge_finite_numbers_are_400(service: Service, path: str, value: Any) -> None:
+    bundle = real()
+    section, key = path.split(".")
+    bundle["results"][0][section][key] = value
+    resp = post(service, bundle, service.token("h200-01"))
+    assert resp.status_code == 400, resp.text
+    assert key in resp.json()["error"] and "1e+100" in resp.json()["error"]

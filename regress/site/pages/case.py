@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +12,7 @@ import numpy as np
 
 from ...metrics import HEADLINE, SPEEDUP_PREFIX, scaled_ulp_limit
 from ..data import STATUS_CODES, CaseRow
-from ..format import clean, epoch, script_json
+from ..format import clean, epoch, finite_json, script_json
 from .common import STATE_ORDER, Pages
 
 MAX_CHANGE_ROWS = 15  # the table under a chart; the chart marks them all
@@ -167,7 +166,7 @@ def case_context(c: Pages, case: CaseRow) -> dict[str, Any]:
         "title": case.name,
         "case": case,
         "chart": chart,
-        "chart_json": script_json(json.dumps(chart, separators=(",", ":"), default=str)),
+        "chart_json": script_json(finite_json(chart)),
         "changes": changes[:MAX_CHANGE_ROWS],
         "more_changes": max(0, len(changes) - MAX_CHANGE_ROWS),
         "regressions": regs,
