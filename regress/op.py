@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from regress.kernel import backend_for_device, default_library
+from regress.loader import backend_for_device, default_library
 
 SCHEMA = (
     "attention(Tensor q, Tensor k, Tensor v, str layout='bshd', str rounding='rtna', float? scale=None)"

@@ -33,8 +33,6 @@ ANY = "*"
 
 # room -> room imports that break the table today (issue 25 untangles each).
 KNOWN = {
-    ("emu", "kernel"),  # emu/library.py takes check_call and the strides from kernel.py: the abi split
-    ("kernel", "op"),  # attention() calls the operator, which loads through kernel.py: the loader split
     ("store", "stack"),  # repo.py names a stack's pin: the caller should pass the name
     ("server", "stack"),  # tokens.py names a stack's pin, likewise
 }

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from regress.abi import KernelError, bhsd_strides, check_call
 from regress.emu import EMU_VERSION
 from regress.emu.codeobject import CodeObject
 from regress.emu.machine import Launch, Memory, Trace
@@ -38,7 +39,7 @@ def kernel_name(rounding: int, packed: bool) -> str:
 
 
 class EmuLibrary:
-    """Duck-types regress.kernel.KernelLibrary for the emulated gfx942 code object."""
+    """The emulated gfx942 code object as a regress.abi.Library (what regress.loader loads a .co as)."""
 
     backend = "hip-emu"
     device_type = "cpu"
@@ -76,9 +77,7 @@ class EmuLibrary:
         out: torch.Tensor | None = None,
         stream: int | None = None,
     ) -> torch.Tensor:
-        from regress.kernel import KernelError, _bhsd_strides, check_call
-
-        # The same Python-side checks as every backend (regress.kernel.check_call), CPU tensors.
+        # The same Python-side checks as every backend (regress.abi.check_call), CPU tensors.
         (b, h, sq, sk, d), out = check_call(
             q,
             k,
@@ -93,7 +92,7 @@ class EmuLibrary:
         if d != HEAD_DIM:
             raise KernelError(f"hip-emu kernel refused the call: head_dim {d} is not supported (only 128)", 3)
         tensors = {"q": q, "k": k, "v": v, "o": out}
-        strides = {n: _bhsd_strides(t, layout) for n, t in tensors.items()}  # type: ignore[arg-type]
+        strides = {n: bhsd_strides(t, layout) for n, t in tensors.items()}  # type: ignore[arg-type]
         for n, st in strides.items():
             if st[3] != 1:
                 raise KernelError(

@@ -12,8 +12,9 @@ import torch
 
 from regress import numerics as nm
 from regress import reference
+from regress.abi import PARAMS_PACK, Params
 from regress.build import build_kernel
-from regress.kernel import _PARAMS_PACK, KernelError, KernelLibrary, _Params, load_library
+from regress.kernel import KernelError, KernelLibrary, load_library
 
 MODES = ("rtne", "rtna", "rtz")
 # The contract's thresholds (regress/contract.toml, docs/numerics.md).
@@ -268,8 +269,8 @@ def test_refuses_bad_strides(lib: KernelLibrary) -> None:
         lib.forward(q, k, k)
 
 
-def _raw_params(q: torch.Tensor, o: torch.Tensor) -> _Params:
-    p = _Params()
+def _raw_params(q: torch.Tensor, o: torch.Tensor) -> Params:
+    p = Params()
     p.abi_version = 1
     p.q = p.k = p.v = q.data_ptr()
     p.o = o.data_ptr()
@@ -398,10 +399,10 @@ def test_packed_parameter_block_is_the_c_struct() -> None:
     Structure field by field; every field must land where the C compiler puts it."""
     strides = list(range(100, 116))
     values = (1, 11, 12, 13, 14, 2, 3, 5, 7, 128, *strides, 0.5, 2, 0xDEAD)
-    buf = (ctypes.c_uint64 * (_PARAMS_PACK.size // 8))()
-    _PARAMS_PACK.pack_into(buf, 0, *values)
-    p = _Params.from_buffer(buf)
-    assert _PARAMS_PACK.size == ctypes.sizeof(_Params)
+    buf = (ctypes.c_uint64 * (PARAMS_PACK.size // 8))()
+    PARAMS_PACK.pack_into(buf, 0, *values)
+    p = Params.from_buffer(buf)
+    assert PARAMS_PACK.size == ctypes.sizeof(Params)
     assert (p.abi_version, p.q, p.k, p.v, p.o) == (1, 11, 12, 13, 14)
     assert (p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim) == (2, 3, 5, 7, 128)
     assert [*p.q_stride, *p.k_stride, *p.v_stride, *p.o_stride] == strides

@@ -1,0 +1,169 @@
+"""The kernel's C ABI on the Python side (kernel/include/regress_attn.h): the parameter block, the
+error type, the strides, the checks every backend makes before a call, and the `Library` protocol
+that a built library (regress.loader.KernelLibrary) and the emulated gfx942 code object
+(regress.emu.library.EmuLibrary) both satisfy. No loading here, so the emulator can use it without
+importing the loader that loads it."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+import threading
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+
+from regress.results import ROUNDING_CODE
+
+Layout = Literal["bshd", "bhsd"]
+Rounding = Literal["rtne", "rtna", "rtz"]
+
+RA_ABI_VERSION = 1
+RA_HEAD_DIM = 128
+ERR_LEN = 512
+
+
+class KernelError(RuntimeError):
+    """The kernel refused or failed a call; `.code` is the C ABI's ra_status."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+_Strides = ctypes.c_int64 * 4
+
+
+class Params(ctypes.Structure):
+    # Mirrors ra_attention_params field for field; ctypes applies the C alignment rules.
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32),
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("q_stride", _Strides),
+        ("k_stride", _Strides),
+        ("v_stride", _Strides),
+        ("o_stride", _Strides),
+        ("scale", ctypes.c_float),
+        ("rounding", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+# The same bytes as Params, packed in one call: filling a ctypes Structure field by field cost more
+# host time than the rest of a call's Python side (11 µs of ~25 µs per call on the CI machine).
+# '@' lays fields out with C's alignment; tests/kernel/test_cpu_golden.py checks it against Params.
+PARAMS_PACK = struct.Struct("@I4P5q16qfiP")
+assert PARAMS_PACK.size % 8 == 0
+
+
+class CallBuffers(threading.local):
+    """Per thread: the packed parameter block and the error text buffer, reused by every call (a
+    call returns before the next can start on the same thread)."""
+
+    def __init__(self) -> None:
+        self.params = (ctypes.c_uint64 * (PARAMS_PACK.size // 8))()  # 8-byte aligned, as C needs
+        self.params_ptr = ctypes.cast(self.params, ctypes.POINTER(Params))
+        self.err = ctypes.create_string_buffer(ERR_LEN)
+
+
+BUFFERS = CallBuffers()
+
+
+def bhsd_strides(t: torch.Tensor, layout: Layout) -> tuple[int, int, int, int]:
+    """Element strides in (batch, head, seq, dim) order; size-1 dims get stride 0 because torch
+    gives them arbitrary strides and they are never stepped over. (Unrolled: it runs four times per
+    call, and a generator over t.shape cost ~1.7 µs each.)"""
+    sb, s1, s2, sd = t.stride()
+    nb, n1, n2, _ = t.shape
+    sb, s1, s2 = (0 if nb == 1 else sb), (0 if n1 == 1 else s1), (0 if n2 == 1 else s2)
+    return (sb, s2, s1, sd) if layout == "bshd" else (sb, s1, s2, sd)
+
+
+def _bhsd_shape(t: torch.Tensor, layout: Layout) -> tuple[int, int, int, int]:
+    b, x, y, d = t.shape
+    return (b, y, x, d) if layout == "bshd" else (b, x, y, d)
+
+
+def _check_tensor(name: str, t: torch.Tensor, device_type: str, backend: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{name} has dtype {str(t.dtype).removeprefix('torch.')}, the kernel takes bfloat16")
+    if t.dim() != 4:
+        raise ValueError(f"{name} must be 4-D ([B,S,H,D] or [B,H,S,D]), got shape {tuple(t.shape)}")
+    if t.device.type != device_type:
+        raise ValueError(f"{name} is on {t.device}, the {backend} kernel takes {device_type} tensors")
+
+
+def check_call(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    layout: str,
+    rounding: str,
+    scale: float | None,
+    out: torch.Tensor | None,
+    device_type: str,
+    backend: str,
+) -> tuple[tuple[int, int, int, int, int], torch.Tensor]:
+    """The checks every backend's `forward` makes on the Python side before touching memory (the
+    library's own C-ABI checks come after): ((B, H, Sq, Sk, D), the output tensor, made if None)."""
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
+    if rounding not in ROUNDING_CODE:
+        raise ValueError(f"rounding {rounding!r} is not one of {', '.join(ROUNDING_CODE)}")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be positive and finite, got {scale}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, device_type, backend)
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v are on different devices: {q.device}, {k.device}, {v.device}")
+    b, h, sq, d = _bhsd_shape(q, layout)  # type: ignore[arg-type]
+    kb, kh, sk, kd = _bhsd_shape(k, layout)  # type: ignore[arg-type]
+    if _bhsd_shape(v, layout) != (kb, kh, sk, kd):  # type: ignore[arg-type]
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
+    if (kb, kh, kd) != (b, h, d):
+        raise ValueError(
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree in batch, heads or head_dim ({layout})"
+        )
+    if out is None:
+        out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    else:
+        _check_tensor("out", out, device_type, backend)
+        if out.shape != q.shape or out.device != q.device:
+            raise ValueError(f"out {tuple(out.shape)} on {out.device} must match q {tuple(q.shape)}")
+    return (b, h, sq, sk, d), out
+
+
+class Library(Protocol):
+    """What the suites, the operator and attention() call on a loaded kernel."""
+
+    path: Path
+    backend: str
+    device_type: str
+
+    def build_info(self) -> dict[str, Any]: ...
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        layout: Layout = "bshd",
+        rounding: Rounding = "rtna",
+        scale: float | None = None,
+        out: torch.Tensor | None = None,
+        stream: int | None = None,
+    ) -> torch.Tensor: ...

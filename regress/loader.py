@@ -1,0 +1,175 @@
+"""Loading kernel libraries: the ctypes backend over a built `libregress_attn_<backend>.so`, the
+emulated gfx942 code object (`.co`, regress.emu.library) behind the same `Library` protocol, and the
+registry that loads each path once and builds each backend's default library on first use."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from regress.abi import (
+    BUFFERS,
+    ERR_LEN,
+    PARAMS_PACK,
+    RA_ABI_VERSION,
+    KernelError,
+    Layout,
+    Library,
+    Params,
+    Rounding,
+    bhsd_strides,
+    check_call,
+)
+from regress.results import ROUNDING_CODE
+
+
+class KernelLibrary:
+    """One loaded kernel library (`libregress_attn_<backend>.so`)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lib = ctypes.CDLL(str(self.path))
+        self._lib.ra_backend_name.restype = ctypes.c_char_p
+        self._lib.ra_backend_name.argtypes = []
+        self._lib.ra_build_info.restype = ctypes.c_char_p
+        self._lib.ra_build_info.argtypes = []
+        self._lib.ra_attention_fwd.restype = ctypes.c_int
+        self._lib.ra_attention_fwd.argtypes = [ctypes.POINTER(Params), ctypes.c_char_p, ctypes.c_size_t]
+        self.backend: str = self._lib.ra_backend_name().decode()
+        self.device_type = "cpu" if self.backend == "cpu" else "cuda"
+
+    def __repr__(self) -> str:
+        return f"KernelLibrary(backend={self.backend!r}, path={str(self.path)!r})"
+
+    def build_info(self) -> dict[str, Any]:
+        return json.loads(self._lib.ra_build_info().decode())
+
+    @property
+    def raw(self) -> ctypes.CDLL:
+        """The ctypes handle, for test hooks such as the CPU backend's ra_cpu_round_f32."""
+        return self._lib
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        layout: Layout = "bshd",
+        rounding: Rounding = "rtna",
+        scale: float | None = None,
+        out: torch.Tensor | None = None,
+        stream: int | None = None,
+    ) -> torch.Tensor:
+        """O = softmax(scale · Q Kᵀ) V, bf16 in and out, output in q's layout.
+
+        q is [B,Sq,H,D] (bshd) or [B,H,Sq,D] (bhsd), k and v likewise with Sk; any strides whose last
+        dim is contiguous. Raises KernelError (with the kernel's message) when the kernel refuses.
+        """
+        (b, h, sq, sk, d), out = check_call(
+            q,
+            k,
+            v,
+            layout=layout,
+            rounding=rounding,
+            scale=scale,
+            out=out,
+            device_type=self.device_type,
+            backend=self.backend,
+        )
+
+        dims = (b, h, sq, sk, d)
+        if self.device_type == "cuda" and q.device.index not in (None, torch.cuda.current_device()):
+            with torch.cuda.device(q.device):  # the library launches on the current device
+                rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream)
+        else:
+            rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream)
+        if rc != 0:
+            text = BUFFERS.err.value.decode(errors="replace")
+            raise KernelError(f"{self.backend} kernel refused the call: {text}", rc)
+        return out
+
+    def _call(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        layout: Layout,
+        dims: tuple[int, int, int, int, int],
+        scale: float | None,
+        rounding: str,
+        stream: int | None,
+    ) -> int:
+        """One ra_attention_fwd call with the parameter block packed in place (see PARAMS_PACK); a
+        CUDA call without a stream goes on torch's current one."""
+        if stream is None and self.device_type == "cuda":
+            stream = torch.cuda.current_stream().cuda_stream
+        buf = BUFFERS
+        PARAMS_PACK.pack_into(
+            buf.params,
+            0,
+            RA_ABI_VERSION,
+            q.data_ptr(),
+            k.data_ptr(),
+            v.data_ptr(),
+            out.data_ptr(),
+            *dims,
+            *bhsd_strides(q, layout),
+            *bhsd_strides(k, layout),
+            *bhsd_strides(v, layout),
+            *bhsd_strides(out, layout),
+            0.0 if scale is None else float(scale),  # 0 selects 1/sqrt(head_dim) in the kernel
+            ROUNDING_CODE[rounding],
+            stream or 0,
+        )
+        return int(self._lib.ra_attention_fwd(buf.params_ptr, buf.err, ERR_LEN))
+
+
+_LIBS: dict[Path, Library] = {}
+_LOCK = threading.Lock()
+
+
+def load_library(path: str | os.PathLike[str]) -> Library:
+    """Load (once per resolved path) a kernel library. A gfx942 code object (`.co`, the compile-only
+    HIP build) loads as the hip-emu backend: the same interface, run on the CPU emulator."""
+    key = Path(path).resolve()
+    with _LOCK:
+        if key not in _LIBS:
+            if key.suffix == ".co":
+                from regress.emu.library import EmuLibrary
+
+                _LIBS[key] = EmuLibrary(key)
+            else:
+                _LIBS[key] = KernelLibrary(key)
+        return _LIBS[key]
+
+
+def backend_for_device(device: torch.device) -> str:
+    if device.type == "cpu":
+        return "cpu"
+    if device.type == "cuda":
+        return "hip" if torch.version.hip else "cuda"
+    raise ValueError(f"no kernel backend for device {device}")
+
+
+_DEFAULT: dict[str, Library] = {}
+
+
+def default_library(backend: str) -> Library:
+    """The library of `backend` built with the default flags (built on first use, then cached)."""
+    from regress.build import build_kernel
+
+    with _LOCK:
+        lib = _DEFAULT.get(backend)
+    if lib is None:
+        lib = load_library(build_kernel(backend).path)
+        with _LOCK:
+            _DEFAULT[backend] = lib
+    return lib
