@@ -426,6 +426,9 @@ class SteadyState:
     mfma_busy: float  # matrix-core busy share in steady state
     cost_per_tile: dict[str, float]  # clocks per tile per wave, by bucket
     issued_per_tile: dict[str, float]  # instructions per tile per wave
+    # Extra clocks per tile when every tile raises a running row max (a kernel whose code skips the
+    # rescale unless the max rises pays this on Grid.rise_rate of its tiles; 0 for branch-free code).
+    rise_per_tile: float = 0.0
 
 
 def steady_state(
@@ -476,6 +479,8 @@ class Grid:
     hbm_bytes: float  # compulsory traffic: every input read once, every output written once
     l2_bytes: float  # what all workgroups load (through L2)
     flops: float = 0.0
+    # Share of the key tiles on which the workload raises a running row max (SteadyState.rise_per_tile).
+    rise_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -503,11 +508,15 @@ def launch_time(
     hz = p["clock_ghz"] * 1e9 * p["clock_eff"]
     per_round = cus * full.resident
     rounds, rest = divmod(grid.workgroups, per_round)
-    clocks = rounds * (full.fixed + full.per_tile * grid.tiles)
+
+    def tile(st: SteadyState) -> float:
+        return st.per_tile + grid.rise_rate * st.rise_per_tile
+
+    clocks = rounds * (full.fixed + tile(full) * grid.tiles)
     if rest:
         k = -(-rest // cus)
         st = full if k == full.resident or partial is None else partial(k)
-        clocks += st.fixed + st.per_tile * grid.tiles
+        clocks += st.fixed + tile(st) * grid.tiles
     compute = clocks / hz * 1e3
     hbm = grid.hbm_bytes / (p["hbm_tb_s"] * 1e12) * 1e3
     l2 = grid.l2_bytes / (p["l2_bytes_per_clk_xcd"] * p["xcds"] * hz) * 1e3

@@ -63,6 +63,36 @@ def test_shape_parse() -> None:
             Shape.parse(bad)
 
 
+def test_tiles_that_raise_a_running_max_pay_the_rescale_share() -> None:
+    st = SteadyState("k", 1, 100.0, 10.0, 0.5, {}, {}, rise_per_tile=8.0)
+    t = timing.launch_time(Grid("main", 1, 10, 0.0, 0.0, rise_rate=0.25), st)
+    assert t.compute_ms == pytest.approx((100 + (10 + 0.25 * 8) * 10) / HZ * 1e3)
+
+
+def test_the_sample_inputs_hold_every_rows_max_in_tile_0_or_raise_it_every_tile() -> None:
+    from regress.emu.mi300x import sample_qkv
+
+    for layout in ("bshd", "bhsd"):
+        for rising in (False, True):
+            q, k, _ = sample_qkv(64, 4 * 32, 32, rising, layout)
+            qs, ks = (t[0, :, 0] if layout == "bshd" else t[0, 0] for t in (q, k))
+            bmax = (qs.float() @ ks.float().T).view(64, 4, 32).amax(-1)
+            if rising:
+                assert (bmax[:, 1:] > bmax[:, :-1]).all()
+            else:
+                assert (bmax[:, :1] > bmax[:, 1:]).all()
+
+
+def test_the_published_workloads_rise_rate_falls_with_the_key_count() -> None:
+    from regress.emu.mi300x import rise_rate
+
+    assert rise_rate(1) == 0.0
+    short, long = rise_rate(16), rise_rate(256)
+    # A new maximum lands in tile t of t tiles with probability about 1/t per row, so the share of
+    # tiles falls roughly like log(n)/n; a 16-row group makes a rise in any row likely early on.
+    assert 0 < long < short < 1
+
+
 def _check_steady(st: SteadyState, mfma_per_tile: float) -> None:
     assert st.issued_per_tile["mfma"] == mfma_per_tile
     assert 0 < st.mfma_busy < 1 and st.fixed > 0
@@ -119,7 +149,10 @@ def test_moonmath_steady_state() -> None:
     model = MoonMathModel(src)
     launches = model.launches(Shape.parse("1,1,384,384"), "rtz")
     assert [la.grid.name for la in launches] == ["v_transpose", "forward"]
-    _check_steady(Predictor().steady("moonmath", launches[1]), 192)  # 48 rows x 64 keys, per wave
+    st = Predictor().steady("moonmath", launches[1])
+    _check_steady(st, 192)  # 48 rows x 64 keys, per wave
+    # Its rescale runs only on a tile that raises a row's running max: that costs clocks.
+    assert st.rise_per_tile > 0
 
 
 @pytest.mark.slow
