@@ -14,7 +14,7 @@ import sys
 import click
 
 from . import __version__
-from .errors import UserError
+from .errors import EXIT_UNDECIDED, UserError, environment_fault
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         click.echo("regress: aborted", err=True)
         return 2
+    except Exception as err:  # a full disk, a corrupt database, a missing driver: no traceback
+        fault = environment_fault(err)
+        if fault is None:
+            raise
+        click.echo(f"regress: error: {fault}", err=True)
+        return EXIT_UNDECIDED
     return rv if isinstance(rv, int) else 0
 
 

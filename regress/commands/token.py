@@ -12,7 +12,10 @@ if TYPE_CHECKING:
     from ..store.repo import Store
 
 _db_option = click.option(
-    "--db", "db_url", metavar="URL", help="Database URL (default: $REGRESS_DATABASE_URL or .regress/)."
+    "--db",
+    "db_url",
+    metavar="URL",
+    help="Database URL (default: $REGRESS_DATABASE_URL, else ./.regress/regress.db).",
 )
 
 

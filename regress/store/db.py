@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.exc import DatabaseError as SQLAlchemyDatabaseError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .. import resources
-from ..errors import UserError
+from ..errors import POSTGRES_HINT, UserError, environment_fault
 
 ENV_URL = "REGRESS_DATABASE_URL"
 DEFAULT_SQLITE = Path(".regress") / "regress.db"
@@ -46,6 +47,16 @@ def database_url(url: str | None = None) -> str:
     return chosen
 
 
+def engine_url_shown(url: str) -> str:
+    """The URL without its password, for messages."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # a URL SQLAlchemy cannot parse is shown as given
+        return url
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file of a sqlite:/// URL (None for other databases and in-memory SQLite)."""
     if not url.startswith("sqlite"):
@@ -73,7 +84,11 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
         kwargs["pool_pre_ping"] = True
     try:
         engine = create_engine(resolved, **kwargs)
-    except Exception as exc:  # bad driver names, malformed URLs
+    except Exception as exc:  # bad driver names, malformed URLs, a driver not installed
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith("psycopg"):
+            raise DatabaseError(
+                f"cannot open database {engine_url_shown(resolved)}: {POSTGRES_HINT}"
+            ) from exc
         raise DatabaseError(f"cannot open database {resolved!r}: {exc}") from exc
     if resolved.startswith("sqlite"):
         event.listen(engine, "connect", _sqlite_pragmas)
@@ -160,6 +175,8 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool = True, must_exist: bool
     except OperationalError as exc:  # unreachable server, wrong credentials, unwritable file
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise DatabaseError(f"cannot connect to {engine.url.render_as_string()}: {reason}") from exc
+    except SQLAlchemyDatabaseError as exc:  # a SQLite file that is not (or no longer) a database
+        raise DatabaseError(f"{engine.url.render_as_string()}: {environment_fault(exc) or exc}") from exc
     if current is None and must_exist:
         raise DatabaseError(
             f"{engine.url.render_as_string()} holds no regress data (no schema); "
