@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT / "tests" / "ingest"))  # the realistic bundle build
 from ingest_bundles import make_bundle  # noqa: E402
 
 from regress.metrics import percentile  # noqa: E402
-from regress.server.tokens import create_token  # noqa: E402
 from regress.store.queries import count_results, run_ids  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
+from regress.tokens import create_token  # noqa: E402
 
 
 def free_port() -> int:

@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT / "tests" / "ingest"))
 from ingest_bundles import make_bundle  # noqa: E402
 
 from regress.bundle import write_bundle  # noqa: E402
-from regress.server.tokens import create_token  # noqa: E402
 from regress.store.queries import run_ids  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
+from regress.tokens import create_token  # noqa: E402
 from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
 
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))

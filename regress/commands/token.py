@@ -45,7 +45,7 @@ def token_group() -> None:
 def create(runner: str, stacks: str | None, db_url: str | None) -> None:
     """Create a token for RUNNER and print it once (give it to the runner as REGRESS_TOKEN)."""
     try:
-        from ..server.tokens import create_token
+        from ..tokens import create_token
 
         allowed = None if stacks is None else stacks.split(",")
         info, token = create_token(_store(db_url), runner, allowed)
@@ -69,7 +69,7 @@ def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url:
     """
     if (token_id is None) == (runner is None):
         raise UserError("give exactly one of --id N or --runner NAME (see `regress token list`)")
-    from ..server.tokens import revoke_tokens
+    from ..tokens import revoke_tokens
 
     revoked = revoke_tokens(_store(db_url), token_id=token_id, runner=runner)
     if not revoked:
@@ -84,7 +84,7 @@ def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url:
 @_db_option
 def list_(db_url: str | None) -> None:
     """List tokens: id, runner, created, last used, revoked. Never the token itself."""
-    from ..server.tokens import list_tokens
+    from ..tokens import list_tokens
 
     rows = list_tokens(_store(db_url))
     click.echo(f"{'id':>4}  {'runner':<24} {'created':<19}  {'last used':<19}  revoked")

@@ -18,9 +18,9 @@ from ..store.bulk import ensure_dimensions
 from ..store.queries import list_runs as list_runs_query
 from ..store.queries import run_summary
 from ..store.repo import BundleConflict, export_bundle, import_bundle
+from ..tokens import lookup_token, may_upload_onto
 from .errors import ApiError, error_response
 from .extensions import store_ext
-from .tokens import lookup_token, may_upload_onto
 
 bp = Blueprint("runs", __name__, url_prefix="/api/v1/runs")
 

@@ -28,11 +28,11 @@ from sqlalchemy import select
 from regress.bundle import validate_bundle
 from regress.cli import main
 from regress.server import create_app
-from regress.server.tokens import create_token
 from regress.site import build_site
 from regress.store import Run
 from regress.store.base import new_run_id
 from regress.store.repo import Store, bundle_fingerprint
+from regress.tokens import create_token
 
 RUNNER = "fuzz-runner"
 DEEP = "__deep_nesting__"  # replaced in the JSON text: json.dumps itself cannot write 100,000 levels

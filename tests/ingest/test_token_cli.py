@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from regress.cli import main
-from regress.server.tokens import create_token
+from regress.tokens import create_token
 
 
 def test_token_revoke_by_id_or_runner(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from regress.server.tokens import list_tokens
     from regress.store.repo import open_store
+    from regress.tokens import list_tokens
 
     store = open_store(db_url)
     alpha = create_token(store, "alpha")[0]

@@ -94,7 +94,7 @@ def test_the_walk_covers_the_modules_that_used_to_query() -> None:
     assert {
         "analysis.py",
         "gate/core.py",
-        "server/tokens.py",
+        "tokens.py",
         "server/series.py",
         "server/health.py",
     } <= names

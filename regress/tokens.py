@@ -14,8 +14,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from ..store import RunnerToken, queries, utcnow
-from ..store.repo import Store, add_runner_token
+from .store import RunnerToken, queries, utcnow
+from .store.repo import Store, add_runner_token
 
 TOKEN_PREFIX = "rgr_"  # recognisable in logs and secret scanners
 
@@ -56,7 +56,7 @@ def may_upload_onto(token: RunnerToken, digest: str) -> bool:
     """Whether the token may upload a run onto the stack with this digest (by digest or pin name)."""
     if token.stacks is None:
         return True
-    from ..stack import pin_name_for_digest
+    from .stack import pin_name_for_digest
 
     return digest in token.stacks or pin_name_for_digest(digest) in token.stacks
 
