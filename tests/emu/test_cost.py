@@ -9,6 +9,7 @@ from regress.emu.cost import WAVES, tile_cost
 from regress.emu.library import EmuLibrary
 
 
+@pytest.mark.slow  # emulates whole tiles of the gfx942 kernel
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "strided"])
 def test_tile_cost_matches_the_design(tmp_path_factory: pytest.TempPathFactory, packed: bool) -> None:
     lib = EmuLibrary(build_kernel("hip-emu", cache_dir=tmp_path_factory.mktemp("co")).path)

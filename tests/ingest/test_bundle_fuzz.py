@@ -195,6 +195,7 @@ def _property(
         assert bundle_fingerprint(_readable(client, original["run"]["id"])) == bundle_fingerprint(original)
 
 
+@pytest.mark.slow  # 120 hypothesis examples against the real app
 def test_mutated_bundles_are_refused_or_stored_and_readable(
     app: Any, store: Store, db_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -23,7 +23,10 @@ from regress.build import build_kernel, parse_ptxas
 ROOT = Path(__file__).resolve().parents[2]
 NVCC = shutil.which("nvcc")
 
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: cannot compile the sm_90a library")
+pytestmark = [
+    pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: cannot compile the sm_90a library"),
+    pytest.mark.slow,  # each nvcc build of the sm_90a library takes minutes of CPU
+]
 
 MODES = 3
 LAYOUTS = 2

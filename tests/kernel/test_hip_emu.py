@@ -106,6 +106,7 @@ def test_strided_views_in_and_out(cache: Path) -> None:
     assert (untouched == 3.0).all()
 
 
+@pytest.mark.slow  # builds each fire-drill code object and runs its suite on the emulator
 @pytest.mark.parametrize(
     ("inject", "suite", "case"),
     [({"ulp": 2}, "ulp", "b1_h2_sq113_sk203_bhsd_rtne"), ({"nondeterminism": 1}, "determinism", "repeat")],
@@ -120,6 +121,7 @@ def test_drill_builds_fail_their_suite(cache: Path, inject: dict[str, int], suit
     assert result.status == "fail", (result.status, result.message)
 
 
+@pytest.mark.slow  # a drill build on the emulator
 def test_ulp_drill_moves_every_output_exactly(cache: Path) -> None:
     """The drill build's epilogue (packed 16-bit adds/mins and SDWA compares in its code) moves each
     finite non-zero output exactly 2 ULPs away from zero relative to the clean build, bit for bit."""
