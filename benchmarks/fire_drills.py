@@ -96,8 +96,9 @@ def gates(url: str, pairs: int, drill: int, iterations: int | None, regate: bool
 
 
 def table(url: str) -> None:
-    """Clean-vs-clean gates and, per drill run, requested vs measured cost and the gate's verdict."""
-    from regress.gate import gate
+    """Clean-vs-clean gates and, per drill run, requested vs measured cost and the gate's verdicts
+    (cross-night against the clean night before, and A/B: the run's own two builds)."""
+    from regress.gate import gate, gate_ab
     from regress.store.queries import run_by_id, run_results_with_cases
     from regress.store.repo import open_store
 
@@ -130,10 +131,12 @@ def table(url: str) -> None:
         tol = max(1.0, req / 5)
         geo = (math.exp(sum(math.log1p(m / 100) for m in measured) / len(measured)) - 1) * 100
         report = gate(store, base[-1], run_id)
+        ab = gate_ab(store, run_id)  # the drill build against the clean build, same rounds
         print(
             f"{req:>5.0f}% {len(cost):>5} {geo:>7.1f}% {min(measured):>6.1f}% {max(measured):>6.1f}% "
-            f"{sum(abs(m - req) <= tol for m in measured):>3}/{len(measured):<3}  exit {report.exit_code} "
-            f"({report.verdict}, {len(report.regressions)} named)"
+            f"{sum(abs(m - req) <= tol for m in measured):>3}/{len(measured):<3}  cross-night exit "
+            f"{report.exit_code} ({report.verdict}, {len(report.regressions)} named); "
+            f"A/B exit {ab.exit_code} ({ab.verdict}, {len(ab.regressions)} named)"
         )
         for name, (_, m) in sorted(cost.items()):
             print(f"         {m:>6.1f}%  {name}")

@@ -201,3 +201,58 @@ def test_nondeterminism_drill_fails_the_determinism_suite(db: tuple[str, Store],
     assert report.exit_code == 1
     assert {r.suite for r in report.regressions} == {"determinism"}
     assert _is_drill(store, str(outcome.run_id)) == (True, "drill")
+
+
+def test_a_compare_build_that_is_no_build_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from regress.cli import main
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    missing = str(tmp_path / "missing.so")
+    args = ["nightly", "--backend", "cpu", "--quick", "--suites", "perf", "--db", db, "--out", str(tmp_path)]
+    code = main([*args, "--compare-build", missing])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--compare-build" in err[0] and "missing.so" in err[0]
+
+
+@pytest.mark.slow
+def test_gate_ab_on_two_pinned_stacks_runs_and_judges_one_ab_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI plumbing on a real CPU run: `regress gate --ab --baseline-stack X --candidate-stack Y`
+    times Y's build against X's in the same rounds, stores both arms, and judges them; `--ab --run`
+    judges the same stored run again. What the verdict is depends on this machine's load, so the
+    test checks what was stored and reported, not the outcome."""
+    from regress.cli import main
+    from regress.gate.core import VERDICT_EXIT
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    args = ["gate", "--ab", "--db", db, "--report-dir", str(tmp_path / "gate"), "--json"]
+    code = main(
+        [
+            *args,
+            "--baseline-stack",
+            "cpu-local",
+            "--candidate-stack",
+            "cpu-local",
+            "--quick",
+            "--iterations",
+            "10",
+        ]
+    )
+    first = json.loads(capsys.readouterr().out)
+    store = open_store(db)
+    with store.reader() as session:
+        run = session.query(Run).one()
+        perf = list(session.query(Result).filter(Result.run_id == run.id))
+        assert run.trigger == "gate" and len(perf) == 18
+        passed = [r for r in perf if r.status == "pass"]
+        assert all({s.name for s in r.samples} >= set(AB_ARMS) for r in passed)
+        assert all(r.metrics["ab_baseline"].startswith("stack cpu-local") for r in passed)
+    store.engine.dispose()
+    assert first["power"]["mode"] == "ab" and first["exit_code"] == code == VERDICT_EXIT[first["verdict"]]
+    assert len(first["rows"]) == 18 and first["candidate_run"] == run.id
+    assert main([*args, "--run", run.id[:10]]) == code  # the same samples, the same verdict
+    again = json.loads(capsys.readouterr().out)
+    assert again["rows"] == first["rows"]

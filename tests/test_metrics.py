@@ -110,3 +110,13 @@ def test_headline_per_suite() -> None:
 def test_contract_is_the_packaged_toml() -> None:
     raw = tomllib.loads((ROOT / "regress" / "contract.toml").read_text())
     assert load_contract().scaled_ulp_max == raw["scaled_ulp_max"]
+
+
+def test_a_drill_cost_outside_its_tolerance_is_called_so() -> None:
+    """The nightly's drill table once printed "geomean (within tolerance) +58.8 %" for a 30 % request."""
+    from regress.metrics import drill_tolerance_word
+
+    drill = {"requested_pct": 30, "tolerance_pct": 6.0}
+    assert drill_tolerance_word(drill, 58.8) == "outside tolerance"
+    assert drill_tolerance_word(drill, 27.0) == "within tolerance"
+    assert drill_tolerance_word(drill, None) == "not measured"
