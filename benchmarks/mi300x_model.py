@@ -201,6 +201,7 @@ BUCKETS = (
     ("VALU issue", ("valu",)),
     ("quarter-rate VALU held", ("valu busy",)),
     ("matrix core busy (wait)", ("matrix core busy",)),
+    ("packed-F32 VALU behind MFMA", ("packed f32 behind MFMA",)),
     ("lost arbitration", ("arbitration",)),
     ("s_nop", ("s_nop",)),
     ("wait LDS/scalar (lgkmcnt)", ("wait lgkmcnt",)),

@@ -17,6 +17,10 @@ WHITE = "AMD CDNA 3 architecture white paper (AMD Instinct MI300 series)"
 CALC = "AMD matrix instruction calculator (amd_matrix_instruction_calculator, --architecture cdna3)"
 SCHED = "LLVM AMDGPU SISchedule.td (SICommonWriteRes; gfx940 models Write4PassMAI/Write8PassMAI)"
 HAZ = "LLVM AMDGPU GCNHazardRecognizer.cpp (GFX940_XDL_N_PassWriteVgprVALUWawWaitStates)"
+COEXEC = (
+    "LLVM AMDGPU getVALUIssueCycle/getPackedVALUIssueCycle (llvm-project PR 233721: rules fit to ATT "
+    "thread traces of gfx942, MI300X / MI308X with its peak TOPS limiter)"
+)
 USAGE = "LLVM AMDGPUUsage (gfx90a/gfx942: unified VGPR/AGPR file, allocation granule 8)"
 
 
@@ -86,6 +90,30 @@ CONSTANTS: tuple[Constant, ...] = (
         SCHED,
         "share of an MFMA's run its own wave cannot issue VALU (other waves can): 0, full co-issue",
     ),
+    Constant(
+        "mfma_valu_hold_cycles",
+        1,
+        "issue cycles",
+        COEXEC,
+        "an XDL MFMA holds the SIMD's VALU for 1 + (widest A/B source bytes) / 16 cycles: 1 for the"
+        " 8-byte bf16/f16 sources here",
+    ),
+    Constant(
+        "mfma_pk_f32_extra_cycles",
+        2,
+        "issue cycles",
+        COEXEC,
+        "a packed-F32 VALU op (v_pk_add/fma/mul_f32, v_pk_mov_b32) or DOT issues NumPasses + 2 cycles"
+        " after an XDL MFMA of its own wave (what a wave's thread trace shows)",
+    ),
+    Constant(
+        "mfma_pk_f32_simd_wide",
+        0,
+        "flag",
+        COEXEC,
+        "1: the packed-F32 hold also applies to the SIMD's other waves (a reading the source leaves open;"
+        " a sensitivity)",
+    ),
     Constant("branch_issue_cycles", 2, "issue cycles", SCHED, "WriteBranch = 8 clocks for a taken branch"),
     # --- memory latencies (issue to data in VGPRs) ---
     Constant("smem_latency", 5 * 4, "clocks", SCHED, "WriteSMEM = 5 issue cycles"),
@@ -139,6 +167,10 @@ QUARTER_RATE = frozenset(
         "v_mad_i64_i32",
     }
 )
+
+
+# VALU ops that issue only NumPasses + 2 cycles after an XDL MFMA (mfma_pk_f32_extra_cycles).
+PACKED_F32 = frozenset({"v_pk_add_f32", "v_pk_fma_f32", "v_pk_mul_f32", "v_pk_mov_b32"})
 
 
 def table_markdown() -> str:

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from regress.emu.cdna3 import MFMA_PASSES, QUARTER_RATE, C
+from regress.emu.cdna3 import MFMA_PASSES, PACKED_F32, QUARTER_RATE, C
 from regress.emu.codeobject import Kernel
 
 # Op kinds (small ints: the replay loop is the model's hot path).
@@ -62,7 +62,8 @@ class TimingError(RuntimeError):
 @dataclass(frozen=True)
 class Op:
     kind: int
-    # VALU: 1 for a quarter-rate op; MFMA: passes; NOP: wait states; WAIT: vmcnt; PRIO: level; VMEM: bytes
+    # VALU: 1 for a quarter-rate op, 2 for a packed-F32 or DOT op; MFMA: passes; NOP: wait states;
+    # WAIT: vmcnt; PRIO: level; VMEM: bytes
     arg: int = 0
     arg2: int = 0  # WAIT: lgkmcnt; VMEM: 1 for a direct-to-LDS load
     target: int = -1  # branch target index
@@ -94,7 +95,8 @@ def static_ops(kernel: Kernel) -> list[Op]:
                 raise TimingError(f"{kernel.name}: no MFMA rate for {name} (regress/emu/cdna3.py)")
             ops.append(Op(MFMA, MFMA_PASSES[name]))
         elif name.startswith("v_"):
-            ops.append(Op(VALU, int(name in QUARTER_RATE)))
+            packed = name in PACKED_F32 or name.startswith("v_dot")
+            ops.append(Op(VALU, 1 if name in QUARTER_RATE else 2 if packed else 0))
         elif name.startswith("ds_"):
             ops.append(Op(LDS))
         elif name.startswith(("global_", "buffer_", "flat_", "scratch_")):
@@ -189,6 +191,7 @@ class _Wave:
         "lgkm",
         "n",
         "pcs",
+        "pk_at",
         "prio",
         "ready",
         "reason",
@@ -216,6 +219,7 @@ class _Wave:
         self.done = self.n == 0
         self.end = 0
         self.valu_at = 0  # its own last MFMA holds this wave's VALU issue until then (see own_block)
+        self.pk_at = 0  # ... and its packed-F32 VALU ops until then
 
 
 def replay(
@@ -236,6 +240,9 @@ def replay(
     block_share = p["mfma_valu_block"]
     own_block = p["mfma_own_valu_block"]
     trans_cycles = int(p["trans_issue_cycles"])
+    hold_cycles = int(p["mfma_valu_hold_cycles"])
+    pk_extra = int(p["mfma_pk_f32_extra_cycles"])
+    pk_simd = bool(p["mfma_pk_f32_simd_wide"])
 
     waves: list[_Wave] = []
     for g, wg in enumerate(workgroups):
@@ -246,6 +253,7 @@ def replay(
     arrived: Counter[int] = Counter()
     valu_free = [0] * simds
     xdl_free = [0] * simds
+    pk_free = [0] * simds  # pk_simd: a packed-F32 VALU op may issue from here (the SIMD's last MFMA)
     xdl_busy = [0] * simds
     valu_busy = [0] * simds
     lds_free = 0
@@ -289,6 +297,10 @@ def replay(
                         w.ready = w.valu_at
                         w.reason = "own MFMA"
                         continue
+                    if k == VALU and op.arg == 2 and (pk := pk_free[s] if pk_simd else w.pk_at) > t:
+                        w.ready = pk
+                        w.reason = "packed f32 behind MFMA"
+                        continue
                     if k == MFMA and xdl_free[s] > t:
                         w.ready = xdl_free[s]
                         w.reason = "matrix core busy"
@@ -311,14 +323,17 @@ def replay(
                 if unit is not None:
                     used |= 1 << unit
                 if k == VALU:
-                    busy = issue * (trans_cycles if op.arg else 1)
+                    busy = issue * (trans_cycles if op.arg == 1 else 1)
                     valu_free[s] = t + busy
                     valu_busy[s] += busy
                     cost["valu"] += issue
                 elif k == MFMA:
                     busy = op.arg * pass_clk
-                    # The VALU port: one issue cycle, plus the share of the MFMA's run it cannot co-issue.
-                    valu_free[s] = t + issue + round(block_share * (busy - issue))
+                    # The VALU port: its hold cycles, plus the share of the MFMA's run it cannot co-issue.
+                    hold = hold_cycles * issue
+                    valu_free[s] = t + hold + round(block_share * (busy - hold))
+                    pk_free[s] = max(pk_free[s], t + (op.arg + pk_extra) * issue)
+                    w.pk_at = t + (op.arg + pk_extra) * issue
                     w.valu_at = t + issue + round(own_block * (busy - issue))
                     xdl_free[s] = t + busy
                     xdl_busy[s] += busy

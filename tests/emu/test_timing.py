@@ -190,3 +190,13 @@ def test_occupancy_of_our_descriptor_fields(asm_kernel) -> None:
     assert occ.vgprs == 128 and occ.waves_per_simd == 4 and occ.wgs_per_cu == 1 and occ.limit == "lds"
     k = asm_kernel("  v_add_u32 v40, 1, v41\n", lds=16384).code.kernels["k"]
     assert timing.occupancy(k, 512).wgs_per_cu == 2  # 4 waves per SIMD, 2 per workgroup
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_packed_f32_valu_waits_passes_plus_two_after_an_xdl_mfma(asm_kernel, k: int) -> None:
+    # A v_pk_mul_f32 issues NumPasses + 2 issue cycles after the MFMA (the plain VALU op above: 1),
+    # and the next MFMA of the in-order wave follows it.
+    body = CO_ISSUE.replace("{valu}", "  v_pk_mul_f32 v[40:41], v[42:43], v[42:43]\n" * k)
+    a, b = _straight(asm_kernel, body, 8), _straight(asm_kernel, body, 16)
+    passes = MFMA_PASSES["v_mfma_f32_16x16x16_bf16"]
+    assert (b.clocks - a.clocks) / 8 == ISSUE * (passes + C["mfma_pk_f32_extra_cycles"] + k)
