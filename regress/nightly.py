@@ -180,6 +180,8 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     from .suites import get_suite
 
     ends_at = time.monotonic() + opts.deadline if opts.deadline else None
+    if not opts.suites:  # `--suites ''` stored a failed run with no reason
+        raise UserError("no suites to run: --suites names none (e.g. --suites perf,ulp,determinism)")
     for name in opts.suites:
         try:
             get_suite(name)  # unknown suite names fail before anything is built or stored

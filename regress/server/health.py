@@ -7,6 +7,7 @@ from typing import Any
 from flask import Blueprint, jsonify
 
 from ..store.queries import database_answers
+from ..store.repo import database_writes
 from .extensions import store_ext
 
 bp = Blueprint("health", __name__)
@@ -14,10 +15,10 @@ bp = Blueprint("health", __name__)
 OPENAPI_PATHS: dict[str, Any] = {
     "/healthz": {
         "get": {
-            "summary": "Liveness and database reachability",
+            "summary": "Liveness, and that the database answers and can write",
             "responses": {
                 "200": {"description": "Service and database are up"},
-                "503": {"description": "The database does not answer (`database` says why; Retry-After)"},
+                "503": {"description": "The database does not answer or cannot write (`database` says why)"},
             },
         }
     }
@@ -29,6 +30,9 @@ def healthz() -> Any:
     try:
         with store_ext.store.reader() as session:
             database_answers(session)
+        # Uploads need writes: a database that answers but cannot write (full disk, read-only) gave
+        # 503 to every upload while /healthz said ok.
+        database_writes(store_ext.store)
     except Exception as exc:  # any driver error means "not healthy", and says why
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         body = jsonify(status="unavailable", database=reason[0] if reason else type(exc).__name__)

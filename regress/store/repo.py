@@ -577,6 +577,15 @@ def record_gate_decision(
     return row.id
 
 
+def database_writes(store: Store) -> None:
+    """One real write, committed (alembic_version's row rewritten as it is): raises the driver's
+    error when the database answers but cannot write (a full disk, a read-only file or server)."""
+    from sqlalchemy import text
+
+    with store.transaction() as session:
+        session.execute(text("UPDATE alembic_version SET version_num = version_num"))
+
+
 def delete_run(session: Session, run_id: str) -> dict[str, int]:
     """Removes a run with everything that refers to it (its results and samples, the regression
     records and gate decisions it took part in), inside the caller's transaction. For an admin

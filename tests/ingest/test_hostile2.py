@@ -373,3 +373,66 @@ def test_12_huge_finite_numbers_are_400(service: Service, path: str, value: Any)
     resp = post(service, bundle, service.token("h200-01"))
     assert resp.status_code == 400, resp.text
     assert key in resp.json()["error"] and "1e+100" in resp.json()["error"]
+
+
+# ---- 16. /healthz says so when the database answers but cannot write --------------------------
+
+
+def test_16_healthz_reports_a_database_that_cannot_write(db_url: str, tmp_path: Any) -> None:
+    import subprocess
+
+    from ingest_server import start_server, stop_server
+
+    from regress.store.repo import open_store
+
+    if db_url.startswith("sqlite"):
+        mount = tmp_path / "disk"
+        mount.mkdir()
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+        )
+        if mounted.returncode:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        db_url = f"sqlite:///{mount / 'regress.db'}"
+    store = open_store(db_url)
+    server, thread, app = start_server(db_url)
+    url = f"http://127.0.0.1:{server.server_port}/healthz"
+    try:
+        assert requests.get(url, timeout=30).json() == {"status": "ok", "database": "ok"}
+        if db_url.startswith("sqlite"):
+            try:  # fill the disk to its last byte
+                with open(mount / "filler", "wb") as f:
+                    while True:
+                        f.write(b"\0" * 4096)
+                        f.flush()
+            except OSError:
+                pass
+        else:
+            with store.engine.connect() as conn:
+                name = conn.exec_driver_sql("SELECT current_database()").scalar()
+                conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+                conn.commit()
+            app.extensions["regress.store"].engine.dispose()  # new sessions take the setting
+        resp = requests.get(url, timeout=30)
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["status"] == "unavailable" and ("full" in resp.text or "read-only" in resp.text)
+    finally:
+        stop_server(server, thread, app)
+        store.engine.dispose()
+        if db_url.startswith("sqlite"):
+            subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("run_id", ["--------", "-abcdefgh", "--db=x-------"])
+def test_18_a_run_id_must_not_look_like_an_option(service: Service, run_id: str) -> None:
+    bundle = real()
+    bundle["run"]["id"] = run_id
+    resp = post(service, bundle, service.token("h200-01"))
+    assert resp.status_code == 400 and "bundle.run.id" in resp.json()["error"], resp.text
+
+
+def test_18_empty_suites_is_refused_before_anything_is_stored(tmp_path: Any, capsys: Any) -> None:
+    db = tmp_path / "r.db"
+    assert main(["nightly", "--backend", "cpu", "--suites", "", "--db", f"sqlite:///{db}"]) == 2
+    assert "no suites" in capsys.readouterr().err
+    assert not db.exists()
