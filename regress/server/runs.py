@@ -26,10 +26,11 @@ bp = Blueprint("runs", __name__, url_prefix="/api/v1/runs")
 
 # Writes that lose a race (SQLite busy, PostgreSQL deadlock) are retried this often, then 503.
 WRITE_ATTEMPTS = 4
-LAST_USED_RESOLUTION = timedelta(minutes=1)
-CLOCK_SKEW = timedelta(
-    hours=1
-)  # how far ahead of the server's clock a run's times may be  # fewer writes to the token row under load
+LAST_USED_RESOLUTION = timedelta(minutes=1)  # fewer writes to the token row under load
+CLOCK_SKEW = timedelta(hours=1)  # how far ahead of the server's clock a run's times may be
+# Results per page of GET /api/v1/runs/<id>: a 100,000-result run read whole was 28.9 MB built
+# in memory per request (six at once slowed small uploads from 0.02 s to 7.1 s).
+RESULTS_PAGE = 1000
 
 _RUN_SUMMARY = {
     "type": "object",
@@ -121,13 +122,30 @@ OPENAPI_PATHS: dict[str, Any] = {
             "parameters": [
                 {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}},
                 {
+                    "name": "offset",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 0, "default": 0},
+                    "description": "first result of the page (stored order)",
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 0, "maximum": 1000, "default": 1000},
+                    "description": "results per page (at most 1000); X-Total-Results gives the count and "
+                    'a Link header (rel="next") the next page',
+                },
+                {
                     "name": "samples",
                     "in": "query",
                     "schema": {"type": "boolean", "default": True},
                     "description": "false leaves the raw samples out",
                 },
             ],
-            "responses": {"200": {"description": "The bundle"}, "404": error_response("No such run")},
+            "responses": {
+                "200": {"description": "The bundle with one page of its results"},
+                "400": error_response("Bad offset or limit"),
+                "404": error_response("No such run"),
+            },
         }
     },
 }
@@ -299,12 +317,29 @@ def list_runs() -> Any:
 
 @bp.get("/<run_id>")
 def get_run(run_id: str) -> Any:
+    offset = _count_param("offset", 0, 10**9)
+    limit = _count_param("limit", RESULTS_PAGE, RESULTS_PAGE)
     with store_ext.store.reader() as session:
         try:
-            bundle = export_bundle(session, run_id)
+            bundle = export_bundle(session, run_id, offset=offset, limit=limit)
         except KeyError as exc:
             raise ApiError(404, f"run {run_id} does not exist") from exc
+        total = queries.run_result_count(session, run_id)
     if request.args.get("samples", "true").lower() in {"0", "false", "no"}:
         for result in bundle["results"]:
             result["samples"] = {}
-    return jsonify(bundle)
+    # The body stays a bundle (valid against the schema); the page is in the headers.
+    headers = {"X-Total-Results": str(total)}
+    if offset + len(bundle["results"]) < total:
+        after = url_for("runs.get_run", run_id=run_id, offset=offset + limit, limit=limit)
+        headers["Link"] = f'<{after}>; rel="next"'
+    return jsonify(bundle), 200, headers
+
+
+def _count_param(name: str, default: int, most: int) -> int:
+    text = request.args.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit() and len(text) <= 10) or int(text) > most:
+        raise ApiError(400, f"{name} must be an integer between 0 and {most}")
+    return int(text)

@@ -298,6 +298,11 @@ def stack_by_digest(session: Session, digest: str) -> Stack | None:
     return session.scalars(select(Stack).where(Stack.digest == digest)).first()
 
 
+def run_result_count(session: Session, run_id: str) -> int:
+    """How many results a run holds."""
+    return session.scalar(select(func.count()).select_from(Result).where(Result.run_id == run_id)) or 0
+
+
 def database_answers(session: Session) -> None:
     """One round trip to the database; raises the driver's error when it does not answer."""
     session.execute(text("SELECT 1"))

@@ -350,8 +350,11 @@ def find_run(session: Session, id_or_prefix: str) -> Run:
     raise UserError(f"run prefix {sel!r} is ambiguous: it matches {shown}{', …' if len(matches) > 5 else ''}")
 
 
-def export_bundle(session: Session, run_id: str) -> dict[str, Any]:
-    """The run as a schema-versioned bundle (the same document a runner uploads)."""
+def export_bundle(
+    session: Session, run_id: str, *, offset: int = 0, limit: int | None = None
+) -> dict[str, Any]:
+    """The run as a schema-versioned bundle (the same document a runner uploads). offset/limit
+    take one page of its results, in stored order (the API's paginated read)."""
     # regress.bundle (and jsonschema with it) is imported where a bundle is made or read, not when
     # a command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
     from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION
@@ -362,12 +365,13 @@ def export_bundle(session: Session, run_id: str) -> dict[str, Any]:
     stack = session.get(Stack, run.stack_id)
     assert stack is not None
     build = session.get(Build, run.build_id) if run.build_id else None
-    rows = session.execute(
+    query = (
         select(Result, Case)
         .join(Case, Case.id == Result.case_id)
         .where(Result.run_id == run_id)
         .order_by(Result.id)
-    ).all()
+    )
+    rows = session.execute(query.offset(offset).limit(limit) if limit is not None or offset else query).all()
     results = []
     for res, case in rows:
         cr = CaseResult(

@@ -436,3 +436,42 @@ def test_18_empty_suites_is_refused_before_anything_is_stored(tmp_path: Any, cap
     assert main(["nightly", "--backend", "cpu", "--suites", "", "--db", f"sqlite:///{db}"]) == 2
     assert "no suites" in capsys.readouterr().err
     assert not db.exists()
+
+
+# ---- 14 (part). API run reads are paginated with a size cap -----------------------------------
+
+
+def test_14_run_reads_are_paginated(service: Service) -> None:
+    from ingest_bundles import make_bundle
+
+    from regress.server.runs import RESULTS_PAGE
+    from regress.store.repo import import_bundle
+
+    bundle = make_bundle()
+    template = bundle["results"][0]
+    bundle["results"] = []
+    for i in range(2 * RESULTS_PAGE + 500):
+        res = copy.deepcopy(template)
+        res.pop("case_key", None)
+        res["name"] = f"case-{i:05d}"
+        res["samples"] = {"time_ms": [1.0, 2.0]}
+        bundle["results"].append(res)
+    with service.store.transaction() as s:
+        run_id, _ = import_bundle(s, bundle)
+    url = f"{service.url}/api/v1/runs/{run_id}"
+    names: list[str] = []
+    page = requests.get(url, timeout=60)
+    while True:
+        assert page.status_code == 200, page.text
+        assert page.headers["X-Total-Results"] == str(len(bundle["results"]))
+        body = page.json()
+        assert len(body["results"]) <= RESULTS_PAGE
+        validate_bundle(body)  # every page is itself a valid bundle
+        names += [r["name"] for r in body["results"]]
+        if "Link" not in page.headers:
+            break
+        page = requests.get(service.url + page.headers["Link"].split(">")[0].lstrip("<"), timeout=60)
+    assert names == [r["name"] for r in bundle["results"]]
+    assert requests.get(url, params={"limit": RESULTS_PAGE + 1}, timeout=30).status_code == 400
+    assert requests.get(url, params={"offset": "-1"}, timeout=30).status_code == 400
+    assert requests.get(url, params={"offset": 10**6}, timeout=30).json()["results"] == []
