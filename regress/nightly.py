@@ -24,10 +24,12 @@ from .bundle import write_bundle
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
 from .gpu_state import device_state
 from .metrics import summarise
+from .pins import Pin, check_pin, format_drift, load_pin
 from .results import CaseResult, CaseSpec
 from .runner import DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
 from .shard import WorkerPool, parse_gpus
-from .stack import Fingerprint, Pin, check_pin, format_drift, live_fingerprint, load_pin
+from .stack import live_fingerprint
+from .stack_keys import Fingerprint
 from .store.repo import (
     Store,
     add_result,

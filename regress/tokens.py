@@ -56,7 +56,7 @@ def may_upload_onto(token: RunnerToken, digest: str) -> bool:
     """Whether the token may upload a run onto the stack with this digest (by digest or pin name)."""
     if token.stacks is None:
         return True
-    from .stack import pin_name_for_digest
+    from .pins import pin_name_for_digest
 
     return digest in token.stacks or pin_name_for_digest(digest) in token.stacks
 

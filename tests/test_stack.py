@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from regress.cli import main
-from regress.stack import HASHED_KEYS, PINNED_KEYS, live_fingerprint, load_pin
+from regress.pins import load_pin
+from regress.stack import live_fingerprint
+from regress.stack_keys import HASHED_KEYS, PINNED_KEYS
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import click
 
 from ..build import BuildError, build_kernel
 from ..errors import UserError
+from ..pins import load_pin
 from ..runner import BACKEND_CHOICES, parse_inject, resolve_backend
-from ..stack import load_pin
 
 
 @click.command()

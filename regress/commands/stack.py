@@ -8,8 +8,10 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_OK, EXIT_UNDECIDED
+from ..pins import check_pin, format_drift, load_pin, write_pin
 from ..runner import BACKEND_CHOICES, resolve_backend
-from ..stack import HASHED_KEYS, check_pin, format_drift, live_fingerprint, load_pin, write_pin
+from ..stack import live_fingerprint
+from ..stack_keys import HASHED_KEYS
 
 _backend = click.option(
     "--backend",

@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import UserError
 from ..metrics import headline_value
+from ..pins import load_pin, pin_name_for_digest
 from ..results import CaseResult, CaseSpec
-from ..stack import HASHED_KEYS, PINNED_KEYS, load_pin, pin_name_for_digest, stack_digest
+from ..stack_keys import HASHED_KEYS, PINNED_KEYS, stack_digest
 from .base import new_run_id, utcnow
 from .build import Build
 from .case import Case

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from regress.results import CaseResult, CaseSpec
-from regress.stack import stack_digest
+from regress.stack_keys import stack_digest
 from regress.store.base import new_run_id
 from regress.store.repo import (
     add_result,

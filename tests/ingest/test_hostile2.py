@@ -154,7 +154,7 @@ def test_committed_bundles_still_valid() -> None:
 
 
 def test_5_a_digest_that_is_not_the_keys_is_400_naming_both(service: Service) -> None:
-    from regress.stack import HASHED_KEYS, stack_digest
+    from regress.stack_keys import HASHED_KEYS, stack_digest
 
     bundle = real()
     genuine = bundle["stack"]["digest"]

@@ -19,8 +19,9 @@ from sqlalchemy import func, select, update
 
 from regress.bundle import validate_bundle
 from regress.cli import main
+from regress.pins import write_pin
 from regress.site import build_site
-from regress.stack import Fingerprint, write_pin
+from regress.stack_keys import Fingerprint
 from regress.store import Result, Run, Sample, Stack
 from regress.store.repo import export_bundle, import_bundle, reap_stale_runs
 
@@ -77,7 +78,7 @@ def test_stack_name_comes_from_the_pin(
 
 
 def _all_keys() -> tuple[str, ...]:
-    from regress.stack import HASHED_KEYS, PINNED_KEYS
+    from regress.stack_keys import HASHED_KEYS, PINNED_KEYS
 
     return (*HASHED_KEYS, *PINNED_KEYS)
 
