@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from regress.store import Case, Regression
 
-pytestmark = pytest.mark.chromium
+pytestmark = [pytest.mark.chromium, pytest.mark.slow]  # a headless Chromium per module: seconds of start-up
 
 
 @pytest.fixture(scope="module")

@@ -177,6 +177,7 @@ def test_kernel_refusal_is_an_error_result_not_a_raise(cpu_lib: KernelLibrary, m
         assert r.status == "error" and r.message, name
 
 
+@pytest.mark.slow  # every quick suite end to end (the single-suite tests above stay in the loop)
 def test_quick_set_is_fast(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
     """The whole quick set on the CPU: well under the 60 s budget."""
     ctx = make_ctx(cpu_lib)
