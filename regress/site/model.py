@@ -34,6 +34,9 @@ class Transition:
     where: str  # runner or host
 
 
+MAX_RELATED = 12  # related cases a case page lists (and charts); the rest are counted
+
+
 @dataclass
 class Model:
     data: SiteData
@@ -48,6 +51,7 @@ class Model:
     regressions_by_case: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     detector: str = "none"
     run_index: dict[str, int] = field(default_factory=dict)
+    related_total: dict[int, int] = field(default_factory=dict)  # case id -> all of its shape
 
 
 def _direction(raw: Any, before: float, after: float) -> str:
@@ -160,10 +164,18 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
     for c in data.cases.values():
         if c.b is not None:
             by_shape[(c.b, c.h, c.sq, c.sk, c.layout, c.mode)].append(c)
-    related = {
-        c.id: [o for o in by_shape.get((c.b, c.h, c.sq, c.sk, c.layout, c.mode), []) if o.id != c.id]
-        for c in data.cases.values()
-    }
+    # Bounded: every case listing every other of its shape was quadratic (5,000 such results gave
+    # 2.3 GB of pages). The numerics and determinism cases come first: the page charts those.
+    related: dict[int, list[CaseRow]] = {}
+    related_total: dict[int, int] = {}
+    for group in by_shape.values():
+        group.sort(key=lambda o: (o.suite not in ("ulp", "determinism"), o.suite, o.name, o.id))
+        head = group[: MAX_RELATED + 1]
+        for c in group:
+            related[c.id] = [o for o in head if o.id != c.id][:MAX_RELATED]
+            related_total[c.id] = len(group) - 1
+    for c in data.cases.values():
+        related.setdefault(c.id, [])
     by_run = np.argsort(t["run"], kind="stable")
     bounds = np.searchsorted(t["run"][by_run], np.arange(len(run_rows) + 1))
     rows_by_run = [by_run[bounds[i] : bounds[i + 1]] for i in range(len(run_rows))]
@@ -183,6 +195,7 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
         dict(regs),
         f"{detect.__module__}.{detect.__name__}",
         {r: i for i, r in enumerate(data.run_order)},
+        related_total,
     )
 
 

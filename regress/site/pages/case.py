@@ -134,6 +134,7 @@ def case_key(c: Pages, case: CaseRow) -> str:
     for other in c.m.related.get(case.id, []):
         h.update(other.key.encode())
         series_hash(c, other, h)
+    h.update(str(c.m.related_total.get(case.id, 0)).encode())
     regs = c.m.regressions_by_case.get(case.id, [])
     h.update(
         repr([(r["id"], r["state"], r["note"], r["magnitude"], r["first_run_id"]) for r in regs]).encode()
@@ -171,6 +172,7 @@ def case_context(c: Pages, case: CaseRow) -> dict[str, Any]:
         "more_changes": max(0, len(changes) - MAX_CHANGE_ROWS),
         "regressions": regs,
         "related": [{"case": o, "href": f"{o.key}.html"} for o in c.m.related.get(case.id, [])],
+        "more_related": c.m.related_total.get(case.id, 0) - len(c.m.related.get(case.id, [])),
         "latest": latest_rows(c, chart),
         "detector": c.m.detector,
     }
