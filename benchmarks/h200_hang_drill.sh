@@ -5,6 +5,8 @@
 # nightly's own summary, whether a traceback appeared, and a table of status by query length from
 # the bundle, which lands in $OUT. Needs the carried wheels folder (benchmarks/device_env.sh):
 #   run(command="bash benchmarks/h200_hang_drill.sh", carry=["wheels"])
+# Run 2026-12-01 with CASE_TIMEOUT=6 (to fit the device budget) and a carried buildcache: 134 s of
+# device wall, bundle and log in benchmarks/results/h200-hang-drill/.
 # A build cache made here with the same nvcc (`regress build --backend cuda --stack h200-cuda13.0
 # --inject hang=1024 --cache-dir buildcache`) may be carried as ./buildcache to skip the minute of
 # nvcc there; a library from it that does not load on that machine is dropped and rebuilt.
