@@ -11,12 +11,14 @@ format.py is how values look; writer.py writes only what changed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ..errors import UserError
 from ..resources import web_dir
 from ..store.repo import Store
 from . import data as site_data
@@ -42,12 +44,39 @@ class SiteReport:
     written_paths: list[str]
 
 
+LOCK_FILE = ".render.lock"
+
+
 def build_site(store: Store, out: Path, *, full: bool = False, base_url: str | None = None) -> SiteReport:
-    """Renders the site into `out`. full=True ignores the cache and the manifest (rewrites all)."""
-    t0 = time.perf_counter()
-    timings: dict[str, float] = {}
+    """Renders the site into `out`. full=True ignores the cache and the manifest (rewrites all).
+
+    One render per folder at a time (a second one is refused with a UserError: two at once failed
+    6 of 20 times); the temporary files a killed render left are removed first."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(
+                f"another `regress site` is rendering into {out}: wait for it to finish "
+                "(one render per folder at a time)"
+            ) from None
+        _remove_temp_files(out)
+        return _build(store, out, full=full, base_url=base_url)
+
+
+def _remove_temp_files(out: Path) -> None:
+    """Under the lock no other render writes here: every temp file is a killed render's leftover
+    (`.NAME.PID.tmp` pages, the cache's and the manifest's temp files)."""
+    for path in out.rglob("*.tmp*"):
+        if path.is_file() and (path.name.endswith(".tmp") or path.name.endswith(".tmp.npz")):
+            path.unlink(missing_ok=True)
+
+
+def _build(store: Store, out: Path, *, full: bool, base_url: str | None) -> SiteReport:
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
     cache = out / CACHE_DIR
     web = web_dir()
 
