@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     "--iterations",
     type=click.IntRange(min=1),
     help="Minimum timed rounds per perf case (default 40 quick, 100 full; on the CPU a case also spans "
-    "about 0.1 s quick, 0.5 s full, from its FLOPs).",
+    "about 0.1 s quick, 0.25 s full, from its FLOPs).",
 )
 @click.option(
     "--compare-build",
