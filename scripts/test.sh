@@ -36,6 +36,21 @@ fi
 export REGRESS_AITER_NO_DOWNLOAD=1  # tried once above; the tests use the cached wheel or skip
 
 if [ -x /usr/lib/postgresql/15/bin/pg_ctl ]; then
+  # Our own throwaway cluster on a free private port, stopped on exit: a server already answering
+  # on 5432 (the user's own) is never used by the tests.
+  PGPORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  REGRESS_PGDATA=$(mktemp -d /tmp/regress-test-pg.XXXXXX)
+  export PGPORT REGRESS_PGDATA
+  stop_pg() {
+    if [ "$(id -u)" = 0 ]; then
+      runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D "$REGRESS_PGDATA" stop -m fast >/dev/null 2>&1 || true
+    else
+      /usr/lib/postgresql/15/bin/pg_ctl -D "$REGRESS_PGDATA" stop -m fast >/dev/null 2>&1 || true
+    fi
+    rm -rf "$REGRESS_PGDATA"
+  }
+  trap stop_pg EXIT
+  [ "$(id -u)" = 0 ] && chown postgres "$REGRESS_PGDATA" 2>/dev/null || true
   REGRESS_TEST_POSTGRES_URL=$(bash .ci/pg.sh)
   export REGRESS_TEST_POSTGRES_URL
 fi
