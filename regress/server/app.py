@@ -11,6 +11,7 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
+from ..store.db import StoreFault
 from . import health, openapi, runs, series
 from .errors import ApiError
 from .extensions import store_ext
@@ -64,6 +65,13 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     for error_class in UNAVAILABLE:
         app.register_error_handler(error_class, _db_unavailable)
+
+    @app.errorhandler(StoreFault)
+    def _store_fault(err: StoreFault) -> Any:
+        # A full disk or a damaged file: the client keeps its spool and comes back; the log says why.
+        app.logger.error("%s", err)
+        body = jsonify(error="database cannot write now (full disk or damaged file), retry later", status=503)
+        return body, 503, {"Retry-After": str(RETRY_AFTER_S)}
 
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +36,34 @@ _REVISION_LINE = re.compile(
 
 class DatabaseError(UserError):
     """A database that cannot be used as asked (bad URL, schema behind, unreachable)."""
+
+
+class StoreFault(DatabaseError):
+    """The environment under a database broke (damaged file, full disk, read-only): retrying the same
+    call cannot help. The server answers it 503; the CLI prints its one line and exits 2 (issue 24)."""
+
+
+# SQLite result codes (sqlite3 errors carry sqlite_errorname) and PostgreSQL SQLSTATEs that mean
+# "the environment", each with the hint that fixes it; every other driver error is left as it was.
+_SQLITE_FAULTS = {
+    "SQLITE_NOTADB": "is not an SQLite database (damaged or another kind of file)",
+    "SQLITE_CORRUPT": "is damaged (database disk image is malformed)",
+    "SQLITE_FULL": "cannot be written: the disk is full",
+    "SQLITE_READONLY": "cannot be written: it or its folder is read-only",
+    "SQLITE_IOERR": "cannot be read or written (I/O error)",
+}
+_SQLITE_HINTS = {
+    "SQLITE_NOTADB": "restore it from a copy, or move it aside and run `regress db upgrade` for a new one",
+    "SQLITE_CORRUPT": "restore it from a copy, or move it aside and run `regress db upgrade` for a new one",
+    "SQLITE_FULL": "free space on its filesystem and run the command again",
+    "SQLITE_READONLY": "make the file and its folder writable, or pass --db",
+    "SQLITE_IOERR": "check the disk and free space, then run the command again",
+}
+_PG_FAULTS = {
+    "53100": "is out of disk space; free space on the server's data volume",
+    "53200": "is out of memory; retry later or give it more memory",
+    "25006": "is read-only (a standby?); point --db at the primary",
+}
 
 
 def database_url(url: str | None = None) -> str:
@@ -92,7 +122,78 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
         raise DatabaseError(f"cannot open database {resolved!r}: {exc}") from exc
     if resolved.startswith("sqlite"):
         event.listen(engine, "connect", _sqlite_pragmas)
+    event.listen(engine, "handle_error", _environment_fault)
+    event.listen(engine, "commit", _clear_write_fault)
     return engine
+
+
+# /healthz calls a SQLite database that cannot write when its filesystem has less than this free: a
+# run's rows and its WAL need room, and "ok" while every upload gets 503 misleads (issue 24).
+WRITE_FLOOR_BYTES = 1024 * 1024
+# The last write fault each engine met (message, time), cleared by its next commit: a PostgreSQL
+# server whose disk filled is seen only by the writes it refuses.
+_WRITE_FAULTS: dict[int, tuple[str, float]] = {}
+
+
+def write_problem(engine: Engine) -> str | None:
+    """Why this database cannot take a write now, or None: a SQLite file or folder that is read-only
+    or a filesystem under WRITE_FLOOR_BYTES free, a PostgreSQL standby, or the last write's fault."""
+    fault = _WRITE_FAULTS.get(id(engine))
+    if fault is not None:
+        return f"the last write failed {time.time() - fault[1]:.0f} s ago: {fault[0]}"
+    path = sqlite_path(engine.url.render_as_string())
+    if path is not None:
+        if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+            return f"{path} or its folder is read-only"
+        free = _free_bytes(path)
+        if free < WRITE_FLOOR_BYTES:
+            return f"{free} bytes free on the filesystem of {path} (under {WRITE_FLOOR_BYTES})"
+    elif engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            if conn.execute(text("SELECT pg_is_in_recovery()")).scalar():
+                return "the server is a standby (read-only)"
+    return None
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path.parent).free
+    except OSError:
+        return WRITE_FLOOR_BYTES  # unknown: do not claim a full disk
+
+
+def _clear_write_fault(conn: Any) -> None:
+    _WRITE_FAULTS.pop(id(conn.engine), None)
+
+
+def _environment_fault(context: Any) -> None:
+    """Turns a driver error that means a broken environment into one StoreFault line naming the file
+    or server (a random-bytes file used to give a 130-line traceback on every command: issue 24)."""
+    orig = context.original_exception
+    engine = context.engine
+    if engine is None:
+        return
+    name = getattr(orig, "sqlite_errorname", None)
+    if name is not None:
+        base = next((k for k in _SQLITE_FAULTS if name == k or name.startswith(k + "_")), None)
+        if base is None:
+            return
+        path = sqlite_path(engine.url.render_as_string())
+        if base == "SQLITE_IOERR" and path is not None and _free_bytes(path) < WRITE_FLOOR_BYTES:
+            base = "SQLITE_FULL"  # a write into a full filesystem often comes back as SQLITE_IOERR_WRITE
+        where = path or "the in-memory database"
+        message = f"database {where} {_SQLITE_FAULTS[base]}; {_SQLITE_HINTS[base]}"
+        if base in ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR"):
+            _WRITE_FAULTS[id(engine)] = (message, time.time())
+        raise StoreFault(message) from orig
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate in _PG_FAULTS:
+        where = engine.url.render_as_string()
+        reason = str(orig).strip().splitlines()[0] if str(orig).strip() else sqlstate
+        message = f"database {where} {_PG_FAULTS[sqlstate]} ({reason})"
+        if sqlstate != "53200":
+            _WRITE_FAULTS[id(engine)] = (message, time.time())
+        raise StoreFault(message) from orig
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -135,9 +236,20 @@ def quick_head_revision(versions_dir: Path | None = None) -> str | None:
     return heads.pop() if len(heads) == 1 else None
 
 
+@contextmanager
+def _reachable(engine: Engine) -> Iterator[None]:
+    """An OperationalError on the way in (unreachable server, wrong credentials, unwritable file)
+    becomes one DatabaseError line: `db current` on a stopped server gave a traceback (issue 24)."""
+    try:
+        yield
+    except OperationalError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise DatabaseError(f"cannot connect to {engine.url.render_as_string()}: {reason}") from exc
+
+
 def current_revision(engine: Engine) -> str | None:
     """The revision stored in alembic_version (None for an empty database)."""
-    with engine.connect() as conn:
+    with _reachable(engine), engine.connect() as conn:
         if not inspect(conn).has_table("alembic_version"):
             return None
         rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
@@ -153,7 +265,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     from alembic import command
 
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
+    with _reachable(engine), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
@@ -162,7 +274,7 @@ def downgrade(engine: Engine, revision: str) -> None:
     from alembic import command
 
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
+    with _reachable(engine), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
 
@@ -171,10 +283,7 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool = True, must_exist: bool
     """Brings a new or old database to head (auto_upgrade), or refuses if it is behind. With
     must_exist, a database without the regress schema is refused rather than initialised."""
     try:
-        current = current_revision(engine)
-    except OperationalError as exc:  # unreachable server, wrong credentials, unwritable file
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise DatabaseError(f"cannot connect to {engine.url.render_as_string()}: {reason}") from exc
+        current = current_revision(engine)  # DatabaseError when it cannot connect
     except SQLAlchemyDatabaseError as exc:  # a SQLite file that is not (or no longer) a database
         raise DatabaseError(f"{engine.url.render_as_string()}: {environment_fault(exc) or exc}") from exc
     if current is None and must_exist:
