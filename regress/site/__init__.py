@@ -11,23 +11,22 @@ format.py is how values look; writer.py writes only what changed.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import UserError
 from ..resources import web_dir
 from ..store.repo import Store
 from . import data as site_data
 from . import model as site_model
 from .format import make_env
 from .pages import WRITERS, Pages
-from .writer import SiteWriter, assets_hash, copy_static
+from .writer import LOCK_FILE as WRITER_LOCK
+from .writer import STATE_DIR, TMP_DIR, SiteWriter, assets_hash, atomic_path, copy_static, render_lock
 
-CACHE_DIR = ".regress-site"
+CACHE_DIR = STATE_DIR
 
 
 @dataclass
@@ -44,37 +43,19 @@ class SiteReport:
     written_paths: list[str]
 
 
-LOCK_FILE = ".render.lock"
+LOCK_FILE = f"{STATE_DIR}/{WRITER_LOCK}"  # relative to the output folder
 
 
 def build_site(store: Store, out: Path, *, full: bool = False, base_url: str | None = None) -> SiteReport:
     """Renders the site into `out`. full=True ignores the cache and the manifest (rewrites all).
-
-    One render per folder at a time (a second one is refused with a UserError: two at once failed
-    6 of 20 times); the temporary files a killed render left are removed first."""
+    One render per folder at a time: a second is refused with a UserError (writer.render_lock)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK_FILE, "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(
-                f"another `regress site` is rendering into {out}: wait for it to finish "
-                "(one render per folder at a time)"
-            ) from None
-        _remove_temp_files(out)
-        return _build(store, out, full=full, base_url=base_url)
+    with render_lock(out):
+        return _build_site(store, out, full=full, base_url=base_url)
 
 
-def _remove_temp_files(out: Path) -> None:
-    """Under the lock no other render writes here: every temp file is a killed render's leftover
-    (`.NAME.PID.tmp` pages, the cache's and the manifest's temp files)."""
-    for path in out.rglob("*.tmp*"):
-        if path.is_file() and (path.name.endswith(".tmp") or path.name.endswith(".tmp.npz")):
-            path.unlink(missing_ok=True)
-
-
-def _build(store: Store, out: Path, *, full: bool, base_url: str | None) -> SiteReport:
+def _build_site(store: Store, out: Path, *, full: bool, base_url: str | None) -> SiteReport:
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     cache = out / CACHE_DIR
@@ -91,8 +72,11 @@ def _build(store: Store, out: Path, *, full: bool, base_url: str | None) -> Site
             cp_cache = json.loads(cp_path.read_text())
         except (OSError, ValueError):
             cp_cache = {}
+        if not isinstance(cp_cache, dict):
+            cp_cache = {}  # valid JSON of another shape: detect again (the model checks each entry)
     model = site_model.build(data, cp_cache)
-    cp_path.write_text(json.dumps(cp_cache, separators=(",", ":")))
+    with atomic_path(cp_path, cache / TMP_DIR) as tmp:
+        tmp.write_text(json.dumps(cp_cache, separators=(",", ":")))
     timings["model"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from ..metrics import SPEEDUP_PREFIX, headline_value, percentile, speedups
 from ..store import queries
+from .writer import TMP_DIR, atomic_path
 
 CACHE_VERSION = 2  # 2: the speedup column is against the run's first baseline by name (issue 12)
 STATUS_CODES = ("pass", "fail", "error", "skip", "other")
@@ -252,6 +253,8 @@ def load(engine: Engine, cache_dir: Path | None, *, full: bool = False) -> SiteD
     run_order = list(runs)
     run_index = {r: i for i, r in enumerate(run_order)}
     cached = None if (full or cache_dir is None) else _read_cache(cache_dir)
+    if cached is not None and not np.isin(cached[0]["case"], np.fromiter(cases, dtype=np.int64)).all():
+        cached = None  # rows of cases the store does not have: a damaged or foreign cache
     if cached is None:
         cols, speedup_name, messages = _load_results(engine, None)
         table = _to_arrays(cols, run_index)
@@ -307,19 +310,43 @@ def _load_small(
 
 
 def _read_cache(cache_dir: Path) -> tuple[Any, ...] | None:
+    """The cache of the last render, or None when there is none or it is damaged in any way (valid
+    JSON of the wrong shape, arrays of the wrong type or length, indices out of range): then
+    everything is read again, as docs/site.md promises (issue 24: 9 of 11 such files crashed)."""
     meta_path, arr_path = cache_dir / "results.json", cache_dir / "results.npz"
     try:
         meta = json.loads(meta_path.read_text())
-        if meta.get("version") != CACHE_VERSION:
+        if not isinstance(meta, dict) or meta.get("version") != CACHE_VERSION:
             return None
         with np.load(arr_path, allow_pickle=False) as npz:
             table = {c: npz[c] for c in COLUMNS}
-        if any(len(a) != meta["rows"] for a in table.values()):
-            return None  # arrays and meta from different renders (a crash between the two writes)
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError):
         return None  # no cache or a damaged one: read everything again
-    messages = {int(k): v for k, v in meta["messages"].items()}
-    return table, meta["runs"], meta["fingerprints"], meta["speedup_name"], messages
+    return _checked_cache(meta, table)
+
+
+def _checked_cache(meta: dict[str, Any], table: dict[str, np.ndarray]) -> tuple[Any, ...] | None:
+    rows, runs, fps = meta.get("rows"), meta.get("runs"), meta.get("fingerprints")
+    speedup, messages = meta.get("speedup_name"), meta.get("messages")
+    if not (isinstance(rows, int) and isinstance(runs, list) and isinstance(fps, dict)):
+        return None
+    if not (isinstance(speedup, dict) and isinstance(messages, dict)):
+        return None
+    if not all(isinstance(r, str) for r in runs) or len(set(runs)) != len(runs):
+        return None
+    if not all(isinstance(v, str) for v in speedup.values()):
+        return None
+    if not all(isinstance(k, str) and k.isdecimal() and isinstance(v, str) for k, v in messages.items()):
+        return None
+    expected = _empty_table()
+    for c, a in table.items():
+        if a.ndim != 1 or a.dtype != expected[c].dtype or len(a) != rows:
+            return None  # arrays and meta from different renders (a crash between the two writes)
+    if rows and (table["run"].min() < 0 or table["run"].max() >= len(runs)):
+        return None
+    if rows and (table["status"].min() < 0 or table["status"].max() >= len(STATUS_CODES)):
+        return None
+    return table, runs, fps, speedup, {int(k): v for k, v in messages.items()}
 
 
 def _write_cache(cache_dir: Path, data: SiteData) -> None:
@@ -332,8 +359,8 @@ def _write_cache(cache_dir: Path, data: SiteData) -> None:
         "speedup_name": data.speedup_name,
         "messages": {str(k): v for k, v in data.messages.items()},
     }
-    tmp = cache_dir / "results.tmp.npz"
-    np.savez(tmp, **data.table)  # type: ignore[arg-type]  # numpy's stub misreads **arrays
-    tmp.replace(cache_dir / "results.npz")
-    (cache_dir / "results.json.tmp").write_text(json.dumps(meta, separators=(",", ":")))
-    (cache_dir / "results.json.tmp").replace(cache_dir / "results.json")
+    # Temporaries are removed when a write fails (a full disk left results.tmp.npz: issue 24).
+    with atomic_path(cache_dir / "results.npz", cache_dir / TMP_DIR) as tmp, tmp.open("wb") as f:
+        np.savez(f, **data.table)  # type: ignore[arg-type]  # numpy's stub misreads **arrays
+    with atomic_path(cache_dir / "results.json", cache_dir / TMP_DIR) as tmp:
+        tmp.write_text(json.dumps(meta, separators=(",", ":")))

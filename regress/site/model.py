@@ -3,6 +3,7 @@ runs, geomeans and change points. No I/O except the change-point cache the calle
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -34,9 +35,6 @@ class Transition:
     where: str  # runner or host
 
 
-MAX_RELATED = 12  # related cases a case page lists (and charts); the rest are counted
-
-
 @dataclass
 class Model:
     data: SiteData
@@ -46,12 +44,26 @@ class Model:
     changes: dict[int, list[ChangeMark]]  # case id -> marks
     latest_run: dict[int, RunRow]  # stack id -> its newest run
     current_stacks: list[StackRow]
-    related: dict[int, list[CaseRow]]  # case id -> same shape/layout/mode in other suites
+    # case id -> its (b, h, sq, sk, layout, mode); shape -> every case at it, by (suite, name). The
+    # groups, never the pairs: 1,000 cases of one shape built a million pairs (issue 24).
+    shape_of: dict[int, tuple[Any, ...]]
     rows_by_run: list[np.ndarray]  # run index -> its table rows
     regressions_by_case: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     detector: str = "none"
     run_index: dict[str, int] = field(default_factory=dict)
-    related_total: dict[int, int] = field(default_factory=dict)  # case id -> all of its shape
+    shapes: dict[tuple[Any, ...], list[CaseRow]] = field(default_factory=dict)
+
+    def related(self, case_id: int, limit: int, suite: str | None = None) -> tuple[list[CaseRow], int]:
+        """Up to `limit` other cases at this case's shape, layout and mode (of one suite if given),
+        and how many there are: O(limit) whatever the size of the group."""
+        group = self.shapes.get(self.shape_of.get(case_id, ()), [])
+        own = self.data.cases[case_id].suite if case_id in self.data.cases else None
+        if suite is not None:
+            lo = bisect.bisect_left(group, suite, key=lambda o: o.suite)
+            group = group[lo : bisect.bisect_right(group, suite, key=lambda o: o.suite)]
+        shown = [o for o in group[: limit + 1] if o.id != case_id][:limit]
+        mine = bool(group) and (suite is None or suite == own)
+        return shown, len(group) - (1 if mine else 0)
 
 
 def _direction(raw: Any, before: float, after: float) -> str:
@@ -67,6 +79,21 @@ def _direction(raw: Any, before: float, after: float) -> str:
 
 def series_key(values: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(values, dtype=np.float64).tobytes()).hexdigest()
+
+
+def _valid_points(found: Any, n: int) -> bool:
+    """A cached change-point list as build() writes it: [[index, "up"|"down", magnitude, p], ...]."""
+    if not isinstance(found, list):
+        return False
+    for cp in found:
+        if not (isinstance(cp, list) and len(cp) == 4):
+            return False
+        i, direction, mag, p = cp
+        if not (type(i) is int and 0 < i < n and direction in ("up", "down")):
+            return False
+        if not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in (mag, p)):
+            return False
+    return True
 
 
 def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
@@ -127,7 +154,7 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
             clean_idx, clean = idx[ok], vals[ok]
             key = series_key(clean)
             found = cp_cache.get(key)
-            if found is None:
+            if not _valid_points(found, len(clean)):  # none cached, or a damaged cache entry
                 try:
                     points = detect(clean.tolist())
                 except Exception:  # a detector bug must not take the whole site down
@@ -161,21 +188,12 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
     cp_cache.update(used)
 
     by_shape: dict[tuple[Any, ...], list[CaseRow]] = defaultdict(list)
+    shape_of: dict[int, tuple[Any, ...]] = {}
     for c in data.cases.values():
         if c.b is not None:
-            by_shape[(c.b, c.h, c.sq, c.sk, c.layout, c.mode)].append(c)
-    # Bounded: every case listing every other of its shape was quadratic (5,000 such results gave
-    # 2.3 GB of pages). The numerics and determinism cases come first: the page charts those.
-    related: dict[int, list[CaseRow]] = {}
-    related_total: dict[int, int] = {}
-    for group in by_shape.values():
-        group.sort(key=lambda o: (o.suite not in ("ulp", "determinism"), o.suite, o.name, o.id))
-        head = group[: MAX_RELATED + 1]
-        for c in group:
-            related[c.id] = [o for o in head if o.id != c.id][:MAX_RELATED]
-            related_total[c.id] = len(group) - 1
-    for c in data.cases.values():
-        related.setdefault(c.id, [])
+            shape_of[c.id] = (c.b, c.h, c.sq, c.sk, c.layout, c.mode)
+            by_shape[shape_of[c.id]].append(c)
+    shapes = {k: sorted(v, key=lambda o: (o.suite, o.name)) for k, v in by_shape.items() if len(v) > 1}
     by_run = np.argsort(t["run"], kind="stable")
     bounds = np.searchsorted(t["run"][by_run], np.arange(len(run_rows) + 1))
     rows_by_run = [by_run[bounds[i] : bounds[i + 1]] for i in range(len(run_rows))]
@@ -190,12 +208,12 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
         dict(changes),
         latest_run,
         current,
-        related,
+        shape_of,
         rows_by_run,
         dict(regs),
         f"{detect.__module__}.{detect.__name__}",
         {r: i for i, r in enumerate(data.run_order)},
-        related_total,
+        shapes,
     )
 
 

@@ -8,21 +8,84 @@ pages that really changed (a static host's sync then uploads just those).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import multiprocessing
 import os
+import re
+import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment
 
+from ..errors import UserError
+
 MANIFEST_VERSION = 1
 PARALLEL_MIN_PAGES = 64  # below this, forking costs more than it saves
 _JOBS: tuple[SiteWriter, list[Any], int] | None = None  # the forked workers' view of the queue
+STATE_DIR = ".regress-site"  # manifest, caches, lock and temporaries: never a published page
+TMP_DIR = "tmp"  # under STATE_DIR: same filesystem as the pages (os.replace), outside the tree
+LOCK_FILE = "lock"
+# Temporaries of the renders before issue 24, written beside their page: swept on the next render.
+_LEGACY_TMP = re.compile(r"^\..+\.\d+\.tmp$")
+_LEGACY_STATE_TMP = ("results.tmp.npz", "results.json.tmp", "manifest.tmp")
+
+
+@contextmanager
+def render_lock(out: Path) -> Iterator[None]:
+    """Holds <out>/.regress-site/lock for one render; a second render into the same folder is refused
+    with one line (two at once failed 6 of 20 times: issue 24). flock dies with its process, so a
+    SIGKILLed render never leaves a stale lock. On entry, what a killed render left is removed."""
+    state = out / STATE_DIR
+    state.mkdir(parents=True, exist_ok=True)
+    with (state / LOCK_FILE).open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise UserError(
+                f"another `regress site` (pid {holder}) is rendering into {out}: wait for it to finish "
+                "or pass another --out (one render per folder at a time)"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        _sweep_temporaries(out)
+        yield
+
+
+def _sweep_temporaries(out: Path) -> None:
+    shutil.rmtree(out / STATE_DIR / TMP_DIR, ignore_errors=True)
+    for name in _LEGACY_STATE_TMP:
+        (out / STATE_DIR / name).unlink(missing_ok=True)
+    for folder, dirs, files in os.walk(out):
+        dirs[:] = [d for d in dirs if d != STATE_DIR]
+        for name in files:
+            if _LEGACY_TMP.match(name):
+                Path(folder, name).unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_path(target: Path, tmp_dir: Path) -> Iterator[Path]:
+    """A temporary path in tmp_dir that replaces `target` when the block succeeds and is removed when
+    it fails (a full disk left results.tmp.npz behind: issue 24). Readers never see half a file."""
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_dir / f"{os.getpid()}-{target.name}"
+    try:
+        yield tmp
+        if tmp.exists():  # the block may have decided to keep the target as it is
+            os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _workers() -> int:
@@ -66,14 +129,13 @@ class SiteWriter:
         self.env = env
         self.assets_hash = assets_hash
         self.full = full
-        self.manifest_path = out / ".regress-site" / "manifest.json"
+        self.manifest_path = out / STATE_DIR / "manifest.json"
+        self.tmp_dir = out / STATE_DIR / TMP_DIR
         self.old: dict[str, list[str]] = {}
         if not full:
             try:
-                doc = json.loads(self.manifest_path.read_text())
-                if doc.get("version") == MANIFEST_VERSION:
-                    self.old = doc["pages"]
-            except (OSError, ValueError, KeyError):
+                self.old = _manifest_pages(json.loads(self.manifest_path.read_text()))
+            except (OSError, ValueError):
                 self.old = {}
         self.new: dict[str, list[str]] = {}
         self.pending: list[tuple[str, str, str, Callable[[], dict[str, Any]]]] = []
@@ -94,8 +156,10 @@ class SiteWriter:
         ctx = context()
         ctx.setdefault("root", "../" * rel.count("/"))
         ctx.setdefault("page", rel)
-        content = self.env.get_template(template).render(**ctx).encode()
-        digest, written = self._store(rel, content, self.old.get(rel))
+        # Streamed: the page goes to its temporary a chunk at a time, hashed on the way, so no page
+        # is ever whole in memory (a case page of a 5,000-case shape was 2.3 GB in all: issue 24).
+        chunks = self.env.get_template(template).generate(**ctx)
+        digest, written = self._store_chunks(rel, (chunk.encode() for chunk in chunks), self.old.get(rel))
         return rel, key, digest, written
 
     def flush(self) -> None:
@@ -128,6 +192,23 @@ class SiteWriter:
             self.stats.written += 1
             self.stats.written_paths.append(rel)
 
+    def _store_chunks(self, rel: str, chunks: Iterator[bytes], prev: list[str] | None) -> tuple[str, bool]:
+        """Like _store, for content that arrives in pieces: written to a temporary while hashed, and
+        kept only if its hash differs from the last render's (or the page is missing)."""
+        target = self.out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        h = hashlib.sha1()
+        with atomic_path(target, self.tmp_dir) as tmp:
+            with tmp.open("wb") as fh:
+                for chunk in chunks:
+                    h.update(chunk)
+                    fh.write(chunk)
+            digest = h.hexdigest()
+            if prev and prev[1] == digest and target.exists():
+                tmp.unlink()
+                return digest, False
+        return digest, True
+
     def _store(self, rel: str, content: bytes, prev: list[str] | None) -> tuple[str, bool]:
         """Writes content unless the file already holds it; returns (content hash, written)."""
         digest = hashlib.sha1(content).hexdigest()
@@ -135,9 +216,8 @@ class SiteWriter:
         if prev and prev[1] == digest and target.exists():
             return digest, False
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, target)  # readers never see half a page
+        with atomic_path(target, self.tmp_dir) as tmp:  # outside the published tree
+            tmp.write_bytes(content)
         return digest, True
 
     def finish(self) -> WriteStats:
@@ -153,10 +233,25 @@ class SiteWriter:
                 path.unlink()
                 self.stats.removed += 1
         self.manifest_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": MANIFEST_VERSION, "pages": self.new}, separators=(",", ":")))
-        os.replace(tmp, self.manifest_path)
+        doc = {"version": MANIFEST_VERSION, "pages": self.new}
+        with atomic_path(self.manifest_path, self.tmp_dir) as tmp:
+            tmp.write_text(json.dumps(doc, separators=(",", ":")))
         return self.stats
+
+
+def _manifest_pages(doc: Any) -> dict[str, list[str]]:
+    """The pages of a manifest, or {} when it is not the shape this version writes (valid JSON of
+    another shape crashed the render: issue 24); a lost manifest only costs a full rewrite."""
+    if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION:
+        return {}
+    pages = doc.get("pages")
+    if not isinstance(pages, dict):
+        return {}
+    ok = all(
+        isinstance(rel, str) and isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)
+        for rel, v in pages.items()
+    )
+    return pages if ok else {}
 
 
 def copy_static(writer: SiteWriter, static: Path) -> None:

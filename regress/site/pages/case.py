@@ -16,6 +16,11 @@ from ..format import clean, epoch, finite_json, script_json
 from .common import STATE_ORDER, Pages
 
 MAX_CHANGE_ROWS = 15  # the table under a chart; the chart marks them all
+# "Related cases" on a case page: this many links, then a count and a link to the shape's full list
+# (shape/<key>.html); this many ULP and determinism charts each. Every case page listed every case of
+# its shape, so 1,000 results of one shape made 99 MB of pages and 5,000 made 2.3 GB (issue 24).
+MAX_RELATED = 24
+MAX_RELATED_CHARTS = 4
 
 
 def case_payload(c: Pages, case: CaseRow) -> dict[str, Any]:
@@ -97,11 +102,22 @@ def case_payload(c: Pages, case: CaseRow) -> dict[str, Any]:
     }
 
 
+def charted(c: Pages, case: CaseRow) -> list[CaseRow]:
+    """The ULP and determinism cases charted beneath a perf or e2e case (bounded)."""
+    if case.suite not in ("perf", "e2e"):
+        return []
+    return [o for suite in ("determinism", "ulp") for o in c.m.related(case.id, MAX_RELATED_CHARTS, suite)[0]]
+
+
+def shape_key(case: CaseRow) -> str:
+    return hashlib.sha1(
+        repr((case.b, case.h, case.sq, case.sk, case.layout, case.mode)).encode()
+    ).hexdigest()[:16]
+
+
 def related_payload(c: Pages, case: CaseRow) -> list[dict[str, Any]]:
     out = []
-    for other in sorted(c.m.related.get(case.id, []), key=lambda o: o.suite):
-        if other.suite not in ("ulp", "determinism"):
-            continue
+    for other in charted(c, case):
         p = case_payload(c, other)
         for s in p["stacks"]:  # beneath the main chart only values matter
             for k in ("lo", "hi", "sp"):
@@ -131,10 +147,11 @@ def series_hash(c: Pages, case: CaseRow, h: Any) -> None:
 def case_key(c: Pages, case: CaseRow) -> str:
     h = hashlib.sha1()
     series_hash(c, case, h)
-    for other in c.m.related.get(case.id, []):
+    shown, total = c.m.related(case.id, MAX_RELATED)
+    h.update(repr([(o.key, o.name, o.suite) for o in shown] + [total]).encode())
+    for other in charted(c, case):
         h.update(other.key.encode())
         series_hash(c, other, h)
-    h.update(str(c.m.related_total.get(case.id, 0)).encode())
     regs = c.m.regressions_by_case.get(case.id, [])
     h.update(
         repr([(r["id"], r["state"], r["note"], r["magnitude"], r["first_run_id"]) for r in regs]).encode()
@@ -146,7 +163,8 @@ def case_key(c: Pages, case: CaseRow) -> str:
 
 def case_context(c: Pages, case: CaseRow) -> dict[str, Any]:
     payload = case_payload(c, case)
-    related = related_payload(c, case) if case.suite in ("perf", "e2e") else []
+    related = related_payload(c, case)
+    shown, total = c.m.related(case.id, MAX_RELATED)
     # One run table per page (id, commit, time); points refer to it by index, so the ULP and
     # determinism charts beneath do not repeat 24-character run ids.
     series = [s for p in (payload, *related) for s in p["stacks"]]
@@ -171,8 +189,9 @@ def case_context(c: Pages, case: CaseRow) -> dict[str, Any]:
         "changes": changes[:MAX_CHANGE_ROWS],
         "more_changes": max(0, len(changes) - MAX_CHANGE_ROWS),
         "regressions": regs,
-        "related": [{"case": o, "href": f"{o.key}.html"} for o in c.m.related.get(case.id, [])],
-        "more_related": c.m.related_total.get(case.id, 0) - len(c.m.related.get(case.id, [])),
+        "related": [{"case": o, "href": f"{o.key}.html"} for o in shown],
+        "related_total": total,
+        "related_all": f"../shape/{shape_key(case)}.html" if total > len(shown) else None,
         "latest": latest_rows(c, chart),
         "detector": c.m.detector,
     }
@@ -186,6 +205,21 @@ def case_pages(c: Pages) -> None:
             case_key(c, case),
             functools.partial(functools.partial(case_context, c), case),
         )
+    for group in c.m.shapes.values():  # the full lists the case pages link to, one page per shape
+        if len(group) - 1 > MAX_RELATED:
+            rows = [(o.key, o.name, o.suite) for o in group]
+            c.w.page(
+                f"shape/{shape_key(group[0])}.html",
+                "shape.html.j2",
+                hashlib.sha1(repr(rows).encode()).hexdigest(),
+                functools.partial(_shape_context, group),
+            )
+
+
+def _shape_context(group: list[CaseRow]) -> dict[str, Any]:
+    first = group[0]
+    shape = f"b={first.b} h={first.h} sq={first.sq} sk={first.sk} {first.layout} {first.mode}"
+    return {"title": f"Cases at {shape}", "shape": shape, "cases": group}
 
 
 def latest_rows(c: Pages, chart: dict[str, Any], n: int = 5) -> list[dict[str, Any]]:
