@@ -46,15 +46,15 @@ class StoreFault(DatabaseError):
 # SQLite result codes (sqlite3 errors carry sqlite_errorname) and PostgreSQL SQLSTATEs that mean
 # "the environment", each with the hint that fixes it; every other driver error is left as it was.
 _SQLITE_FAULTS = {
-    "SQLITE_NOTADB": "is not an SQLite database (damaged or another kind of file)",
-    "SQLITE_CORRUPT": "is damaged (database disk image is malformed)",
+    "SQLITE_NOTADB": "is corrupt: not an SQLite database (damaged, or another kind of file)",
+    "SQLITE_CORRUPT": "is corrupt: damaged (database disk image is malformed)",
     "SQLITE_FULL": "cannot be written: the disk is full",
     "SQLITE_READONLY": "cannot be written: it or its folder is read-only",
     "SQLITE_IOERR": "cannot be read or written (I/O error)",
 }
 _SQLITE_HINTS = {
-    "SQLITE_NOTADB": "restore it from a copy, or move it aside and run `regress db upgrade` for a new one",
-    "SQLITE_CORRUPT": "restore it from a copy, or move it aside and run `regress db upgrade` for a new one",
+    "SQLITE_NOTADB": "restore it from a backup, or move it aside and run `regress db upgrade` for a new one",
+    "SQLITE_CORRUPT": "restore it from a backup, or move it aside and run `regress db upgrade` for a new one",
     "SQLITE_FULL": "free space on its filesystem and run the command again",
     "SQLITE_READONLY": "make the file and its folder writable, or pass --db",
     "SQLITE_IOERR": "check the disk and free space, then run the command again",

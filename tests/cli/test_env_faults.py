@@ -64,7 +64,7 @@ def test_random_bytes_database_is_one_line_on_every_command(
         line = _one_line(capsys)
         assert rc == 2, (argv, line)
         assert str(random_file) in line and "not an SQLite database" in line, (argv, line)
-        assert "restore it from a copy" in line
+        assert "restore it from a backup" in line
 
 
 def test_damaged_pages_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
