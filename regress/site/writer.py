@@ -49,10 +49,10 @@ def render_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = fh.read().strip() or "another process"
+            holder = fh.read().strip()
             raise UserError(
-                f"another `regress site` (pid {holder}) is rendering into {out}: wait for it to finish "
-                "or pass another --out (one render per folder at a time)"
+                f"another `regress site` is rendering into {out}{f' (pid {holder})' if holder else ''}: "
+                "wait for it to finish or pass another --out (one render per folder at a time)"
             ) from None
         fh.seek(0)
         fh.truncate()
