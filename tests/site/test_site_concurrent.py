@@ -42,3 +42,39 @@ def test_17_a_killed_renders_temp_files_are_removed(store: Store, tmp_path: Path
     build_site(store, out)
     assert not [p for p in left if p.exists()]
     assert (out / "index.html").is_file()
+
+
+def _damaged(original: object) -> list[object]:
+    """Valid JSON of the wrong shape: generic values, then the real document with each top-level
+    value (and each value one level down) replaced by a wrong type."""
+    out: list[object] = [[], 1, "x", None, {}, [original]]
+    if isinstance(original, dict):
+        for key, value in original.items():
+            for bad in ([1], "x", 1.5, None, {"k": [None]}):
+                if bad != value:
+                    out.append({**original, key: bad})
+            if isinstance(value, dict) and value:
+                first = next(iter(value))
+                out.append({**original, key: {**value, first: {"bad": 1}}})
+                out.append({**original, key: {**value, first: [[1, "sideways", "x", None]]}})
+    return out
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "results.json", "changepoints.json"])
+def test_17_a_damaged_cache_or_manifest_is_read_again(store: Store, tmp_path: Path, name: str) -> None:
+    import json
+
+    from regress.demo import demo_history
+
+    demo_history(store, nights=10, cases=12, seed=1)
+    out = tmp_path / "site"
+    build_site(store, out)
+    path = out / ".regress-site" / name
+    original = json.loads(path.read_text())
+    pages = sorted(p.relative_to(out) for p in out.rglob("*.html"))
+    variants = _damaged(original)
+    for bad in variants:
+        path.write_text(json.dumps(bad))
+        build_site(store, out)  # crashed on 9 of 11 such files on main
+        assert sorted(p.relative_to(out) for p in out.rglob("*.html")) == pages
+    assert len(variants) >= 11
