@@ -148,6 +148,34 @@ def ab_inputs(rows: Sequence[tuple[Case, Result]]) -> list[ABInput]:
     return out
 
 
+def alternating_inputs(
+    arms: Sequence[tuple[Sequence[tuple[Case, Result]], Sequence[tuple[Case, Result]]]], q: float
+) -> list[ABInput]:
+    """A/B from runs alternated as processes (A B A B ...: two containers that cannot share one
+    process, on one device): per (A_i, B_i) pair of adjacent runs, each run's location of a perf
+    case (quantile q of its samples, the rule's statistic) is one paired block. Only cases that
+    passed with samples in every run of both arms are judged."""
+    per_case: dict[str, tuple[str, list[float], list[float]]] = {}
+    keys: set[str] | None = None
+    for a_rows, b_rows in arms:
+        locs: dict[str, tuple[str, float, float]] = {}
+        a = {c.key: (c, r) for c, r in a_rows}
+        for case, rb in b_rows:
+            if case.key not in a:
+                continue
+            ra = a[case.key][1]
+            la = location(ra, q) if ra.status == "pass" else None
+            lb = location(rb, q) if rb.status == "pass" else None
+            if la and lb:
+                locs[case.key] = (f"{case.suite}/{case.name}", la, lb)
+        keys = set(locs) if keys is None else keys & set(locs)
+        for key, (name, la, lb) in locs.items():
+            entry = per_case.setdefault(key, (name, [], []))
+            entry[1].append(la)
+            entry[2].append(lb)
+    return [ABInput(k, v[1], v[2], v[0], block=1) for k, v in sorted(per_case.items()) if k in (keys or ())]
+
+
 def is_ab_result(res: Result) -> bool:
     return bool(samples(res, AB_BASELINE_SAMPLE))
 
@@ -160,6 +188,7 @@ __all__ = [
     "PerfEvidence",
     "PerfPair",
     "ab_inputs",
+    "alternating_inputs",
     "control_ratio",
     "location",
     "perf_evidence",

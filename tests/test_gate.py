@@ -289,3 +289,50 @@ def test_a_case_whose_interleaved_control_moved_too_is_not_flagged(store: Store)
     kernel = add_run(store, [_with_control(_perf(c, 1.12 if c == CASES[0] else 1.0), 2.0) for c in CASES])
     report = gate(store, runs[-1], kernel)
     assert report.exit_code == 1 and [r.case for r in report.regressions] == [CASES[0]]
+
+
+def _alternated(store: Store, pairs: int, slowdown: float) -> list[str]:
+    """Runs of two builds in the order they ran, A B A B ...: the drill flag gives arm B its own
+    build (artifact), as a second container's build would be."""
+    out: list[str] = []
+    for _ in range(pairs):
+        out.append(add_run(store, [_perf(c, 1.0) for c in CASES]))
+        out.append(add_run(store, [_perf(c, 1.0 + slowdown) for c in CASES], drill=True))
+    return out
+
+
+def test_alternated_runs_decide_a_slowdown_and_a_clean_pair(store: Store, tmp_path: Path) -> None:
+    from regress.gate import gate_alternating
+
+    slow = gate_alternating(store, _alternated(store, 10, 0.10), report_dir=tmp_path / "slow")
+    assert slow.exit_code == 1, slow.reasons
+    assert all(r.status == "regression" for r in slow.rows)
+    assert slow.power["mode"] == "ab-alternating"
+    clean = gate_alternating(store, _alternated(store, 10, 0.0))
+    assert clean.exit_code == 0, clean.reasons
+    assert clean.reasons[0].startswith("A/B by 10 alternated pairs of runs")
+
+
+def test_too_few_alternated_pairs_are_undecided_naming_how_many_would_decide(
+    db_url: str, store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = _alternated(store, 3, 0.10)
+    args = ["gate", "--ab", "--alternating", ",".join(runs), "--db", db_url, "--report-dir", str(tmp_path)]
+    code = main(args)
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "at least 10 alternated pairs of runs would let it decide" in out
+
+
+def test_alternated_runs_that_do_not_alternate_two_builds_are_refused(store: Store) -> None:
+    from regress.gate import gate_alternating
+
+    runs = _alternated(store, 2, 0.0)
+    with pytest.raises(UserError, match="even number of runs"):
+        gate_alternating(store, runs[:3])
+    with pytest.raises(UserError, match="given twice"):
+        gate_alternating(store, [runs[0], runs[1], runs[0], runs[3]])
+    with pytest.raises(UserError, match="same build"):
+        gate_alternating(store, [runs[0], runs[2]])
+    with pytest.raises(UserError, match="different builds"):
+        gate_alternating(store, [runs[0], runs[1], runs[3], runs[2]])

@@ -25,6 +25,12 @@ _db = click.option(
     "--candidate-stack against --baseline-stack on this machine now and judge that run.",
 )
 @click.option("--run", "run_sel", metavar="SEL", help="With --ab: a stored run made with --compare-build.")
+@click.option(
+    "--alternating",
+    metavar="SEL,SEL,...",
+    help="With --ab: runs of two builds that cannot share a process (two containers), in the order "
+    "they ran on one device, A B A B ...; each adjacent pair is one paired block (10 pairs decide).",
+)
 @click.option("--baseline-stack", metavar="NAME", help="With --ab: the pinned stack to compare against.")
 @click.option("--candidate-stack", metavar="NAME", help="With --ab: the pinned stack that wants to ship.")
 @click.option("--quick", is_flag=True, help="With --ab and stacks: the quick perf cases.")
@@ -52,6 +58,7 @@ def gate_cmd(
     candidate: str | None,
     ab: bool,
     run_sel: str | None,
+    alternating: str | None,
     baseline_stack: str | None,
     candidate_stack: str | None,
     quick: bool,
@@ -74,7 +81,7 @@ def gate_cmd(
     per-block ratios (Wilcoxon signed-rank); no history needed, the strongest mode for an upgrade.
     """
     from ..errors import UserError
-    from ..gate import GateConfig, format_table, gate, gate_ab, summary_lines
+    from ..gate import GateConfig, gate, gate_ab, gate_alternating
     from ..store.repo import open_store
 
     config = GateConfig(rule=dataclasses.replace(GateConfig().rule, max_mde=max_mde))
@@ -84,6 +91,15 @@ def gate_cmd(
             raise UserError(
                 "--ab takes --run, or --baseline-stack and --candidate-stack, not --baseline/--candidate"
             )
+        if alternating:
+            if run_sel or baseline_stack or candidate_stack:
+                raise UserError("--alternating takes the runs themselves, not --run or stacks")
+            sels = [x.strip() for x in alternating.split(",") if x.strip()]
+            report = gate_alternating(
+                open_store(db_url, must_exist=True), sels, config=config, report_dir=report_dir
+            )
+            _print(report, as_json)
+            ctx.exit(report.exit_code)
         if baseline_stack or candidate_stack:
             if not (baseline_stack and candidate_stack) or run_sel:
                 raise UserError(
@@ -98,18 +114,25 @@ def gate_cmd(
             raise UserError("gate needs --baseline and --candidate (or --ab)")
         store = open_store(db_url, must_exist=True)
         report = gate(store, baseline, candidate, config=config, report_dir=report_dir)
+    _print(report, as_json)
+    ctx.exit(report.exit_code)
+
+
+def _print(report: object, as_json: bool) -> None:
+    from ..gate import GateReport, format_table, summary_lines
+
+    assert isinstance(report, GateReport)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        if report.rows:
-            click.echo(format_table(report))
-            click.echo()
-        for line in summary_lines(report):
-            click.echo(line)
-        for kind, path in report.reports.items():
-            if kind != "json":
-                click.echo(f"  {kind}: {path}")
-    ctx.exit(report.exit_code)
+        return
+    if report.rows:
+        click.echo(format_table(report))
+        click.echo()
+    for line in summary_lines(report):
+        click.echo(line)
+    for kind, path in report.reports.items():
+        if kind != "json":
+            click.echo(f"  {kind}: {path}")
 
 
 def _run_ab(

@@ -67,6 +67,9 @@ class ABInput:
     baseline: Sequence[float]
     candidate: Sequence[float]
     name: str = ""
+    # Rounds per paired block: 2 for one process's ABBA rounds; 1 when each value is the location
+    # of a whole run and the runs alternated as processes A B A B ... (`alternating_inputs`).
+    block: int = 2
 
 
 def block_log_ratios(baseline: Sequence[float], candidate: Sequence[float], block: int = 2) -> list[float]:
@@ -111,7 +114,7 @@ def _mde(se: float, floor: float, alpha: float, power: float) -> float:
 
 
 def _case(cfg: ABConfig, c: ABInput) -> tuple[CaseJudgement, float | None, float | None]:
-    d = block_log_ratios(c.baseline, c.candidate)
+    d = block_log_ratios(c.baseline, c.candidate, c.block)
     j = CaseJudgement(
         c.key,
         c.name or c.key,
@@ -126,7 +129,11 @@ def _case(cfg: ABConfig, c: ABInput) -> tuple[CaseJudgement, float | None, float
     )
     if len(d) < cfg.min_blocks:
         j.note = f"too few paired blocks ({len(d)}, need {cfg.min_blocks})"
-        j.advice = f"at least {2 * cfg.min_blocks} rounds (--iterations) would let it decide"
+        j.advice = (
+            f"at least {2 * cfg.min_blocks} rounds (--iterations) would let it decide"
+            if c.block > 1
+            else f"at least {cfg.min_blocks} alternated pairs of runs would let it decide"
+        )
         return j, None, None
     med = float(np.median(d))
     p = _wilcoxon(d, "two-sided")

@@ -2,7 +2,7 @@
 `regress.detect.verdict`), `render` writes the reports from web/templates/gate_report.*.j2."""
 
 from ..evidence import control_ratio
-from .core import GateConfig, GateReport, GateRow, compare, gate, gate_ab, resolve_selector
+from .core import GateConfig, GateReport, GateRow, compare, gate, gate_ab, gate_alternating, resolve_selector
 from .render import format_table, render_html, render_junit, render_markdown, summary_lines, write_reports
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "format_table",
     "gate",
     "gate_ab",
+    "gate_alternating",
     "render_html",
     "render_junit",
     "render_markdown",

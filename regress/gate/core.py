@@ -22,7 +22,7 @@ from ..detect import PairwiseConfig
 from ..detect.paired import ABConfig, judge_ab
 from ..detect.verdict import CaseJudgement, Judgement, RuleConfig, judge
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
-from ..evidence import PerfPair, ab_inputs, perf_evidence, scaled_ulp
+from ..evidence import PerfPair, ab_inputs, alternating_inputs, perf_evidence, scaled_ulp
 from ..store import FINISHED_STATES, Case, Result, Run, queries
 from ..store.repo import Store, find_run, record_gate_decision
 from .render import write_reports
@@ -418,6 +418,92 @@ def gate_ab(
             session,
             baseline_run_id=run.id,
             candidate_run_id=run.id,
+            verdict=report.verdict or "undecided",
+            exit_code=report.exit_code,
+            report=report.to_dict(),
+        )
+    return report
+
+
+def _alternating_arms(session: Session, sels: list[str]) -> tuple[list[Run], list[Run]]:
+    """Runs given in the order they ran, A B A B ...; each arm must be one build (one artifact)."""
+    if len(sels) < 2 or len(sels) % 2:
+        raise UserError(
+            f"--alternating needs an even number of runs in the order they ran (A B A B ...), got {len(sels)}"
+        )
+    runs = [resolve_selector(session, s) for s in sels]
+    ids = [r.id for r in runs]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise UserError(f"--alternating: run {dup} is given twice; each block is its own run")
+    a_runs, b_runs = runs[0::2], runs[1::2]
+    for arm, name in ((a_runs, "A (baseline)"), (b_runs, "B (candidate)")):
+        builds = {r.build_id for r in arm}
+        if len(builds) != 1:
+            raise UserError(
+                f"--alternating: the {name} runs measured {len(builds)} different builds, not one"
+            )
+    if a_runs[0].build_id == b_runs[0].build_id:
+        raise UserError("--alternating: both arms ran the same build; there is nothing to compare")
+    return a_runs, b_runs
+
+
+def gate_alternating(
+    store: Store, sels: list[str], config: GateConfig | None = None, report_dir: Path | None = None
+) -> GateReport:
+    """A/B by alternated processes: runs of two builds that cannot share a process (two ROCm
+    containers) taken A B A B ... on one device; each adjacent (A_i, B_i) pair is one paired block,
+    judged by the same rule as an in-process A/B run (`regress.detect.paired`)."""
+    cfg = config or GateConfig()
+    with store.transaction() as session:
+        a_runs, b_runs = _alternating_arms(session, sels)
+
+        def perf_rows(run: Run) -> list[tuple[Case, Result]]:
+            return [
+                (case, res)
+                for res, case in queries.run_results_with_cases(session, run.id)
+                if case.suite in cfg.perf_suites
+            ]
+
+        arms = [(perf_rows(a), perf_rows(b)) for a, b in zip(a_runs, b_runs, strict=True)]
+        inputs = alternating_inputs(arms, cfg.pairwise.location_quantile)
+        if not inputs:
+            raise UserError("--alternating: no perf case passed with samples in every run of both arms")
+        judged = judge_ab(inputs, cfg.ab)
+        by_key = {c.key: c for rows in arms for c, _ in rows[1]}
+        rows = [_ab_row(by_key[j.key], j) for j in judged.cases]
+        for row in rows:
+            row.metric = "time_ms (A/B, alternated runs)"
+        reasons = [
+            f"A/B by {len(a_runs)} alternated pairs of runs (A {a_runs[0].id}…, B {b_runs[0].id}…)",
+            *judged.reasons,
+        ]
+        report = GateReport(
+            a_runs[0].id,
+            b_runs[0].id,
+            judged.verdict,
+            VERDICT_EXIT[judged.verdict],
+            reasons,
+            rows,
+            baseline_info={**_run_info(session, a_runs[0]), "arm": "A", "runs": [r.id for r in a_runs]},
+            candidate_info={**_run_info(session, b_runs[0]), "arm": "B", "runs": [r.id for r in b_runs]},
+            aggregate=judged.aggregate,
+        )
+        report.power = {
+            "power": cfg.ab.power,
+            "max_mde": cfg.ab.max_mde,
+            "max_stack_mde": cfg.ab.max_stack_mde,
+            "stack_mde": judged.aggregate.get("mde"),
+            "too_noisy": judged.too_noisy,
+            "alpha": cfg.ab.alpha,
+            "mode": "ab-alternating",
+        }
+        if report_dir is not None:
+            write_reports(report, report_dir)
+        report.decision_id = record_gate_decision(
+            session,
+            baseline_run_id=a_runs[0].id,
+            candidate_run_id=b_runs[0].id,
             verdict=report.verdict or "undecided",
             exit_code=report.exit_code,
             report=report.to_dict(),
