@@ -146,7 +146,11 @@ INJECT_MACROS: dict[str, str] = {
     "nondeterminism": "RA_INJECT_NONDET",
     "hang_sq": "RA_INJECT_HANG_SQ",
     "crash_sq": "RA_INJECT_CRASH_SQ",
+    "round_swap": "RA_INJECT_ROUND_SWAP",
 }
+# round_swap names the two modes that trade places, one bit each (kernel/common/inject.h).
+ROUND_SWAP_BITS: dict[str, int] = {"rtne": 1, "rtna": 2, "rtz": 4}
+ROUND_SWAP_MASKS = frozenset({3, 5, 6})
 
 
 class BuildError(RuntimeError):
@@ -254,6 +258,8 @@ def inject_flags(inject: dict[str, int] | None) -> list[str]:
             raise BuildError(f"unknown inject key {key!r}; expected one of {', '.join(INJECT_MACROS)}")
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise BuildError(f"inject {key} must be a non-negative integer, got {value!r}")
+        if key == "round_swap" and value and value not in ROUND_SWAP_MASKS:
+            raise BuildError(f"inject round_swap must name two modes (mask 3, 5 or 6), got {value!r}")
         if value:
             flags.append(f"-D{INJECT_MACROS[key]}={value}")
     return flags

@@ -222,7 +222,7 @@ def stored_geomean(summary: Any) -> GeomeanTable:
 
 # --- the numerics contract ----------------------------------------------------------------------
 
-SUPPORTED_CONTRACT_VERSIONS = (1,)
+SUPPORTED_CONTRACT_VERSIONS = (2,)
 
 
 @dataclass(frozen=True)
@@ -231,9 +231,17 @@ class Contract:
     scaled_ulp_max: dict[str, float]
     nonfinite_mismatch_max: int
     distinct_hashes_max: int
+    rounding_mismatch_max: int
+    rounding_bias_ulp: dict[str, float]
+    rounding_bias_tolerance: float
 
     def scaled_ulp_limit(self, mode: str) -> float:
         return self.scaled_ulp_max[mode]
+
+    def rounding_bias_band(self, mode: str) -> tuple[float, float]:
+        """The mean (|out| - |exact|) in ULPs a correct kernel of `mode` lands in."""
+        centre = self.rounding_bias_ulp[mode]
+        return centre - self.rounding_bias_tolerance, centre + self.rounding_bias_tolerance
 
 
 def parse_contract(data: dict[str, Any]) -> Contract:
@@ -247,6 +255,9 @@ def parse_contract(data: dict[str, Any]) -> Contract:
         scaled_ulp_max={str(k): float(v) for k, v in data["scaled_ulp_max"].items()},
         nonfinite_mismatch_max=int(data["nonfinite"]["mismatch_max"]),
         distinct_hashes_max=int(data["determinism"]["distinct_hashes_max"]),
+        rounding_mismatch_max=int(data["rounding"]["rule_mismatch_max"]),
+        rounding_bias_ulp={str(k): float(v) for k, v in data["rounding"]["bias_ulp"].items()},
+        rounding_bias_tolerance=float(data["rounding"]["bias_tolerance"]),
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .build import BACKENDS
+from .build import BACKENDS, ROUND_SWAP_BITS
 from .errors import UserError
 from .phases import PhaseRecorder, recording
 from .results import CaseResult, CaseSpec
@@ -35,6 +35,7 @@ INJECT_NAMES = {
     "nondeterminism": "nondeterminism",
     "hang": "hang_sq",
     "crash": "crash_sq",
+    "swap_rounding": "round_swap",
 }
 # Drills that name the query length of the launch they break.
 _NEEDS_SQ = {"hang": "hang", "crash": "abort"}
@@ -70,10 +71,12 @@ def resolve_backend(name: str) -> str:
 
 
 def parse_inject(spec: tuple[str, ...] | list[str] | None) -> dict[str, int] | None:
-    """'slowdown=10', 'ulp=2', 'nondeterminism', 'hang=SQ', 'crash=SQ' → the build module's inject dict.
+    """'slowdown=10', 'ulp=2', 'nondeterminism', 'hang=SQ', 'crash=SQ', 'swap_rounding=rtne:rtz' →
+    the build module's inject dict.
 
     hang=SQ: every launch whose query length is SQ spins forever (the watchdog's fire drill);
-    crash=SQ: it aborts the process (the drill of a worker lost in the middle of a case)."""
+    crash=SQ: it aborts the process (the drill of a worker lost in the middle of a case);
+    swap_rounding=A:B: the kernels of modes A and B round with each other's rule (issue 22)."""
     if not spec:
         return None
     out: dict[str, int] = {}
@@ -81,8 +84,12 @@ def parse_inject(spec: tuple[str, ...] | list[str] | None) -> dict[str, int] | N
         key, _, value = item.partition("=")
         if key not in INJECT_NAMES:
             raise UserError(
-                f"--inject {item!r}: expected slowdown=PCT, ulp=N, nondeterminism, hang=SQ or crash=SQ"
+                f"--inject {item!r}: expected slowdown=PCT, ulp=N, nondeterminism, hang=SQ, crash=SQ"
+                " or swap_rounding=MODE:MODE"
             )
+        if key == "swap_rounding":
+            out[INJECT_NAMES[key]] = _swap_mask(item, value)
+            continue
         if key in _NEEDS_SQ and not value:
             raise UserError(
                 f"--inject {item!r}: name the query length of the launch to {_NEEDS_SQ[key]}, e.g. {key}=64"
@@ -110,6 +117,17 @@ def parse_duration(text: str, option: str = "--deadline") -> float:
     if total <= 0:
         raise UserError(f"{option} {text!r}: the duration must be positive")
     return total
+
+
+def _swap_mask(item: str, value: str) -> int:
+    """'rtne:rtz' → the two modes' bits (regress.build.ROUND_SWAP_BITS)."""
+    modes = value.split(":")
+    if len(modes) != 2 or len(set(modes)) != 2 or not set(modes) <= set(ROUND_SWAP_BITS):
+        raise UserError(
+            f"--inject {item!r}: name two different modes of {', '.join(ROUND_SWAP_BITS)},"
+            " e.g. swap_rounding=rtne:rtz"
+        )
+    return ROUND_SWAP_BITS[modes[0]] | ROUND_SWAP_BITS[modes[1]]
 
 
 def make_context(lib_path: Path, device: str, options: CaseOptions, log: Any = None) -> SuiteContext:

@@ -180,6 +180,39 @@ def test_ulp_drill_fails_the_ulp_suite_and_the_gate(db: tuple[str, Store], tmp_p
     assert all(r.mark == "x" for r in report.regressions)
 
 
+# The directed rounding cases of the two swapped modes (regress.suites.rounding.SHAPES x layouts).
+SWAPPED_ROUNDING_CASES = {
+    f"ulp/b1_h3_sq4_sk{sk}_{layout}_{mode}_rounding"
+    for sk in (128, 4)
+    for layout in ("bshd", "bhsd")
+    for mode in ("rtne", "rtz")
+}
+
+
+@pytest.mark.slow
+def test_rounding_swap_drill_fails_the_directed_cases_only(db: tuple[str, Store], tmp_path: Path) -> None:
+    """`--inject swap_rounding=rtne:rtz`: the quick CPU nightly exits 1, and the cases that fail are
+    exactly the directed rounding cases of the two swapped modes (every scaled-ULP case still
+    passes: the blind spot these cases close); the clean build passes them all."""
+    url, _ = db
+    clean = run_nightly(
+        NightlyOptions(backend="cpu", quick=True, db=url, out=tmp_path / "clean", allow_drift=True)
+    )
+    assert clean.exit_code == 0, clean.summary
+    drill = run_nightly(
+        NightlyOptions(
+            backend="cpu",
+            quick=True,
+            db=url,
+            out=tmp_path / "drill",
+            inject={"round_swap": 5},
+            allow_drift=True,
+        )
+    )
+    assert drill.exit_code == 1
+    assert set(drill.summary["failing_cases"]) == SWAPPED_ROUNDING_CASES
+
+
 @pytest.mark.slow
 def test_nondeterminism_drill_fails_the_determinism_suite(db: tuple[str, Store], tmp_path: Path) -> None:
     url, store = db

@@ -422,6 +422,21 @@ def test_hang_drill_needs_a_query_length() -> None:
             parse_inject([bare])
 
 
+def test_rounding_swap_drill_names_two_modes() -> None:
+    from regress.build import BuildError, inject_flags
+    from regress.errors import UserError
+    from regress.runner import parse_inject
+
+    assert parse_inject(["swap_rounding=rtne:rtz"]) == {"round_swap": 5}
+    assert parse_inject(["swap_rounding=rtna:rtne"]) == {"round_swap": 3}
+    assert inject_flags({"round_swap": 6}) == ["-DRA_INJECT_ROUND_SWAP=6"]
+    for bad in ("swap_rounding", "swap_rounding=rtne", "swap_rounding=rtne:rtne", "swap_rounding=rtne:up"):
+        with pytest.raises(UserError, match="two different modes"):
+            parse_inject([bad])
+    with pytest.raises(BuildError, match="two modes"):
+        inject_flags({"round_swap": 4})
+
+
 def test_phases_count_each_second_once() -> None:
     import time as _time
 

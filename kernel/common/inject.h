@@ -13,6 +13,9 @@
  *   RA_INJECT_NONDET=1        odd-numbered launches flip the lowest bit of one output element
  *   RA_INJECT_HANG_SQ=N       a launch whose query length is N never returns (watchdog drill)
  *   RA_INJECT_CRASH_SQ=N      a launch whose query length is N aborts the process (worker-loss drill)
+ *   RA_INJECT_ROUND_SWAP=M    two rounding modes trade places at the output rounding (mode-swap drill):
+ *                             M has bit 0 rtne, bit 1 rtna, bit 2 rtz set for the two swapped, so 5 makes
+ *                             the rtne kernel truncate and the rtz kernel round to nearest (issue 22)
  */
 #ifndef REGRESS_INJECT_H
 #define REGRESS_INJECT_H
@@ -101,10 +104,22 @@ __global__ void ra_inject_hang_kernel(void) {
 #define RA_INJECT_CRASH_LAUNCH(seqlen_q) ((void)0)
 #endif
 
+#ifndef RA_INJECT_ROUND_SWAP
+#define RA_INJECT_ROUND_SWAP 0
+#endif
+
+/* Mode-swap drill: the rounding mode (0 rtne, 1 rtna, 2 rtz) a kernel built for mode m really uses.
+ * A macro, not a function, so it stays a constant expression in every backend's template argument;
+ * each backend applies it where its compile-time mode picks the output rounding, and nowhere else. */
+#define RA_INJECT_ROUND_OTHER_(rest) ((rest) == 4 ? 2 : (rest) == 2 ? 1 : 0)
+#define RA_INJECT_ROUNDING(m) \
+  (((RA_INJECT_ROUND_SWAP >> (m)) & 1) ? RA_INJECT_ROUND_OTHER_(RA_INJECT_ROUND_SWAP & ~(1 << (m))) : (m))
+
 #define RA_INJECT_INFO                                                                      \
   "{\"slowdown_pct\":" RA_STR(RA_INJECT_SLOWDOWN_PCT) ",\"ulp\":" RA_STR(RA_INJECT_ULP) \
   ",\"nondeterminism\":" RA_STR(RA_INJECT_NONDET) ",\"hang_sq\":" RA_STR(RA_INJECT_HANG_SQ) \
-  ",\"crash_sq\":" RA_STR(RA_INJECT_CRASH_SQ) "}"
+  ",\"crash_sq\":" RA_STR(RA_INJECT_CRASH_SQ) \
+  ",\"round_swap\":" RA_STR(RA_INJECT_ROUND_SWAP) "}"
 #define RA_STR_(x) #x
 #define RA_STR(x) RA_STR_(x)
 

@@ -52,8 +52,9 @@ int thread_count() {
 
 template <int MODE>
 inline uint16_t round_bf16(float x) {
-  if constexpr (MODE == RA_RTNE) return ra_f32_to_bf16_rtne(x);
-  else if constexpr (MODE == RA_RTNA) return ra_f32_to_bf16_rtna(x);
+  constexpr int kUsed = RA_INJECT_ROUNDING(MODE);  // MODE itself unless the mode-swap drill is built in
+  if constexpr (kUsed == RA_RTNE) return ra_f32_to_bf16_rtne(x);
+  else if constexpr (kUsed == RA_RTNA) return ra_f32_to_bf16_rtna(x);
   else return ra_f32_to_bf16_rtz(x);
 }
 

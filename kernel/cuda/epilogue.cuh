@@ -27,8 +27,9 @@
 
 namespace ra_cuda {
 
-template <int kRound>
+template <int kMode>
 __device__ __forceinline__ uint16_t round_out(float x) {
+  constexpr int kRound = RA_INJECT_ROUNDING(kMode); /* kMode itself unless the mode-swap drill is built in */
   uint16_t h = kRound == 2 ? ra_f32_to_bf16_rtz(x) : kRound == 1 ? ra_f32_to_bf16_rtna(x) : ra_f32_to_bf16_rtne(x);
   return ra_inject_ulp(h);
 }
@@ -41,8 +42,9 @@ __device__ __forceinline__ uint32_t prmt_tie_nudge(uint32_t u) {
 }
 
 /* Two values rounded to a bf16x2 word, lo in the low half. */
-template <int kRound>
+template <int kMode>
 __device__ __forceinline__ uint32_t round_pack(float lo, float hi) {
+  constexpr int kRound = RA_INJECT_ROUNDING(kMode); /* kMode itself unless the mode-swap drill is built in */
   if constexpr (RA_CUDA_CVT_ROUND && RA_INJECT_ULP == 0 && kRound != 1) {
     uint32_t r;
     if constexpr (kRound == 0)
@@ -63,7 +65,7 @@ __device__ __forceinline__ uint32_t round_pack(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
     return r;
   } else {
-    return (uint32_t)round_out<kRound>(lo) | ((uint32_t)round_out<kRound>(hi) << 16);
+    return (uint32_t)round_out<kMode>(lo) | ((uint32_t)round_out<kMode>(hi) << 16);
   }
 }
 

@@ -28,7 +28,7 @@ from ..runner import BACKEND_CHOICES, parse_inject, resolve_backend
     "--inject",
     multiple=True,
     metavar="FAULT",
-    help="Fire drill: slowdown=PCT, ulp=N, nondeterminism, hang=SQ or crash=SQ.",
+    help="Fire drill: slowdown=PCT, ulp=N, nondeterminism, hang=SQ, crash=SQ or swap_rounding=A:B.",
 )
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Build cache (default ./.regress/build).")
 @click.option("--json", "as_json", is_flag=True)

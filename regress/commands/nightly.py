@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     multiple=True,
     metavar="FAULT",
     help="Fire drill: build a broken kernel (slowdown=PCT, ulp=N, nondeterminism, hang=SQ: launches with "
-    "that query length spin forever, crash=SQ: they abort the worker); the run is a drill.",
+    "that query length spin forever, crash=SQ: they abort the worker, swap_rounding=A:B: modes A and B "
+    "round with each other's rule); the run is a drill.",
 )
 @click.option(
     "--case-timeout",

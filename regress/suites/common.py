@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import numpy as np
 import torch
 
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Rounding, Status
+from regress.suites import rounding
 
 if TYPE_CHECKING:
     from regress.suites.base import SuiteContext
@@ -39,6 +41,7 @@ INPUT_KINDS: tuple[str, ...] = (
     "posinf_v",
     "neginf_v",
     "extreme_logits",
+    "rounding",
 )
 # Q scaled so logits reach the hundreds: softmax is then nearly one-hot and exp underflows.
 EXTREME_LOGIT_FACTOR = 30.0
@@ -148,6 +151,7 @@ def make_inputs_bhsd(
     realistic (ANCHORS.md): Q, V ~ N(0, 1); K rows point in random directions with norms
     sqrt(D)·LogNormal(0, 0.6), so a typical K row is as long as a N(0, 1) row but a few are much
     longer, which gives the peaked softmax rows real models show. Edge kinds poison one element.
+    rounding: Q = 0 and V from regress.suites.rounding, so every output is a known exact mean.
     """
     if kind not in INPUT_KINDS:
         raise ValueError(f"unknown input kind {kind!r}; known: {', '.join(INPUT_KINDS)}")
@@ -161,6 +165,10 @@ def make_inputs_bhsd(
     v = torch.randn((b, h, sk, d), generator=g, device=device, dtype=f32)
     if kind == "extreme_logits":
         q = q * EXTREME_LOGIT_FACTOR
+    elif kind == rounding.INPUT:
+        v_bits, _ = rounding.directed_v(b, h, sk, seed)
+        bf = torch.from_numpy(v_bits.view(np.int16)).view(torch.bfloat16).to(device)
+        return torch.zeros_like(q).to(torch.bfloat16), k.to(torch.bfloat16), bf
     elif kind != "realistic":
         what, target = kind.split("_")
         value = {"nan": math.nan, "posinf": math.inf, "neginf": -math.inf}[what]

@@ -19,6 +19,10 @@ AITER's, their largest difference in scaled ULP, and whether the NaN/Inf positio
 are identical; `aiter:*`, AITER's output
 against the fp64 contract. Those are measurements, not gates: the case passes or fails on the
 kernel's contract alone, and skips (with the reason) when the amd-aiter wheel cannot be had.
+
+Directed rounding cases (input "rounding", regress.suites.rounding) add what no ULP limit can
+tell apart: every output bit against the mode's own rule on an exactly known mean, canonical NaNs,
+and the rounding bias (-0.5 ULP for rtz, 0 for rtne and rtna), gated by the contract's [rounding].
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from regress.gpu_state import device_state
 from regress.metrics import load_contract, percentile
 from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Status
+from regress.suites import rounding
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     HEAD_DIM,
@@ -86,7 +91,7 @@ GPU_SHAPES = [
 GPU_QUICK = [Shape(2, 6, 113, 203), Shape(2, 40, 1024, 77)]
 # Edge cases: poisoned or extreme inputs on a small shape, and degenerate lengths with realistic inputs.
 EDGE_SHAPE = Shape(1, 2, 128, 160)
-EDGE_KINDS = tuple(kind for kind in INPUT_KINDS if kind != "realistic")
+EDGE_KINDS = tuple(kind for kind in INPUT_KINDS if kind not in ("realistic", rounding.INPUT))
 QUICK_EDGE_KINDS = ("nan_q", "posinf_k", "neginf_v", "extreme_logits")
 EDGE_LENGTH_SHAPES = {"sk1": Shape(1, 2, 64, 1), "sq1": Shape(1, 2, 1, 300)}
 QUICK_EDGE_LENGTHS = ("sk1",)
@@ -177,6 +182,12 @@ class UlpSuite:
                 )
         if getattr(ctx.library, "backend", "") == "hip-emu":
             specs += _aiter_cases(ctx.quick)
+        # Every mode and layout (each its own kernel variant on the GPUs), quick runs included.
+        for dims in rounding.SHAPES:
+            for layout in LAYOUTS:
+                for mode in ROUNDING_MODES:
+                    shape = Shape(*dims)
+                    specs.append(make_spec(NAME, shape, layout, mode, "rounding", input=rounding.INPUT))
         return specs
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
@@ -257,6 +268,8 @@ class UlpSuite:
             metrics[f"kernel_vs:{bl.name}:frac_gt1"] = float((d > 1).mean()) if d.size else 0.0
 
         failures = []
+        if kind == rounding.INPUT:
+            failures += _rounding_checks(o_bits, v, layout, mode, spec, ctx.seed, metrics)
         if metrics["scaled_ulp_max"] > limit:
             failures.append(f"scaled ULP max {metrics['scaled_ulp_max']:.3f} > {limit} ({mode})")
         if metrics["nonfinite_mismatches"] > contract.nonfinite_mismatch_max:
@@ -395,6 +408,37 @@ def _aiter_emu() -> Any:
     if isinstance(_AITER[0], PeerUnavailable):
         raise _AITER[0]
     return _AITER[0]
+
+
+def _rounding_checks(
+    o_bits: np.ndarray,
+    v: torch.Tensor,
+    layout: Layout,
+    mode: str,
+    spec: CaseSpec,
+    seed: int,
+    metrics: dict[str, Any],
+) -> list[str]:
+    """The directed case's bit-for-bit and bias gates; their measures go into `metrics`."""
+    contract = load_contract()
+    shape = spec_shape(spec)
+    _, labels = rounding.directed_v(shape.b, shape.h, shape.sk, seed)
+    r = rounding.check(o_bits, numerics.to_bhsd_bits(v, layout), mode, labels)  # type: ignore[arg-type]
+    worst = r.pop("worst")
+    lo, hi = contract.rounding_bias_band(mode)
+    metrics.update(r)
+    metrics["bias_ulp_band"] = [lo, hi]
+    failures = []
+    if r["rule_mismatches"] > contract.rounding_mismatch_max:
+        failures.append(
+            f"{r['rule_mismatches']} of {r['rule_checked']} outputs break the {mode} rule"
+            f" ({'; '.join(worst) or 'random means only'})"
+        )
+    if r["nan_noncanonical"]:
+        failures.append(f"{r['nan_noncanonical']} NaN outputs are not the canonical 0x7FFF")
+    if not lo <= r["bias_ulp"] <= hi:
+        failures.append(f"rounding bias {r['bias_ulp']:+.3f} ULP outside [{lo:+.2f}, {hi:+.2f}] ({mode})")
+    return failures
 
 
 def _worst_blocks_text(blocks: np.ndarray) -> str:

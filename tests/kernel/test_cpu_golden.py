@@ -314,7 +314,14 @@ def test_raw_abi_refusals(lib: KernelLibrary) -> None:
 def test_build_info(lib: KernelLibrary) -> None:
     info = lib.build_info()
     assert info["backend"] == "cpu" and info["abi"] == 1 and info["threads"] >= 1
-    assert info["inject"] == {"slowdown_pct": 0, "ulp": 0, "nondeterminism": 0, "hang_sq": 0, "crash_sq": 0}
+    assert info["inject"] == {
+        "slowdown_pct": 0,
+        "ulp": 0,
+        "nondeterminism": 0,
+        "hang_sq": 0,
+        "crash_sq": 0,
+        "round_swap": 0,
+    }
     assert lib.backend == "cpu"
 
 

@@ -128,8 +128,8 @@ def test_injected_fault_is_reported(built, injected):
     """The fault macros reach the compile: the library reports exactly the injected values (what
     `regress build` records and a drill's bundle carries), the clean one none."""
     # hang_sq and crash_sq (the watchdog and worker-loss drills) are reported too, 0 when not drilled
-    assert _build_info(injected[0])["inject"] == {**INJECT, "hang_sq": 0, "crash_sq": 0}
-    assert _build_info(built[0])["inject"] == dict.fromkeys([*INJECT, "hang_sq", "crash_sq"], 0)
+    assert _build_info(injected[0])["inject"] == {**INJECT, "hang_sq": 0, "crash_sq": 0, "round_swap": 0}
+    assert _build_info(built[0])["inject"] == dict.fromkeys([*INJECT, "hang_sq", "crash_sq", "round_swap"], 0)
 
 
 def test_injected_fault_is_in_the_device_code(built, injected):

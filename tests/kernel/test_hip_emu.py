@@ -76,6 +76,13 @@ def test_quick_nightly_runs_the_compile_only_code_object(tmp_path: Path, cache: 
     assert suites == {"ulp", "determinism"}
     for tag in ("sq1_sk77", "sq203_sk77", "sq113_sk203", "sk1", "nan_q", "posinf_k", "neginf_v", "extreme"):
         assert any(tag in n for n in names), tag
+    # the directed rounding cases: all six kernels (3 modes x 2 layouts), two key counts
+    assert {n for n in names if n.endswith("_rounding")} == {
+        f"b1_h3_sq4_sk{sk}_{layout}_{mode}_rounding"
+        for sk in (128, 4)
+        for layout in ("bshd", "bhsd")
+        for mode in ("rtne", "rtna", "rtz")
+    }
     for mode in ("rtne", "rtna", "rtz"):
         for layout in ("bshd", "bhsd"):
             assert f"b1_h2_sq113_sk203_{layout}_{mode}" in names
@@ -109,8 +116,13 @@ def test_strided_views_in_and_out(cache: Path) -> None:
 @pytest.mark.slow  # builds each fire-drill code object and runs its suite on the emulator
 @pytest.mark.parametrize(
     ("inject", "suite", "case"),
-    [({"ulp": 2}, "ulp", "b1_h2_sq113_sk203_bhsd_rtne"), ({"nondeterminism": 1}, "determinism", "repeat")],
-    ids=["ulp2", "nondeterminism"],
+    [
+        ({"ulp": 2}, "ulp", "b1_h2_sq113_sk203_bhsd_rtne"),
+        ({"nondeterminism": 1}, "determinism", "repeat"),
+        ({"round_swap": 5}, "ulp", "b1_h3_sq4_sk128_bhsd_rtz_rounding"),
+        ({"round_swap": 3}, "ulp", "b1_h3_sq4_sk4_bshd_rtna_rounding"),
+    ],
+    ids=["ulp2", "nondeterminism", "swap_rtne_rtz", "swap_rtne_rtna"],
 )
 def test_drill_builds_fail_their_suite(cache: Path, inject: dict[str, int], suite: str, case: str) -> None:
     art = build_kernel("hip-emu", inject=inject, cache_dir=cache)
@@ -136,3 +148,29 @@ def test_ulp_drill_moves_every_output_exactly(cache: Path) -> None:
     live = (mag != 0) & (mag < 0x7F80)
     want[live] = moved[live]
     assert live.any() and (b == want).all()
+
+
+@pytest.mark.slow
+def test_rounding_swap_drill_fails_the_quick_nightly(tmp_path: Path, cache: Path) -> None:
+    """`regress nightly --backend hip-emu --quick --inject swap_rounding=rtne:rtz` exits 1, failing
+    exactly the directed rounding cases of rtne and rtz (before them, the same swap planted in the
+    gfx942 source passed all 31 quick cases: issue 22)."""
+    outcome = run_nightly(
+        NightlyOptions(
+            backend="hip-emu",
+            stack="gfx942-emu",
+            allow_drift=True,
+            quick=True,
+            db=f"sqlite:///{tmp_path / 'r.db'}",
+            out=tmp_path / "out",
+            cache_dir=cache,
+            inject={"round_swap": 5},
+        )
+    )
+    assert outcome.exit_code == 1
+    assert set(outcome.summary["failing_cases"]) == {
+        f"ulp/b1_h3_sq4_sk{sk}_{layout}_{mode}_rounding"
+        for sk in (128, 4)
+        for layout in ("bshd", "bhsd")
+        for mode in ("rtne", "rtz")
+    }

@@ -100,11 +100,14 @@ def test_cpu_plans_have_no_second_stream() -> None:
 
 def test_contract_is_packaged_and_versioned() -> None:
     c = load_contract()
-    assert c.version == 1
+    assert c.version == 2
     assert c.scaled_ulp_max == {"rtne": 1.5, "rtna": 1.5, "rtz": 2.0}
     assert c.nonfinite_mismatch_max == 0
-    with pytest.raises(ValueError, match="version 2"):
-        parse_contract({"version": 2, "scaled_ulp_max": {}, "nonfinite": {}, "determinism": {}})
+    assert c.rounding_mismatch_max == 0
+    # the bands of truncation and nearest rounding do not touch
+    assert c.rounding_bias_band("rtz")[1] < c.rounding_bias_band("rtne")[0]
+    with pytest.raises(ValueError, match="version 1"):
+        parse_contract({"version": 1, "scaled_ulp_max": {}, "nonfinite": {}, "determinism": {}})
 
 
 def test_unknown_suite_is_a_clear_error() -> None:

@@ -16,7 +16,8 @@ namespace ra_gfx942 {
 template <int R>
 __device__ __forceinline__ uint16_t round_bf16(float x) {
   static_assert(R >= 0 && R <= 2, "rounding mode is 0 (rtne), 1 (rtna) or 2 (rtz)");
-  const uint16_t h = R == 2 ? ra_f32_to_bf16_rtz(x) : R == 1 ? ra_f32_to_bf16_rtna(x) : ra_f32_to_bf16_rtne(x);
+  constexpr int kUsed = RA_INJECT_ROUNDING(R); /* R itself unless the mode-swap drill is built in */
+  const uint16_t h = kUsed == 2 ? ra_f32_to_bf16_rtz(x) : kUsed == 1 ? ra_f32_to_bf16_rtna(x) : ra_f32_to_bf16_rtne(x);
   return ra_inject_ulp(h); /* identity unless built with RA_INJECT_ULP=N */
 }
 
