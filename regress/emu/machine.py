@@ -15,12 +15,14 @@ Hazards reported (EmuHazard in strict mode, else collected in `Launch.hazards`):
             written by another) with no s_barrier between them; a read of LDS nobody wrote;
   lds-barrier  an s_barrier reached while the wave's own LDS writes are not yet covered by
             s_waitcnt (the barrier orders issue, not completion; LLVM always waits first);
-  mfma      the gfx940/gfx942 matrix-core wait states (LLVM GCNHazardRecognizer, the numbers
-            kernel/hip/parts/mfma.h cites): an XDL result read or overwritten by a non-MFMA
-            instruction (or read as SrcA/B, or as a partially overlapping SrcC, by another MFMA)
-            fewer than passes + 3 wait states after issue (7 for the 4-pass 16x16x16, 11 for the
-            8-pass 32x32x8); a VALU-written VGPR read by an MFMA fewer than 2 wait states later; a
-            VGPR an MFMA reads as SrcC overwritten by a VALU fewer than 3 (4 passes) or 7 (8) later.
+  mfma      the gfx940/gfx942 matrix-core wait states of regress.emu.hazards.RULES, the one table
+            the static scan of a code object reads too (each report starts with its rule's name):
+            an XDL result read or overwritten by a non-MFMA instruction, or read as SrcA/B by
+            another MFMA, fewer than passes + 3 wait states after issue (7 for the 4-pass
+            16x16x16, 11 for the 8-pass 32x32x8), or read as a partly overlapping SrcC fewer than
+            passes + 1; a VALU-written VGPR read by an MFMA fewer than 2 wait states later; EXEC
+            written by a VALU fewer than 4 before an MFMA; a VGPR an MFMA reads as SrcC
+            overwritten by a VALU fewer than 3 (4 passes) or 7 (8) later.
             Every issued instruction is one wait state, s_nop N is N + 1.
 """
 
@@ -38,6 +40,7 @@ import numpy as np
 
 from regress.emu import fp
 from regress.emu.codeobject import Kernel
+from regress.emu.hazards import wait
 from regress.emu.isa import (
     CLASSES,
     EXEC,
@@ -52,19 +55,18 @@ from regress.emu.isa import (
 )
 
 LANE_SHIFTS = np.arange(64, dtype=np.uint64)
-VALU_TO_MFMA_WS = 2
+VALU_TO_MFMA_WS = wait("valu-write-mfma-read")
+EXEC_TO_MFMA_WS = wait("exec-write-mfma")
 
 
 def mfma_result_ws(passes: int) -> int:
-    """Wait states before a non-MFMA may read or overwrite an XDL MFMA's result, or another MFMA read
-    it as SrcA/B: passes + 3 (LLVM GCNHazardRecognizer, GFX940_XDL_N_Pass...: 4 passes -> 7, 8 -> 11)."""
-    return passes + 3
+    """Wait states before a non-MFMA may read or overwrite an XDL MFMA's result (regress.emu.hazards)."""
+    return wait("mfma-result-read", passes)
 
 
 def mfma_srcc_war_ws(passes: int) -> int:
-    """Wait states before a VALU may overwrite a VGPR an XDL MFMA reads as SrcC (same source:
-    4 passes -> 3, 8 -> 7, 16 -> 15)."""
-    return {2: 1, 4: 3, 8: 7}.get(passes, 15)
+    """Wait states before a VALU may overwrite a VGPR an XDL MFMA reads as SrcC (regress.emu.hazards)."""
+    return wait("mfma-srcc-war", passes)
 
 
 LDS_BYTES = 65536
@@ -255,6 +257,9 @@ class Wave:
         # register -> (wait state of the MFMA's issue, wait states it needs)
         self.mfma_dst: dict[int, tuple[int, int]] = {}
         self.mfma_srcc: dict[int, tuple[int, int]] = {}
+        # register -> (the whole destination it belongs to, the writer's SrcC-overlap wait states)
+        self.mfma_tuple: dict[int, tuple[tuple[int, ...], int]] = {}
+        self.valu_exec_ws = -(10**9)
         self.valu_write: dict[int, int] = {}
         self.last_mfma_ws = -(10**9)
         self.mfma_window = 0  # wait states after the last MFMA within which a hazard may remain
@@ -653,6 +658,14 @@ class Wave:
                     )
         ws = self.ws
         if meta.cls == "mfma":
+            if ws - self.valu_exec_ws - 1 < EXEC_TO_MFMA_WS:
+                wg.hazard(
+                    self,
+                    ins_idx,
+                    "mfma",
+                    f"[exec-write-mfma] EXEC written by a VALU {ws - self.valu_exec_ws - 1} wait states"
+                    " before the MFMA",
+                )
             for r in meta.mfma_ab:
                 td = self.mfma_dst.get(r)
                 if td is not None and ws - td[0] - 1 < td[1]:
@@ -660,8 +673,8 @@ class Wave:
                         self,
                         ins_idx,
                         "mfma",
-                        f"v{r} (an MFMA result {ws - td[0] - 1} wait states old, needs {td[1]}) "
-                        "read as SrcA/B",
+                        f"[mfma-result-srcab] v{r} (an MFMA result {ws - td[0] - 1} wait states old,"
+                        f" needs {td[1]}) read as SrcA/B",
                     )
                 t = self.valu_write.get(r)
                 if t is not None and ws - t - 1 < VALU_TO_MFMA_WS:
@@ -669,7 +682,8 @@ class Wave:
                         self,
                         ins_idx,
                         "mfma",
-                        f"v{r} written by a VALU {ws - t - 1} wait states before the MFMA reads it",
+                        f"[valu-write-mfma-read] v{r} written by a VALU {ws - t - 1} wait states before"
+                        " the MFMA reads it",
                     )
             c = meta.mfma_c
             for r in c:
@@ -679,15 +693,17 @@ class Wave:
                         self,
                         ins_idx,
                         "mfma",
-                        f"v{r} written by a VALU {ws - t - 1} wait states before the MFMA reads it",
+                        f"[valu-write-mfma-read] v{r} written by a VALU {ws - t - 1} wait states before"
+                        " the MFMA reads it",
                     )
-                td = self.mfma_dst.get(r)
-                if td is not None and ws - td[0] - 1 < td[1] and meta.vwrites != c:
+                td, tt = self.mfma_dst.get(r), self.mfma_tuple.get(r)
+                if td is not None and tt is not None and ws - td[0] - 1 < tt[1] and tt[0] != c:
                     wg.hazard(
                         self,
                         ins_idx,
                         "mfma",
-                        f"v{r} read as a SrcC that only partly overlaps a recent MFMA result",
+                        f"[mfma-srcc-overlap] v{r} read as a SrcC that only partly overlaps an MFMA result"
+                        f" {ws - td[0] - 1} wait states old (needs {tt[1]})",
                     )
         elif ws - self.last_mfma_ws - 1 < self.mfma_window:
             for r in meta.vreads + meta.vwrites:
@@ -697,7 +713,8 @@ class Wave:
                         self,
                         ins_idx,
                         "mfma",
-                        f"v{r} is an MFMA result only {ws - td[0] - 1} wait states old (needs {td[1]})",
+                        f"[mfma-result-read] v{r} is an MFMA result only {ws - td[0] - 1} wait states old"
+                        f" (needs {td[1]})",
                     )
             if meta.cls == "valu":
                 for r in meta.vwrites:
@@ -707,8 +724,8 @@ class Wave:
                             self,
                             ins_idx,
                             "mfma",
-                            f"v{r} overwritten {ws - td[0] - 1} wait states after an MFMA read it as SrcC "
-                            f"(needs {td[1]})",
+                            f"[mfma-srcc-war] v{r} overwritten {ws - td[0] - 1} wait states after an MFMA"
+                            f" read it as SrcC (needs {td[1]})",
                         )
 
     def after(self, meta: Meta) -> None:
@@ -716,8 +733,10 @@ class Wave:
         if meta.cls == "mfma":
             res = (ws, mfma_result_ws(meta.mfma_passes))
             war = (ws, mfma_srcc_war_ws(meta.mfma_passes))
+            overlap = (meta.vwrites, wait("mfma-srcc-overlap", meta.mfma_passes))
             for r in meta.vwrites:
                 self.mfma_dst[r] = res
+                self.mfma_tuple[r] = overlap
             for r in meta.mfma_c:
                 self.mfma_srcc[r] = war
             # Instructions this close to the last MFMA are checked against every recorded one.
@@ -727,6 +746,8 @@ class Wave:
         elif meta.cls == "valu":
             for r in meta.vwrites:
                 self.valu_write[r] = ws
+            if EXEC in meta.swrites or EXEC + 1 in meta.swrites:
+                self.valu_exec_ws = ws
         self.ws = ws + meta.wait_states
 
     # ---- run ----

@@ -1,6 +1,11 @@
 """Planted bugs the emulator must catch, each in a small llvm-mc kernel next to its fixed twin:
 a missing s_waitcnt, a missing s_barrier between LDS traffic of two waves, a missing s_nop after
-an MFMA (and before one). Strict mode raises; non-strict collects the reports."""
+an MFMA (and before one). Strict mode raises; non-strict collects the reports.
+
+The MFMA rules are planted once per rule, each kernel breaking exactly one, and judged by both
+checkers that read regress.emu.hazards.RULES: the emulator on the path run, and the static scan
+on the code object's instructions; each must name that rule and no other, and the fixed twin
+(one s_nop more) must pass both."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import numpy as np
 import pytest
 from emu_asm import PROLOGUE
 
+from regress.emu.hazards import BRANCH_RULE, RULES, regs, scan, wait
 from regress.emu.machine import EmuHazard
 
 
@@ -167,6 +173,136 @@ def test_missing_nop_before_mfma(asm_kernel):
     hazards, _ = asm_kernel(MFMA.format(pre="", post="s_nop 7"))(np.zeros(64, np.float32), strict=False)
     assert _kinds(hazards) == {"mfma"}
     details = [h.detail for h in hazards]
-    assert "v24 written by a VALU 1 wait states before the MFMA reads it" in details
-    assert "v25 written by a VALU 0 wait states before the MFMA reads it" in details
+    assert "[valu-write-mfma-read] v24 written by a VALU 1 wait states before the MFMA reads it" in details
+    assert "[valu-write-mfma-read] v25 written by a VALU 0 wait states before the MFMA reads it" in details
     assert not asm_kernel(MFMA.format(pre="s_nop 1", post="s_nop 7"))(np.zeros(64, np.float32))[0]
+
+
+# One kernel per MFMA rule. {gap} is where the planted window is: "" plants the hazard, the fix
+# pads it with s_nop to exactly the rule's wait states. Every other window is kept wide.
+_OPERANDS = """
+  v_mov_b32 v20, 0
+  v_mov_b32 v21, 0
+  v_mov_b32 v22, 0
+  v_mov_b32 v23, 0
+  v_mov_b32 v24, 0x3f803f80
+  v_mov_b32 v25, 0x3f803f80
+  v_mov_b32 v26, 0x3f803f80
+  v_mov_b32 v27, 0x3f803f80
+  v_mov_b32 v28, -1
+  s_nop 4
+"""
+_STORE = """
+  s_nop 7
+  v_add_f32 v10, 1.0, v20
+  v_add_f32 v10, v10, v30
+  global_store_dword v[2:3], v10, off
+  s_waitcnt vmcnt(0)
+"""
+PLANTED = {
+    # VALU reads the result right after the MFMA
+    "mfma-result-read": """
+  v_mfma_f32_16x16x16_bf16 v[20:23], v[24:25], v[24:25], v[20:23]
+  {gap}
+  v_add_f32 v30, 1.0, v21
+""",
+    # a second MFMA takes the first one's result as its A operand
+    "mfma-result-srcab": """
+  v_mfma_f32_16x16x16_bf16 v[20:23], v[24:25], v[24:25], v[20:23]
+  {gap}
+  v_mfma_f32_16x16x16_bf16 v[30:33], v[22:23], v[26:27], v[30:33]
+""",
+    # a VALU writes B two instructions short of the MFMA that reads it
+    "valu-write-mfma-read": """
+  v_mov_b32 v27, 0x3f803f80
+  {gap}
+  v_mfma_f32_16x16x16_bf16 v[20:23], v[24:25], v[26:27], v[20:23]
+""",
+    # a second MFMA's SrcC v[22:25] half-overlaps the first one's result v[20:23]
+    "mfma-srcc-overlap": """
+  v_mfma_f32_16x16x16_bf16 v[20:23], v[24:25], v[24:25], v[20:23]
+  {gap}
+  v_mfma_f32_16x16x16_bf16 v[30:33], v[26:27], v[26:27], v[22:25]
+""",
+    # EXEC written by a VALU just before an MFMA (all lanes stay on: the value is -1)
+    "exec-write-mfma": """
+  v_readfirstlane_b32 exec_lo, v28
+  {gap}
+  v_mfma_f32_16x16x16_bf16 v[20:23], v[24:25], v[24:25], v[20:23]
+""",
+    # an MFMA reads SrcC v[30:33] (its result goes to v[20:23]); a VALU overwrites v30 at once
+    "mfma-srcc-war": """
+  v_mfma_f32_16x16x16_bf16 v[20:23], v[24:25], v[24:25], v[30:33]
+  {gap}
+  v_mov_b32 v30, 0
+""",
+}
+
+
+def _planted(rule: str, gap: str) -> str:
+    pre = "  v_mov_b32 v30, 0\n  v_mov_b32 v31, 0\n  v_mov_b32 v32, 0\n  v_mov_b32 v33, 0\n"
+    return PROLOGUE + pre + _OPERANDS + PLANTED[rule].format(gap=gap) + _STORE
+
+
+def _nops(wait_states: int) -> str:
+    return f"s_nop {wait_states - 1}"
+
+
+def _dynamic_rules(hazards: list) -> set[str]:
+    return {h.detail.split("]")[0].lstrip("[") for h in hazards if h.kind == "mfma"}
+
+
+def test_every_rule_is_planted_once() -> None:
+    assert set(PLANTED) == set(RULES)
+
+
+@pytest.mark.parametrize("rule", sorted(PLANTED))
+def test_planted_hazard_is_caught_by_its_rule_only(asm_kernel, rule: str) -> None:
+    """Static scan and emulator both name exactly the planted rule; the twin padded to the rule's
+    wait states passes both (so the rule's number is exact, not merely large)."""
+    bad = asm_kernel(_planted(rule, ""))
+    static = {f.rule for f in scan(bad.code.kernels["k"].instructions)}
+    assert static == {rule}, [str(f) for f in scan(bad.code.kernels["k"].instructions)]
+    hazards, _ = bad(np.zeros(64, np.float32), strict=False)
+    assert _kinds(hazards) == {"mfma"} and _dynamic_rules(hazards) == {rule}, [h.detail for h in hazards]
+
+    short = asm_kernel(_planted(rule, _nops(wait(rule) - 1)))  # one wait state short
+    assert {f.rule for f in scan(short.code.kernels["k"].instructions)} == {rule}
+    assert _dynamic_rules(short(np.zeros(64, np.float32), strict=False)[0]) == {rule}
+
+    fixed = asm_kernel(_planted(rule, _nops(wait(rule))))
+    assert not scan(fixed.code.kernels["k"].instructions)
+    hazards, _ = fixed(np.zeros(64, np.float32))
+    assert not hazards
+
+
+def test_static_scan_reads_register_ranges() -> None:
+    """The old scanner's pattern ended in \\b after ']', so v[0:3] named no register at all."""
+    assert regs("v[20:23], v[24:25], a[0:1], s[4:5], v7") == {
+        *(("v", r) for r in (20, 21, 22, 23, 24, 25, 7)),
+        ("a", 0),
+        ("a", 1),
+        ("s", 4),
+        ("s", 5),
+    }
+    assert not regs("vcc, exec_lo, src0_sel:WORD_1, sext(0x10), offset:16, vmcnt(0)")
+
+
+@pytest.mark.parametrize(("scc", "taken"), [("1", True), ("0", False)])
+def test_static_scan_follows_both_ways_of_a_branch(asm_kernel, scc: str, taken: bool) -> None:
+    """The fall-through pads the window, the taken branch skips the padding: the scan reports the
+    taken path's hazard whatever the condition; the emulator, on the path run, only when taken."""
+    gap = f"s_cmp_eq_u32 {scc}, 1\n  s_cbranch_scc1 .Lskip\n  s_nop 7\n.Lskip:"
+    kernel = asm_kernel(_planted("mfma-result-read", gap))
+    assert {f.rule for f in scan(kernel.code.kernels["k"].instructions)} == {"mfma-result-read"}
+    dynamic = _dynamic_rules(kernel(np.zeros(64, np.float32), strict=False)[0])
+    assert dynamic == ({"mfma-result-read"} if taken else set())
+    padded = asm_kernel(_planted("mfma-result-read", gap.replace(".Lskip:", ".Lskip:\n  s_nop 4")))
+    assert not scan(padded.code.kernels["k"].instructions)
+
+
+def test_static_scan_flags_jumps_it_cannot_follow(asm_kernel) -> None:
+    """s_setpc inside an MFMA's window: where it lands is a register value, so it is a finding."""
+    gap = "s_getpc_b64 s[20:21]\n  s_add_u32 s20, s20, 4\n  s_addc_u32 s21, s21, 0\n  s_setpc_b64 s[20:21]"
+    kernel = asm_kernel(_planted("mfma-result-read", gap))
+    assert BRANCH_RULE in {f.rule for f in scan(kernel.code.kernels["k"].instructions)}

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from regress.build import build_kernel
+from regress.emu.codeobject import CodeObject as EmuCodeObject
+from regress.emu.hazards import scan
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "kernel" / "hip" / "attention_gfx942.hip"
@@ -98,92 +100,12 @@ def clean(tmp_path_factory) -> CodeObject:
 
 
 # ---------------------------------------------------------------------------------------------
-# Static MFMA hazard scan (the compiler does not model MFMAs inside inline asm; see parts/mfma.h)
+# Static MFMA hazard scan (the compiler does not model MFMAs inside inline asm; see parts/mfma.h):
+# regress.emu.hazards, the same rule table the emulator checks every launch against.
 # ---------------------------------------------------------------------------------------------
-_REG_RE = re.compile(r"\b([va])(?:\[(\d+):(\d+)\]|(\d+))\b")
-
-
-def _regs(text: str) -> set[tuple[str, int]]:
-    regs = set()
-    for m in _REG_RE.finditer(text):
-        kind = m.group(1)
-        lo, hi = (int(m.group(2)), int(m.group(3))) if m.group(2) else (int(m.group(4)), int(m.group(4)))
-        regs.update((kind, r) for r in range(lo, hi + 1))
-    return regs
-
-
-def _parse(line: str):
-    body, _, comment = line.strip().partition("//")
-    mnemonic, _, operands = body.strip().partition(" ")
-    addr = comment.strip().split(":")[0]
-    target = re.search(r"<[^+>]+\+0x([0-9a-f]+)>", comment)
-    return mnemonic, [o.strip() for o in operands.split(",") if o.strip()], addr, target
-
-
-def _wait_states(mnemonic: str, ops: list[str]) -> int:
-    return int(ops[0], 0) + 1 if mnemonic == "s_nop" else 1
-
-
-def mfma_hazards(lines: list[str], func_start: int) -> list[str]:
-    """gfx942 rules for a 4-pass XDL MFMA (LLVM GCNHazardRecognizer, gfx940 tables):
-    result -> any non-MFMA read/write: 7 wait states; result -> MFMA other than as its own identical
-    C: 7; VALU write -> MFMA read: 2; VALU exec write (v_cmpx) -> MFMA: 4. A window may not cross a
-    branch, and no branch may land inside the 4 wait states before an MFMA."""
-    insts = [_parse(ln) for ln in lines]
-    targets = {func_start + int(t.group(1), 16) for (_, _, _, t) in insts if t}
-    addrs = [int(a, 16) if a else -1 for (_, _, a, _) in insts]
-    problems = []
-    for i, (mn, ops, _, _) in enumerate(insts):
-        if not mn.startswith("v_mfma"):
-            continue
-        dst = _regs(ops[0])
-        srcs = _regs(" ".join(ops[1:]))
-        # after
-        ws = 0
-        for j in range(i + 1, len(insts)):
-            if ws >= 7:
-                break
-            mj, oj, _, _ = insts[j]
-            if (
-                mj.startswith("s_cbranch")
-                or mj.startswith("s_branch")
-                or mj.startswith("s_setpc")
-                or mj == "s_endpgm"
-            ):
-                problems.append(f"{lines[i].strip()[:60]} -> branch {mj} after {ws} wait states")
-                break
-            if mj.startswith("v_mfma"):
-                same_c = oj[0] == ops[0] and oj[3] == ops[0]
-                if dst & _regs(" ".join(oj)) and not (same_c and not (dst & _regs(" ".join(oj[1:3])))):
-                    problems.append(f"{lines[i].strip()[:60]} -> MFMA {oj} after {ws} wait states")
-            elif dst & _regs(" ".join(oj)):
-                problems.append(f"{lines[i].strip()[:60]} -> {mj} {oj} after {ws} wait states")
-            ws += _wait_states(mj, oj)
-        # before
-        if addrs[i] in targets:
-            problems.append(f"{lines[i].strip()[:60]} is a branch target")
-        ws = 0
-        for k in range(i - 1, -1, -1):
-            if ws >= 4:
-                break
-            mk, ok, _, _ = insts[k]
-            if mk.startswith("v_cmpx") and ws < 4:
-                problems.append(f"{mk} writes exec {ws} wait states before {lines[i].strip()[:60]}")
-            if mk.startswith("v_") and not mk.startswith("v_mfma") and ok and ws < 2 and _regs(ok[0]) & srcs:
-                problems.append(f"{mk} {ok[0]} written {ws} wait states before {lines[i].strip()[:60]}")
-            ws += _wait_states(mk, ok)
-            if addrs[k] in targets and ws < 4:
-                problems.append(f"branch target {addrs[k]:x} {ws} wait states before {lines[i].strip()[:60]}")
-    return problems
-
-
-def function_starts(co: CodeObject) -> dict[str, int]:
-    starts = {}
-    for line in co.disasm.splitlines():
-        m = re.match(r"^([0-9a-f]+) <([^>]+)>:", line)
-        if m:
-            starts[m.group(2)] = int(m.group(1), 16)
-    return starts
+def mfma_hazards(path: Path, name: str) -> list[str]:
+    """Every broken MFMA window of kernel `name` in the code object at `path`."""
+    return [str(f) for f in scan(EmuCodeObject.load(path).kernels[name].instructions)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,10 +149,18 @@ def test_resources_no_scratch_no_spills(clean, name):
 
 
 def test_inline_asm_mfma_hazards_are_covered(clean):
-    starts = function_starts(clean)
-    for name, lines in clean.functions().items():
-        problems = mfma_hazards(lines, starts[name])
+    for name in VARIANTS:
+        problems = mfma_hazards(clean.path, name)
         assert not problems, f"{name}: {len(problems)} MFMA hazard(s), first: {problems[:5]}"
+
+
+def test_static_scan_agrees_with_the_compilers_hazard_recognizer(tmp_path_factory):
+    """With the builtin MFMA the compiler's own GCNHazardRecognizer places the wait states: the
+    scan, reading the same rules, finds nothing to add (and its MFMAs are seen, ranges and all)."""
+    co = compile_variant(tmp_path_factory, "-DRA_HIP_MFMA_BUILTIN=1")
+    for name in VARIANTS:
+        problems = mfma_hazards(co.path, name)
+        assert not problems, f"{name}: {len(problems)} finding(s), first: {problems[:5]}"
 
 
 def test_mfma_builtin_variant_builds(tmp_path_factory):
@@ -242,17 +172,21 @@ def test_mfma_builtin_variant_builds(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "defines",
-    [("-DRA_INJECT_ULP=2",), ("-DRA_INJECT_SLOWDOWN_PCT=25",), ("-DRA_INJECT_NONDET=1",)],
-    ids=["ulp2", "slowdown25", "nondet"],
+    [
+        ("-DRA_INJECT_ULP=2",),
+        ("-DRA_INJECT_SLOWDOWN_PCT=25",),
+        ("-DRA_INJECT_NONDET=1",),
+        ("-DRA_INJECT_ROUND_SWAP=5",),
+    ],
+    ids=["ulp2", "slowdown25", "nondet", "round_swap"],
 )
 def test_fire_drill_variants_build(tmp_path_factory, defines):
     co = compile_variant(tmp_path_factory, *defines)
-    starts = function_starts(co)
     funcs = co.functions()
     for name in VARIANTS:
         assert co.resources[name]["ScratchSize [bytes/lane]"] == "0"
         assert co.resources[name]["VGPRs Spill"] == "0"
-        assert not mfma_hazards(funcs[name], starts[name])
+        assert not mfma_hazards(co.path, name)
     if defines[0].startswith("-DRA_INJECT_SLOWDOWN_PCT"):
         extra = (MFMA_PER_KERNEL * 25 + 50) // 100
         assert sum(MFMA in ln for ln in funcs[VARIANTS[0]]) == MFMA_PER_KERNEL + extra
@@ -317,9 +251,9 @@ def test_hazard_scan_catches_unguarded_asm(tmp_path):
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    co = CodeObject(out, "")
-    starts = function_starts(co)
-    assert mfma_hazards(co.functions()["bad"], starts["bad"]), "scanner missed an unguarded MFMA result read"
+    problems = mfma_hazards(out, "bad")
+    # the result read right after the MFMA (the compiler also puts the B operand's v_mov just before it)
+    assert any("[mfma-result-read]" in p for p in problems), problems
 
 
 _HIP_STUB = """\
@@ -393,4 +327,11 @@ def test_host_part_type_checks_against_hip_stub(tmp_path):
 
     info = json.loads(m.group(0))
     assert info["backend"] == "hip" and info["abi"] == 1 and info["arch"] == "gfx942"
-    assert info["inject"] == {"slowdown_pct": 0, "ulp": 0, "nondeterminism": 0, "hang_sq": 0, "crash_sq": 0}
+    assert info["inject"] == {
+        "slowdown_pct": 0,
+        "ulp": 0,
+        "nondeterminism": 0,
+        "hang_sq": 0,
+        "crash_sq": 0,
+        "round_swap": 0,
+    }
