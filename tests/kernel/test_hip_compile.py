@@ -170,6 +170,24 @@ def test_mfma_builtin_variant_builds(tmp_path_factory):
         assert sum(MFMA in ln for ln in co.functions()[name]) == MFMA_PER_KERNEL
 
 
+def test_first_mfma_zero_c_step(tmp_path_factory):
+    """Ablation step 1 (RA_HIP_FIRST_MFMA_ZERO_C=1): per kernel, 8 of the 128 MFMAs (the first of
+    each of the 8 score chains, 2 query x 4 key tiles) take the constant 0 as SrcC in place of the
+    v_mov zeroing; no scratch, no spill, and the static hazard scan finds nothing."""
+    co = compile_variant(tmp_path_factory, "-DRA_HIP_FIRST_MFMA_ZERO_C=1")
+    funcs = co.functions()
+    for name in VARIANTS:
+        assert co.resources[name]["ScratchSize [bytes/lane]"] == "0"
+        assert co.resources[name]["VGPRs Spill"] == "0"
+        mfmas = [ln for ln in funcs[name] if MFMA in ln]
+        assert len(mfmas) == MFMA_PER_KERNEL
+        first = [
+            ln for ln in mfmas if re.search(r"v_mfma\S* v\[\d+:\d+\], v\[\d+:\d+\], v\[\d+:\d+\], 0\b", ln)
+        ]
+        assert len(first) == 8, first
+        assert not mfma_hazards(co.path, name)
+
+
 @pytest.mark.parametrize(
     "defines",
     [

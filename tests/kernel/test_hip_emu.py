@@ -174,3 +174,34 @@ def test_rounding_swap_drill_fails_the_quick_nightly(tmp_path: Path, cache: Path
         for layout in ("bshd", "bhsd")
         for mode in ("rtne", "rtz")
     }
+
+
+STEP1 = ("-DRA_HIP_FIRST_MFMA_ZERO_C=1",)  # ablation step 1, docs/hip-gfx942.md
+
+
+def test_first_mfma_zero_c_step_changes_no_bit(cache: Path) -> None:
+    """The literal-0 first MFMA gives the default build's bits, all modes and layouts, tails too."""
+    clean = EmuLibrary(build_kernel("hip-emu", cache_dir=cache).path)
+    step = EmuLibrary(build_kernel("hip-emu", extra_flags=STEP1, cache_dir=cache).path)
+    for shape in (Shape(1, 2, 40, 77), Shape(1, 1, 130, 64)):
+        q, k, v = (x.contiguous() for x in make_inputs_bhsd(shape, seed=5, device="cpu"))
+        for mode in ("rtne", "rtna", "rtz"):
+            a = clean.forward(q, k, v, layout="bhsd", rounding=mode)
+            b = step.forward(q, k, v, layout="bhsd", rounding=mode)
+            assert torch.equal(a.view(torch.int16), b.view(torch.int16)), (shape, mode)
+
+
+@pytest.mark.slow
+def test_first_mfma_zero_c_step_passes_every_quick_case(cache: Path) -> None:
+    """Every case of the quick hip-emu nightly (determinism and ULP, the directed rounding cases
+    included) passes on the step's code object, run strictly (any hazard raises)."""
+    art = build_kernel("hip-emu", extra_flags=STEP1, cache_dir=cache)
+    ctx = make_context(art.path, "cpu", CaseOptions(quick=True, seed=42, iterations=None))
+    failed = []
+    for name in ("determinism", "ulp"):
+        suite = get_suite(name)
+        for spec in suite.cases(ctx):
+            result = suite.run_case(ctx, spec)
+            if result.status not in ("pass", "skip"):
+                failed.append((spec.name, result.status, result.message[:200]))
+    assert not failed, failed

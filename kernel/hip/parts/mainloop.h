@@ -86,10 +86,12 @@ struct TileCopy {
 /* s[mt][kt] = S^T fragment: lane holds S[query 16 mt + li][key tile_key(kt, 4g + r)], r = 0..3. */
 __device__ __forceinline__ void score_tile(f32x4 (&s)[kMTiles][kKTiles], const u32x4 (&qf)[kMTiles][4],
                                            const u32x4* lds_k, int li, int g) {
+#if !RA_HIP_FIRST_MFMA_ZERO_C
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int kt = 0; kt < kKTiles; ++kt) s[mt][kt] = f32x4{0.f, 0.f, 0.f, 0.f};
+#endif
 #pragma unroll
   for (int kt = 0; kt < kKTiles; ++kt) {
     const int row = tile_key(kt, li);
@@ -98,7 +100,12 @@ __device__ __forceinline__ void score_tile(f32x4 (&s)[kMTiles][kKTiles], const u
       const u32x4 kf = lds_k[k_lds_index(row, 4 * p + g)];
       /* Alternate accumulators so that no MFMA waits for the previous one's result. */
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(s[mt][kt], lo_half(kf), lo_half(qf[mt][p]));
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if (RA_HIP_FIRST_MFMA_ZERO_C && p == 0)
+          mfma_16x16x16_bf16_first(s[mt][kt], lo_half(kf), lo_half(qf[mt][p]));
+        else
+          mfma_16x16x16_bf16(s[mt][kt], lo_half(kf), lo_half(qf[mt][p]));
+      }
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(s[mt][kt], hi_half(kf), hi_half(qf[mt][p]));
     }

@@ -45,6 +45,23 @@ __device__ __forceinline__ void mfma_16x16x16_bf16(f32x4& acc, bf16x4 a, bf16x4 
 #endif
 }
 
+/* Ablation step 1 (docs/hip-gfx942.md, "Design steps"): the first MFMA of each score chain takes
+ * the inline constant 0 as SrcC and writes its accumulator ("=&v": early-clobber, so it never
+ * shares registers with A or B), instead of 32 v_mov zeroing the 8 score accumulators per tile.
+ * 0 keeps the old kernel. The same bits either way: C = +0 from a register or from the constant. */
+#ifndef RA_HIP_FIRST_MFMA_ZERO_C
+#define RA_HIP_FIRST_MFMA_ZERO_C 0
+#endif
+
+/* acc = a * b: the first MFMA of an accumulation chain. */
+__device__ __forceinline__ void mfma_16x16x16_bf16_first(f32x4& acc, bf16x4 a, bf16x4 b) {
+#if RA_HIP_MFMA_BUILTIN
+  acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, f32x4{0.f, 0.f, 0.f, 0.f}, 0, 0, 0);
+#else
+  asm volatile("s_nop 1\n\tv_mfma_f32_16x16x16_bf16 %0, %1, %2, 0" : "=&v"(acc) : "v"(a), "v"(b));
+#endif
+}
+
 /* End of an MFMA batch: 8 wait states, tied to the accumulators (see above). */
 #if RA_HIP_MFMA_BUILTIN
 #define RA_MFMA_FENCE_ASM ""
