@@ -288,6 +288,14 @@ def test_a_worker_that_dies_mid_case_costs_that_case_only(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+def _quick_cpu_ulp_cases() -> int:
+    """How many cases the quick CPU ULP suite plans (the directed rounding cases included)."""
+    from regress.suites import get_suite
+    from regress.suites.base import SuiteContext
+
+    return len(get_suite("ulp").cases(SuiteContext(library=None, device="cpu", quick=True)))  # type: ignore[arg-type]
+
+
 def test_a_run_with_many_hung_cases_finishes_with_every_case_accounted_for(tmp_path: Path) -> None:
     """The GPU drill that used to give up (issue 23: 'worker pool lost 21 of 26 cases; worker 0
     replaced 4 times; not again', a traceback, the cases that do not hang never run): on one
@@ -306,14 +314,15 @@ def test_a_run_with_many_hung_cases_finishes_with_every_case_accounted_for(tmp_p
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
     assert "Traceback" not in output
-    assert "11 of 11 cases have a status" in proc.stdout
+    n = _quick_cpu_ulp_cases()
+    assert f"{n} of {n} cases have a status" in proc.stdout
     assert "watchdog: 6 timed out" in proc.stdout
     with open_store(db).reader() as s:
         run = s.scalars(select(Run)).one()
         rows = s.execute(select(Result, Case).join(Case, Case.id == Result.case_id)).all()
     assert run.status == "failed" and run.exit_code == 1
     status = {case.name: res.status for res, case in rows}
-    assert len(status) == 11
+    assert len(status) == n
     hung = {name for name, st in status.items() if st == "timeout"}
     assert hung == {name for name in status if "_sq113_" in name} and len(hung) == 6
     assert all(st == "pass" for name, st in status.items() if name not in hung)
@@ -321,7 +330,7 @@ def test_a_run_with_many_hung_cases_finishes_with_every_case_accounted_for(tmp_p
         if res.status == "timeout":
             assert "last step: kernel" in res.message and "forward" in res.message
     (bundle,) = (out / "bundles").glob("*.json")
-    assert len(read_bundle(bundle)["results"]) == 11
+    assert len(read_bundle(bundle)["results"]) == n
 
 
 @pytest.mark.e2e
@@ -369,14 +378,15 @@ def test_the_deadline_bounds_the_run(tmp_path: Path) -> None:
     )
     assert outcome.exit_code == 1 and outcome.bundle_path is not None and outcome.bundle_path.exists()
     timing = outcome.summary["timing"]
-    assert timing["deadline_reached"] and timing["not_run"] == {"deadline": 11}
+    n = _quick_cpu_ulp_cases()
+    assert timing["deadline_reached"] and timing["not_run"] == {"deadline": n}
     with open_store(db).reader() as s:
         run = s.scalars(select(Run)).one()
         messages = [r.message for r in s.scalars(select(Result))]
-    assert run.status == "failed" and len(messages) == 11
+    assert run.status == "failed" and len(messages) == n
     stopped = [m for m in messages if "into this case (last step:" in m]
     assert len(stopped) <= 1 and all(m.startswith("deadline: the run's deadline passed") for m in messages)
-    assert sum("before this case started" in m for m in messages) == 11 - len(stopped)
+    assert sum("before this case started" in m for m in messages) == n - len(stopped)
 
 
 def test_deadline_durations() -> None:
