@@ -423,7 +423,7 @@ def _rounding_checks(
     contract = load_contract()
     shape = spec_shape(spec)
     _, labels = rounding.directed_v(shape.b, shape.h, shape.sk, seed)
-    r = rounding.check(o_bits, numerics.to_bhsd_bits(v, layout), mode, labels)  # type: ignore[arg-type]
+    r = rounding.check(o_bits, reference.to_bhsd_bits(v, layout), mode, labels)  # type: ignore[arg-type]
     worst = r.pop("worst")
     lo, hi = contract.rounding_bias_band(mode)
     metrics.update(r)
