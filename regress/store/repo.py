@@ -116,19 +116,29 @@ def bundle_stack(session: Session, bundle: dict[str, Any]) -> Stack:
             f"and schema_version, which is {computed}"
         )
     name = pin_name_for_digest(st["digest"])
+    keys = st["keys"]
     if name is not None:  # a pinned stack's facts are its pin's, reviewed in the repository
         pin = load_pin(name)
+        host = bundle["run"].get("host")
+        declared_drift = bool(isinstance(host, dict) and host.get("drift"))
         for key in (*HASHED_KEYS, *PINNED_KEYS):
-            if st["keys"].get(key) != pin.expected.get(key):
+            if st["keys"].get(key) == pin.expected.get(key):
+                continue
+            # A pinned but unhashed key (os_kernel, torch...) may drift on a run that said so
+            # (`--allow-drift` records the diff in run.host.drift); the stack row keeps the pin's
+            # value and the run's host record the live one. Undeclared drift is a conflict.
+            if key in HASHED_KEYS or not declared_drift:
                 raise BundleConflict(
                     f"bundle.stack.keys.{key}: {str(st['keys'].get(key))[:80]!r} is not the value of "
                     f"stack {name}'s pin ({str(pin.expected.get(key))[:80]!r})"
+                    + ("" if key in HASHED_KEYS else "; the run records no drift (run.host.drift)")
                 )
+        keys = {**st["keys"], **{k: pin.expected.get(k) for k in (*HASHED_KEYS, *PINNED_KEYS)}}
     stack = get_or_create_stack(
-        session, digest=st["digest"], keys=st["keys"], schema_version=st["schema_version"], name=name
+        session, digest=st["digest"], keys=keys, schema_version=st["schema_version"], name=name
     )
     stored = {"keys": stack.keys, "schema_version": stack.schema_version}
-    where = first_difference(stored, {"keys": st["keys"], "schema_version": st["schema_version"]}, ("stack",))
+    where = first_difference(stored, {"keys": keys, "schema_version": st["schema_version"]}, ("stack",))
     if where:
         raise BundleConflict(f"stack {st['digest'][:12]} is stored with other facts (first at {where})")
     return stack

@@ -167,7 +167,8 @@ def test_5_a_digest_that_is_not_the_keys_is_400_naming_both(service: Service) ->
 
 
 def test_5_a_pinned_stack_takes_its_pins_keys_only(service: Service) -> None:
-    bundle = real()  # the committed H200 runs: their digest is the shipped h200 pin's
+    # the committed H200 runs: their digest is the shipped h200 pin's; one that declared no drift
+    bundle = next(b for b in real_bundles() if not (b["run"].get("host") or {}).get("drift"))
     bundle["stack"]["keys"]["torch"] = "EVIL 9.9"  # not hashed: the digest still matches
     resp = post(service, bundle, service.token("attacker"))
     assert resp.status_code == 409, resp.text
@@ -176,6 +177,32 @@ def test_5_a_pinned_stack_takes_its_pins_keys_only(service: Service) -> None:
     assert post(service, genuine, service.token("h200-01")).status_code == 201
     got = requests.get(f"{service.url}/api/v1/runs/{genuine['run']['id']}", timeout=30).json()
     assert got["stack"]["keys"] == genuine["stack"]["keys"]
+
+
+def test_5_a_run_that_declared_its_drift_is_stored_under_the_pins_keys(service: Service) -> None:
+    """A pinned, unhashed key may drift on a run made with --allow-drift (run.host.drift says so):
+    the committed H200 gate-calibration and hang-drill bundles ran on a newer os_kernel than the
+    pin's. The run is stored; the stack row keeps the pin's value, so a genuine run reads back as
+    pinned; the same drift undeclared is still a conflict."""
+    from real_bundles import RESULTS_DIR, _trim
+
+    from regress.store.base import new_run_id
+
+    path = sorted((RESULTS_DIR / "h200-hang-drill").glob("*.json"))[0]
+    drifted = _trim(json.loads(path.read_text()), 3, 5)
+    drifted["run"]["runner"] = None
+    assert drifted["run"]["host"]["drift"], "the committed drill bundle records its drift"
+    undeclared = copy.deepcopy(drifted)
+    undeclared["run"]["host"].pop("drift")
+    undeclared["run"]["id"] = new_run_id()
+    resp = post(service, undeclared, service.token("h200-01"))
+    assert resp.status_code == 409 and "run.host.drift" in resp.json()["error"], resp.text
+    assert post(service, drifted, service.token("h200-01")).status_code == 201
+    genuine = real()
+    assert post(service, genuine, service.token("h200-01")).status_code == 201
+    for run in (drifted, genuine):
+        got = requests.get(f"{service.url}/api/v1/runs/{run['run']['id']}", timeout=30).json()
+        assert got["stack"]["keys"] == genuine["stack"]["keys"]
 
 
 def test_5_an_unpinned_stack_with_other_keys_is_409(service: Service) -> None:
