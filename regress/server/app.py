@@ -21,6 +21,7 @@ DEFAULT_MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 ENV_MAX_BYTES = "REGRESS_MAX_BUNDLE_BYTES"
 # Benchmark only (benchmarks/ingest.py): store results one row per statement, as before issue #13.
 ENV_ROW_BY_ROW = "REGRESS_INGEST_ROW_BY_ROW"
+UNREAD_BODY_TIMEOUT_S = 2.0  # werkzeug only: how long a refused upload's unread body may stall
 RETRY_AFTER_S = 5  # what a client waits after a 503: a database restart takes a few seconds
 # Errors that mean "the database does not answer now" (refused, restarting, locked, pool empty).
 UNAVAILABLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
@@ -51,6 +52,20 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         for name, value in [*request.args.items(multi=True), *(request.view_args or {}).items()]:
             if isinstance(value, str) and "\x00" in value:
                 raise ApiError(400, f"parameter {name!r} contains NUL")
+
+    @app.after_request
+    def _bound_unread_bodies(response: Any) -> Any:
+        # An upload refused before its body was read (401/403/413): werkzeug's server then drains
+        # the rest with a blocking read, so a client that kept sending slowly held a thread for as
+        # long as it liked (200 such clients held 201 threads: issue 24). Bound that drain: after
+        # UNREAD_BODY_TIMEOUT_S without data the connection is dropped and its thread freed.
+        # (gunicorn, the documented deployment, reads requests itself and has no werkzeug socket.)
+        has_body = bool(request.content_length) or "chunked" in request.headers.get("Transfer-Encoding", "")
+        sock = request.environ.get("werkzeug.socket")
+        if has_body and response.status_code >= 400 and sock is not None:
+            sock.settimeout(UNREAD_BODY_TIMEOUT_S)
+            response.headers["Connection"] = "close"
+        return response
 
     @app.errorhandler(ApiError)
     def _api_error(err: ApiError) -> Any:
