@@ -329,16 +329,7 @@ def gate(
         # written: no report files, no decision.
         base, cand = resolve_pair(session, baseline_sel, candidate_sel)
         report = _build_report(cfg, session, base, cand, gating=True)
-        if report_dir is not None:
-            write_reports(report, report_dir)
-        report.decision_id = record_gate_decision(
-            session,
-            baseline_run_id=base.id,
-            candidate_run_id=cand.id,
-            verdict=report.verdict or "undecided",
-            exit_code=report.exit_code,
-            report=report.to_dict(),
-        )
+        _write_and_record(session, report, base.id, cand.id, report_dir)
     return report
 
 
@@ -391,16 +382,37 @@ def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
         candidate_info={**info, "arm": "candidate build (the run's own)"},
         aggregate=judged.aggregate,
     )
-    report.power = {
+    report.power = _ab_power(cfg, judged, "ab")
+    return report
+
+
+def _ab_power(cfg: GateConfig, judged: Judgement, mode: str) -> dict[str, Any]:
+    """What an A/B verdict could have seen: the rule's power and MDE limits beside the stack's MDE."""
+    return {
         "power": cfg.ab.power,
         "max_mde": cfg.ab.max_mde,
         "max_stack_mde": cfg.ab.max_stack_mde,
         "stack_mde": judged.aggregate.get("mde"),
         "too_noisy": judged.too_noisy,
         "alpha": cfg.ab.alpha,
-        "mode": "ab",
+        "mode": mode,
     }
-    return report
+
+
+def _write_and_record(
+    session: Session, report: GateReport, baseline_run_id: str, candidate_run_id: str, report_dir: Path | None
+) -> None:
+    """The reports (if report_dir) and the stored GateDecision, in the caller's transaction."""
+    if report_dir is not None:
+        write_reports(report, report_dir)
+    report.decision_id = record_gate_decision(
+        session,
+        baseline_run_id=baseline_run_id,
+        candidate_run_id=candidate_run_id,
+        verdict=report.verdict or "undecided",
+        exit_code=report.exit_code,
+        report=report.to_dict(),
+    )
 
 
 def gate_ab(
@@ -412,16 +424,7 @@ def gate_ab(
     with store.transaction() as session:
         run = resolve_selector(session, run_sel)
         report = ab_report(cfg, session, run)
-        if report_dir is not None:
-            write_reports(report, report_dir)
-        report.decision_id = record_gate_decision(
-            session,
-            baseline_run_id=run.id,
-            candidate_run_id=run.id,
-            verdict=report.verdict or "undecided",
-            exit_code=report.exit_code,
-            report=report.to_dict(),
-        )
+        _write_and_record(session, report, run.id, run.id, report_dir)
     return report
 
 
@@ -489,23 +492,6 @@ def gate_alternating(
             candidate_info={**_run_info(session, b_runs[0]), "arm": "B", "runs": [r.id for r in b_runs]},
             aggregate=judged.aggregate,
         )
-        report.power = {
-            "power": cfg.ab.power,
-            "max_mde": cfg.ab.max_mde,
-            "max_stack_mde": cfg.ab.max_stack_mde,
-            "stack_mde": judged.aggregate.get("mde"),
-            "too_noisy": judged.too_noisy,
-            "alpha": cfg.ab.alpha,
-            "mode": "ab-alternating",
-        }
-        if report_dir is not None:
-            write_reports(report, report_dir)
-        report.decision_id = record_gate_decision(
-            session,
-            baseline_run_id=a_runs[0].id,
-            candidate_run_id=b_runs[0].id,
-            verdict=report.verdict or "undecided",
-            exit_code=report.exit_code,
-            report=report.to_dict(),
-        )
+        report.power = _ab_power(cfg, judged, "ab-alternating")
+        _write_and_record(session, report, a_runs[0].id, b_runs[0].id, report_dir)
     return report
