@@ -220,21 +220,10 @@ class UlpSuite:
     def _run(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
         if spec.params.get("peer") == PEER:
             return self._run_vs_aiter(ctx, spec)
-        p = spec.params
-        shape = spec_shape(spec)
         layout, mode = spec_layout_mode(spec)
-        kind = str(p.get("input", "realistic"))
         contract = load_contract()
         limit = contract.scaled_ulp_limit(mode)
-        # ANCHORS.md: realistic inputs use seed 42 itself, so our numbers compare with theirs.
-        with phase("inputs"):
-            q, k, v = make_inputs(shape, layout, seed=ctx.seed, device=ctx.device, kind=kind)
-        with phase("reference"):
-            ref, mag = self._reference(ctx, shape, kind, q, k, v, layout)
-            ref_bits = self._rounded_reference(ref, mode)
-        with phase("kernel"):
-            out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
-            synchronize(ctx.device)
+        q, k, v, ref, mag, ref_bits, out = self._kernel_against_reference(ctx, spec)
         with phase("compare"):
             o_bits = reference.to_bhsd_bits(out, layout)
             m = compare(o_bits, ref_bits, ref, mag, self._mag_ulp)
@@ -268,7 +257,7 @@ class UlpSuite:
             metrics[f"kernel_vs:{bl.name}:frac_gt1"] = float((d > 1).mean()) if d.size else 0.0
 
         failures = []
-        if kind == rounding.INPUT:
+        if spec.params.get("input", "realistic") == rounding.INPUT:
             failures += _rounding_checks(o_bits, v, layout, mode, spec, ctx.seed, metrics)
         if metrics["scaled_ulp_max"] > limit:
             failures.append(f"scaled ULP max {metrics['scaled_ulp_max']:.3f} > {limit} ({mode})")
@@ -284,17 +273,13 @@ class UlpSuite:
             device=device_state(ctx.device),
         )
 
-    def _run_vs_aiter(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
-        """Our output and AITER v3's (its code object on the same emulator), on the same inputs."""
-        try:
-            peer = _aiter_emu()
-        except PeerUnavailable as exc:
-            return CaseResult(case=spec, status="skip", message=f"AITER v3 not run: {exc}")
+    def _kernel_against_reference(self, ctx: SuiteContext, spec: CaseSpec) -> tuple[Any, ...]:
+        """A case's inputs, its fp64 reference (with magnitudes and the rounded bits) and the kernel's
+        output: what the contract measures and the comparison with AITER both start from."""
         shape = spec_shape(spec)
         layout, mode = spec_layout_mode(spec)
         kind = str(spec.params.get("input", "realistic"))
-        contract = load_contract()
-        limit = contract.scaled_ulp_limit(mode)
+        # ANCHORS.md: realistic inputs use seed 42 itself, so our numbers compare with theirs.
         with phase("inputs"):
             q, k, v = make_inputs(shape, layout, seed=ctx.seed, device=ctx.device, kind=kind)
         with phase("reference"):
@@ -302,6 +287,19 @@ class UlpSuite:
             ref_bits = self._rounded_reference(ref, mode)
         with phase("kernel"):
             out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+            synchronize(ctx.device)
+        return q, k, v, ref, mag, ref_bits, out
+
+    def _run_vs_aiter(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
+        """Our output and AITER v3's (its code object on the same emulator), on the same inputs."""
+        try:
+            peer = _aiter_emu()
+        except PeerUnavailable as exc:
+            return CaseResult(case=spec, status="skip", message=f"AITER v3 not run: {exc}")
+        layout, mode = spec_layout_mode(spec)
+        contract = load_contract()
+        limit = contract.scaled_ulp_limit(mode)
+        q, k, v, ref, mag, ref_bits, out = self._kernel_against_reference(ctx, spec)
         with phase("baseline"):
             theirs = peer.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
         with phase("compare"):
