@@ -10,26 +10,15 @@ import click
 from ..build import BuildError, build_kernel
 from ..errors import UserError
 from ..pins import load_pin
-from ..runner import BACKEND_CHOICES, parse_inject, resolve_backend
+from ..runner import parse_inject, resolve_backend
+from . import options
 
 
 @click.command()
-@click.option(
-    "--backend",
-    default="auto",
-    show_default=True,
-    type=click.Choice(BACKEND_CHOICES),
-)
+@options.backend
 @click.option("--stack", "stack_name", help="Pinned stack whose build flags to use.")
-@click.option(
-    "--compile-only", is_flag=True, help="HIP without ROCm: compile device code for gfx942 with clang-19."
-)
-@click.option(
-    "--inject",
-    multiple=True,
-    metavar="FAULT",
-    help="Fire drill: slowdown=PCT, ulp=N, nondeterminism, hang=SQ, crash=SQ or swap_rounding=A:B.",
-)
+@options.compile_only
+@options.inject
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Build cache (default ./.regress/build).")
 @click.option("--json", "as_json", is_flag=True)
 def build(

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-_db = click.option(
-    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
-)
+from . import options
 
 
 @click.group()
@@ -15,7 +13,7 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@_db
+@options.db
 @click.option("--revision", default="head", show_default=True)
 def upgrade_cmd(db_url: str | None, revision: str) -> None:
     """Create or migrate the schema."""
@@ -27,7 +25,7 @@ def upgrade_cmd(db_url: str | None, revision: str) -> None:
 
 
 @db.command("current")
-@_db
+@options.db
 @click.option("--check-heads", is_flag=True, help="Exit 1 unless the database is at the newest revision.")
 @click.pass_context
 def current_cmd(ctx: click.Context, db_url: str | None, check_heads: bool) -> None:
@@ -42,7 +40,7 @@ def current_cmd(ctx: click.Context, db_url: str | None, check_heads: bool) -> No
 
 
 @db.command("downgrade")
-@_db
+@options.db
 @click.argument("revision")
 def downgrade_cmd(db_url: str | None, revision: str) -> None:
     """Migrate the schema down to REVISION ('base' empties it)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import UserError
+from . import options
 
 
 @click.command("demo-history")
@@ -12,12 +13,7 @@ from ..errors import UserError
 @click.option("--stacks", type=click.IntRange(min=1), default=3, show_default=True, help="Stack lanes.")
 @click.option("--cases", type=click.IntRange(min=12), default=300, show_default=True, help="About this many.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same history.")
-@click.option(
-    "--db",
-    "db_url",
-    default=None,
-    help="Database URL (default: $REGRESS_DATABASE_URL, else ./.regress/regress.db).",
-)
+@options.db
 @click.option("--force", is_flag=True, help="Write even if the database already holds runs.")
 def demo_history_cmd(
     nights: int, stacks: int, cases: int, seed: int, db_url: str | None, force: bool

@@ -9,10 +9,7 @@ from pathlib import Path
 import click
 
 from ..detect.config import MAX_MDE
-
-_db = click.option(
-    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
-)
+from . import options
 
 
 @click.command("gate")
@@ -35,7 +32,7 @@ _db = click.option(
 @click.option("--candidate-stack", metavar="NAME", help="With --ab: the pinned stack that wants to ship.")
 @click.option("--quick", is_flag=True, help="With --ab and stacks: the quick perf cases.")
 @click.option("--iterations", type=click.IntRange(min=1), help="With --ab and stacks: rounds per case.")
-@_db
+@options.db
 @click.option(
     "--report-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -168,7 +165,7 @@ def _run_ab(
 @click.command("compare")
 @click.argument("run_a")
 @click.argument("run_b")
-@_db
+@options.db
 @click.option("--json", "as_json", is_flag=True)
 def compare_cmd(run_a: str, run_b: str, db_url: str | None, as_json: bool) -> None:
     """The gate's table for RUN_A (before) and RUN_B (after), without a verdict.

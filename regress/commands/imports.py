@@ -7,15 +7,14 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_OK, EXIT_UNDECIDED
+from . import options
 
 
 @click.command("import")
 @click.argument(
     "bundles", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option(
-    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
-)
+@options.db
 @click.pass_context
 def import_cmd(ctx: click.Context, bundles: tuple[Path, ...], db_url: str | None) -> None:
     """Store run bundles (e.g. benchmarks/results/*.json) through the service's own validation.

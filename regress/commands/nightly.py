@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..metrics import drill_tolerance_word
-from ..runner import BACKEND_CHOICES, DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_duration, parse_inject
+from ..runner import DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_duration, parse_inject
+from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -18,21 +19,12 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option(
-    "--backend",
-    default="auto",
-    show_default=True,
-    type=click.Choice(BACKEND_CHOICES),
-    help="auto: hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu. hip-emu: the gfx942 code object "
-    "on the CPU emulator (ulp and determinism only).",
-)
+@options.backend
 @click.option("--stack", "stack_name", help="Pinned stack (runners/stacks/NAME.toml) the machine must match.")
 @click.option("--allow-drift", is_flag=True, help="Run even if the machine drifted from its pin (recorded).")
 @click.option("--suites", default=",".join(DEFAULT_SUITES), show_default=True, help="Comma-separated suites.")
 @click.option("--quick", is_flag=True, help="Smoke subset (under a minute on the CPU).")
-@click.option(
-    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
-)
+@options.db
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -40,14 +32,7 @@ if TYPE_CHECKING:
     show_default=True,
     help="Where bundles (and reports) are written.",
 )
-@click.option(
-    "--inject",
-    multiple=True,
-    metavar="FAULT",
-    help="Fire drill: build a broken kernel (slowdown=PCT, ulp=N, nondeterminism, hang=SQ: launches with "
-    "that query length spin forever, crash=SQ: they abort the worker, swap_rounding=A:B: modes A and B "
-    "round with each other's rule); the run is a drill.",
-)
+@options.inject
 @click.option(
     "--case-timeout",
     type=click.FloatRange(min=1),

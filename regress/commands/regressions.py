@@ -8,10 +8,7 @@ import click
 
 from ..escape import visible
 from ..results import REGRESSION_STATES
-
-_db = click.option(
-    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
-)
+from . import options
 
 
 @click.group()
@@ -23,7 +20,7 @@ def regressions() -> None:
 @click.option("--state", type=click.Choice(REGRESSION_STATES), help="Only this state.")
 @click.option("--limit", default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-@_db
+@options.db
 def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -> None:
     """Newest first."""
     from rich.console import Console
@@ -68,7 +65,7 @@ def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -
 @regressions.command("ack")
 @click.argument("regression_id", type=int)
 @click.option("--note", required=True, help="Why it is known (an issue link, a decision).")
-@_db
+@options.db
 def ack_cmd(regression_id: int, note: str, db_url: str | None) -> None:
     """Acknowledge a regression: it stops alerting but stays visible."""
     from ..analysis import acknowledge
@@ -81,7 +78,7 @@ def ack_cmd(regression_id: int, note: str, db_url: str | None) -> None:
 @regressions.command("resolve")
 @click.argument("regression_id", type=int)
 @click.option("--note", default="", help="Optional: how it was resolved.")
-@_db
+@options.db
 def resolve_cmd(regression_id: int, note: str, db_url: str | None) -> None:
     """Resolve a regression by hand (it also resolves itself when its series recovers)."""
     from ..analysis import resolve

@@ -11,10 +11,7 @@ import click
 
 from ..errors import UserError
 from ..escape import visible
-
-_db = click.option(
-    "--db", "db_url", envvar="REGRESS_DATABASE_URL", help="Database URL (default ./.regress/regress.db)."
-)
+from . import options
 
 
 @click.group()
@@ -23,7 +20,7 @@ def runs() -> None:
 
 
 @runs.command("list")
-@_db
+@options.db
 @click.option("--limit", default=30, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
@@ -75,7 +72,7 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
 
 @runs.command("show")
 @click.argument("run_id")
-@_db
+@options.db
 @click.option("--json", "as_json", is_flag=True, help="The full bundle (every result and sample).")
 def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     """One run (RUN_ID or a unique prefix of it): its stack, build and every result."""
@@ -120,7 +117,7 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
 
 @runs.command("delete")
 @click.argument("run_id")
-@_db
+@options.db
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def delete_run(run_id: str, db_url: str | None, yes: bool) -> None:
     """Remove one run (RUN_ID, the full id) and everything that refers to it: its results and
@@ -164,7 +161,7 @@ EXPORT_FIELDS = (
 
 
 @click.command("export")
-@_db
+@options.db
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
 @click.option("--suite", help="Only this suite.")
 @click.option("--output", "-o", type=click.File("w"), default="-", help="File to write (default stdout).")

@@ -10,17 +10,13 @@ from __future__ import annotations
 import click
 
 from ..errors import UserError
+from . import options
 
 
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
-@click.option(
-    "--db",
-    "db_url",
-    metavar="URL",
-    help="Database URL (default: $REGRESS_DATABASE_URL, else ./.regress/regress.db).",
-)
+@options.db
 @click.option(
     "--max-bundle-mb",
     type=float,

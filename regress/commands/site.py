@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
+from . import options
 
 
 @click.command("site")
@@ -17,12 +18,7 @@ from ..errors import UserError
     type=click.Path(file_okay=False, path_type=Path),
     help="Output folder (created; only changed pages are rewritten).",
 )
-@click.option(
-    "--db",
-    "db_url",
-    default=None,
-    help="Database URL (default: $REGRESS_DATABASE_URL, else ./.regress/regress.db).",
-)
+@options.db
 @click.option("--full", is_flag=True, help="Ignore the cache and rewrite every page.")
 @click.option("--base-url", default=None, help="Absolute URL the site is served at (for the Atom feed).")
 @click.option("-v", "--verbose", is_flag=True, help="Print timings per step.")

@@ -9,25 +9,17 @@ import click
 
 from ..errors import EXIT_OK, EXIT_UNDECIDED
 from ..pins import check_pin, format_drift, load_pin, write_pin
-from ..runner import BACKEND_CHOICES, resolve_backend
+from ..runner import resolve_backend
 from ..stack import live_fingerprint
 from ..stack_keys import HASHED_KEYS
+from . import options
 
-_backend = click.option(
-    "--backend",
-    default="auto",
-    show_default=True,
-    type=click.Choice(BACKEND_CHOICES),
-)
 _stacks_dir = click.option(
     "--stacks-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Folder of your own pins (default: $REGRESS_STACKS_DIR, else the checkout's runners/stacks/); "
     "the shipped pins are searched after it.",
-)
-_compile_only = click.option(
-    "--compile-only", is_flag=True, help="HIP without ROCm: fingerprint the clang-19 build."
 )
 
 
@@ -37,8 +29,8 @@ def stack() -> None:
 
 
 @stack.command()
-@_backend
-@_compile_only
+@options.backend
+@options.compile_only
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show(backend: str, compile_only: bool, as_json: bool) -> None:
     """Print the live fingerprint and its digest."""
@@ -55,8 +47,8 @@ def show(backend: str, compile_only: bool, as_json: bool) -> None:
 
 @stack.command()
 @click.argument("name")
-@_backend
-@_compile_only
+@options.backend
+@options.compile_only
 @click.option("--description", default="", help="One line stored in the pin.")
 @click.option("--image", default="", help="Container image tag the stack runs in.")
 @click.option("--image-digest", default="", help="Container image digest (sha256:...).")
@@ -83,7 +75,7 @@ def pin(
 
 @stack.command()
 @click.argument("name")
-@_compile_only
+@options.compile_only
 @_stacks_dir
 @click.pass_context
 def check(ctx: click.Context, name: str, compile_only: bool, stacks_dir: Path | None) -> None:

@@ -7,16 +7,10 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import UserError
+from . import options
 
 if TYPE_CHECKING:
     from ..store.repo import Store
-
-_db_option = click.option(
-    "--db",
-    "db_url",
-    metavar="URL",
-    help="Database URL (default: $REGRESS_DATABASE_URL, else ./.regress/regress.db).",
-)
 
 
 def _store(db_url: str | None) -> Store:
@@ -41,7 +35,7 @@ def token_group() -> None:
     metavar="NAMES",
     help="Comma-separated pinned stack names (or digests) the token may upload onto (default: any).",
 )
-@_db_option
+@options.db
 def create(runner: str, stacks: str | None, db_url: str | None) -> None:
     """Create a token for RUNNER and print it once (give it to the runner as REGRESS_TOKEN)."""
     try:
@@ -60,7 +54,7 @@ def create(runner: str, stacks: str | None, db_url: str | None) -> None:
 @token_group.command("revoke")
 @click.option("--id", "token_id", type=int, metavar="N", help="The token with this id (see `token list`).")
 @click.option("--runner", metavar="NAME", help="Every live token of this runner.")
-@_db_option
+@options.db
 @click.pass_context
 def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url: str | None) -> None:
     """Revoke one token (--id N) or every live token of a runner (--runner NAME).
@@ -81,7 +75,7 @@ def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url:
 
 
 @token_group.command("list")
-@_db_option
+@options.db
 def list_(db_url: str | None) -> None:
     """List tokens: id, runner, created, last used, revoked. Never the token itself."""
     from ..tokens import list_tokens

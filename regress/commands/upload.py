@@ -17,6 +17,7 @@ from ..upload import (
     spool_bundle,
     upload_bundles,
 )
+from . import options
 
 
 @click.command("upload")
@@ -32,12 +33,7 @@ from ..upload import (
     metavar="ID",
     help="Re-create the bundle of this stored run (id or prefix, from --db) and send it; repeatable.",
 )
-@click.option(
-    "--db",
-    "db_url",
-    envvar="REGRESS_DATABASE_URL",
-    help="Database URL for --run (default ./.regress/regress.db).",
-)
+@options.db
 @click.option(
     "--spool",
     "spool_dir",

@@ -1,0 +1,41 @@
+"""Options several commands share, each declared once, so a flag has one name, help and default.
+
+`--db` takes no click envvar: `store.db.database_url` is the one reader of $REGRESS_DATABASE_URL
+(an absent `--db` arrives as None and falls back there), and importing the store here would load
+SQLAlchemy for every `--help`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..runner import BACKEND_CHOICES
+
+db = click.option(
+    "--db",
+    "db_url",
+    metavar="URL",
+    help="Database URL (default: $REGRESS_DATABASE_URL, else ./.regress/regress.db).",
+)
+
+backend = click.option(
+    "--backend",
+    default="auto",
+    show_default=True,
+    type=click.Choice(BACKEND_CHOICES),
+    help="auto: hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu. hip-emu: the gfx942 code object "
+    "on the CPU emulator (ulp and determinism only).",
+)
+
+compile_only = click.option(
+    "--compile-only", is_flag=True, help="HIP without ROCm: the gfx942 device code that clang-19 compiles."
+)
+
+inject = click.option(
+    "--inject",
+    multiple=True,
+    metavar="FAULT",
+    help="Fire drill: build a broken kernel (slowdown=PCT, ulp=N, nondeterminism, hang=SQ: launches with "
+    "that query length spin forever, crash=SQ: they abort the worker, swap_rounding=A:B: modes A and B "
+    "round with each other's rule); a nightly with one is a drill.",
+)
