@@ -78,8 +78,13 @@ def build_models(args: argparse.Namespace) -> dict[str, KernelModel]:
             models["aiter"] = AiterModel(args.aiter_wheel)
         elif name == "moonmath":
             from regress.emu.mi300x import MoonMathModel
+            from regress.emu.peers.moonmath import MoonMathSourceMissing
 
-            models["moonmath"] = MoonMathModel(args.moonmath_src)
+            try:
+                models["moonmath"] = MoonMathModel(args.moonmath_src)
+            except MoonMathSourceMissing as e:
+                msg = f"mi300x_model: {e} (--moonmath-src DIR, or --kernels without moonmath)"
+                raise SystemExit(msg) from None
         else:
             raise SystemExit(f"mi300x_model: unknown kernel {name!r} (known: {', '.join(KERNELS)})")
     return models
@@ -167,13 +172,16 @@ def predict_all(
                     out.append(pred.predict(models[k], s, m))
                 except ValueError as e:  # a shape the kernel's own host code refuses: say so, go on
                     shape = [s.b, s.h, s.sq, s.d] if s.sq == s.sk else [s.b, s.h, s.sq, s.sk, s.d]
-                    out.append({"shape": shape, "mode": m, "kernel": k, "error": str(e)})
+                    err: dict[str, object] = {"shape": shape, "mode": m, "kernel": k, "error": str(e)}
+                    if s.hkv != s.h:
+                        err["hkv"] = s.hkv
+                    out.append(err)
     return out, pred
 
 
-def fit(models: dict[str, KernelModel]) -> dict[str, float]:
+def fit(models: dict[str, KernelModel], base: dict[str, float] | None = None) -> dict[str, float]:
     """Grid search over the two latencies, the clock factor in closed form (log-mean of the ratios),
-    on AITER's three RTNE fit rows only."""
+    on AITER's three RTNE fit rows only; `base` holds a sensitivity run's other constants (--set)."""
     if "aiter" not in models:
         raise SystemExit("mi300x_model --fit: needs the aiter kernel")
     shapes = [Shape(b, h, s, s, h) for b, h, s in FIT_ROWS]
@@ -182,7 +190,11 @@ def fit(models: dict[str, KernelModel]) -> dict[str, float]:
     pred = Predictor()
     for vm in range(200, 1401, 100):
         for lds in range(32, 161, 16):
-            pred.params = {"vmem_latency": float(vm), "lds_latency": float(lds), "clock_eff": 1.0}
+            pred.params = (base or {}) | {
+                "vmem_latency": float(vm),
+                "lds_latency": float(lds),
+                "clock_eff": 1.0,
+            }
             ms = [pred.predict(models["aiter"], s, "rtne").ms for s in shapes]
             logs = [math.log(p / q) for p, q in zip(ms, pub, strict=True)]
             ce = math.exp(statistics.fmean(logs))
@@ -302,11 +314,6 @@ def main(argv: list[str] | None = None) -> int:
     for m in args.modes:
         if m not in MODES:
             ap.error(f"mode {m!r} is not one of {', '.join(MODES)}")
-    models = build_models(args)
-    if args.fit:
-        print(json.dumps({"fitted": fit(models)}))
-        return 0
-    shapes = args.shapes or [Shape(b, h, s, s, h) for b, h, s in PUBLISHED]
     params = {k: c.value for k, c in FITTED.items()}
     for item in args.set:
         name, _, value = item.partition("=")
@@ -316,6 +323,13 @@ def main(argv: list[str] | None = None) -> int:
             params[name] = float(value)
         except ValueError:
             ap.error(f"--set {item}: {value!r} is not a number")
+    if args.fit:  # only AITER's rows are fitted: the other kernels are not built
+        args.kernels = ["aiter"]
+        others = {k: v for k, v in params.items() if k not in FITTED}
+        print(json.dumps({"fitted": fit(build_models(args), others), "set": others}))
+        return 0
+    models = build_models(args)
+    shapes = args.shapes or [Shape(b, h, s, s, h) for b, h, s in PUBLISHED]
     t0 = time.monotonic()
     preds, predictor = predict_all(models, shapes, args.modes, params)
     rows = [row(p) if isinstance(p, Prediction) else p for p in preds]

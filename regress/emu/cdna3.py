@@ -21,6 +21,10 @@ COEXEC = (
     "LLVM AMDGPU getVALUIssueCycle/getPackedVALUIssueCycle (llvm-project PR 233721: rules fit to ATT "
     "thread traces of gfx942, MI300X / MI308X with its peak TOPS limiter)"
 )
+PR_8PASS = (
+    "LLVM AMDGPU PRs 181778 and 184084 (not merged: an 8-pass XDL MFMA leaves 6 co-executing VALU, not 7;"
+    " the VALU is blocked its first 2 passes)"
+)
 USAGE = "LLVM AMDGPUUsage (gfx90a/gfx942: unified VGPR/AGPR file, allocation granule 8)"
 
 
@@ -97,6 +101,14 @@ CONSTANTS: tuple[Constant, ...] = (
         COEXEC,
         "an XDL MFMA holds the SIMD's VALU for 1 + (widest A/B source bytes) / 16 cycles: 1 for the"
         " 8-byte bf16/f16 sources here",
+    ),
+    Constant(
+        "mfma_valu_hold_cycles_8pass",
+        1,
+        "issue cycles",
+        CALC,
+        "the same hold for an 8-pass XDL MFMA (coexec_delay 4 clocks for v_mfma_f32_32x32x8_bf16);"
+        f" 2 in {PR_8PASS} (the sensitivity)",
     ),
     Constant(
         "mfma_pk_f32_extra_cycles",

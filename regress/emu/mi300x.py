@@ -278,8 +278,8 @@ class AiterModel:
 
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
         a = self._mod
-        if shape.hkv != shape.h:
-            raise ValueError("the AITER v3 objects modelled here take Hkv = H")
+        # Grouped-query shapes (Hkv < H, s_gqa = H / Hkv) run the same tile loop, only the key/value
+        # head index differs: the steady state sampled with Hkv = H holds; the HBM bound reads Hkv heads.
         wgs = shape.b * shape.h * math.ceil(shape.sq / a.TILE_Q)
         tiles = math.ceil(shape.sk / a.TILE_K)
         l2 = float(wgs * (tiles * 2 * a.TILE_K * shape.d * 2 + 2 * a.TILE_Q * shape.d * 2))
@@ -338,7 +338,7 @@ class MoonMathModel:
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
         m = self._mod
         if shape.hkv != shape.h:
-            raise ValueError("the MoonMath kernel modelled here takes Hkv = H")
+            raise ValueError("MoonMath has no grouped-query mode (its host code takes one head count)")
         out = []
         bh, d = shape.b * shape.h, shape.d
         nkb = math.ceil(shape.sk / m.KV_BLOCK_ROWS)

@@ -241,6 +241,7 @@ def replay(
     own_block = p["mfma_own_valu_block"]
     trans_cycles = int(p["trans_issue_cycles"])
     hold_cycles = int(p["mfma_valu_hold_cycles"])
+    hold_cycles_8 = int(p["mfma_valu_hold_cycles_8pass"])
     pk_extra = int(p["mfma_pk_f32_extra_cycles"])
     pk_simd = bool(p["mfma_pk_f32_simd_wide"])
 
@@ -330,7 +331,7 @@ def replay(
                 elif k == MFMA:
                     busy = op.arg * pass_clk
                     # The VALU port: its hold cycles, plus the share of the MFMA's run it cannot co-issue.
-                    hold = hold_cycles * issue
+                    hold = (hold_cycles_8 if op.arg >= 8 else hold_cycles) * issue
                     valu_free[s] = t + hold + round(block_share * (busy - hold))
                     pk_free[s] = max(pk_free[s], t + (op.arg + pk_extra) * issue)
                     w.pk_at = t + (op.arg + pk_extra) * issue

@@ -74,6 +74,33 @@ def test_aiter_output_meets_the_contract_on_a_small_shape(
     assert {h.kind for h in emu.last_hazards} <= set(peer.LENIENT)
 
 
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_aiter_grouped_query_reads_key_head_i_over_group(aiter: peer.Aiter, layout: str) -> None:
+    """Hk = 2 key/value heads for H = 4 query heads (s_gqa = 2, as AITER's dispatcher sets it): each
+    query head i meets the contract against the fp64 reference with key/value head i // 2, and the
+    output differs from pairing it with the other key/value head (the mapping is really exercised)."""
+    import torch
+
+    h, hk, sq, sk = 4, 2, 203, 45
+    q, _, _ = make_inputs(Shape(1, h, sq, sk), layout, seed=7, device="cpu")
+    _, k, v = make_inputs(Shape(1, hk, sq, sk), layout, seed=8, device="cpu")
+    out = peer.AiterEmu(aiter).forward(q, k, v, layout=layout, rounding="rtne")
+    axis = 2 if layout == "bshd" else 1
+    o_bits = reference.to_bhsd_bits(out, layout)
+    limit = load_contract().scaled_ulp_limit("rtne")
+    for heads, want_pass in (([0, 0, 1, 1], True), ([1, 1, 0, 0], False)):
+        idx = torch.tensor(heads)
+        ref, mag = reference.reference_attention(
+            q, k.index_select(axis, idx), v.index_select(axis, idx), layout=layout, scale=128**-0.5
+        )
+        su = numerics.scaled_ulp(o_bits, ref, mag)
+        assert bool(np.isfinite(su).all() and su.max() <= limit) == want_pass
+    (lp,) = peer.plan(1, h, sq, sk, mode="rtne", layout=layout, hk=hk)
+    assert lp.args["s_gqa"] == 2
+    with pytest.raises(ValueError, match="multiple of Hk"):
+        peer.plan(1, 4, 300, 64, mode="rtne", layout="bshd", hk=3)
+
+
 def test_compare_bits_histogram_and_nonfinite_identity() -> None:
     """compare_bits (the vs-AITER row): plain ULP over positions where both are finite; NaN/Inf
     positions and raw bit patterns compared without canonicalisation."""

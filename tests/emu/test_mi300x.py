@@ -135,6 +135,11 @@ def test_aiter_steady_state() -> None:
     model = AiterModel(wheel)
     (la,) = model.launches(Shape.parse("1,1,256,256"), "rtne")
     _check_steady(Predictor().steady("aiter", la), 32)  # 32 x 32x8 MFMA per 32-key tile per wave
+    # Grouped-query (s_gqa = H / Hkv): the same tiles, so the same compute time; fewer K/V bytes.
+    pred = Predictor()
+    dense, gqa = (pred.predict(model, Shape.parse(t), "rtne") for t in ("1,8,4096,4096", "1,8,4096,4096,2"))
+    assert gqa.launches[0].compute_ms == dense.launches[0].compute_ms
+    assert gqa.launches[0].hbm_ms < dense.launches[0].hbm_ms
 
 
 @pytest.mark.slow

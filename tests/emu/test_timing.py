@@ -95,6 +95,16 @@ def test_independent_valu_co_issues_under_an_mfma(asm_kernel, k: int) -> None:
     assert per == max(MFMA_PASSES["v_mfma_f32_16x16x16_bf16"] * C["mfma_pass_clocks"], ISSUE * (1 + k))
 
 
+@pytest.mark.parametrize(("hold_8pass", "k"), [(1, 7), (1, 8), (2, 6), (2, 7)])
+def test_an_8_pass_mfma_leaves_passes_minus_its_hold_for_valu(asm_kernel, hold_8pass: int, k: int) -> None:
+    """Under a 32x32x8 MFMA (8 passes) 8 - hold VALU ops are free; the 4-pass hold is unchanged."""
+    body = CO_ISSUE.replace("v[20:23]", "v[40:55]").replace("v40", "v60").replace("v41", "v61")
+    body = body.replace("v_mfma_f32_16x16x16_bf16", "v_mfma_f32_32x32x8_bf16")
+    body = body.replace("{valu}", "  v_add_u32 v60, 1, v61\n" * k)
+    per = _per_rep(asm_kernel, body, params={"mfma_valu_hold_cycles_8pass": hold_8pass})
+    assert per == ISSUE * max(8, hold_8pass + k)
+
+
 @pytest.mark.parametrize("knob", ["mfma_valu_block", "mfma_own_valu_block"])
 def test_the_co_issue_sensitivity_knobs_serialise_valu_behind_the_mfma(asm_kernel, knob: str) -> None:
     # One wave: blocking the SIMD's VALU or only the issuing wave's gives the same serial sum.

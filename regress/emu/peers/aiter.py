@@ -233,21 +233,35 @@ class LaunchPlan:
 
 
 def plan(
-    b: int, h: int, sq: int, sk: int, *, mode: str, layout: str, scale: float | None = None, lse: bool = False
+    b: int,
+    h: int,
+    sq: int,
+    sk: int,
+    *,
+    mode: str,
+    layout: str,
+    scale: float | None = None,
+    lse: bool = False,
+    hk: int | None = None,
 ) -> list[LaunchPlan]:
     """The launches AITER's dispatcher makes for one call (one), with every non-pointer argument
-    (strides for contiguous tensors of `layout`, bshd or bhsd, in bytes as the dispatcher passes them)."""
+    (strides for contiguous tensors of `layout`, bshd or bhsd, in bytes as the dispatcher passes them).
+    `hk` < h is grouped-query attention: the dispatcher passes s_gqa = h / hk (codegen.py), and query
+    head i reads key/value head i // (h / hk)."""
     if mode not in MODES:
         raise ValueError(f"unknown rounding mode {mode!r}")
     if sq < MIN_SEQLEN_Q:
         raise ValueError(f"AITER takes its v3 kernel only for seqlen_q > 128 (got {sq})")
+    hk = h if hk is None else hk
+    if hk < 1 or h % hk:
+        raise ValueError(f"AITER's grouped-query mode needs H a multiple of Hk (got H={h}, Hk={hk})")
     if layout == "bshd":
-        row_q, row_k, head_q, head_k = h * HEAD_DIM, h * HEAD_DIM, HEAD_DIM, HEAD_DIM
-        batch_q, batch_k = sq * h * HEAD_DIM, sk * h * HEAD_DIM
+        row_q, row_k, head_q, head_k = h * HEAD_DIM, hk * HEAD_DIM, HEAD_DIM, HEAD_DIM
+        batch_q, batch_k = sq * h * HEAD_DIM, sk * hk * HEAD_DIM
     elif layout == "bhsd":
         row_q = row_k = HEAD_DIM
         head_q, head_k = sq * HEAD_DIM, sk * HEAD_DIM
-        batch_q, batch_k = h * sq * HEAD_DIM, h * sk * HEAD_DIM
+        batch_q, batch_k = h * sq * HEAD_DIM, hk * sk * HEAD_DIM
     else:
         raise ValueError(f"unknown layout {layout!r}")
     strides = {"q": (row_q, head_q, batch_q), "k": (row_k, head_k, batch_k), "o": (row_q, head_q, batch_q)}
@@ -259,7 +273,7 @@ def plan(
             THREADS,
             TILE_Q,
             TILE_K,
-            launch_args(b, h, sq, sk, strides, scale=scale, lse=lse),
+            launch_args(b, h, sq, sk, strides, scale=scale, lse=lse, gqa=h // hk),
         )
     ]
 
@@ -273,9 +287,10 @@ def launch_args(
     *,
     scale: float | None,
     lse: bool,
+    gqa: int = 1,
 ) -> dict[str, int | float]:
     """fmha_fwd_v3_args as the dispatcher fills it: element strides (row, head, batch) of q, k (v
-    alike) and o times 2 bytes; LSE [B, H, Sq] fp32."""
+    alike) and o times 2 bytes; LSE [B, H, Sq] fp32; gqa = query heads per key/value head."""
     (rq, hq, bq), (rk, hk, bk), (ro, ho, bo) = strides["q"], strides["k"], strides["o"]
     rv, hv, bv = strides.get("v", strides["k"])
     return {
@@ -285,7 +300,7 @@ def launch_args(
         "s_Ts": TILE_Q * 2 * rq,
         "s_Hs": 2 * hq,
         "s_Bs": 2 * bq,
-        "s_gqa": 1,
+        "s_gqa": gqa,
         "s_k_Seqs": 2 * rk,
         "s_k_Hs": 2 * hk,
         "s_k_Bs": 2 * bk,
@@ -348,9 +363,10 @@ class AiterEmu:
         else:
             b, h, sq, d = q.shape
             hk, sk = k.shape[1], k.shape[2]
-        if d != HEAD_DIM or hk != h or not self.supports(sq, d):
+        if d != HEAD_DIM or h % hk or not self.supports(sq, d):
             raise ValueError(
-                f"AITER's v3 kernel takes head dim 128, Hq = Hk, seqlen_q > 128 (got {tuple(q.shape)})"
+                f"AITER's v3 kernel takes head dim 128, Hq a multiple of Hk, seqlen_q > 128 "
+                f"(got q {tuple(q.shape)}, k {tuple(k.shape)})"
             )
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse_t = torch.empty((b, h, sq), dtype=torch.float32)
@@ -360,8 +376,8 @@ class AiterEmu:
         for t in tensors.values():
             st = t.untyped_storage()
             memory.map_host(st.data_ptr(), st.nbytes())
-        (lp,) = plan(b, h, sq, sk, mode=rounding, layout=layout, scale=scale, lse=lse)
-        args: dict[str, Any] = dict(launch_args(b, h, sq, sk, strides, scale=scale, lse=lse))
+        (lp,) = plan(b, h, sq, sk, mode=rounding, layout=layout, scale=scale, lse=lse, hk=hk)
+        args: dict[str, Any] = dict(launch_args(b, h, sq, sk, strides, scale=scale, lse=lse, gqa=h // hk))
         args.update({n: t.data_ptr() for n, t in tensors.items()})
         kernel = self.aiter.code(rounding).kernels[lp.kernel]
         launch = Launch(kernel, memory, self.aiter.pack(args), strict=self.strict, lenient=LENIENT)
