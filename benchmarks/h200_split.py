@@ -94,6 +94,8 @@ if os.environ.get("H200_SHAPES"):  # "targets,squares": a shorter call
         for name, g in (("targets", TARGETS), ("edges", EDGES), ("squares", SQUARES), ("regular", REGULAR))
     )
 OVERHEAD = [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
+if os.environ.get("H200_OVERHEAD"):  # "1,32,1,8192;8,32,1,4096"
+    OVERHEAD = [Shape(*map(int, d.split(","))) for d in os.environ["H200_OVERHEAD"].split(";")]
 LOG: list[str] = []
 
 
@@ -237,6 +239,27 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
                     out["bits"][f"s4={other}:{s.dims()}:{kind}:{layout}:{mode}"] = d
                     if d:
                         fails.append(f"s4 != {other} at {s.dims()} {kind} {layout} {mode}: {d} elements")
+    if "mk0" in libs:  # the rule's own splits, merged in the kernel and by the second launch: same bits
+        for s, kind in (
+            (Shape(1, 32, 1, 8192), "realistic"),
+            (Shape(2, 8, 1, 32768), "realistic"),
+            (Shape(1, 4, 1, 5000), "realistic"),
+            (Shape(3, 2, 4, 3000), "realistic"),
+            (Shape(2, 3, 1, 2000), "nan_last"),
+            (Shape(2, 3, 1, 2000), "neginf_split0"),
+        ):
+            for layout in LAYOUTS:
+                if kind in ("nan_last", "neginf_split0"):
+                    q, k, v = edge_inputs(s, layout, kind, 13)
+                else:
+                    q, k, v = make_inputs(s, layout, seed=13, device="cuda")
+                for mode in MODES:
+                    a = libs["new"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                    b = libs["mk0"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                    d = int((a.view(torch.int16) != b.view(torch.int16)).sum())
+                    out["bits"][f"new=mk0:{s.dims()}:{kind}:{layout}:{mode}"] = d
+                    if d:
+                        fails.append(f"new != mk0 at {s.dims()} {kind} {layout} {mode}: {d} elements")
     check_drills(libs, fails)
     check_determinism(libs, out)
     out["graph"] = check_graph(libs, fails)
@@ -278,7 +301,7 @@ def check_drills(libs: dict[str, KernelLibrary], fails: list[str]) -> None:
 def check_determinism(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> None:
     """Six launches per case with unrelated GPU work between: one hash each."""
     junk = torch.randn(4096, 4096, device="cuda")
-    for name in ("new", "s4", *(n for n in ("s16", "decode3") if n in libs)):
+    for name in ("new", "s4", *(n for n in ("s16", "decode3", "mk0", "mk0s4") if n in libs)):
         for s in (
             Shape(8, 32, 1, 4096),
             Shape(4, 32, 64, 8192),
@@ -308,9 +331,10 @@ def check_graph(libs: dict[str, KernelLibrary], fails: list[str]) -> dict[str, A
         "op": lambda q, k, v: attention(q, k, v, layout="bhsd", rounding="rtne"),
         "s4": lambda q, k, v: libs["s4"].forward(q, k, v, layout="bhsd", rounding="rtne"),
     }
-    if "decode3" in libs:
-        fns["decode3"] = lambda q, k, v: libs["decode3"].forward(q, k, v, layout="bhsd", rounding="rtne")
-    for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)):
+    for name in ("decode3", "mk0", "mk0s4"):
+        if name in libs:
+            fns[name] = lambda q, k, v, lib=libs[name]: lib.forward(q, k, v, layout="bhsd", rounding="rtne")
+    for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(1, 32, 1, 8192)):
         for name, f in fns.items():
             q, k, v = make_inputs(s, "bhsd", seed=3, device="cuda")
             first = f(q, k, v)
@@ -365,9 +389,13 @@ def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
 
 
 def ncu_target() -> None:
+    """H200_NCU_SHAPES="1,32,1,8192;256,32,128,128" replaces the two decode shapes."""
     libs = {n: load_library(build_kernel("cuda", extra_flags=f).path) for n, f in list(LIBS.items())[:3]}
     cudnn = {b.name: b for b in available_baselines("cuda")}.get("sdpa_cudnn")
-    for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)):
+    shapes = [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
+    if os.environ.get("H200_NCU_SHAPES"):
+        shapes = [Shape(*map(int, d.split(","))) for d in os.environ["H200_NCU_SHAPES"].split(";")]
+    for s in shapes:
         q, k, v = make_inputs(s, "bhsd", seed=0, device="cuda")
         for name, lib in libs.items():
             print(f"ncu launch: {name} {s.dims()}", flush=True)
@@ -406,12 +434,18 @@ def table(res: dict[str, Any]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["all", "ncu-target"])
+    ap.add_argument("what", choices=["all", "build", "ncu-target"])
     ap.add_argument("--out", type=Path, default=Path("/tmp/h200_split"))
     ap.add_argument("--skip", default="")
     a = ap.parse_args()
     if a.what == "ncu-target":
         ncu_target()
+        return 0
+    if a.what == "build":  # fill the build cache (beside another job), load nothing
+        flags = {**LIBS, **CHECK_ONLY}.values()
+        with ThreadPoolExecutor(len(flags)) as ex:
+            for f in [ex.submit(build_kernel, "cuda", extra_flags=x) for x in flags]:
+                f.result()
         return 0
     a.out.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}

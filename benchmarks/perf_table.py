@@ -14,6 +14,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from regress.metrics import geomean
 
 
+def families(perf: list[dict], baselines: list[str]) -> None:
+    """Per shape family (one (B,H,Sq,Sk), both layouts): the lower layout's speedup per mode, and
+    how many families are below 1.00x in each mode."""
+    low: dict[tuple[str, str, str], float] = {}
+    for r in perf:
+        p = r["params"]
+        fam = f"{p['b']},{p['h']},{p['sq']},{p['sk']}"
+        for b in baselines:
+            s = r["metrics"].get(f"speedup_vs_{b}")
+            if isinstance(s, int | float) and s > 0:
+                key = (fam, p["mode"], b)
+                low[key] = min(low.get(key, s), s)
+    fams = sorted({k[0] for k in low}, key=lambda f: [int(x) for x in f.split(",")])
+    modes = ("rtne", "rtna", "rtz")
+    for b in baselines:
+        print(f"\n| family (lower layout) vs {b} | " + " | ".join(modes) + " |")
+        print("|---|" + "---|" * len(modes))
+        for f in fams:
+            cells = [f"{low[(f, m, b)]:.3f}×" if (f, m, b) in low else "—" for m in modes]
+            print(f"| {f} | " + " | ".join(cells) + " |")
+        below = [sum(1 for f in fams if low.get((f, m, b), 2.0) < 1.0) for m in modes]
+        worst = [min((low[(f, m, b)], f) for f in fams if (f, m, b) in low) for m in modes]
+        cells = [f"{n} of {len(fams)}; {w[0]:.3f}× ({w[1]})" for n, w in zip(below, worst, strict=True)]
+        print("| below 1.00× / min | " + " | ".join(cells) + " |")
+
+
 def main(path: str) -> None:
     bundle = json.loads(Path(path).read_text())
     perf = [r for r in bundle["results"] if r["suite"] == "perf" and r["status"] != "skip"]
@@ -63,6 +89,7 @@ def main(path: str) -> None:
                 f"{min(v):.2f}×" if v else "—",
             ]
         print(f"| {mode} | " + " | ".join(cells) + " |")
+    families(perf, baselines)
     counts: dict[str, dict[str, int]] = {}
     for r in bundle["results"]:
         counts.setdefault(r["suite"], {}).setdefault(r["status"], 0)
