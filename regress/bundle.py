@@ -209,6 +209,15 @@ def bundle_schema() -> dict[str, Any]:
     return schema
 
 
+def max_results() -> int:
+    """The most results one run (one bundle) may hold: the schema's `results.maxItems`.
+
+    A full nightly holds ~300. Each result is a row in the store and a page of the site, so this is
+    what bounds ingest and render work per run; docs/reliability.md states what the limit costs.
+    """
+    return int(bundle_schema()["properties"]["results"]["maxItems"])
+
+
 @functools.cache
 def _validator() -> Any:
     types = Draft202012Validator.TYPE_CHECKER.redefine_many({"number": _is_number, "integer": _is_integer})
@@ -291,7 +300,7 @@ def _describe(err: ValidationError) -> str:
         extra = sorted(set(inst) - set(err.schema.get("properties", {})))
         return f"has unknown field(s) {', '.join(map(repr, extra[:5]))}"
     if kind in ("maxItems", "maxProperties"):
-        return f"has more than {err.validator_value} entries"
+        return f"has {len(inst):,} entries, more than the limit of {err.validator_value:,}"
     return err.message[:300]
 
 
@@ -309,6 +318,12 @@ def validate_bundle(data: Any) -> None:
     checks the JSON Schema (regress/schemas/bundle.schema.json), then that no case repeats. The
     message names the JSON path of the first problem found.
     """
+    results = data.get("results") if isinstance(data, dict) else None
+    if isinstance(results, list) and len(results) > max_results():  # before any per-result work
+        raise BundleError(
+            f"bundle.results: holds {len(results):,} results, more than the limit of "
+            f"{max_results():,} per run"
+        )
     deep = _json_problem_depth(data)
     if deep is not None:
         where, repeated = deep
