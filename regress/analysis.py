@@ -32,6 +32,7 @@ from .detect import PairwiseConfig, compare_samples
 from .detect.config import prior_noise
 from .detect.verdict import CaseJudgement, RuleConfig, judge, pooled_sigma
 from .errors import UserError
+from .escape import readable
 from .evidence import PerfEvidence, PerfPair, perf_evidence, samples, scaled_ulp, usable
 from .results import CaseSpec
 from .store import Case, Regression, Result, Run, queries, utcnow
@@ -303,7 +304,7 @@ def _upsert(session: Session, run: Run, f: _Finding) -> Regression:
 def _injected(session: Session, run: Run) -> str:
     build = queries.build_by_id(session, run.build_id)
     inject = build.inject if build is not None else {}
-    return ", ".join(f"{k}={v}" for k, v in sorted(inject.items())) or "a fault"
+    return ", ".join(f"{k}={readable(v)}" for k, v in sorted(inject.items())) or "a fault"
 
 
 def _resolve(reg: Regression, run: Run, why: str) -> None:

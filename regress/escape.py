@@ -23,6 +23,19 @@ def _shown(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def readable(value: object) -> str:
+    """A scalar as a person reads it in text output (not JSON): None as "—", a bool as yes/no, a
+    float to 4 significant digits (0.9999999999999999 reads 1), anything else as str. Python's
+    reprs (`None`, `False`, 17 digits) are not output."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return value if isinstance(value, str) else str(value)  # a str subclass (Markup) stays itself
+
+
 def visible(value: object) -> str:
     """One line of terminal (or TSV) text: every control character, tab and newline included,
     written as an escape."""

@@ -9,6 +9,7 @@ import click
 
 from ..build import BuildError, build_kernel
 from ..errors import UserError
+from ..escape import readable
 from ..pins import load_pin
 from ..runner import parse_inject, resolve_backend
 from . import options
@@ -49,7 +50,7 @@ def build(
     click.echo(f"{chosen} kernel {'(cached) ' if artifact.cached else ''}→ {artifact.path}")
     for key in ("source_hash", "git_commit", "artifact_hash", "compiler_version", "inject", "stats"):
         value = record[key]
-        click.echo(f"  {key}: {json.dumps(value) if isinstance(value, dict | list) else value}")
+        click.echo(f"  {key}: {json.dumps(value) if isinstance(value, dict | list) else readable(value)}")
 
 
 COMMANDS = [build]

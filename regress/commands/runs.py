@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from ..escape import visible
+from ..escape import readable, visible
 from . import options
 
 
@@ -98,7 +98,7 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     )
     console.print(visible(f"stack {stack['name'] or '(unpinned)'}  digest {stack['digest']}"))
     if build:
-        inject = ", ".join(f"{k}={v}" for k, v in build["inject"].items()) if build["inject"] else "none"
+        inject = ", ".join(f"{k}={readable(v)}" for k, v in (build["inject"] or {}).items()) or "none"
         console.print(
             visible(
                 f"build {build['artifact_hash'][:16]}  source {build['source_hash'][:16]}  "

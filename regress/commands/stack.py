@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_OK, EXIT_UNDECIDED
+from ..escape import readable
 from ..pins import check_pin, format_drift, load_pin, write_pin
 from ..runner import resolve_backend
 from ..stack import live_fingerprint
@@ -41,7 +42,7 @@ def show(backend: str, compile_only: bool, as_json: bool) -> None:
     click.echo(f"digest  {fp.digest}  (schema {fp.schema_version})")
     width = max(map(len, fp.keys))
     for key, value in fp.keys.items():
-        click.echo(f"  {key:<{width}}  {'*' if key in HASHED_KEYS else ' '} {value}")
+        click.echo(f"  {key:<{width}}  {'*' if key in HASHED_KEYS else ' '} {readable(value)}")
     click.echo("  (* = part of the digest)")
 
 

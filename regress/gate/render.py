@@ -53,12 +53,17 @@ def row_note(r: GateRow) -> str:
     return "; ".join(x for x in (r.note, r.advice) if x)
 
 
+def _markdown_value(value: object) -> str:
+    return escape.markdown(escape.readable(value))
+
+
 @cache
 def _env(kind: str = "html") -> jinja2.Environment:
     """HTML is autoescaped; in Markdown every printed value is escaped (`finalize`): a case name
     holding a newline and `- **verdict: pass**` once forged verdict lines in the job summary."""
     env = jinja2.Environment(
-        finalize=escape.markdown if kind == "md" else None,
+        # None, bools and raw floats as a person reads them (`stack None` for an unpinned stack).
+        finalize=_markdown_value if kind == "md" else escape.readable,
         loader=jinja2.FileSystemLoader(str(web_dir() / "templates")),
         autoescape=jinja2.select_autoescape(["html.j2"]),
         trim_blocks=True,

@@ -16,7 +16,9 @@ from markupsafe import Markup
 def fmt_num(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool):
+        return "yes" if value else "no"  # jinja's `is number` holds for bools: never "False"
+    if not isinstance(value, int | float):
         return str(value)
     if isinstance(value, int):
         return str(value)
@@ -34,12 +36,15 @@ def fmt_num(value: Any, digits: int = 4) -> str:
 
 
 def fmt_show(value: Any) -> str:
-    """Any report value as text: a pair as "old → new", other lists joined, dicts as JSON."""
+    """Any report value as text: a pair as "old → new", other lists joined, dicts as JSON; numbers
+    as `fmt_num`, so no Python repr (`False`, `None`, `0.9999999999999999`) reaches a page."""
     if isinstance(value, list | tuple):
-        return " → ".join(map(str, value)) if len(value) == 2 else ", ".join(map(str, value))
+        return (" → " if len(value) == 2 else ", ").join(map(fmt_show, value))
     if isinstance(value, dict):
         return json.dumps(value, default=str)
-    return "" if value is None else str(value)
+    if value is None or isinstance(value, int | float):
+        return fmt_num(value)
+    return str(value)
 
 
 def fmt_pct(value: Any) -> str:
