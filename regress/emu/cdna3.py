@@ -25,6 +25,10 @@ PR_8PASS = (
     "LLVM AMDGPU PRs 181778 and 184084 (not merged: an 8-pass XDL MFMA leaves 6 co-executing VALU, not 7;"
     " the VALU is blocked its first 2 passes)"
 )
+FETCH = (
+    "LLVM AMDGPU PR 203934 (not merged; AMDGPUAlignVALURuns: 8-byte VALU runs that straddle 32-byte"
+    " fetch windows stall about a quad each, measured on MI210 and MI300)"
+)
 USAGE = "LLVM AMDGPUUsage (gfx90a/gfx942: unified VGPR/AGPR file, allocation granule 8)"
 
 
@@ -125,6 +129,21 @@ CONSTANTS: tuple[Constant, ...] = (
         COEXEC,
         "1: the packed-F32 hold also applies to the SIMD's other waves (a reading the source leaves open;"
         " a sensitivity)",
+    ),
+    Constant(
+        "fetch_window_bytes",
+        32,
+        "B",
+        FETCH,
+        "the SQC fills a wave's instruction buffer in 32-byte aligned windows",
+    ),
+    Constant(
+        "fetch_straddle_cycles",
+        0,
+        "issue cycles",
+        FETCH,
+        "stall of an instruction whose bytes cross a window (the PR: about one quad; 0 here, 1 the"
+        " sensitivity)",
     ),
     Constant("branch_issue_cycles", 2, "issue cycles", SCHED, "WriteBranch = 8 clocks for a taken branch"),
     # --- memory latencies (issue to data in VGPRs) ---

@@ -25,6 +25,7 @@ VALU (quarter-rate ops), or losing arbitration to another wave.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections import Counter
@@ -32,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from regress.emu.cdna3 import MFMA_PASSES, PACKED_F32, QUARTER_RATE, C
-from regress.emu.codeobject import Kernel
+from regress.emu.codeobject import Instr, Kernel
 
 # Op kinds (small ints: the replay loop is the model's hot path).
 VALU, MFMA, SALU, SMEM, VMEM, LDS, BRANCH, NOP, WAIT, BARRIER, PRIO, END = range(12)
@@ -67,6 +68,7 @@ class Op:
     arg: int = 0
     arg2: int = 0  # WAIT: lgkmcnt; VMEM: 1 for a direct-to-LDS load
     target: int = -1  # branch target index
+    straddle: bool = False  # its bytes cross a fetch window (cdna3 fetch_window_bytes)
 
 
 _DW = {"byte": 1, "ubyte": 1, "sbyte": 1, "short": 2, "ushort": 2, "sshort": 2, "dword": 4}
@@ -87,45 +89,54 @@ def _vmem_bytes(name: str) -> int:
 def static_ops(kernel: Kernel) -> list[Op]:
     """The timing facts of every instruction of `kernel` (index-aligned with kernel.instructions)."""
     index_of = {ins.addr: i for i, ins in enumerate(kernel.instructions)}
+    window = int(C["fetch_window_bytes"])
     ops: list[Op] = []
     for ins in kernel.instructions:
-        name = re.sub(r"_e(32|64)$", "", ins.mnemonic)
-        if name.startswith("v_mfma"):
-            if name not in MFMA_PASSES:
-                raise TimingError(f"{kernel.name}: no MFMA rate for {name} (regress/emu/cdna3.py)")
-            ops.append(Op(MFMA, MFMA_PASSES[name]))
-        elif name.startswith("v_"):
-            packed = name in PACKED_F32 or name.startswith("v_dot")
-            ops.append(Op(VALU, 1 if name in QUARTER_RATE else 2 if packed else 0))
-        elif name.startswith("ds_"):
-            ops.append(Op(LDS))
-        elif name.startswith(("global_", "buffer_", "flat_", "scratch_")):
-            # arg2 = 1: the load writes LDS, not VGPRs (buffer_load ... lds), and takes LDS bandwidth.
-            ops.append(Op(VMEM, _vmem_bytes(name), int("lds" in ins.modifiers)))
-        elif name.startswith(("s_load", "s_buffer_load", "s_store", "s_dcache")):
-            ops.append(Op(SMEM))
-        elif name == "s_nop":
-            ops.append(Op(NOP, int(ins.operands[0], 0) + 1))
-        elif name == "s_waitcnt":
-            vm, lgkm = 63, 15
-            for o in ins.operands:
-                if m := re.match(r"vmcnt\((\d+)\)", o):
-                    vm = int(m.group(1))
-                elif m := re.match(r"lgkmcnt\((\d+)\)", o):
-                    lgkm = int(m.group(1))
-            ops.append(Op(WAIT, vm, lgkm))
-        elif name == "s_barrier":
-            ops.append(Op(BARRIER))
-        elif name == "s_setprio":
-            ops.append(Op(PRIO, int(ins.operands[0], 0)))
-        elif name == "s_endpgm":
-            ops.append(Op(END))
-        elif name == "s_branch" or name.startswith("s_cbranch"):
-            tgt = ins.branch_target
-            ops.append(Op(BRANCH, target=index_of.get(tgt, -1) if tgt is not None else -1))
+        if ins.addr % window + ins.size > window:
+            ops.append(dataclasses.replace(_op(kernel, ins, index_of), straddle=True))
         else:
-            ops.append(Op(SALU))
+            ops.append(_op(kernel, ins, index_of))
     return ops
+
+
+def _op(kernel: Kernel, ins: Instr, index_of: dict[int, int]) -> Op:
+    """The timing facts of one instruction."""
+    name = re.sub(r"_e(32|64)$", "", ins.mnemonic)
+    if name.startswith("v_mfma"):
+        if name not in MFMA_PASSES:
+            raise TimingError(f"{kernel.name}: no MFMA rate for {name} (regress/emu/cdna3.py)")
+        return Op(MFMA, MFMA_PASSES[name])
+    elif name.startswith("v_"):
+        packed = name in PACKED_F32 or name.startswith("v_dot")
+        return Op(VALU, 1 if name in QUARTER_RATE else 2 if packed else 0)
+    elif name.startswith("ds_"):
+        return Op(LDS)
+    elif name.startswith(("global_", "buffer_", "flat_", "scratch_")):
+        # arg2 = 1: the load writes LDS, not VGPRs (buffer_load ... lds), and takes LDS bandwidth.
+        return Op(VMEM, _vmem_bytes(name), int("lds" in ins.modifiers))
+    elif name.startswith(("s_load", "s_buffer_load", "s_store", "s_dcache")):
+        return Op(SMEM)
+    elif name == "s_nop":
+        return Op(NOP, int(ins.operands[0], 0) + 1)
+    elif name == "s_waitcnt":
+        vm, lgkm = 63, 15
+        for o in ins.operands:
+            if m := re.match(r"vmcnt\((\d+)\)", o):
+                vm = int(m.group(1))
+            elif m := re.match(r"lgkmcnt\((\d+)\)", o):
+                lgkm = int(m.group(1))
+        return Op(WAIT, vm, lgkm)
+    elif name == "s_barrier":
+        return Op(BARRIER)
+    elif name == "s_setprio":
+        return Op(PRIO, int(ins.operands[0], 0))
+    elif name == "s_endpgm":
+        return Op(END)
+    elif name == "s_branch" or name.startswith("s_cbranch"):
+        tgt = ins.branch_target
+        return Op(BRANCH, target=index_of.get(tgt, -1) if tgt is not None else -1)
+    else:
+        return Op(SALU)
 
 
 # --- occupancy -----------------------------------------------------------------------------------
@@ -244,6 +255,7 @@ def replay(
     hold_cycles_8 = int(p["mfma_valu_hold_cycles_8pass"])
     pk_extra = int(p["mfma_pk_f32_extra_cycles"])
     pk_simd = bool(p["mfma_pk_f32_simd_wide"])
+    straddle_clk = int(p["fetch_straddle_cycles"]) * issue
 
     waves: list[_Wave] = []
     for g, wg in enumerate(workgroups):
@@ -383,6 +395,9 @@ def replay(
                     cost["salu"] += issue
                 elif k == BARRIER:
                     cost["barrier"] += issue
+                if op.straddle and straddle_clk:  # its second fetch window arrives a quad later
+                    own += straddle_clk
+                    cost["fetch"] += straddle_clk
                 issued[KIND_NAMES[k]] += 1
                 any_issue = True
                 w.i += 1

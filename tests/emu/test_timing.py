@@ -105,6 +105,24 @@ def test_an_8_pass_mfma_leaves_passes_minus_its_hold_for_valu(asm_kernel, hold_8
     assert per == ISSUE * max(8, hold_8pass + k)
 
 
+def test_an_instruction_crossing_a_fetch_window_stalls_only_in_the_sensitivity(asm_kernel) -> None:
+    """Four 8-byte VALU ops fill one 32-byte window: 4-byte aligned, one of them crosses a window
+    boundary each repeat, and with fetch_straddle_cycles=1 it costs one more issue cycle (PR 203934's
+    rule); 8-byte aligned none does. The committed value (0) charges nothing either way."""
+    body = "  .rept {N}\n" + "  v_add_u32_e64 v40, 1, v41\n" * 4 + "  .endr\n  s_endpgm\n"
+    per: dict[tuple[str, int], float] = {}
+    for pad in ("", "  s_nop 0\n"):
+        for stall in (0, 1):
+            runs = []
+            for n in (8, 16):
+                kernel = asm_kernel(pad + body.replace("{N}", str(n))).code.kernels["k"]
+                rec = [[(list(range(len(kernel.instructions))), {})]]
+                runs.append(timing.replay(kernel, rec, {"fetch_straddle_cycles": stall}).clocks)
+            per[(pad, stall)] = (runs[1] - runs[0]) / 8
+    assert per[("", 0)] == per[("  s_nop 0\n", 0)] == 4 * ISSUE
+    assert sorted([per[("", 1)], per[("  s_nop 0\n", 1)]]) == [4 * ISSUE, 5 * ISSUE]
+
+
 @pytest.mark.parametrize("knob", ["mfma_valu_block", "mfma_own_valu_block"])
 def test_the_co_issue_sensitivity_knobs_serialise_valu_behind_the_mfma(asm_kernel, knob: str) -> None:
     # One wave: blocking the SIMD's VALU or only the issuing wave's gives the same serial sum.
