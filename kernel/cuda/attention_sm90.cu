@@ -86,7 +86,9 @@ namespace ra_cuda {
 // ---------------------------------------------------------------------------------------------
 // kernels: thin compositions of the parts
 
-template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode>
+/* kMerge: the decode split's merge in the kernel (split.cuh's merge_if_last); only launches with
+ * p.merge_in_kernel take this instantiation. */
+template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode, bool kMerge = false>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Plan = std::conditional_t<kDecode, sm90::DecodePlan, sm90::MainPlan>;
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
     if (threadIdx.x == 0) sm90::produce(p, sm);
   } else {
     setmaxnreg_inc<232>();
-    sm90::consume<kRound, L, kPP, kNQK, Plan>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+    sm90::consume<kRound, L, kPP, kNQK, kMerge, Plan>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
   }
 #endif
 }
@@ -377,7 +379,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
     constexpr Layout L = decltype(layout_c)::value;
     constexpr bool PP = decltype(pp_c)::value;
     constexpr bool NQK = decltype(nqk_c)::value;
-    /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans */
+    /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans, 12 in-kernel merges */
     const unsigned inst = (unsigned)(R * 2 + (L == Layout::kBHSD ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
@@ -386,12 +388,16 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
       p.num_splits = 1;
       p.split_blocks = p.num_n_blocks;
       const int want = split_rule(tiles, p.num_n_blocks, dev.sm_count);
+      /* decode's splits merge in the kernel; not NQK launches (seqlen_k <= 256, at most 2 key
+       * blocks) nor the 3-stage decode plan, which have no kMerge instantiation */
+      const bool mik =
+          !RA_CUDA_MERGE_KERNEL && RA_CUDA_DECODE_STAGES != 3 && !NQK && p.seqlen_q <= kMergeInKernelMaxRows;
       if (want > 1) {
         const int sb = (p.num_n_blocks + want - 1) / want;
         const int s = (p.num_n_blocks + sb - 1) / sb;
         const size_t rows = (size_t)p.batch * p.heads * p.seqlen_q;
         const size_t floats = (size_t)s * rows * (kHeadDim + 2);
-        const size_t counters = RA_CUDA_MERGE_KERNEL ? 0 : (size_t)tiles * 2; /* merge_if_last's */
+        const size_t counters = mik ? (size_t)tiles * 2 : 0; /* merge_if_last's */
         const size_t bytes = floats * sizeof(float) + counters * sizeof(int);
         const WorkspacePtrs ws = bytes <= kMaxWorkspaceBytes
                                      ? split_workspace(dev_id, stream, floats * sizeof(float), counters)
@@ -404,17 +410,17 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           p.part_cnt = ws.counters;
         }
       }
-      p.merge_in_kernel = !RA_CUDA_MERGE_KERNEL && p.num_splits > 1 && p.seqlen_q <= kMergeInKernelMaxRows;
+      p.merge_in_kernel = mik && p.num_splits > 1;
       p.num_tiles = (int)(tiles * p.num_splits);
       int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
       if (RA_CUDA_GRID_BALANCE) {
         const int waves = (p.num_tiles + dev.sm_count - 1) / dev.sm_count;
         grid = (p.num_tiles + waves - 1) / waves;
       }
-      bool decode = false;
+      bool launched = false;
       if constexpr (RA_CUDA_DECODE_STAGES == 3 && !NQK) {
-        decode = p.seqlen_q <= kDecodeMaxRows;
-        if (decode) {
+        launched = p.seqlen_q <= kDecodeMaxRows;
+        if (launched) {
           auto kernel = attn_fwd_sm90<R, L, PP, false, true>;
           constexpr size_t bytes = sm90::kSmemBytes<sm90::DecodePlan>;
           e = ensure_smem_attr(kernel, dev, uint64_t{1} << (30 + inst + (PP ? 6 : 0)), bytes);
@@ -422,7 +428,17 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
         }
       }
-      if (!decode) {
+      if constexpr (!RA_CUDA_MERGE_KERNEL && !NQK) {
+        if (!launched && p.merge_in_kernel) {
+          launched = true;
+          auto kernel = attn_fwd_sm90<R, L, PP, false, false, true>;
+          constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
+          e = ensure_smem_attr(kernel, dev, uint64_t{1} << (42 + inst + (PP ? 6 : 0)), bytes);
+          if (e != cudaSuccess) return;
+          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
+        }
+      }
+      if (!launched) {
         auto kernel = attn_fwd_sm90<R, L, PP, NQK, false>;
         constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
         e = ensure_smem_attr(kernel, dev, uint64_t{1} << (inst + (PP ? 6 : 0) + (NQK ? 12 : 0)), bytes);
@@ -470,7 +486,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

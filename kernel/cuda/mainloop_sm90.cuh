@@ -121,13 +121,43 @@ __device__ __forceinline__ KeyRange key_range(const FwdParams& p, int split) {
 /* One elected thread. Stage s of the K/V ring is used by key blocks kv = s, s + 2, ... counted over
  * all tiles of this CTA; the producer waits for the previous use to be released (parity flipped:
  * the first wait on a fresh barrier returns at once). */
+/* L2 prefetch for tiles of few key blocks (-DRA_CUDA_L2_PREFETCH=N, 0 = off, the default): before
+ * loading a tile, the producer asks L2 for the Q, K and V of the tile N tiles later in this CTA's
+ * list, so more bytes are in flight than the two-stage ring in shared memory holds; only where a
+ * tile has at most kPrefetchMaxBlocks key blocks (160 KB a tile at most, 21 MB over 132 SMs).
+ * Measured and dropped (docs/perf-notes.md v6): slower on every shape it touches, (256,32,128,128)
+ * 0.95x cuDNN -> 0.81x (N = 1) and 0.66x (N = 2), the cross shapes by 5-17 %. */
+#ifndef RA_CUDA_L2_PREFETCH
+#define RA_CUDA_L2_PREFETCH 0
+#endif
+constexpr int kPrefetchMaxBlocks = 2;
+
+__device__ __forceinline__ void prefetch_tile(const FwdParams& p, int tile) {
+  const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads, p.num_splits);
+  const KeyRange kr = key_range(p, t.split);
+  tma_prefetch_4d(&p.tma_q, 0, t.m * kBlockM, t.h, t.b);
+  tma_prefetch_4d(&p.tma_q, 64, t.m * kBlockM, t.h, t.b);
+  for (int n = kr.begin; n < kr.end; ++n) {
+    tma_prefetch_4d(&p.tma_k, 0, n * kBlockN, t.h, t.b);
+    tma_prefetch_4d(&p.tma_k, 64, n * kBlockN, t.h, t.b);
+    tma_prefetch_4d(&p.tma_v, 0, n * kBlockN, t.h, t.b);
+    tma_prefetch_4d(&p.tma_v, 64, n * kBlockN, t.h, t.b);
+  }
+}
+
 template <class P>
 __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
   int kv = 0;
   int tq = 0;
+  const bool prefetch = RA_CUDA_L2_PREFETCH > 0 && p.split_blocks <= kPrefetchMaxBlocks;
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
+    if (prefetch) {
+      /* the first call also covers the tiles between this one and the prefetch distance */
+      for (int a = tq == 0 ? 1 : RA_CUDA_L2_PREFETCH; a <= RA_CUDA_L2_PREFETCH; ++a)
+        if (tile + a * (int)gridDim.x < p.num_tiles) prefetch_tile(p, tile + a * (int)gridDim.x);
+    }
     const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads, p.num_splits);
     const KeyRange kr = key_range(p, t.split);
     const int qs = tq % kQStages;
@@ -218,7 +248,7 @@ __device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg)
   return !kPP && m_block * kBlockM + wg * 64 >= p.seqlen_q;
 }
 
-template <int kRound, Layout L, bool kPP, bool kNQK, class P>
+template <int kRound, Layout L, bool kPP, bool kNQK, bool kMerge, class P>
 __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg, int tid) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
@@ -371,7 +401,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
     if (p.num_splits > 1) {
       store_partial(p, o, sfm, t, row0, qc); /* split.cuh: the last split's warpgroup or a second launch rounds */
-      if (!RA_CUDA_MERGE_KERNEL && p.merge_in_kernel) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
+      if constexpr (kMerge) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
     } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {
       const int row1 = row0 + 8;
       uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;

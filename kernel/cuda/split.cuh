@@ -10,12 +10,13 @@
  *                                  in the epilogue's fixed order
  * where m_use is m, or 0 while m = -Inf (softmax.cuh). merge_row combines the splits of a row in
  * split order (fixed: bit-deterministic) and rounds once, in the requested mode, exactly like the
- * one-pass epilogue. With -DRA_CUDA_MERGE_KERNEL=0 and seqlen_q <= kMergeInKernelMaxRows (decode) it runs in the warpgroup that
+ * one-pass epilogue. Where seqlen_q <= kMergeInKernelMaxRows (decode) it runs in the warpgroup that
  * finishes a query block's rows last: each split's warpgroup fences its partials and adds 1 to the
  * rows' counter in part_cnt; the one that sees num_splits - 1 merges and resets the counter to 0
- * for the next launch, so no second launch is needed. Otherwise (the default build, or more rows
- * than warps to merge them at once) attn_merge_splits does, a second launch on the same stream, one
- * warp per row over the whole GPU. Either way:
+ * for the next launch, so no second launch is needed. That code is in its own kernel instantiation
+ * (attn_fwd_sm90's kMerge), so no other launch carries it. Otherwise (more rows than warps to merge
+ * them at once, or -DRA_CUDA_MERGE_KERNEL=1) attn_merge_splits does, a second launch on the same
+ * stream, one warp per row over the whole GPU. Either way:
  *   M = max_i m_i;  c_i = 2^((m_i - M) scale) (c_i = 1 where m_i = -Inf: its partials are 0, or NaN
  *   from a NaN score, and must stay so);  O = (sum_i c_i O_i) * (1 / sum_i c_i l_i).
  * Non-finite semantics are those of the one-pass kernel (docs/perf-notes.md, "NaN and Inf"): a NaN
@@ -62,11 +63,10 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, const float (&
   }
 }
 
-/* 1 (default): always attn_merge_splits, the path measured on the H200 (docs/perf-notes.md v5).
- * 0: decode's splits merge in the kernel (merge_if_last), written and compiled but NOT yet run on
- * a device: benchmarks/h200_split.py checks and times it with H200_LIBS="new=;mk0=-DRA_CUDA_MERGE_KERNEL=0". */
+/* 0 (default): decode's splits merge in the kernel (merge_if_last, in the kMerge instantiation);
+ * 1: always attn_merge_splits (the ablation, v5's default). docs/perf-notes.md v6 has both. */
 #ifndef RA_CUDA_MERGE_KERNEL
-#define RA_CUDA_MERGE_KERNEL 1
+#define RA_CUDA_MERGE_KERNEL 0
 #endif
 /* Rows a warpgroup's 4 warps merge at the end of its last split, one each: merge_row's two rounds of
  * L2 latency (~1.5 us) are paid once, not per row. */
