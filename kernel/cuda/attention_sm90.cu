@@ -74,6 +74,15 @@
 #define RA_CUDA_DECODE_STAGES 0
 #endif
 constexpr int kDecodeMaxRows = 64;
+/* The same 3-stage plan (1 Q buffer, 3 K/V stages, output stored from registers) for short keys,
+ * where the next tile's Q K^T is overlapped (seqlen_k <= 256, at most 2 key blocks a tile: a tile is
+ * mostly its loads), any seqlen_q, unsplit launches: 3, or 0 = never (the default). Aimed at the
+ * memory-bound (256,32,128,128): one more tile's K and V in flight per SM. Measured and dropped
+ * (docs/perf-notes.md v6, call 22): ncu 257 -> 331 us there, DRAM 86 -> 67 %. */
+#ifndef RA_CUDA_SHORT_STAGES
+#define RA_CUDA_SHORT_STAGES 0
+#endif
+static_assert(RA_CUDA_SHORT_STAGES != 3 || RA_CUDA_PINGPONG == 0, "the short-key plan has no ping-pong variant");
 /* 1: the persistent grid is the fewest CTAs that keep the number of tile waves, so every CTA gets
  * the same number of tiles (256 tiles: 128 CTAs of 2, not 124 of 2 and 8 of 1); no CTA gets more
  * tiles than with one CTA per SM. 0: one CTA per SM. */
@@ -428,6 +437,16 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
         }
       }
+      if constexpr (RA_CUDA_SHORT_STAGES == 3 && NQK && !PP) {
+        if (!launched && p.num_splits == 1) {
+          launched = true;
+          auto kernel = attn_fwd_sm90<R, L, false, true, true>;
+          constexpr size_t bytes = sm90::kSmemBytes<sm90::DecodePlan>;
+          e = ensure_smem_attr(kernel, dev, uint64_t{1} << (54 + inst), bytes);
+          if (e != cudaSuccess) return;
+          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
+        }
+      }
       if constexpr (!RA_CUDA_MERGE_KERNEL && !NQK) {
         if (!launched && p.merge_in_kernel) {
           launched = true;
@@ -486,7 +505,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {
