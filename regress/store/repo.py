@@ -8,7 +8,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -101,12 +101,13 @@ def get_or_create_case(session: Session, spec: CaseSpec) -> Case:
     return _get_or_create(session, Case, {"key": values.pop("key")}, **values)
 
 
-def bundle_stack(session: Session, bundle: dict[str, Any]) -> Stack:
-    """The stack row of a validated bundle; its name comes from the pins, not from the uploader.
+def stack_facts(bundle: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The name (from the pins) and the keys the store holds for a validated bundle's stack.
 
-    Shared rows are facts, not first come: the digest must be the one of the bundle's keys
-    (BundleError), and a stored stack with other keys is a conflict (BundleConflict)."""
-    from ..bundle import BundleError, first_difference
+    The digest must be the one of the bundle's keys (BundleError). A pinned stack's keys are its
+    pin's: a pinned, unhashed key may differ only on a run that declared its drift, and the stored
+    row keeps the pin's value (BundleConflict otherwise)."""
+    from ..bundle import BundleError
 
     st = bundle["stack"]
     computed = stack_digest({k: st["keys"].get(k) for k in HASHED_KEYS}, st["schema_version"])
@@ -131,9 +132,20 @@ def bundle_stack(session: Session, bundle: dict[str, Any]) -> Stack:
                 raise BundleConflict(
                     f"bundle.stack.keys.{key}: {str(st['keys'].get(key))[:80]!r} is not the value of "
                     f"stack {name}'s pin ({str(pin.expected.get(key))[:80]!r})"
-                    + ("" if key in HASHED_KEYS else "; the run records no drift (run.host.drift)")
+                    + ("" if key in HASHED_KEYS else "; the run records no drift (bundle.run.host.drift)")
                 )
         keys = {**st["keys"], **{k: pin.expected.get(k) for k in (*HASHED_KEYS, *PINNED_KEYS)}}
+    return name, keys
+
+
+def bundle_stack(session: Session, bundle: dict[str, Any]) -> Stack:
+    """The stack row of a validated bundle (`stack_facts`); its name comes from the pins, not from
+    the uploader. Shared rows are facts, not first come: a stored stack with other keys is a
+    conflict (BundleConflict)."""
+    from ..bundle import first_difference
+
+    st = bundle["stack"]
+    name, keys = stack_facts(bundle)
     stack = get_or_create_stack(
         session, digest=st["digest"], keys=keys, schema_version=st["schema_version"], name=name
     )
@@ -473,9 +485,14 @@ def import_bundle(
     run_doc = bundle["run"]
     existing = session.get(Run, run_doc["id"])
     if existing is not None:
-        from ..bundle import canonical, first_difference
+        from ..bundle import BundleError, canonical, first_difference, normalised
 
         stored, sent = canonical(export_bundle(session, existing.id)), canonical(bundle)
+        # The stack as the store holds it: a run that declared drift from its pin is stored under
+        # the pin's keys, so its own identical re-send was 409 (the live value is in run.host).
+        # A bundle whose stack the store would refuse differs anyway: its first difference is named.
+        with suppress(BundleError, BundleConflict):
+            sent["stack"]["keys"] = normalised(stack_facts(bundle)[1])
         if stored == sent:
             return existing.id, False
         where = first_difference(stored, sent)

@@ -7,6 +7,7 @@ real service on 127.0.0.1 or the real CLI.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from typing import Any
 
@@ -27,7 +28,9 @@ def post(service: Service, body: Any, token: str) -> requests.Response:
 
 
 def real() -> dict[str, Any]:
-    return real_bundles()[0]
+    """A committed real bundle that declares no drift from its pin (some were run with
+    --allow-drift; which file sorts first changes as results are committed)."""
+    return next(b for b in real_bundles() if not (b["run"].get("host") or {}).get("drift"))
 
 
 # ---- 1. an integer literal past Python's 4,300-digit limit is a 400 naming its path ----------
@@ -198,6 +201,13 @@ def test_5_a_run_that_declared_its_drift_is_stored_under_the_pins_keys(service: 
     resp = post(service, undeclared, service.token("h200-01"))
     assert resp.status_code == 409 and "run.host.drift" in resp.json()["error"], resp.text
     assert post(service, drifted, service.token("h200-01")).status_code == 201
+    # Its identical re-send (a lost answer, 20 racing uploads) is "identical", not 409 at
+    # bundle.stack.keys.os_kernel (the stored row holds the pin's value).
+    again = post(service, drifted, service.token("h200-01"))
+    assert again.status_code == 200, again.text
+    changed = copy.deepcopy(drifted)
+    changed["run"]["host"]["drift"] = ["another drift"]
+    assert post(service, changed, service.token("h200-01")).status_code == 409
     genuine = real()
     assert post(service, genuine, service.token("h200-01")).status_code == 201
     for run in (drifted, genuine):
@@ -221,7 +231,12 @@ def test_5_an_unpinned_stack_with_other_keys_is_409(service: Service) -> None:
     [("inject", {"slowdown": 30}), ("flags", ["-O0"]), ("compiler", "evil"), ("stats", {"max_registers": 1})],
 )
 def test_5_a_build_whose_facts_differ_is_409(service: Service, field: str, value: Any) -> None:
-    first, second = real_bundles()[2:4]  # two committed runs of one artifact
+    bundles = [b for b in real_bundles() if b.get("build")]
+    first, second = next(  # two committed runs of one artifact
+        (a, b)
+        for a, b in itertools.combinations(bundles, 2)
+        if a["build"]["artifact_hash"] == b["build"]["artifact_hash"]
+    )
     assert first["build"]["artifact_hash"] == second["build"]["artifact_hash"]
     evil = copy.deepcopy(first)
     evil["build"][field] = value
