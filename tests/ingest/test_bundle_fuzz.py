@@ -12,12 +12,14 @@ export and the static site must all render once every mutant has been sent.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -215,3 +217,13 @@ def test_mutated_bundles_are_refused_or_stored_and_readable(
         run_ids = list(session.scalars(select(Run.id)))
     for run_id in run_ids[:20]:
         assert main(["runs", "show", run_id, "--db", db_url]) == 0
+    # The gate's reports over stored runs (Markdown, HTML, JUnit XML, JSON): a verdict or a refusal
+    # (exit 0, 1, 2), never a crash, and every report well-formed.
+    for base, cand in itertools.pairwise(run_ids[:21]):
+        reports = tmp_path / f"gate-{cand}"
+        argv = ["gate", "--db", db_url, "--baseline", base, "--candidate", cand, "--report-dir", str(reports)]
+        assert main(argv) in (0, 1, 2)
+        for junit in reports.glob("*.junit.xml"):
+            ElementTree.parse(junit)
+        for report in reports.glob("*.json"):
+            json.loads(report.read_text())
