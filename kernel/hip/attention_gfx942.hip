@@ -48,10 +48,32 @@ __device__ __forceinline__ void inject_slowdown(const u32x4 (&qf)[kMTiles][4]) {
   constexpr int kExtra = (2 * kMTiles * kKTiles * 8 * RA_INJECT_SLOWDOWN_PCT + 50) / 100;
   f32x4 burn[4] = {};
 #pragma unroll
-  for (int i = 0; i < kExtra; ++i) mfma_16x16x16_bf16(burn[i & 3], lo_half(qf[0][i & 3]), hi_half(qf[1][i & 3]));
+  for (int i = 0; i < kExtra; ++i) {
+    if (RA_HIP_MFMA_NO_NOP && i < 4) /* no v_mov-zeroed C in front of an unguarded MFMA (step 2) */
+      mfma_16x16x16_bf16_first(burn[i], lo_half(qf[0][i]), hi_half(qf[1][i]));
+    else
+      mfma_16x16x16_bf16(burn[i & 3], lo_half(qf[0][i & 3]), hi_half(qf[1][i & 3]));
+  }
   mfma_fence(burn[0], burn[1], burn[2], burn[3]);
 }
 #endif
+
+/* Ablation (docs/hip-gfx942.md): RA_HIP_SETPRIO=1 raises the wave's priority while it issues an
+ * MFMA batch, so the matrix core is fed first and the other wave's softmax takes the slots left. */
+#ifndef RA_HIP_SETPRIO
+#define RA_HIP_SETPRIO 0
+#endif
+#ifndef RA_HIP_LAZY_RESCALE /* step 6, below */
+#define RA_HIP_LAZY_RESCALE 0
+#endif
+__device__ __forceinline__ void mfma_priority(bool up) {
+  if (RA_HIP_SETPRIO) {
+    if (up)
+      __builtin_amdgcn_s_setprio(1);
+    else
+      __builtin_amdgcn_s_setprio(0);
+  }
+}
 
 template <int R, int L>
 __device__ __forceinline__ void attention_body(const KernelArgs& a) {
@@ -86,6 +108,7 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   for (int mt = 0; mt < kMTiles; ++mt) {
     st[mt].m = neg_inf();
     st[mt].l = 0.0f;
+    st[mt].q = 0.0f;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = f32x4{0.f, 0.f, 0.f, 0.f};
   }
@@ -96,25 +119,63 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   cp.store(lds_k[0], lds_vt[0], t);
   block_barrier();
 
+#if RA_HIP_LDS_DEPTH > 0
+  const FragAddr fa(li, g);
+#endif
   for (uint32_t it = 0; it < n_tiles; ++it) {
     const int cur = (int)(it & 1u);
     const bool more = it + 1u < n_tiles;
-    if (more) cp.load(kb, vb, a.k_stride[2], a.v_stride[2], (it + 1u) * (uint32_t)kBlockK, a.seqlen_k, t);
+    if (more) {
+      const uint32_t next0 = (it + 1u) * (uint32_t)kBlockK;
+      if (RA_HIP_FULL_TILE_FAST && next0 + (uint32_t)kBlockK <= a.seqlen_k)
+        cp.load_full(kb, vb, a.k_stride[2], a.v_stride[2], next0, w, lane);
+      else
+        cp.load(kb, vb, a.k_stride[2], a.v_stride[2], next0, a.seqlen_k, t);
+    }
 
     if (active) {
       f32x4 s[kMTiles][kKTiles];
+      mfma_priority(true);
+#if RA_HIP_LDS_DEPTH > 0
+      u32x4 frag[kFrags];
+      score_tile_stream<RA_HIP_LDS_DEPTH>(s, qf, frag, lds_k[cur], lds_vt[cur], fa);
+#else
       score_tile(s, qf, lds_k[cur], li, g);
+#endif
+      mfma_priority(false);
 
       const uint32_t key0 = it * (uint32_t)kBlockK;
       const bool partial = key0 + (uint32_t)kBlockK > a.seqlen_k;
       bf16x4 p[kMTiles][kKTiles];
+#if RA_HIP_LAZY_RESCALE
+      /* Step 6: alpha = exp2(0) = 1 exactly when no row of the query tile raised its max, and
+       * x * 1 = x, so the 32 v_pk_mul are skipped unless some lane of the wave has alpha != 1
+       * (a wave-uniform branch: the timing model pays it on the share of tiles that raise a max). */
+      float alpha[kMTiles];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        alpha[mt] = online_softmax(st[mt], s[mt], p[mt], a.scale_log2e, partial, a.seqlen_k - key0, lane, g);
+      if (__builtin_amdgcn_ballot_w64(alpha[0] != 1.0f || alpha[1] != 1.0f) != 0u) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] *= alpha[mt];
+      }
+#else
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         const float alpha = online_softmax(st[mt], s[mt], p[mt], a.scale_log2e, partial, a.seqlen_k - key0, lane, g);
 #pragma unroll
         for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] *= alpha;
       }
+#endif
+      mfma_priority(true);
+#if RA_HIP_LDS_DEPTH > 0
+      pv_tile_stream<RA_HIP_LDS_DEPTH>(o, p, frag, lds_k[cur], lds_vt[cur], fa);
+#else
       pv_tile(o, p, lds_vt[cur], li, g);
+#endif
+      mfma_priority(false);
 #if RA_INJECT_SLOWDOWN_PCT > 0
       inject_slowdown(qf);
 #endif

@@ -212,6 +212,7 @@ class Predictor:
 # --- our kernel -------------------------------------------------------------------------------------
 
 KEYS_PER_TILE = 64  # kBlockK, kernel/hip/parts/layout.h
+ROWS_PER_WAVE = 32  # kRowsPerWave, kernel/hip/parts/layout.h
 
 
 class Ours:
@@ -223,14 +224,14 @@ class Ours:
         self.lib = EmuLibrary(code_object)
         self.layout = layout
 
-    def _record(self, mode: str, n: int) -> tuple[Kernel, list[list[RecordT]]]:
+    def _record(self, mode: str, n: int, rising: bool = False) -> tuple[Kernel, list[list[RecordT]]]:
         occ = timing.occupancy(next(iter(self.lib.code.kernels.values())), 512)
         rows = BLOCK_Q * occ.wgs_per_cu  # one CU's resident workgroups: that many query blocks
         sk = KEYS_PER_TILE * n
         if self.layout == "bshd":  # two heads make the rows strided; head 0's views are the call
-            q, k, v = (t[:, :, :1] for t in sample_qkv(rows, sk, KEYS_PER_TILE, False, "bshd", 2))
+            q, k, v = (t[:, :, :1] for t in sample_qkv(rows, sk, KEYS_PER_TILE, rising, "bshd", 2))
         else:
-            q, k, v = sample_qkv(rows, sk, KEYS_PER_TILE, False, "bhsd")
+            q, k, v = sample_qkv(rows, sk, KEYS_PER_TILE, rising, "bhsd")
         with recording() as sink:
             self.lib.forward(q, k, v, layout=self.layout, rounding=mode)  # type: ignore[arg-type]
         return sink[-1]
@@ -242,8 +243,21 @@ class Ours:
         tiles = math.ceil(shape.sk / KEYS_PER_TILE)
         kv_tile = 2 * KEYS_PER_TILE * shape.d * 2
         q_o = 2 * BLOCK_Q * shape.d * 2
-        grid = Grid("main", wgs, tiles, shape.bytes_qkvo(), float(wgs * (tiles * kv_tile + q_o)), shape.flops)
-        return [Launch(f"main-{mode}-{self.layout}", grid, lambda n: self._record(mode, n))]
+        # A build that skips the O rescale unless a running max rises (RA_HIP_LAZY_RESCALE, one
+        # branch per 32-row wave) pays the difference on the share of tiles that raise one; the
+        # branch-free builds cost the same on both inputs (rise_clocks_per_tile 0).
+        rate = rise_rate(tiles, ROWS_PER_WAVE, KEYS_PER_TILE)
+        grid = Grid(
+            "main", wgs, tiles, shape.bytes_qkvo(), float(wgs * (tiles * kv_tile + q_o)), shape.flops, rate
+        )
+        return [
+            Launch(
+                f"main-{mode}-{self.layout}",
+                grid,
+                lambda n: self._record(mode, n),
+                rise_record=lambda n: self._record(mode, n, rising=True),
+            )
+        ]
 
 
 def tflops(shape: Shape, ms: float) -> float:

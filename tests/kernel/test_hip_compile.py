@@ -188,6 +188,52 @@ def test_first_mfma_zero_c_step(tmp_path_factory):
         assert not mfma_hazards(co.path, name)
 
 
+# Ablation steps 2, 3, 6 and 8 (docs/hip-gfx942.md, "Design steps"), cumulative flag sets.
+_STEP1 = ("-DRA_HIP_FIRST_MFMA_ZERO_C=1",)
+DESIGN_STEPS = {
+    "step2": (*_STEP1, "-DRA_HIP_MFMA_NO_NOP=1"),
+    "step3": (*_STEP1, "-DRA_HIP_MFMA_NO_NOP=1", "-DRA_HIP_LDS_DEPTH=2"),
+    "step6": (
+        *_STEP1,
+        "-DRA_HIP_MFMA_NO_NOP=1",
+        "-DRA_HIP_LDS_DEPTH=2",
+        "-DRA_HIP_SETPRIO=1",
+        "-DRA_HIP_FULL_TILE_FAST=1",
+        "-DRA_HIP_LAZY_RESCALE=1",
+    ),
+    "step8": (
+        *_STEP1,
+        "-DRA_HIP_MFMA_NO_NOP=1",
+        "-DRA_HIP_LDS_DEPTH=2",
+        "-DRA_HIP_SETPRIO=1",
+        "-DRA_HIP_FULL_TILE_FAST=1",
+        "-DRA_HIP_LAZY_RESCALE=1",
+        "-DRA_HIP_SOFTMAX_FMA=1",
+        "-DRA_HIP_LDS_LANE_OFFSETS=1",
+    ),
+}
+
+
+@pytest.mark.parametrize("step", list(DESIGN_STEPS))
+def test_design_step_builds_and_scans_clean(tmp_path_factory, step):
+    """Each step keeps the instruction budget (128 MFMAs, 32 ds_read_b128 per kernel), fits 2 waves
+    per SIMD without scratch or spills, and its MFMA windows scan clean: without the per-MFMA
+    `s_nop 1` (step 2) the hazard freedom rests on the operand sources alone, so this is its proof
+    on the final instruction stream (the emulator re-checks it dynamically, tests/kernel/test_hip_emu.py)."""
+    co = compile_variant(tmp_path_factory, *DESIGN_STEPS[step])
+    funcs = co.functions()
+    for name in VARIANTS:
+        r = co.resources[name]
+        assert r["ScratchSize [bytes/lane]"] == "0" and r["VGPRs Spill"] == "0" and r["SGPRs Spill"] == "0"
+        assert int(r["VGPRs"]) + int(r["AGPRs"]) <= 256
+        assert sum(MFMA in ln for ln in funcs[name]) == MFMA_PER_KERNEL
+        assert sum("ds_read_b128" in ln for ln in funcs[name]) == 32
+        nops = [ln for ln in funcs[name] if "\ts_nop 1" in ln]
+        assert len(nops) < MFMA_PER_KERNEL // 4, (name, len(nops))  # no longer one per MFMA
+        problems = mfma_hazards(co.path, name)
+        assert not problems, f"{name}: {len(problems)} finding(s), first: {problems[:5]}"
+
+
 @pytest.mark.parametrize(
     "defines",
     [

@@ -176,26 +176,52 @@ def test_rounding_swap_drill_fails_the_quick_nightly(tmp_path: Path, cache: Path
     }
 
 
-STEP1 = ("-DRA_HIP_FIRST_MFMA_ZERO_C=1",)  # ablation step 1, docs/hip-gfx942.md
+# Ablation steps (docs/hip-gfx942.md, "Design steps"): each cumulative flag set must give the default
+# build's bits, all modes and layouts, tails too, and pass every quick case strictly.
+STEP1 = ("-DRA_HIP_FIRST_MFMA_ZERO_C=1",)
+STEP2 = (*STEP1, "-DRA_HIP_MFMA_NO_NOP=1")
+STEP3 = (*STEP2, "-DRA_HIP_LDS_DEPTH=2")
+STEP4 = (*STEP3, "-DRA_HIP_SETPRIO=1")
+STEP5 = (*STEP4, "-DRA_HIP_FULL_TILE_FAST=1")
+STEP6 = (*STEP5, "-DRA_HIP_LAZY_RESCALE=1")
+STEP7 = (*STEP6, "-DRA_HIP_SOFTMAX_FMA=1")  # changes bits: checked against the contract below
+STEPS = {
+    "step1": STEP1,
+    "step2": STEP2,
+    "step3": STEP3,
+    "step4": STEP4,
+    "step5": STEP5,
+    "step6": STEP6,
+    "step7": STEP7,
+    "step8": (*STEP7, "-DRA_HIP_LDS_LANE_OFFSETS=1"),
+}
+# Step -> the build whose bits it must reproduce exactly (None: the default build).
+BIT_IDENTICAL = {f"step{i}": None for i in range(1, 7)} | {"step8": "step7"}
+LATEST = "step8"
 
 
-def test_first_mfma_zero_c_step_changes_no_bit(cache: Path) -> None:
-    """The literal-0 first MFMA gives the default build's bits, all modes and layouts, tails too."""
-    clean = EmuLibrary(build_kernel("hip-emu", cache_dir=cache).path)
-    step = EmuLibrary(build_kernel("hip-emu", extra_flags=STEP1, cache_dir=cache).path)
+@pytest.mark.parametrize("step", list(BIT_IDENTICAL))
+def test_design_step_changes_no_bit(cache: Path, step: str) -> None:
+    """The step's code object gives its base build's bits, all modes and layouts, tails too."""
+    base = BIT_IDENTICAL[step]
+    clean = EmuLibrary(build_kernel("hip-emu", extra_flags=STEPS[base] if base else (), cache_dir=cache).path)
+    lib = EmuLibrary(build_kernel("hip-emu", extra_flags=STEPS[step], cache_dir=cache).path)
     for shape in (Shape(1, 2, 40, 77), Shape(1, 1, 130, 64)):
         q, k, v = (x.contiguous() for x in make_inputs_bhsd(shape, seed=5, device="cpu"))
-        for mode in ("rtne", "rtna", "rtz"):
-            a = clean.forward(q, k, v, layout="bhsd", rounding=mode)
-            b = step.forward(q, k, v, layout="bhsd", rounding=mode)
-            assert torch.equal(a.view(torch.int16), b.view(torch.int16)), (shape, mode)
+        for layout in ("bhsd", "bshd"):  # bshd: the strided kernels
+            qq, kk, vv = (x.transpose(1, 2).contiguous() if layout == "bshd" else x for x in (q, k, v))
+            for mode in ("rtne", "rtna", "rtz"):
+                a = clean.forward(qq, kk, vv, layout=layout, rounding=mode)
+                b = lib.forward(qq, kk, vv, layout=layout, rounding=mode)
+                assert torch.equal(a.view(torch.int16), b.view(torch.int16)), (step, shape, layout, mode)
 
 
 @pytest.mark.slow
-def test_first_mfma_zero_c_step_passes_every_quick_case(cache: Path) -> None:
+@pytest.mark.parametrize("step", ["step1", LATEST])
+def test_design_step_passes_every_quick_case(cache: Path, step: str) -> None:
     """Every case of the quick hip-emu nightly (determinism and ULP, the directed rounding cases
     included) passes on the step's code object, run strictly (any hazard raises)."""
-    art = build_kernel("hip-emu", extra_flags=STEP1, cache_dir=cache)
+    art = build_kernel("hip-emu", extra_flags=STEPS[step], cache_dir=cache)
     ctx = make_context(art.path, "cpu", CaseOptions(quick=True, seed=42, iterations=None))
     failed = []
     for name in ("determinism", "ulp"):
@@ -205,3 +231,25 @@ def test_first_mfma_zero_c_step_passes_every_quick_case(cache: Path) -> None:
             if result.status not in ("pass", "skip"):
                 failed.append((spec.name, result.status, result.message[:200]))
     assert not failed, failed
+
+
+def test_softmax_fma_step_meets_the_contract(cache: Path) -> None:
+    """Step 7 (fma exponent argument, ties-away P, paired row sums) changes bits by rounding only:
+    every mode meets the contract's scaled-ULP limit against fp64 with the default build's
+    non-finite positions and bits, on tails and a cross-attention shape."""
+    clean = EmuLibrary(build_kernel("hip-emu", cache_dir=cache).path)
+    lib = EmuLibrary(build_kernel("hip-emu", extra_flags=STEP7, cache_dir=cache).path)
+    contract = load_contract()
+    for shape in (Shape(1, 2, 40, 77), Shape(1, 1, 130, 200)):
+        q, k, v = (x.contiguous() for x in make_inputs_bhsd(shape, seed=7, device="cpu"))
+        ref, mag = reference.reference_attention(q, k, v, layout="bhsd", scale=HEAD_DIM**-0.5)
+        for mode in ("rtne", "rtna", "rtz"):
+            a = clean.forward(q, k, v, layout="bhsd", rounding=mode)
+            b = lib.forward(q, k, v, layout="bhsd", rounding=mode)
+            bits = reference.to_bhsd_bits(b, "bhsd")
+            m = compare(bits, numerics.reference_bits(ref, mode), ref, mag)
+            assert m["nonfinite_mismatches"] == 0, (shape, mode)
+            assert m["scaled_ulp_max"] <= contract.scaled_ulp_limit(mode), (shape, mode, m["scaled_ulp_max"])
+            nf = ~torch.isfinite(a.float())
+            assert torch.equal(nf, ~torch.isfinite(b.float()))
+            assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16))

@@ -37,6 +37,12 @@ struct KernelArgs {
   uint32_t flip_lsb;   /* fire drill RA_INJECT_NONDET: 1 on odd-numbered launches */
 };
 
+/* Ablation step 5 (docs/hip-gfx942.md, "Design steps"): tiles wholly below seqlen_k copy without
+ * per-load bounds tests (TileCopy::load_full) and skip the key mask's compares. 0: one path. */
+#ifndef RA_HIP_FULL_TILE_FAST
+#define RA_HIP_FULL_TILE_FAST 0
+#endif
+
 /* Element offset of sequence row `row` (head_dim 128 is also the packed seq stride). */
 template <int L>
 __device__ __forceinline__ int64_t row_offset(uint32_t row, int64_t seq_stride) {

@@ -63,6 +63,31 @@ struct TileCopy {
     }
   }
 
+  /* The same copy for a tile wholly below seqlen_k (step 5): no per-load bounds test, and the rows
+   * addressed from wave-uniform bases (a wave's V keys 8w..8w+7 and K rows 4w + 32i are uniform,
+   * only the lane's column and K's row within the wave vary), so the address arithmetic is scalar
+   * but for one 64-bit add per K load. Same bytes as load(). */
+  __device__ __forceinline__ void load_full(const uint16_t* kbase, const uint16_t* vbase, int64_t k_seq_stride,
+                                            int64_t v_seq_stride, uint32_t key0, int w, int lane) {
+    const int64_t klane = row_offset<L>((uint32_t)(lane >> 4), k_seq_stride) + 8 * (lane & 15);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      /* Each K row set from its own scalar base: folded into one base + 8 KiB (packed), the second
+       * address took a v_add_co/v_addc pair (the 13-bit load offset cannot hold it). */
+      uint32_t rows = 32u * (uint32_t)i;
+      asm("" : "+s"(rows));
+      const uint16_t* krow = kbase + row_offset<L>(key0 + 4u * (uint32_t)w + rows, k_seq_stride);
+      k[i] = *reinterpret_cast<const u32x4*>(krow + klane);
+    }
+    const uint16_t* vrow = vbase + row_offset<L>(key0 + 8u * (uint32_t)w, v_seq_stride);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      v[e] = *reinterpret_cast<const unsigned int*>(vrow + row_offset<L>((uint32_t)e, v_seq_stride) + 2 * lane);
+    /* Keeps the optimiser from merging this block's last load into load()'s guarded one (it did:
+     * the merged path waited vmcnt(0) right after issuing the tile's loads). */
+    asm volatile("");
+  }
+
   __device__ __forceinline__ void store(u32x4* lds_k, u32x4* lds_vt, int t) const {
 #pragma unroll
     for (int i = 0; i < 2; ++i) lds_k[k_lds_index(k_copy_row(t, i), k_copy_granule(t))] = k[i];
@@ -114,8 +139,10 @@ __device__ __forceinline__ void score_tile(f32x4 (&s)[kMTiles][kKTiles], const u
 }
 
 /* o[mt][dt] += V^T P^T: lane holds O[query 16 mt + li][dim 16 dt + 4g + r]. */
-__device__ __forceinline__ void pv_tile(f32x4 (&o)[kMTiles][kDTiles], const bf16x4 (&p)[kMTiles][kKTiles],
+__device__ __forceinline__ void pv_tile(f32x4 (&o)[kMTiles][kDTiles], bf16x4 (&p)[kMTiles][kKTiles],
                                         const u32x4* lds_vt, int li, int g) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) mfma_entry_fence(o[mt], p[mt]); /* step 2; empty otherwise */
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) {
     const int d = 16 * dt + li;
@@ -126,6 +153,114 @@ __device__ __forceinline__ void pv_tile(f32x4 (&o)[kMTiles][kDTiles], const bf16
       for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(o[mt][dt], lo_half(vf), p[mt][2 * c]);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(o[mt][dt], hi_half(vf), p[mt][2 * c + 1]);
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    mfma_fence(o[mt][0], o[mt][1], o[mt][2], o[mt][3], o[mt][4], o[mt][5], o[mt][6], o[mt][7]);
+  }
+}
+
+/* Ablation step 3 (docs/hip-gfx942.md, "Design steps"): the 32 LDS fragment reads of a tile (16 K,
+ * then 16 V^T) as one stream kept RA_HIP_LDS_DEPTH reads ahead of the MFMAs that use them, instead
+ * of each read waited for (lgkmcnt(0)) right before its four MFMAs. The MFMAs are asm volatile, and
+ * LLVM orders memory accesses against them, so the program order written here is the issue order;
+ * SIInsertWaitcnts then waits with lgkmcnt(depth). The first V^T reads are issued under the last
+ * score MFMAs and are in flight through the softmax. Fragment f[i]: i < 16 K (key tile i/4, dims
+ * 32(i%4) + 8g), else V^T (dim tile (i-16)/2, keys 32((i-16)%2) + 8g). 0 keeps score_tile/pv_tile. */
+#ifndef RA_HIP_LDS_DEPTH
+#define RA_HIP_LDS_DEPTH 0
+#endif
+constexpr int kFrags = 2 * kKTiles * 4; /* 16 K + 16 V^T reads per wave per tile */
+
+/* Ablation step 8: each lane's LDS byte offsets, computed once before the tile loop. The swizzles
+ * depend only on the low bits of a K row (key tile kt & 1) and of a V^T row (dim tile dt & 3), so
+ * 8 K and 8 V^T offsets per lane cover all 32 reads; the rest (kt >> 1, dt >> 2, the buffer) is a
+ * constant or scalar added to them, and the per-read v_lshl_or / v_add address arithmetic goes. */
+#ifndef RA_HIP_LDS_LANE_OFFSETS
+#define RA_HIP_LDS_LANE_OFFSETS 0
+#endif
+struct FragAddr {
+  int li, g;
+#if RA_HIP_LDS_LANE_OFFSETS
+  uint32_t k[8]; /* [(kt & 1) * 4 + p]: 16 * k_lds_index(tile_key(kt & 1, li), 4p + g) */
+  uint32_t v[8]; /* [(dt & 3) * 2 + c]: 16 * vt_lds_index(16 (dt & 3) + li, 4c + g) */
+#endif
+  __device__ __forceinline__ FragAddr(int li_, int g_) : li(li_), g(g_) {
+#if RA_HIP_LDS_LANE_OFFSETS
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int p = 0; p < 4; ++p) k[4 * h + p] = 16u * (uint32_t)k_lds_index(tile_key(h, li), 4 * p + g);
+#pragma unroll
+    for (int d = 0; d < 4; ++d)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) v[2 * d + c] = 16u * (uint32_t)vt_lds_index(16 * d + li, 4 * c + g);
+#endif
+  }
+};
+
+__device__ __forceinline__ u32x4 read_frag(int i, const u32x4* lds_k, const u32x4* lds_vt, const FragAddr& fa) {
+#if RA_HIP_LDS_LANE_OFFSETS
+  static_assert(kLdsKBytes == 16384 && kLdsVBytes == 16384, "offsets below assume 64 x 128 tiles");
+  if (i < 16) {
+    const int kt = i >> 2;
+    return *reinterpret_cast<const u32x4*>(reinterpret_cast<const char*>(lds_k) + fa.k[4 * (kt & 1) + (i & 3)] +
+                                           8192 * (kt >> 1));
+  }
+  const int j = i - 16, dt = j >> 1;
+  return *reinterpret_cast<const u32x4*>(reinterpret_cast<const char*>(lds_vt) + fa.v[2 * (dt & 3) + (j & 1)] +
+                                         8192 * (dt >> 2));
+#else
+  if (i < 16) return lds_k[k_lds_index(tile_key(i >> 2, fa.li), 4 * (i & 3) + fa.g)];
+  const int j = i - 16;
+  return lds_vt[vt_lds_index(16 * (j >> 1) + fa.li, 4 * (j & 1) + fa.g)];
+#endif
+}
+
+template <int D>
+__device__ __forceinline__ void score_tile_stream(f32x4 (&s)[kMTiles][kKTiles], const u32x4 (&qf)[kMTiles][4],
+                                                  u32x4 (&f)[kFrags], const u32x4* lds_k, const u32x4* lds_vt,
+                                                  const FragAddr& fa) {
+  static_assert(RA_HIP_FIRST_MFMA_ZERO_C, "the stream starts every score chain from the literal 0");
+#pragma unroll
+  for (int i = 0; i < D; ++i) f[i] = read_frag(i, lds_k, lds_vt, fa);
+#pragma unroll
+  for (int kt = 0; kt < kKTiles; ++kt) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const int i = 4 * kt + p;
+      if (i + D < kFrags) f[i + D] = read_frag(i + D, lds_k, lds_vt, fa);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if (p == 0)
+          mfma_16x16x16_bf16_first(s[mt][kt], lo_half(f[i]), lo_half(qf[mt][p]));
+        else
+          mfma_16x16x16_bf16(s[mt][kt], lo_half(f[i]), lo_half(qf[mt][p]));
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(s[mt][kt], hi_half(f[i]), hi_half(qf[mt][p]));
+    }
+  }
+  mfma_fence(s[0][0], s[0][1], s[0][2], s[0][3], s[1][0], s[1][1], s[1][2], s[1][3]);
+}
+
+template <int D>
+__device__ __forceinline__ void pv_tile_stream(f32x4 (&o)[kMTiles][kDTiles], bf16x4 (&p)[kMTiles][kKTiles],
+                                               u32x4 (&f)[kFrags], const u32x4* lds_k, const u32x4* lds_vt,
+                                               const FragAddr& fa) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) mfma_entry_fence(o[mt], p[mt]);
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int i = 16 + 2 * dt + c;
+      if (i + D < kFrags) f[i + D] = read_frag(i + D, lds_k, lds_vt, fa);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(o[mt][dt], lo_half(f[i]), p[mt][2 * c]);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(o[mt][dt], hi_half(f[i]), p[mt][2 * c + 1]);
     }
   }
 #pragma unroll

@@ -36,12 +36,28 @@ typedef unsigned int u32x2 __attribute__((ext_vector_type(2)));
 #define RA_HIP_MFMA_BUILTIN 0
 #endif
 
+/* Ablation step 2 (docs/hip-gfx942.md, "Design steps"): no `s_nop 1` in the wrapper. An MFMA's
+ * A/B/C operands are then never written by a VALU within 2 wait states by construction: K and V^T
+ * fragments come from ds_read, Q from global loads, a score chain's C from the previous MFMA of the
+ * chain (0 wait states) or the literal 0 (step 1, required), and the PV batch's VALU-written inputs
+ * (P and the rescaled O) pass mfma_entry_fence() first, an `s_nop 1` that takes them as "+v"
+ * operands, so every VALU write of them is ordered before it. The static scan and the emulator's
+ * dynamic checker re-prove it on the final instruction stream. 0 keeps the old wrapper. */
+#ifndef RA_HIP_MFMA_NO_NOP
+#define RA_HIP_MFMA_NO_NOP 0
+#endif
+#if RA_HIP_MFMA_NO_NOP
+#define RA_MFMA_PRE_ASM ""
+#else
+#define RA_MFMA_PRE_ASM "s_nop 1\n\t"
+#endif
+
 /* acc += a * b, a: A operand (16x16 row-major slice), b: B operand. */
 __device__ __forceinline__ void mfma_16x16x16_bf16(f32x4& acc, bf16x4 a, bf16x4 b) {
 #if RA_HIP_MFMA_BUILTIN
   acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, acc, 0, 0, 0);
 #else
-  asm volatile("s_nop 1\n\tv_mfma_f32_16x16x16_bf16 %0, %1, %2, %0" : "+v"(acc) : "v"(a), "v"(b));
+  asm volatile(RA_MFMA_PRE_ASM "v_mfma_f32_16x16x16_bf16 %0, %1, %2, %0" : "+v"(acc) : "v"(a), "v"(b));
 #endif
 }
 
@@ -52,13 +68,16 @@ __device__ __forceinline__ void mfma_16x16x16_bf16(f32x4& acc, bf16x4 a, bf16x4 
 #ifndef RA_HIP_FIRST_MFMA_ZERO_C
 #define RA_HIP_FIRST_MFMA_ZERO_C 0
 #endif
+#if RA_HIP_MFMA_NO_NOP && !RA_HIP_FIRST_MFMA_ZERO_C
+#error "RA_HIP_MFMA_NO_NOP needs RA_HIP_FIRST_MFMA_ZERO_C: v_mov-zeroed score accumulators would feed an MFMA unguarded"
+#endif
 
 /* acc = a * b: the first MFMA of an accumulation chain. */
 __device__ __forceinline__ void mfma_16x16x16_bf16_first(f32x4& acc, bf16x4 a, bf16x4 b) {
 #if RA_HIP_MFMA_BUILTIN
   acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, f32x4{0.f, 0.f, 0.f, 0.f}, 0, 0, 0);
 #else
-  asm volatile("s_nop 1\n\tv_mfma_f32_16x16x16_bf16 %0, %1, %2, 0" : "=&v"(acc) : "v"(a), "v"(b));
+  asm volatile(RA_MFMA_PRE_ASM "v_mfma_f32_16x16x16_bf16 %0, %1, %2, 0" : "=&v"(acc) : "v"(a), "v"(b));
 #endif
 }
 
@@ -75,6 +94,19 @@ __device__ __forceinline__ void mfma_fence(f32x4& a0, f32x4& a1, f32x4& a2, f32x
                                            f32x4& a6, f32x4& a7) {
   asm volatile(RA_MFMA_FENCE_ASM
                : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7));
+}
+
+/* Start of an MFMA batch whose inputs a VALU wrote (step 2): 2 wait states after the last write of
+ * the 8 O accumulators and 4 P fragments of one query tile. */
+#if RA_HIP_MFMA_NO_NOP && !RA_HIP_MFMA_BUILTIN
+#define RA_MFMA_ENTRY_ASM "s_nop 1"
+#else
+#define RA_MFMA_ENTRY_ASM ""
+#endif
+__device__ __forceinline__ void mfma_entry_fence(f32x4 (&o)[8], bf16x4 (&p)[4]) {
+  asm volatile(RA_MFMA_ENTRY_ASM
+               : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]),
+                 "+v"(p[0]), "+v"(p[1]), "+v"(p[2]), "+v"(p[3]));
 }
 
 /* The low / high 8 bytes of a 16-byte load as an MFMA operand. */
@@ -96,6 +128,13 @@ __device__ __forceinline__ unsigned int pack_p_bf16(float lo, float hi) {
   a += 0x7FFFu + ((a >> 16) & 1u);
   b += 0x7FFFu + ((b >> 16) & 1u);
   return __builtin_amdgcn_perm(b, a, 0x07060302u); /* high halves of a (low) and b (high) */
+}
+
+/* The same, rounding to nearest with ties away from zero (step 7): one add each, no v_bfe. */
+__device__ __forceinline__ unsigned int pack_p_bf16_rna(float lo, float hi) {
+  const unsigned int a = __builtin_bit_cast(unsigned int, lo) + 0x8000u;
+  const unsigned int b = __builtin_bit_cast(unsigned int, hi) + 0x8000u;
+  return __builtin_amdgcn_perm(b, a, 0x07060302u);
 }
 
 }  // namespace ra_gfx942

@@ -21,6 +21,7 @@
 #ifndef RA_HIP_SOFTMAX_H
 #define RA_HIP_SOFTMAX_H
 
+#include "dispatch.h"
 #include "layout.h"
 #include "mfma.h"
 
@@ -29,9 +30,49 @@ namespace ra_gfx942 {
 struct RowState {
   float m; /* running max of raw scores (unscaled; scale > 0 so max commutes with it) */
   float l; /* this lane's partial row sum */
+  float q; /* step 7: m_use * scale_log2e as rounded once, the exponent offset of this row's p */
 };
 
+/* Ablation step 7 (docs/hip-gfx942.md, "Design steps"); changes bits, within the contract:
+ *   - exponent argument fma(s, c, -q) with q = round(m_use * c), one v_fma instead of v_sub + v_mul.
+ *     The rounding of q is common to every p of the row in this tile, so it cancels in O / l; alpha
+ *     is exp2(q_old - q_new) of the same rounded offsets (exactly 1 when the max did not move, so
+ *     the lazy rescale of step 6 still sees 1);
+ *   - P to bf16 by round-to-nearest, ties away (one add of 0x8000 before the packing v_perm,
+ *     instead of v_bfe + v_add3 for ties-to-even); only the rare exact tie differs;
+ *   - the row's partial sum in pairs (v_pk_add_f32), 9 adds instead of 16 per query tile.
+ * Non-finite cases keep their meaning: -Inf scores give fma(-Inf, c, -q) = -Inf -> p = 0; a +Inf
+ * score makes q = +Inf and fma(+Inf, c, -Inf) = NaN; NaN stays NaN; bf16 NaN/Inf survive the +0x8000. */
+#ifndef RA_HIP_SOFTMAX_FMA
+#define RA_HIP_SOFTMAX_FMA 0
+#endif
+
 __device__ __forceinline__ float neg_inf() { return -__builtin_inff(); }
+
+/* Step 7's exponentials, row sum and P packing (see above). */
+__device__ __forceinline__ float softmax_tail_fma(RowState& st, const f32x4 (&s)[kKTiles], bf16x4 (&p)[kKTiles],
+                                                  float m_new, float m_use, float scale_log2e) {
+  /* No contraction: q is rounded once and that q is used everywhere (clang's default
+   * fp-contract=fast turned st.q - m_use * c into an fma, and alpha was never exactly 1). */
+#pragma clang fp contract(off)
+  const float q = m_use * scale_log2e;
+  const float alpha = (st.m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f(st.q - q);
+  typedef float f32x2 __attribute__((ext_vector_type(2)));
+  f32x2 sum2 = {0.0f, 0.0f};
+#pragma unroll
+  for (int kt = 0; kt < kKTiles; ++kt) {
+    float e[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) e[r] = __builtin_amdgcn_exp2f(__builtin_fmaf(s[kt][r], scale_log2e, -q));
+    sum2 += f32x2{e[0], e[1]};
+    sum2 += f32x2{e[2], e[3]};
+    p[kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[0], e[1]), pack_p_bf16_rna(e[2], e[3])});
+  }
+  st.l = __builtin_fmaf(st.l, alpha, sum2.x + sum2.y);
+  st.m = m_new;
+  st.q = q;
+  return alpha;
+}
 
 /* Updates one query tile's state with this K/V tile's scores, writes P (bf16, B-operand layout of the
  * PV MFMA) and returns alpha, the factor the O accumulators must be multiplied by. */
@@ -39,6 +80,11 @@ __device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles
                                                 float scale_log2e, bool partial, uint32_t keys_left,
                                                 int lane, int g) {
   if (partial) {
+#if RA_HIP_FULL_TILE_FAST
+    /* Opaque to the optimiser, so the 16 key compares stay inside this branch instead of being
+     * speculated into every tile (step 5). */
+    asm volatile("" : "+s"(keys_left));
+#endif
 #pragma unroll
     for (int kt = 0; kt < kKTiles; ++kt)
 #pragma unroll
@@ -55,6 +101,9 @@ __device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles
 
   const float m_new = __builtin_fmaxf(st.m, mx);
   const float m_use = (m_new == neg_inf()) ? 0.0f : m_new;
+#if RA_HIP_SOFTMAX_FMA
+  return softmax_tail_fma(st, s, p, m_new, m_use, scale_log2e);
+#else
   const float alpha = (st.m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f((st.m - m_use) * scale_log2e);
 
   float sum = 0.0f;
@@ -71,6 +120,7 @@ __device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles
   st.l = st.l * alpha + sum;
   st.m = m_new;
   return alpha;
+#endif
 }
 
 }  // namespace ra_gfx942
