@@ -24,6 +24,7 @@
  * chosen by dispatch_variant() (parts/dispatch.h).
  */
 #include "parts/compat.h"
+#include "parts/steps.h"
 
 #include "parts/dispatch.h"
 #include "parts/epilogue.h"
@@ -60,12 +61,6 @@ __device__ __forceinline__ void inject_slowdown(const u32x4 (&qf)[kMTiles][4]) {
 
 /* Ablation (docs/hip-gfx942.md): RA_HIP_SETPRIO=1 raises the wave's priority while it issues an
  * MFMA batch, so the matrix core is fed first and the other wave's softmax takes the slots left. */
-#ifndef RA_HIP_SETPRIO
-#define RA_HIP_SETPRIO 0
-#endif
-#ifndef RA_HIP_LAZY_RESCALE /* step 6, below */
-#define RA_HIP_LAZY_RESCALE 0
-#endif
 __device__ __forceinline__ void mfma_priority(bool up) {
   if (RA_HIP_SETPRIO) {
     if (up)
@@ -108,7 +103,7 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   for (int mt = 0; mt < kMTiles; ++mt) {
     st[mt].m = neg_inf();
     st[mt].l = 0.0f;
-    st[mt].q = 0.0f;
+    st[mt].q = 0.0f; /* used by step 7 only */
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = f32x4{0.f, 0.f, 0.f, 0.f};
   }

@@ -174,7 +174,7 @@ def test_first_mfma_zero_c_step(tmp_path_factory):
     """Ablation step 1 (RA_HIP_FIRST_MFMA_ZERO_C=1): per kernel, 8 of the 128 MFMAs (the first of
     each of the 8 score chains, 2 query x 4 key tiles) take the constant 0 as SrcC in place of the
     v_mov zeroing; no scratch, no spill, and the static hazard scan finds nothing."""
-    co = compile_variant(tmp_path_factory, "-DRA_HIP_FIRST_MFMA_ZERO_C=1")
+    co = compile_variant(tmp_path_factory, "-DRA_HIP_LEGACY=1", "-DRA_HIP_FIRST_MFMA_ZERO_C=1")
     funcs = co.functions()
     for name in VARIANTS:
         assert co.resources[name]["ScratchSize [bytes/lane]"] == "0"
@@ -188,29 +188,16 @@ def test_first_mfma_zero_c_step(tmp_path_factory):
         assert not mfma_hazards(co.path, name)
 
 
-# Ablation steps 2, 3, 6 and 8 (docs/hip-gfx942.md, "Design steps"), cumulative flag sets.
-_STEP1 = ("-DRA_HIP_FIRST_MFMA_ZERO_C=1",)
+# Ablation steps (docs/hip-gfx942.md, "Design steps"): the default build is step 8; -DRA_HIP_LEGACY=1
+# is step 0 and the flags turn steps back on one by one (cumulative sets).
+_LEGACY = ("-DRA_HIP_LEGACY=1",)
+_STEP1 = (*_LEGACY, "-DRA_HIP_FIRST_MFMA_ZERO_C=1")
+_STEP3 = (*_STEP1, "-DRA_HIP_MFMA_NO_NOP=1", "-DRA_HIP_LDS_DEPTH=2")
 DESIGN_STEPS = {
     "step2": (*_STEP1, "-DRA_HIP_MFMA_NO_NOP=1"),
-    "step3": (*_STEP1, "-DRA_HIP_MFMA_NO_NOP=1", "-DRA_HIP_LDS_DEPTH=2"),
-    "step6": (
-        *_STEP1,
-        "-DRA_HIP_MFMA_NO_NOP=1",
-        "-DRA_HIP_LDS_DEPTH=2",
-        "-DRA_HIP_SETPRIO=1",
-        "-DRA_HIP_FULL_TILE_FAST=1",
-        "-DRA_HIP_LAZY_RESCALE=1",
-    ),
-    "step8": (
-        *_STEP1,
-        "-DRA_HIP_MFMA_NO_NOP=1",
-        "-DRA_HIP_LDS_DEPTH=2",
-        "-DRA_HIP_SETPRIO=1",
-        "-DRA_HIP_FULL_TILE_FAST=1",
-        "-DRA_HIP_LAZY_RESCALE=1",
-        "-DRA_HIP_SOFTMAX_FMA=1",
-        "-DRA_HIP_LDS_LANE_OFFSETS=1",
-    ),
+    "step3": _STEP3,
+    "step6": (*_STEP3, "-DRA_HIP_SETPRIO=1", "-DRA_HIP_FULL_TILE_FAST=1", "-DRA_HIP_LAZY_RESCALE=1"),
+    "step8": (),
 }
 
 

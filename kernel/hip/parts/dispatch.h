@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "steps.h"
+
 namespace ra_gfx942 {
 
 /* Layout classes. kPacked: Q, K, V and O all have seq stride 128 (BHSD, rows back to back), so row
@@ -38,10 +40,7 @@ struct KernelArgs {
 };
 
 /* Ablation step 5 (docs/hip-gfx942.md, "Design steps"): tiles wholly below seqlen_k copy without
- * per-load bounds tests (TileCopy::load_full) and skip the key mask's compares. 0: one path. */
-#ifndef RA_HIP_FULL_TILE_FAST
-#define RA_HIP_FULL_TILE_FAST 0
-#endif
+ * per-load bounds tests (TileCopy::load_full) and skip the key mask's compares (flag: steps.h). */
 
 /* Element offset of sequence row `row` (head_dim 128 is also the packed seq stride). */
 template <int L>

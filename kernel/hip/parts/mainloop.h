@@ -168,18 +168,12 @@ __device__ __forceinline__ void pv_tile(f32x4 (&o)[kMTiles][kDTiles], bf16x4 (&p
  * SIInsertWaitcnts then waits with lgkmcnt(depth). The first V^T reads are issued under the last
  * score MFMAs and are in flight through the softmax. Fragment f[i]: i < 16 K (key tile i/4, dims
  * 32(i%4) + 8g), else V^T (dim tile (i-16)/2, keys 32((i-16)%2) + 8g). 0 keeps score_tile/pv_tile. */
-#ifndef RA_HIP_LDS_DEPTH
-#define RA_HIP_LDS_DEPTH 0
-#endif
 constexpr int kFrags = 2 * kKTiles * 4; /* 16 K + 16 V^T reads per wave per tile */
 
 /* Ablation step 8: each lane's LDS byte offsets, computed once before the tile loop. The swizzles
  * depend only on the low bits of a K row (key tile kt & 1) and of a V^T row (dim tile dt & 3), so
  * 8 K and 8 V^T offsets per lane cover all 32 reads; the rest (kt >> 1, dt >> 2, the buffer) is a
  * constant or scalar added to them, and the per-read v_lshl_or / v_add address arithmetic goes. */
-#ifndef RA_HIP_LDS_LANE_OFFSETS
-#define RA_HIP_LDS_LANE_OFFSETS 0
-#endif
 struct FragAddr {
   int li, g;
 #if RA_HIP_LDS_LANE_OFFSETS

@@ -25,6 +25,8 @@
 
 #include <stdint.h>
 
+#include "steps.h"
+
 namespace ra_gfx942 {
 
 typedef float f32x4 __attribute__((ext_vector_type(4)));
@@ -43,9 +45,6 @@ typedef unsigned int u32x2 __attribute__((ext_vector_type(2)));
  * (P and the rescaled O) pass mfma_entry_fence() first, an `s_nop 1` that takes them as "+v"
  * operands, so every VALU write of them is ordered before it. The static scan and the emulator's
  * dynamic checker re-prove it on the final instruction stream. 0 keeps the old wrapper. */
-#ifndef RA_HIP_MFMA_NO_NOP
-#define RA_HIP_MFMA_NO_NOP 0
-#endif
 #if RA_HIP_MFMA_NO_NOP
 #define RA_MFMA_PRE_ASM ""
 #else
@@ -65,12 +64,6 @@ __device__ __forceinline__ void mfma_16x16x16_bf16(f32x4& acc, bf16x4 a, bf16x4 
  * the inline constant 0 as SrcC and writes its accumulator ("=&v": early-clobber, so it never
  * shares registers with A or B), instead of 32 v_mov zeroing the 8 score accumulators per tile.
  * 0 keeps the old kernel. The same bits either way: C = +0 from a register or from the constant. */
-#ifndef RA_HIP_FIRST_MFMA_ZERO_C
-#define RA_HIP_FIRST_MFMA_ZERO_C 0
-#endif
-#if RA_HIP_MFMA_NO_NOP && !RA_HIP_FIRST_MFMA_ZERO_C
-#error "RA_HIP_MFMA_NO_NOP needs RA_HIP_FIRST_MFMA_ZERO_C: v_mov-zeroed score accumulators would feed an MFMA unguarded"
-#endif
 
 /* acc = a * b: the first MFMA of an accumulation chain. */
 __device__ __forceinline__ void mfma_16x16x16_bf16_first(f32x4& acc, bf16x4 a, bf16x4 b) {
@@ -97,16 +90,17 @@ __device__ __forceinline__ void mfma_fence(f32x4& a0, f32x4& a1, f32x4& a2, f32x
 }
 
 /* Start of an MFMA batch whose inputs a VALU wrote (step 2): 2 wait states after the last write of
- * the 8 O accumulators and 4 P fragments of one query tile. */
-#if RA_HIP_MFMA_NO_NOP && !RA_HIP_MFMA_BUILTIN
-#define RA_MFMA_ENTRY_ASM "s_nop 1"
-#else
-#define RA_MFMA_ENTRY_ASM ""
-#endif
+ * the 8 O accumulators and 4 P fragments of one query tile. Nothing at all otherwise (an empty asm
+ * with these operands would still constrain register allocation). */
 __device__ __forceinline__ void mfma_entry_fence(f32x4 (&o)[8], bf16x4 (&p)[4]) {
-  asm volatile(RA_MFMA_ENTRY_ASM
+#if RA_HIP_MFMA_NO_NOP && !RA_HIP_MFMA_BUILTIN
+  asm volatile("s_nop 1"
                : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]),
                  "+v"(p[0]), "+v"(p[1]), "+v"(p[2]), "+v"(p[3]));
+#else
+  (void)o;
+  (void)p;
+#endif
 }
 
 /* The low / high 8 bytes of a 16-byte load as an MFMA operand. */

@@ -43,9 +43,6 @@ struct RowState {
  *   - the row's partial sum in pairs (v_pk_add_f32), 9 adds instead of 16 per query tile.
  * Non-finite cases keep their meaning: -Inf scores give fma(-Inf, c, -q) = -Inf -> p = 0; a +Inf
  * score makes q = +Inf and fma(+Inf, c, -Inf) = NaN; NaN stays NaN; bf16 NaN/Inf survive the +0x8000. */
-#ifndef RA_HIP_SOFTMAX_FMA
-#define RA_HIP_SOFTMAX_FMA 0
-#endif
 
 __device__ __forceinline__ float neg_inf() { return -__builtin_inff(); }
 
