@@ -6,7 +6,7 @@ cost of one tile: instructions issued by class, s_nop wait states, LDS bytes and
 cycles (the model in machine.Wave._lds_cost), global bytes, and the MFMA share of issue slots
 (issued instructions plus the extra wait states of s_nop).
 
-    python -m regress.emu.cost [--code-object PATH] [--moonmath-src DIR]   # markdown table on stdout
+The table: `python benchmarks/emu_cost.py [--code-object PATH] [--moonmath-src DIR]`.
 
 `cost_between` takes the two traces of any kernel (ours, a peer's), so a peer's module measures its
 own tile the same way (regress.emu.peers.moonmath.tile_cost).
@@ -14,10 +14,7 @@ own tile the same way (regress.emu.peers.moonmath.tile_cost).
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -86,62 +83,3 @@ def cost_between(small: Trace, big: Trace, kernel: str, *, tiles: int, waves: in
         global_bytes=d("global_bytes_read") + d("global_bytes_written"),
         mfma_issue_share=per_wave["mfma"] / slots if slots else 0.0,
     )
-
-
-def table(costs: list[TileCost]) -> str:
-    cols = ("mfma", "valu", "lds", "global", "smem", "salu", "branch", "waitcnt", "barrier", "nop")
-    head = [
-        "kernel",
-        *cols,
-        "s_nop wait states",
-        "LDS B/tile",
-        "LDS conflict cycles",
-        "global B/tile",
-        "MFMA share",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for c in costs:
-        row = [
-            f"`{c.kernel}`",
-            *(f"{c.per_wave[k]:g}" for k in cols),
-            f"{c.nop_wait_states:g}",
-            f"{c.lds_bytes:g}",
-            f"{c.lds_conflict_cycles:g}",
-            f"{c.global_bytes:g}",
-            f"{100 * c.mfma_issue_share:.1f}%",
-        ]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m regress.emu.cost", description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--code-object", type=Path, help="default: build it (regress build --backend hip --compile-only)"
-    )
-    ap.add_argument(
-        "--moonmath-src",
-        type=Path,
-        help="also MoonMath's dense kernel, built from this checkout (regress.emu.peers.moonmath)",
-    )
-    args = ap.parse_args(argv)
-    path = args.code_object
-    if path is None:
-        from regress.build import build_kernel
-
-        path = build_kernel("hip-emu").path
-    lib = EmuLibrary(path)
-    costs = [tile_cost(lib, r, p) for p in (True, False) for r in ("rtne", "rtna", "rtz")]
-    if args.moonmath_src is not None:
-        from regress.emu.peers import moonmath
-
-        for mode in moonmath.MODES:
-            b = moonmath.build(args.moonmath_src, mode)
-            costs += [moonmath.tile_cost(b, layout) for layout in moonmath.LAYOUTS]
-    print(f"code object sha256 {lib.code.sha256}\n")
-    print(table(costs))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
