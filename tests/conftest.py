@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,28 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite database migrated to head by Alembic, once per session."""
+    path = tmp_path_factory.mktemp("migrated") / "regress.db"
+    open_store(f"sqlite:///{path}").engine.dispose()
+    return path
+
+
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
+def store(db_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    if db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists():
+        # A copy of the session's migrated database (SQLite's backup API: the store runs in WAL
+        # mode) instead of running every migration again for each of some 200 tests; open_store
+        # below still checks it is at head. tests/store/test_migrations.py covers the migrations.
+        template: Path = request.getfixturevalue("migrated_sqlite")
+        with (
+            sqlite3.connect(template) as src,
+            sqlite3.connect(db_url.removeprefix("sqlite:///")) as dst,
+        ):
+            src.backup(dst)
+        src.close()
+        dst.close()
     opened = open_store(db_url)
     try:
         yield opened

@@ -13,8 +13,21 @@ from regress import build
 from regress.build import BuildError, build_kernel
 
 
-def test_cpu_build_then_cache_hit(tmp_path: Path) -> None:
-    a = build_kernel("cpu", cache_dir=tmp_path)
+@pytest.fixture(scope="module")
+def clean_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, build.BuildArtifact]:
+    """One real clean build for the module (about 2 s of g++ each); a test that changes the cache
+    works on a copy of it."""
+    cache = tmp_path_factory.mktemp("build-cache")
+    return cache, build_kernel("cpu", cache_dir=cache)
+
+
+def _copy(clean_cache: tuple[Path, build.BuildArtifact], tmp_path: Path) -> Path:
+    shutil.copytree(clean_cache[0], tmp_path / "cache")
+    return tmp_path / "cache"
+
+
+def test_cpu_build_then_cache_hit(clean_cache: tuple[Path, build.BuildArtifact]) -> None:
+    cache, a = clean_cache
     assert not a.cached and a.path.is_file() and a.backend == "cpu"
     assert a.artifact_hash == hashlib.sha256(a.path.read_bytes()).hexdigest()
     assert a.flags[0] == "g++" and a.flags[-2:] == ["-o", "<out>"] and "-ffp-contract=off" in a.flags
@@ -24,14 +37,18 @@ def test_cpu_build_then_cache_hit(tmp_path: Path) -> None:
     meta = json.loads((a.path.parent / "build.json").read_text())
     assert meta["artifact_hash"] == a.artifact_hash and meta["flags"] == a.flags
 
-    b = build_kernel("cpu", cache_dir=tmp_path)
+    b = build_kernel("cpu", cache_dir=cache)
     assert b.cached and b.path == a.path and b.artifact_hash == a.artifact_hash
     assert a.path.parent.name.startswith("cpu-")
 
 
-def test_inject_and_flags_change_the_key(tmp_path: Path) -> None:
-    clean = build_kernel("cpu", cache_dir=tmp_path)
-    drill = build_kernel("cpu", cache_dir=tmp_path, inject={"ulp": 1, "slowdown_pct": 0})
+def test_inject_and_flags_change_the_key(
+    clean_cache: tuple[Path, build.BuildArtifact], tmp_path: Path
+) -> None:
+    cache = _copy(clean_cache, tmp_path)
+    clean = build_kernel("cpu", cache_dir=cache)
+    drill = build_kernel("cpu", cache_dir=cache, inject={"ulp": 1, "slowdown_pct": 0})
+    assert clean.cached and not drill.cached
     assert drill.path.parent != clean.path.parent
     assert "-DRA_INJECT_ULP=1" in drill.flags and not any("SLOWDOWN" in f for f in drill.flags)
     assert drill.inject == {"ulp": 1}
@@ -39,10 +56,14 @@ def test_inject_and_flags_change_the_key(tmp_path: Path) -> None:
     assert drill.flags.index("-DRA_INJECT_ULP=1") < drill.flags.index("kernel/cpu/attention_cpu.cpp")
 
 
-def test_damaged_cache_entry_is_rebuilt(tmp_path: Path) -> None:
-    a = build_kernel("cpu", cache_dir=tmp_path)
+def test_damaged_cache_entry_is_rebuilt(
+    clean_cache: tuple[Path, build.BuildArtifact], tmp_path: Path
+) -> None:
+    cache = _copy(clean_cache, tmp_path)
+    a = build_kernel("cpu", cache_dir=cache)
+    assert a.cached
     a.path.write_bytes(b"not a library")
-    b = build_kernel("cpu", cache_dir=tmp_path)
+    b = build_kernel("cpu", cache_dir=cache)
     assert not b.cached and b.artifact_hash == hashlib.sha256(b.path.read_bytes()).hexdigest()
 
 

@@ -146,13 +146,18 @@ def test_a_killed_run_is_left_incomplete_with_its_results_intact(tmp_path: Path,
             "cpu",
             "--suites",
             "perf",
-            "--quick",  # the first case starts within seconds, even on a loaded machine
+            "--quick",  # the first case starts within seconds and takes about a second
             "--db",
             db,
             "--out",
             str(tmp_path / "out"),
-            "--iterations",
-            "400",  # 18 cases of >= 400 calls each: the run is still going when it is killed
+            # The Sq = 64 cases run last (units go longest first) and spin for ever under a 600 s
+            # watchdog: the run is still going when it is killed, however fast or loaded the
+            # machine, without making every case long.
+            "--inject",
+            "hang=64",
+            "--case-timeout",
+            "600",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -287,7 +292,6 @@ def test_a_worker_that_dies_mid_case_costs_that_case_only(tmp_path: Path) -> Non
     assert "died (exit code -6) during this case" in lost.message
 
 
-@pytest.mark.slow
 def _quick_cpu_ulp_cases() -> int:
     """How many cases the quick CPU ULP suite plans (the directed rounding cases included)."""
     from regress.suites import get_suite
@@ -296,6 +300,7 @@ def _quick_cpu_ulp_cases() -> int:
     return len(get_suite("ulp").cases(SuiteContext(library=None, device="cpu", quick=True)))  # type: ignore[arg-type]
 
 
+@pytest.mark.e2e  # a whole nightly in a subprocess, six 4 s watchdog timeouts
 def test_a_run_with_many_hung_cases_finishes_with_every_case_accounted_for(tmp_path: Path) -> None:
     """The GPU drill that used to give up (issue 23: 'worker pool lost 21 of 26 cases; worker 0
     replaced 4 times; not again', a traceback, the cases that do not hang never run): on one

@@ -13,16 +13,19 @@ import pytest
 import regress
 
 ROOT = Path(regress.__file__).resolve().parents[1]
+# Each is a process of its own (about 1.5 s); plain pytest checks the first three, the slow tier all.
 READERS = [
     ["runs", "list"],
-    ["export"],
     ["site", "--out", "{tmp}/site"],
     ["gate", "--baseline", "x", "--candidate", "y"],
+]
+SLOW_READERS = [
+    ["export"],
     ["db", "current"],
     ["import", str(next((ROOT / "benchmarks" / "results").glob("*.json")))],
     ["demo-history", "--nights", "2"],
     ["serve", "--port", "18996"],
-    ["nightly", "--backend", "cpu", "--quick", "--suites", "ulp"],
+    ["nightly", "--backend", "cpu", "--quick", "--suites", "ulp"],  # builds the kernel first (8 s)
 ]
 
 
@@ -34,7 +37,11 @@ def _regress(args: list[str], cwd: Path, prelude: str = "") -> subprocess.Comple
     )
 
 
-@pytest.mark.parametrize("args", READERS, ids=[a[0] for a in READERS])
+@pytest.mark.parametrize(
+    "args",
+    [*READERS, *(pytest.param(a, marks=pytest.mark.slow) for a in SLOW_READERS)],
+    ids=[a[0] for a in (*READERS, *SLOW_READERS)],
+)
 def test_15_a_corrupt_sqlite_file_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
     db = tmp_path / "r.db"
     db.write_bytes(os.urandom(20_000))

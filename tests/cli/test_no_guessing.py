@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -73,11 +74,23 @@ def test_cuda_without_gpu_gets_a_cuda_hint(tmp_path: Path, capsys: pytest.Captur
     assert "--backend cuda" in err and "hip" not in err.lower()
 
 
+@pytest.fixture(scope="module")
+def imported_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("real") / "real.db"
+    assert main(["import", "--db", f"sqlite:///{path}", *map(str, REAL_BUNDLES)]) == 0
+    return path
+
+
 @pytest.fixture
-def real_db(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'real.db'}"
-    assert main(["import", "--db", url, *map(str, REAL_BUNDLES)]) == 0
-    return url
+def real_db(imported_once: Path, tmp_path: Path) -> str:
+    """Every committed bundle, imported once per module (about 2 s); each test gets its own copy,
+    taken with SQLite's backup API (the store runs in WAL mode)."""
+    copy = tmp_path / "real.db"
+    with sqlite3.connect(imported_once) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    return f"sqlite:///{copy}"
 
 
 def test_import_loads_every_committed_bundle_idempotently(

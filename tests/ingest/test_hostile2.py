@@ -483,6 +483,7 @@ def test_18_empty_suites_is_refused_before_anything_is_stored(tmp_path: Any, cap
 # ---- 14 (part). API run reads are paginated with a size cap -----------------------------------
 
 
+@pytest.mark.slow  # a run of 2 pages + 500 results, stored and read page by page
 def test_14_run_reads_are_paginated(service: Service) -> None:
     from ingest_bundles import make_bundle
 

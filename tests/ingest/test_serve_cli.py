@@ -7,10 +7,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import requests
 from ingest_server import free_port
 
 
+@pytest.mark.slow  # a real `regress serve` process, started and stopped
 def test_regress_serve_process(tmp_path: Path) -> None:
     port = free_port()
     db = f"sqlite:///{tmp_path / 'served.db'}"

@@ -154,6 +154,7 @@ def test_inline_asm_mfma_hazards_are_covered(clean):
         assert not problems, f"{name}: {len(problems)} MFMA hazard(s), first: {problems[:5]}"
 
 
+@pytest.mark.slow  # one more gfx942 build (5-10 s of clang-19); plain pytest checks the clean one
 def test_static_scan_agrees_with_the_compilers_hazard_recognizer(tmp_path_factory):
     """With the builtin MFMA the compiler's own GCNHazardRecognizer places the wait states: the
     scan, reading the same rules, finds nothing to add (and its MFMAs are seen, ranges and all)."""
@@ -163,6 +164,7 @@ def test_static_scan_agrees_with_the_compilers_hazard_recognizer(tmp_path_factor
         assert not problems, f"{name}: {len(problems)} finding(s), first: {problems[:5]}"
 
 
+@pytest.mark.slow  # one more gfx942 build (5-10 s of clang-19); plain pytest checks the clean one
 def test_mfma_builtin_variant_builds(tmp_path_factory):
     co = compile_variant(tmp_path_factory, "-DRA_HIP_MFMA_BUILTIN=1")
     for name in VARIANTS:
@@ -170,6 +172,7 @@ def test_mfma_builtin_variant_builds(tmp_path_factory):
         assert sum(MFMA in ln for ln in co.functions()[name]) == MFMA_PER_KERNEL
 
 
+@pytest.mark.slow  # one more gfx942 build (5-10 s of clang-19); plain pytest checks the clean one
 def test_first_mfma_zero_c_step(tmp_path_factory):
     """Ablation step 1 (RA_HIP_FIRST_MFMA_ZERO_C=1): per kernel, 8 of the 128 MFMAs (the first of
     each of the 8 score chains, 2 query x 4 key tiles) take the constant 0 as SrcC in place of the
@@ -201,6 +204,7 @@ DESIGN_STEPS = {
 }
 
 
+@pytest.mark.slow  # one gfx942 build per step (5-10 s of clang-19 each)
 @pytest.mark.parametrize("step", list(DESIGN_STEPS))
 def test_design_step_builds_and_scans_clean(tmp_path_factory, step):
     """Each step keeps the instruction budget (128 MFMAs, 32 ds_read_b128 per kernel), fits 2 waves
@@ -221,6 +225,7 @@ def test_design_step_builds_and_scans_clean(tmp_path_factory, step):
         assert not problems, f"{name}: {len(problems)} finding(s), first: {problems[:5]}"
 
 
+@pytest.mark.slow  # one more gfx942 build (5-10 s of clang-19); plain pytest checks the clean one
 @pytest.mark.parametrize(
     "defines",
     [
@@ -243,6 +248,7 @@ def test_fire_drill_variants_build(tmp_path_factory, defines):
         assert sum(MFMA in ln for ln in funcs[VARIANTS[0]]) == MFMA_PER_KERNEL + extra
 
 
+@pytest.mark.slow  # a host C++ build of the layout emulation (clang-19)
 def test_layout_emulation_on_cpu(tmp_path):
     """The index maps of kernel/hip/parts/layout.h, driven through an emulated wave64 MFMA on the CPU."""
     clangxx = shutil.which("clang++-19") or CLANG
@@ -333,6 +339,7 @@ __device__ inline float __uint_as_float(unsigned int x) { return __builtin_bit_c
 """
 
 
+@pytest.mark.slow  # a host C++ build against the HIP stub (clang-19)
 def test_host_part_type_checks_against_hip_stub(tmp_path):
     """Host + device compile of the whole TU (host launcher included) against a minimal hip_runtime.h.
     Real ROCm hipcc is still the authority; this catches host-side mistakes without it."""

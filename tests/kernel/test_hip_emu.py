@@ -88,6 +88,7 @@ def test_quick_nightly_runs_the_compile_only_code_object(tmp_path: Path, cache: 
             assert f"b1_h2_sq113_sk203_{layout}_{mode}" in names
 
 
+@pytest.mark.slow  # a gfx942 build and emulated launches (tests/emu covers the emulator in the plain tier)
 def test_strided_views_in_and_out(cache: Path) -> None:
     """BSHD views into wider buffers (head-dim slices of 256-wide rows) for Q, K, V and O: the
     strided kernel reads and writes in place, meets the contract, and touches nothing else."""
@@ -203,6 +204,7 @@ BIT_IDENTICAL = {f"step{i}": "step0" for i in range(1, 7)} | {"step8": "step7"}
 LATEST = "step8"
 
 
+@pytest.mark.slow  # two code objects per step, 24 launches on the emulator
 @pytest.mark.parametrize("step", list(BIT_IDENTICAL))
 def test_design_step_changes_no_bit(cache: Path, step: str) -> None:
     """The step's code object gives its base build's bits, all modes and layouts, tails too."""
@@ -235,6 +237,7 @@ def test_design_step_passes_every_quick_case(cache: Path, step: str) -> None:
     assert not failed, failed
 
 
+@pytest.mark.slow  # a step-7 code object on the emulator against the fp64 reference
 def test_softmax_fma_step_meets_the_contract(cache: Path) -> None:
     """Step 7 (fma exponent argument, ties-away P, paired row sums) changes bits by rounding only:
     every mode meets the contract's scaled-ULP limit against fp64 with step 0's non-finite

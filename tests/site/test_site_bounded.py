@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from regress.results import CaseResult, CaseSpec
 from regress.site import build_site
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
@@ -29,6 +31,7 @@ def _site_bytes(store: Store, tmp_path: Path, n: int) -> tuple[int, str]:
     return total, next(page).read_text()
 
 
+@pytest.mark.slow  # two demo histories and two full renders
 def test_14_related_cases_are_bounded_and_counted(tmp_path: Path) -> None:
     from regress.store.repo import open_store
 

@@ -60,7 +60,16 @@ def _damaged(original: object) -> list[object]:
     return out
 
 
-@pytest.mark.parametrize("name", ["manifest.json", "results.json", "changepoints.json"])
+# One site render per damaged variant: results.json stays in the plain tier, the two files with the
+# most variants (about 12 s and 8 s) run in the slow tier.
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("manifest.json", marks=pytest.mark.slow),
+        "results.json",
+        pytest.param("changepoints.json", marks=pytest.mark.slow),
+    ],
+)
 def test_17_a_damaged_cache_or_manifest_is_read_again(store: Store, tmp_path: Path, name: str) -> None:
     import json
 

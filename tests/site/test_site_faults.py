@@ -72,6 +72,7 @@ def damaged(draw: st.DrawFn, doc: Any) -> Any:
     return copy
 
 
+@pytest.mark.slow  # 40 site renders
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_damaged_state_file_is_read_again(
