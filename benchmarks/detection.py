@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from regress.detect import detect_change_points
-from regress.detect.changepoint import robust_sigma
+from regress.stats import clip_outliers, successive_sigma
 
 DATA = Path(__file__).resolve().parent / "data"
 STEPS = (0.01, 0.02, 0.03, 0.05, 0.10)
@@ -337,7 +337,7 @@ def run(
     results: dict[str, Any] = {
         "profile": profile.name,
         "source": profile.source,
-        "night_sigma": float(np.median([robust_sigma(sr.values / np.median(sr.values)) for sr in nulls])),
+        "night_sigma": float(np.median([successive_sigma(sr.values / np.median(sr.values)) for sr in nulls])),
         "series": {"null": n_null, "per_step": n_step, "nights": nights, "seed": seed},
         "detectors": {},
     }
@@ -444,7 +444,7 @@ def oracle_detector(z_threshold: float) -> UpDetector:
 
     def det(s: GaussSeries) -> list[int]:
         y = np.log(s.values)
-        y = clip_outliers_known(y, s.sigma)
+        y = clip_outliers(y, s.sigma, 3.0)  # the detector's own clip, at the known sigma
         n = y.size
         csum = np.concatenate([[0.0], np.cumsum(y)])
         t = np.arange(2, n - 1)
@@ -454,13 +454,6 @@ def oracle_detector(z_threshold: float) -> UpDetector:
         return [int(t[i])] if z[i] >= z_threshold else []
 
     return det
-
-
-def clip_outliers_known(y: np.ndarray, sigma: float, k: float = 3.0) -> np.ndarray:
-    med = np.empty_like(y)
-    med[1:-1] = np.median(np.stack([y[:-2], y[1:-1], y[2:]]), axis=0)
-    med[0], med[-1] = med[1], med[-2]
-    return np.clip(y, med - k * sigma, med + k * sigma)
 
 
 def asv_detector(threshold: float) -> UpDetector | None:

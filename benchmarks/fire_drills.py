@@ -24,6 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from regress.stats import geomean
+
 
 def _night(url: str, out: Path, inject: dict[str, int] | None, iterations: int | None) -> str:
     from regress.nightly import NightlyOptions, run_nightly
@@ -129,7 +131,7 @@ def table(url: str) -> None:
         req = next(iter(cost.values()))[0]
         measured = [m for _, m in cost.values()]
         tol = max(1.0, req / 5)
-        geo = (math.exp(sum(math.log1p(m / 100) for m in measured) / len(measured)) - 1) * 100
+        geo = ((geomean(1 + m / 100 for m in measured) or math.nan) - 1) * 100
         report = gate(store, base[-1], run_id)
         ab = gate_ab(store, run_id)  # the drill build against the clean build, same rounds
         print(

@@ -38,6 +38,7 @@ from regress.build import build_kernel
 from regress.kernel import KernelLibrary, load_library
 from regress.metrics import load_contract
 from regress.results import ROUNDING_MODES
+from regress.stats import geomean
 from regress.suites.common import Shape, make_inputs
 from regress.suites.perf import GPU_MODEL_SHAPES, GPU_SHAPES
 
@@ -346,7 +347,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 ]
                 if not r:
                     continue
-                g = math.exp(sum(math.log(x) for x, _ in r) / len(r))
+                g = geomean(x for x, _ in r)
                 lo, lo_row = min(r, key=lambda x: x[0])
                 fam: dict[str, list[float]] = defaultdict(list)
                 for x, row in r:

@@ -1,10 +1,10 @@
 """Run metrics: every fact derived from results is computed here, once, and imported elsewhere.
 
 What lives here: the headline metric of each suite (the result's trend value, its label and unit),
-the one percentile (q in 0–100, numpy's linear method), the timing summary of a kernel and its
-interleaved baselines, the geomean speedup per rounding mode and baseline (one shape:
-``{mode: {baseline: x}}``), the run summary a nightly stores, and the numerics contract read from
-``regress/contract.toml``.
+the timing summary of a kernel and its interleaved baselines, the geomean speedup per rounding mode
+and baseline (one shape: ``{mode: {baseline: x}}``), the run summary a nightly stores, and the
+numerics contract read from ``regress/contract.toml``. The one percentile (q in 0–100, numpy's
+linear method) and the geometric mean are defined in `stats` and read from here as well.
 
 Pure: no torch, no database, no files but the packaged contract. Before this module the geomean
 was computed five times in three shapes and the site's copy disagreed with the nightly's, so every
@@ -22,6 +22,7 @@ from importlib import resources
 from typing import Any
 
 from .results import CaseResult
+from .stats import geomean, percentile  # the one definition of each; callers read them here or there
 
 SPEEDUP_PREFIX = "speedup_vs_"
 GeomeanTable = dict[str, dict[str, float]]  # rounding mode -> baseline -> geomean speedup
@@ -53,24 +54,6 @@ def headline_value(suite: str, metrics: Any) -> float | None:
 
 
 # --- statistics -------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile, q in [0, 100] (numpy's default method); nan when empty.
-
-    A numpy array goes to numpy (the ULP suite's millions of elements); a short list stays in plain
-    Python, where numpy's call overhead would be most of the cost (the demo calls it ~10^5 times)."""
-    if not len(values):
-        return math.nan
-    if type(values).__module__ == "numpy":  # an ndarray; numpy is imported only when one is given
-        import numpy as np
-
-        return float(np.percentile(values, q))
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
 
 
 def summarize_times(times_ms: Sequence[float]) -> dict[str, float]:
@@ -120,12 +103,6 @@ def speedups(metrics: Mapping[str, Any]) -> dict[str, float]:
         and v > 0
         and math.isfinite(v)
     }
-
-
-def geomean(values: Iterable[float]) -> float | None:
-    """Geometric mean of the positive finite values; None when there are none."""
-    logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
-    return math.exp(math.fsum(logs) / len(logs)) if logs else None
 
 
 def geomean_by_mode(rows: Iterable[tuple[str, Mapping[str, Any]]], digits: int = 4) -> GeomeanTable:

@@ -37,6 +37,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..stats import clip_outliers, successive_sigma
 from .config import ChangePointConfig
 
 Direction = Literal["slower", "faster"]
@@ -69,13 +70,6 @@ class ChangePoint:
         }
 
 
-def robust_sigma(x: np.ndarray) -> float:
-    """Gaussian-consistent sigma from the median absolute successive difference. O(n log n)."""
-    if x.size < 2:
-        return 0.0
-    return float(1.4826 * np.median(np.abs(np.diff(x))) / math.sqrt(2.0))
-
-
 def interquartile_mean(samples: Sequence[np.ndarray], fallback: np.ndarray) -> np.ndarray:
     """Each night's interquartile mean (the mean of its middle half of samples; 25 % trimmed mean).
 
@@ -99,17 +93,6 @@ def interquartile_mean(samples: Sequence[np.ndarray], fallback: np.ndarray) -> n
     return out
 
 
-def clip_outliers(x: np.ndarray, sigma: float, k: float) -> np.ndarray:
-    """Clips each value to its 3-point running median ± k·sigma (ends use the nearest full window)."""
-    n = x.size
-    if n < 3:
-        return x.copy()
-    med = np.empty(n)
-    med[1:-1] = np.median(np.stack([x[:-2], x[1:-1], x[2:]]), axis=0)
-    med[0], med[-1] = med[1], med[-2]
-    return np.clip(x, med - k * sigma, med + k * sigma)
-
-
 def _best_split(csum: np.ndarray, a: int, b: int, m: int, sigma: float) -> tuple[int, float]:
     """Split t in [a+m, b-m] maximising the mean-shift z of segment [a, b); returns (t, z)."""
     t = np.arange(a + m, b - m + 1)
@@ -131,7 +114,7 @@ class _Series:
 
     def __init__(self, x: np.ndarray, samples: list[np.ndarray] | None, cfg: ChangePointConfig) -> None:
         self.cfg = cfg
-        self.sigma_raw = robust_sigma(x)
+        self.sigma_raw = successive_sigma(x)
         scale = max(float(np.median(np.abs(x))), 1e-300)
         # A perfectly steady series (sigma 0) still needs a finite z; any real step then passes.
         self.sigma = max(self.sigma_raw, 1e-9 * scale)

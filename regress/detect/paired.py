@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from ..stats import order_statistic_se, percentile
 from .verdict import CaseJudgement, Judgement, _pct
 
 
@@ -91,14 +92,7 @@ def block_log_ratios(baseline: Sequence[float], candidate: Sequence[float], bloc
 
 def median_se(logs: Sequence[float]) -> float | None:
     """Standard error of the median of `logs` from the 95 % order-statistic interval / 3.92."""
-    x = np.sort(np.asarray(logs, dtype=float))
-    n = x.size
-    if n < 4:
-        return None
-    half = 1.96 * math.sqrt(n * 0.25)
-    lo = max(0, math.floor(n / 2 - half) - 1)
-    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
-    return float(x[hi] - x[lo]) / (2 * 1.96)
+    return order_statistic_se(logs, 0.5)
 
 
 def _wilcoxon(d: Sequence[float], alternative: str) -> float:
@@ -139,8 +133,8 @@ def _case(cfg: ABConfig, c: ABInput) -> tuple[CaseJudgement, float | None, float
     p = _wilcoxon(d, "two-sided")
     se = median_se(d) or 0.0
     j.ratio, j.p_value, j.noise = math.exp(med), p, se
-    j.baseline_location = float(np.quantile(c.baseline, 0.25)) if len(c.baseline) else None
-    j.candidate_location = float(np.quantile(c.candidate, 0.25)) if len(c.candidate) else None
+    j.baseline_location = percentile(c.baseline, 25) if len(c.baseline) else None
+    j.candidate_location = percentile(c.candidate, 25) if len(c.candidate) else None
     significant, beyond = p < cfg.alpha, abs(math.expm1(med)) >= cfg.min_effect
     j.status, j.mark = "same", " "
     if significant and beyond:

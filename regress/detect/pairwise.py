@@ -13,6 +13,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
+from ..stats import percentile, successive_sigma
+
 Verdict = Literal["slower", "faster", "same", "insufficient"]
 
 # asv compare/continuous-style marks: "+" worse, "-" better, "~" moved but not established, " " same.
@@ -103,7 +105,7 @@ def historical_noise(history: Sequence[float]) -> float | None:
     if level == 0.0:
         return None
     rel = h / level
-    return float(1.4826 * np.median(np.abs(np.diff(rel))) / math.sqrt(2.0))
+    return successive_sigma(rel)
 
 
 def compare_samples(
@@ -144,7 +146,7 @@ def compare_samples(
             "insufficient", math.nan, None, threshold, noise, math.nan, math.nan, int(b.size), int(c.size)
         )
     q = cfg.location_quantile
-    bm, cm = float(np.quantile(b, q)), float(np.quantile(c, q))
+    bm, cm = percentile(b, 100 * q), percentile(c, 100 * q)
     ratio = cm / bm if bm != 0 else (1.0 if cm == 0 else math.inf)
     if b.size < cfg.min_samples or c.size < cfg.min_samples:
         return PairwiseResult("insufficient", ratio, None, threshold, noise, bm, cm, int(b.size), int(c.size))

@@ -36,6 +36,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
+from ..stats import mad_sigma, order_statistic_se
+
 Limit = Literal["samples", "between-runs", "threshold"]
 
 # Fewest cases from which the spread of one pair's per-case ratios estimates run-to-run noise.
@@ -48,14 +50,7 @@ def quantile_se(samples: Sequence[float], q: float) -> float | None:
     None below 4 positive samples. A run whose interval reaches past its extreme samples is given
     the full range: a few samples cannot claim more precision than their spread.
     """
-    x = np.sort(np.log(np.asarray([v for v in samples if v > 0 and math.isfinite(v)], dtype=float)))
-    n = x.size
-    if n < 4:
-        return None
-    half = 1.96 * math.sqrt(n * q * (1.0 - q))
-    lo = max(0, math.floor(n * q - half) - 1)
-    hi = min(n - 1, math.ceil(n * q + half) - 1)
-    return float(x[hi] - x[lo]) / (2 * 1.96)
+    return order_statistic_se(np.log([v for v in samples if v > 0 and math.isfinite(v)]), q)
 
 
 def pair_noise(
@@ -76,7 +71,7 @@ def pair_noise(
     logs = np.log(np.asarray([r for r in ratios if r > 0 and math.isfinite(r)], dtype=float))
     if logs.size < min_cases:
         return None
-    spread = float(1.4826 * np.median(np.abs(logs - np.median(logs))))
+    spread = mad_sigma(logs)
     se = float(np.median(sampling_se)) if len(sampling_se) else 0.0
     if spread <= se:
         # The samples explain all of the spread: what is left is unknown, not zero (a 0.0 here made

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from ..metrics import geomean
+from ..stats import geomean, mad_sigma
 from .config import MAX_MDE, MAX_STACK_MDE
 from .pairwise import PairwiseConfig, compare_samples, historical_noise
 from .power import MIN_PAIR_CASES, minimum_detectable_effect, pair_noise
@@ -158,7 +158,7 @@ def noisy_nights(shifts: dict[str, float], min_shift: float = 0.15, k: float = 4
         return []
     v = np.asarray(list(shifts.values()), dtype=float)
     mid = float(np.median(v))
-    sigma = 1.4826 * float(np.median(np.abs(v - mid)))
+    sigma = mad_sigma(v)
     cut = max(math.log1p(min_shift), k * sigma)
     return [rid for rid, x in shifts.items() if abs(x - mid) > cut]
 

@@ -1,0 +1,83 @@
+"""regress.stats: the shared formulas, and that no copy of them grows back elsewhere."""
+
+from __future__ import annotations
+
+import ast
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from regress import stats
+from regress.detect.paired import median_se
+from regress.detect.power import quantile_se
+
+ROOT = Path(__file__).resolve().parents[1]
+finite = st.floats(-1e6, 1e6, allow_nan=False)
+
+
+@given(st.lists(finite, min_size=1, max_size=40), st.floats(0, 100))
+def test_percentile_of_a_list_is_numpys(values: list[float], q: float) -> None:
+    assert stats.percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-9, abs=1e-6)
+    assert stats.percentile(np.asarray(values), q) == float(np.percentile(values, q))
+
+
+def test_geomean_keeps_positive_finite_values_only() -> None:
+    assert stats.geomean([2.0, 8.0, 0.0, -1.0, math.inf, math.nan]) == pytest.approx(4.0)
+    assert stats.geomean([]) is None and stats.geomean([0.0]) is None
+
+
+def test_the_two_sigmas_are_gaussian_consistent() -> None:
+    x = np.random.default_rng(0).normal(0.0, 2.0, 200_000)
+    assert stats.mad_sigma(x) == pytest.approx(2.0, rel=0.01)
+    assert stats.successive_sigma(x) == pytest.approx(2.0, rel=0.01)
+    # A step moves the successive-difference sigma by one difference only; the MAD sees two levels.
+    stepped = np.concatenate([x[:1000], x[1000:2000] + 50.0])
+    assert stats.successive_sigma(stepped) == pytest.approx(stats.successive_sigma(x[:2000]), rel=0.05)
+    assert stats.mad_sigma(stepped) > 10 * stats.mad_sigma(x[:2000])
+    assert stats.successive_sigma([1.0]) == 0.0 and stats.mad_sigma([]) == 0.0
+
+
+@given(st.lists(st.floats(1e-3, 1e3), min_size=0, max_size=60), st.sampled_from([0.25, 0.5, 0.9]))
+def test_the_order_statistic_se_is_the_one_behind_both_callers(values: list[float], q: float) -> None:
+    logs = [math.log(v) for v in values]
+    assert quantile_se(values, q) == stats.order_statistic_se(logs, q)
+    assert median_se(logs) == stats.order_statistic_se(logs, 0.5)
+    if len(values) < 4:
+        assert stats.order_statistic_se(logs, q) is None
+
+
+def test_clip_outliers_bounds_one_night_to_its_neighbours() -> None:
+    x = np.array([1.0, 1.0, 9.0, 1.0, 1.0])
+    assert list(stats.clip_outliers(x, sigma=0.1, k=3.0)) == pytest.approx([1.0, 1.0, 1.3, 1.0, 1.0])
+    assert list(stats.clip_outliers(np.array([5.0, 1.0]), 0.1, 3.0)) == [5.0, 1.0]
+
+
+def test_stats_loads_no_numpy_until_asked() -> None:
+    code = (
+        "import sys, regress.stats as s; s.percentile([1.0, 2.0], 50); s.geomean([1.0]); "
+        "print('numpy' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_no_copy_of_the_robust_sigma_constant_outside_stats() -> None:
+    """1.4826 (the MAD-to-sigma factor) in code, not prose, anywhere but regress/stats.py."""
+    found = []
+    for path in [*ROOT.joinpath("regress").rglob("*.py"), *ROOT.joinpath("benchmarks").rglob("*.py")]:
+        if path == ROOT / "regress" / "stats.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, float)
+                and abs(node.value - 1.4826) < 1e-4
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"use regress.stats.mad_sigma / successive_sigma: {found}"
