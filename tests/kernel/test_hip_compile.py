@@ -191,7 +191,7 @@ def test_first_mfma_zero_c_step(tmp_path_factory):
         assert not mfma_hazards(co.path, name)
 
 
-# Ablation steps (docs/hip-gfx942.md, "Design steps"): the default build is step 8; -DRA_HIP_LEGACY=1
+# Ablation steps (docs/hip-gfx942.md, "Design steps"): the default build is step 9; -DRA_HIP_LEGACY=1
 # is step 0 and the flags turn steps back on one by one (cumulative sets).
 _LEGACY = ("-DRA_HIP_LEGACY=1",)
 _STEP1 = (*_LEGACY, "-DRA_HIP_FIRST_MFMA_ZERO_C=1")
@@ -200,7 +200,15 @@ DESIGN_STEPS = {
     "step2": (*_STEP1, "-DRA_HIP_MFMA_NO_NOP=1"),
     "step3": _STEP3,
     "step6": (*_STEP3, "-DRA_HIP_SETPRIO=1", "-DRA_HIP_FULL_TILE_FAST=1", "-DRA_HIP_LAZY_RESCALE=1"),
-    "step8": (),
+    "step8": (
+        *_STEP3,
+        "-DRA_HIP_SETPRIO=1",
+        "-DRA_HIP_FULL_TILE_FAST=1",
+        "-DRA_HIP_LAZY_RESCALE=1",
+        "-DRA_HIP_SOFTMAX_FMA=1",
+        "-DRA_HIP_LDS_LANE_OFFSETS=1",
+    ),
+    "step9": (),
 }
 
 

@@ -59,8 +59,23 @@ __device__ __forceinline__ float softmax_tail_fma(RowState& st, const f32x4 (&s)
 #pragma unroll
   for (int kt = 0; kt < kKTiles; ++kt) {
     float e[4];
+#if !RA_HIP_PK_FMA
 #pragma unroll
     for (int r = 0; r < 4; ++r) e[r] = __builtin_amdgcn_exp2f(__builtin_fmaf(s[kt][r], scale_log2e, -q));
+#else
+    /* Step 9: the same fmas two at a time (v_pk_fma_f32, IEEE fma per element: same bits). */
+    /* -q as a register value: folded into neg_lo/neg_hi modifiers, the v_pk_fma_f32 form the
+     * emulator refuses (it implements op_sel_hi, not the negation modifiers). */
+    float nq = -q;
+    asm("" : "+v"(nq));
+    const f32x2 c2 = {scale_log2e, scale_log2e}, nq2 = {nq, nq};
+    const f32x2 a01 = __builtin_elementwise_fma(f32x2{s[kt][0], s[kt][1]}, c2, nq2);
+    const f32x2 a23 = __builtin_elementwise_fma(f32x2{s[kt][2], s[kt][3]}, c2, nq2);
+    e[0] = __builtin_amdgcn_exp2f(a01.x);
+    e[1] = __builtin_amdgcn_exp2f(a01.y);
+    e[2] = __builtin_amdgcn_exp2f(a23.x);
+    e[3] = __builtin_amdgcn_exp2f(a23.y);
+#endif
     sum2 += f32x2{e[0], e[1]};
     sum2 += f32x2{e[2], e[3]};
     p[kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[0], e[1]), pack_p_bf16_rna(e[2], e[3])});

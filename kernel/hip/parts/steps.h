@@ -12,6 +12,7 @@
  *   7 RA_HIP_SOFTMAX_FMA        fma exponent argument, ties-away P, paired sums: changes bits,
  *                               within the contract (softmax.h)
  *   8 RA_HIP_LDS_LANE_OFFSETS   per-lane LDS offsets computed once, immediates per read (mainloop.h)
+ *   9 RA_HIP_PK_FMA             step 7's exponent arguments two at a time, v_pk_fma_f32 (softmax.h)
  */
 #ifndef RA_HIP_STEPS_H
 #define RA_HIP_STEPS_H
@@ -44,6 +45,9 @@
 #endif
 #ifndef RA_HIP_LDS_LANE_OFFSETS
 #define RA_HIP_LDS_LANE_OFFSETS RA_HIP_STEP_DEFAULT
+#endif
+#ifndef RA_HIP_PK_FMA
+#define RA_HIP_PK_FMA RA_HIP_STEP_DEFAULT
 #endif
 
 #if RA_HIP_MFMA_NO_NOP && !RA_HIP_FIRST_MFMA_ZERO_C
