@@ -46,16 +46,27 @@ class SiteReport:
 LOCK_FILE = f"{STATE_DIR}/{WRITER_LOCK}"  # relative to the output folder
 
 
-def build_site(store: Store, out: Path, *, full: bool = False, base_url: str | None = None) -> SiteReport:
+def build_site(
+    store: Store,
+    out: Path,
+    *,
+    full: bool = False,
+    base_url: str | None = None,
+    generated: datetime | None = None,
+) -> SiteReport:
     """Renders the site into `out`. full=True ignores the cache and the manifest (rewrites all).
-    One render per folder at a time: a second is refused with a UserError (writer.render_lock)."""
+    `generated`: the time the pages say they were made (default now; fixed, the same store renders
+    the same bytes). One render per folder at a time: a second is refused with a UserError
+    (writer.render_lock)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with render_lock(out):
-        return _build_site(store, out, full=full, base_url=base_url)
+        return _build_site(store, out, full=full, base_url=base_url, generated=generated)
 
 
-def _build_site(store: Store, out: Path, *, full: bool, base_url: str | None) -> SiteReport:
+def _build_site(
+    store: Store, out: Path, *, full: bool, base_url: str | None, generated: datetime | None
+) -> SiteReport:
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     cache = out / CACHE_DIR
@@ -81,7 +92,8 @@ def _build_site(store: Store, out: Path, *, full: bool, base_url: str | None) ->
 
     t2 = time.perf_counter()
     writer = SiteWriter(out, make_env(web / "templates"), assets_hash(web), full=full)
-    pages = Pages(model, writer, base_url=base_url, generated=datetime.now().replace(microsecond=0))
+    when = generated or datetime.now()
+    pages = Pages(model, writer, base_url=base_url, generated=when.replace(microsecond=0))
     copy_static(writer, web / "static")
     for write in WRITERS:
         ts = time.perf_counter()

@@ -189,3 +189,39 @@ def test_case_page_in_chromium(real: RealSite, browser: Any) -> None:
     heads = browser.eval("[...document.querySelectorAll('th.n')].map(th => th.innerText.trim())")
     assert heads and all("(" in h and ")" in h for h in heads if h != "p-value"), heads
     assert any(h.startswith("speedup vs sdpa_") for h in heads), heads  # names the baseline
+
+
+@pytest.mark.slow  # every committed bundle into two stores, two full renders
+def test_the_real_site_is_byte_identical_for_the_same_runs_and_clock(tmp_path: Path) -> None:
+    """The same committed runs and the same clock give the same bytes in every published file, from
+    two stores filled independently (other ids, other paths): nothing leaks in from the database's
+    row order, a dict's order, the render's own time or the folder it writes to."""
+    from datetime import datetime
+
+    from regress.site.writer import STATE_DIR
+
+    bundles = [json.loads(p.read_text()) for p in BUNDLES]
+    clock = datetime(2026, 1, 2, 3, 4, 5)
+    published: list[dict[str, bytes]] = []
+    for name, order in (("a", bundles), ("b", bundles[::-1])):
+        store = open_store(f"sqlite:///{tmp_path / f'{name}.db'}")
+        try:
+            for b in order:
+                with store.transaction() as session:
+                    import_bundle(session, copy.deepcopy(b))
+            out = tmp_path / f"site-{name}"
+            build_site(store, out, generated=clock)
+        finally:
+            store.engine.dispose()
+        published.append(
+            {
+                str(p.relative_to(out)): p.read_bytes()
+                for p in sorted(out.rglob("*"))
+                if p.is_file() and STATE_DIR not in p.relative_to(out).parts
+            }
+        )
+    a, b = published
+    assert sorted(a) == sorted(b)
+    differ = [name for name in a if a[name] != b[name]]
+    assert not differ, f"{len(differ)} of {len(a)} files differ, first: {differ[:5]}"
+    assert len(a) > 100
