@@ -385,3 +385,24 @@ class AiterEmu:
         self.last_hazards = launch.hazards
         self.last_lse = lse_t if lse else None
         return out
+
+
+def tile_cost(aiter: Aiter, mode: str, *, base: int = 4, tiles: int = 4) -> Any:
+    """The steady-state cost of AITER's tile loop (regress.emu.cost.TileCost) per 64 keys, i.e. per two
+    of its 32-key tiles, per wave of its 8: two one-workgroup calls (256 query rows, BSHD) of `base` and
+    `base + tiles` key tiles, N(0, 1) inputs (its loop is branch-free: the inputs do not change it)."""
+    from regress.emu.cost import cost_between
+
+    emu = AiterEmu(aiter)
+    g = torch.Generator().manual_seed(0)
+
+    def traced(sk: int) -> Trace:
+        q = torch.randn((1, TILE_Q, 1, HEAD_DIM), generator=g).to(torch.bfloat16)
+        k = torch.randn((1, sk, 1, HEAD_DIM), generator=g).to(torch.bfloat16)
+        emu.forward(q, k, k.clone(), layout="bshd", rounding=mode)
+        assert emu.last_trace is not None
+        return emu.last_trace
+
+    small, big = traced(base * TILE_K), traced((base + tiles) * TILE_K)
+    per_64 = tiles * TILE_K / 64
+    return cost_between(small, big, f"aiter {Aiter.kernel_name(mode)}", tiles=per_64, waves=THREADS // 64)
