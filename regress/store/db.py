@@ -131,15 +131,19 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 # run's rows and its WAL need room, and "ok" while every upload gets 503 misleads (issue 24).
 WRITE_FLOOR_BYTES = 1024 * 1024
 # The last write fault each engine met (message, time), cleared by its next commit: a PostgreSQL
-# server whose disk filled is seen only by the writes it refuses.
+# server whose disk filled is seen only by the writes it refuses. Not by /healthz's own probe write,
+# which rewrites one row in place and succeeds on a full disk: it used to clear the fault and answer
+# 200 while every upload got 503. A fault older than WRITE_FAULT_TTL_S is no longer reported.
 _WRITE_FAULTS: dict[int, tuple[str, float]] = {}
+WRITE_FAULT_TTL_S = 300.0
+PROBE = "regress.health_probe"  # set in a connection's info while /healthz's probe commits
 
 
 def write_problem(engine: Engine) -> str | None:
     """Why this database cannot take a write now, or None: a SQLite file or folder that is read-only
     or a filesystem under WRITE_FLOOR_BYTES free, a PostgreSQL standby, or the last write's fault."""
     fault = _WRITE_FAULTS.get(id(engine))
-    if fault is not None:
+    if fault is not None and time.time() - fault[1] < WRITE_FAULT_TTL_S:
         return f"the last write failed {time.time() - fault[1]:.0f} s ago: {fault[0]}"
     path = sqlite_path(engine.url.render_as_string())
     if path is not None:
@@ -163,7 +167,8 @@ def _free_bytes(path: Path) -> int:
 
 
 def _clear_write_fault(conn: Any) -> None:
-    _WRITE_FAULTS.pop(id(conn.engine), None)
+    if not conn.info.get(PROBE):
+        _WRITE_FAULTS.pop(id(conn.engine), None)
 
 
 def _environment_fault(context: Any) -> None:
