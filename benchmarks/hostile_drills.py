@@ -1,0 +1,554 @@
+"""Attack families of issue #24, re-run with counts: the same-bundle race, SIGKILLs of `regress
+import` and `regress site`, a full disk under the service, then every reader over what was accepted.
+
+    python benchmarks/hostile_drills.py --work /tmp/drills [--pg postgresql://postgres@127.0.0.1:5477/postgres]
+
+Per database (a fresh SQLite file; a fresh database on --pg when given):
+
+* **race**: each committed real bundle (benchmarks/results/*.json, trimmed) sent by 20 threads at
+  once (a barrier) to `regress serve` in a subprocess: one 201, nineteen 200, one run stored;
+* **import kills**: `regress import` of a 3,000-result bundle (a fresh run id each time) killed
+  with SIGKILL at a random point of its measured duration; afterwards that run is absent or whole
+  (every result), never half; then every killed bundle is imported again and stored once;
+* **readers**: every run in the database through `GET /api/v1/runs/<id>` (every page, each a
+  valid bundle), `regress runs show`, `regress runs list`, `regress export`, `regress site`, and
+  the gate's reports (each run against the one before it: exit 0/1/2, the JUnit XML and JSON parse).
+
+Once (SQLite): **site kills**, `regress site --full` over a `demo-history` database killed (its
+process group) at random points, then one render that must succeed and leave no temporary file in
+the published tree; **full disk**, the service's SQLite file on a small tmpfs filled to the last
+byte while 10 bundles are uploaded through the real client (spool, retries): answers 503, never
+500; after space is freed, `upload --flush` stores all 10 once. Needs root for the tmpfs mount;
+without it the family is reported as not run.
+
+The 20 s PostgreSQL stop and the service SIGKILL are benchmarks/ingest_faults.py; the mutations are
+tests/ingest/test_bundle_fuzz.py. Prints one JSON object (and writes it to --json). Every wait is
+bounded; run it `nice`d.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import itertools
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "ingest"))
+
+from ingest_bundles import make_bundle  # noqa: E402
+from real_bundles import real_bundles  # noqa: E402
+
+from regress.bundle import validate_bundle, write_bundle  # noqa: E402
+from regress.cli import main as regress_main  # noqa: E402
+from regress.store.base import new_run_id  # noqa: E402
+from regress.store.queries import run_ids  # noqa: E402
+from regress.store.repo import open_store  # noqa: E402
+from regress.tokens import create_token  # noqa: E402
+from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+RACERS = 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def fresh_db(kind: str, work: Path, pg: str | None, tag: str) -> str:
+    if kind == "sqlite":
+        (work / tag).mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{work / tag / 'regress.db'}"
+    import psycopg
+
+    assert pg is not None
+    name = f"drill_{tag}_{secrets.token_hex(4)}"
+    with psycopg.connect(pg, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{pg.rpartition('/')[0]}/{name}"
+
+
+class Service:
+    """`regress serve` in a subprocess, its access log kept for counting answers."""
+
+    def __init__(self, db_url: str, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        argv = [sys.executable, "-m", "regress", "serve", "--db", db_url, "--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            argv, env=ENV, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                requests.get(f"{self.url}/healthz", timeout=2)
+                return
+            except requests.ConnectionError:
+                time.sleep(0.2)
+        raise SystemExit(f"service on {db_url} did not come up; see {log}")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def answers(self) -> Counter[str]:
+        text = self.log.read_text(errors="replace")
+        return Counter(m.group(1) for m in re.finditer(r'"(?:POST|GET) /api/v1/[^"]*" (\d{3})', text))
+
+
+def count_runs(db_url: str, run_id: str | None = None) -> tuple[int, int]:
+    from sqlalchemy import func, select
+
+    from regress.store.result import Result
+    from regress.store.run import Run
+
+    store = open_store(db_url)
+    with store.reader() as s:
+        runs = select(func.count()).select_from(Run)
+        results = select(func.count()).select_from(Result)
+        if run_id is not None:
+            runs, results = runs.where(Run.id == run_id), results.where(Result.run_id == run_id)
+        out = (s.scalar(runs) or 0, s.scalar(results) or 0)
+    store.engine.dispose()
+    return out
+
+
+# ---- race -------------------------------------------------------------------------------------
+
+
+def race(db_url: str, work: Path) -> dict[str, Any]:
+    store = open_store(db_url)
+    token = create_token(store, "race-runner")[1]
+    store.engine.dispose()
+    svc = Service(db_url, work / "race-serve.log")
+    statuses: Counter[int] = Counter()
+    per_bundle_ok = 0
+    bundles = real_bundles(results=40, samples=20)
+    try:
+        for bundle in bundles:
+            body = json.dumps(bundle).encode()
+            barrier = threading.Barrier(RACERS)
+            got: list[int] = []
+            lock = threading.Lock()
+
+            def send(
+                body: bytes = body, barrier: Any = barrier, got: list[int] = got, lock: Any = lock
+            ) -> None:
+                barrier.wait(timeout=60)
+                resp = requests.post(
+                    f"{svc.url}/api/v1/runs",
+                    data=body,
+                    headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                    timeout=120,
+                )
+                with lock:
+                    got.append(resp.status_code)
+
+            threads = [threading.Thread(target=send) for _ in range(RACERS)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=180)
+            statuses.update(got)
+            stored = count_runs(db_url, bundle["run"]["id"])
+            if sorted(got) == [200] * (RACERS - 1) + [201] and stored == (1, len(bundle["results"])):
+                per_bundle_ok += 1
+    finally:
+        svc.stop()
+    return {
+        "bundles": len(bundles),
+        "posts": sum(statuses.values()),
+        "answers": dict(sorted((str(k), v) for k, v in statuses.items())),
+        "bundles_with_one_201_and_19_200_and_one_run": per_bundle_ok,
+        "server_5xx": sum(v for k, v in svc.answers().items() if k.startswith("5")),
+    }
+
+
+# ---- import kills -----------------------------------------------------------------------------
+
+
+def _big_bundle(n: int) -> dict[str, Any]:
+    bundle = make_bundle()
+    results = []
+    for i in range(n):
+        res = copy.deepcopy(bundle["results"][i % 12])
+        res.pop("case_key", None)
+        res["name"] = f"k{i:05d}"
+        results.append(res)
+    bundle["results"] = results
+    return bundle
+
+
+def import_kills(db_url: str, work: Path, kills: int, rng: random.Random) -> dict[str, Any]:
+    template = _big_bundle(3000)
+    write_bundle({**template, "run": {**template["run"], "id": new_run_id()}}, work / "import-timing")
+    path = next((work / "import-timing").glob("*.json"))
+    t0 = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "regress", "import", "--db", db_url, str(path)],
+        env=ENV,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    duration = time.monotonic() - t0
+    outcomes: Counter[str] = Counter()
+    files = []
+    for _ in range(kills):
+        bundle = {**template, "run": {**template["run"], "id": new_run_id()}}
+        file = write_bundle(bundle, work / "import-kill")
+        files.append((file, bundle["run"]["id"]))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "regress", "import", "--db", db_url, str(file)],
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.2, 1.0) * duration)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        runs, results = count_runs(db_url, bundle["run"]["id"])
+        outcomes["absent" if runs == 0 else "whole" if results == len(template["results"]) else "half"] += 1
+    again: Counter[str] = Counter()
+    for file, run_id in files:
+        proc = subprocess.run(
+            [sys.executable, "-m", "regress", "import", "--db", db_url, str(file)],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        stored = count_runs(db_url, run_id)
+        again["stored once" if proc.returncode == 0 and stored == (1, 3000) else f"rc {proc.returncode}"] += 1
+    return {
+        "import_s": round(duration, 1),
+        "kills": kills,
+        "after_kill": dict(outcomes),
+        "reimported": dict(again),
+    }
+
+
+# ---- readers ----------------------------------------------------------------------------------
+
+
+def _cli(*argv: str) -> int:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return regress_main(list(argv))
+
+
+def readers(db_url: str, work: Path) -> dict[str, Any]:
+    store = open_store(db_url)
+    with store.reader() as s:
+        ids = run_ids(s)
+    store.engine.dispose()
+    svc = Service(db_url, work / "readers-serve.log")
+    api_ok = 0
+    try:
+        for run_id in ids:
+            url: str | None = f"{svc.url}/api/v1/runs/{run_id}"
+            good = True
+            while url:
+                resp = requests.get(url, timeout=120)
+                if resp.status_code != 200:
+                    good = False
+                    break
+                validate_bundle(resp.json())
+                link = resp.headers.get("Link")
+                url = svc.url + link.split(">")[0].lstrip("<") if link else None
+            api_ok += good
+    finally:
+        svc.stop()
+    show_ok = sum(_cli("runs", "show", run_id, "--db", db_url) == 0 for run_id in ids)
+    gate: Counter[str] = Counter()
+    for base, cand in itertools.pairwise(ids):
+        out = work / "gate" / cand
+        rc = _cli("gate", "--db", db_url, "--baseline", base, "--candidate", cand, "--report-dir", str(out))
+        for junit in out.glob("*.junit.xml"):
+            ElementTree.parse(junit)  # raises on ill-formed XML
+        for report in out.glob("*.json"):
+            json.loads(report.read_text())
+        gate[f"exit {rc}" + (" with reports" if any(out.glob("*.md")) else "")] += 1
+    site = _cli("site", "--out", str(work / "site"), "--db", db_url)
+    return {
+        "runs": len(ids),
+        "api_readable": api_ok,
+        "runs_show_ok": show_ok,
+        "gate_pairs": max(0, len(ids) - 1),
+        "gate": dict(sorted(gate.items())),
+        "runs_list_rc": _cli("runs", "list", "--db", db_url, "--limit", "1000"),
+        "export_rc": _cli("export", "--db", db_url, "-o", str(work / "export.jsonl")),
+        "site_rc": site,
+        "api_5xx": sum(v for k, v in svc.answers().items() if k.startswith("5")),
+    }
+
+
+# ---- site kills -------------------------------------------------------------------------------
+
+
+def site_kills(work: Path, kills: int, rng: random.Random) -> dict[str, Any]:
+    db = f"sqlite:///{work / 'demo.db'}"
+    subprocess.run(
+        [sys.executable, "-m", "regress", "demo-history", "--nights", "30", "--stacks", "2", "--db", db],
+        env=ENV,
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    out = work / "site-killed"
+    argv = [sys.executable, "-m", "regress", "site", "--full", "--out", str(out), "--db", db]
+    t0 = time.monotonic()
+    subprocess.run(argv, env=ENV, check=True, capture_output=True, timeout=900)
+    duration = time.monotonic() - t0
+    leftovers = 0
+    for _ in range(kills):
+        proc = subprocess.Popen(
+            argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        time.sleep(rng.uniform(0.1, 0.95) * duration)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        leftovers += sum(1 for p in out.rglob("*.tmp") if ".regress-site" not in p.parts)
+    final = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=900)
+    left = [p for p in out.rglob("*") if p.is_file() and (p.suffix == ".tmp" or p.parent.name == "tmp")]
+    return {
+        "render_s": round(duration, 1),
+        "kills": kills,
+        "tmp_files_in_published_tree_after_kills": leftovers,
+        "final_render_rc": final.returncode,
+        "final_render_tail": final.stdout.strip().splitlines()[-1:],
+        "tmp_files_after_final_render": len(left),
+    }
+
+
+# ---- full disk --------------------------------------------------------------------------------
+
+
+def full_disk(work: Path) -> dict[str, Any]:
+    if os.geteuid() != 0:
+        return {"run": False, "why": "mounting a tmpfs needs root"}
+    disk = work / "disk"
+    disk.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True, timeout=30)
+    try:
+        db = f"sqlite:///{disk / 'regress.db'}"
+        store = open_store(db)
+        token = create_token(store, "disk-runner")[1]
+        store.engine.dispose()
+        svc = Service(db, work / "disk-serve.log")
+        try:
+            return _full_disk(work, disk, db, token, svc)
+        finally:
+            svc.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False, timeout=30)
+
+
+def _full_disk(work: Path, disk: Path, db: str, token: str, svc: Service) -> dict[str, Any]:
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as f:  # every free byte taken (unbuffered: no late ENOSPC)
+        for size in (65536, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * size)
+    health = requests.get(f"{svc.url}/healthz", timeout=10).status_code
+    spool = work / "disk-spool"
+    policy = RetryPolicy(attempts=2, base_s=0.2, cap_s=0.5, timeout_s=30)
+    sent = []
+    retry_after = 0
+    for _ in range(10):
+        bundle = make_bundle()
+        sent.append(bundle["run"]["id"])
+        path = write_bundle(bundle, work / "disk-out")
+        upload_bundles([path], svc.url, token, spool, policy=policy)
+    probe = requests.post(
+        f"{svc.url}/api/v1/runs",
+        data=json.dumps(make_bundle()).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    retry_after = int(probe.status_code == 503 and "Retry-After" in probe.headers)
+    spooled_while_full = len(spooled_files(spool))
+    full_answers = svc.answers()
+    filler.unlink()
+    health_after = requests.get(f"{svc.url}/healthz", timeout=10).status_code
+    for _ in range(5):  # bounded
+        flush_spool(svc.url, token, spool, policy=policy, force=True)
+        if not spooled_files(spool):
+            break
+    store = open_store(db)
+    with store.reader() as s:
+        stored = set(run_ids(s))
+    store.engine.dispose()
+    answers = svc.answers()
+    return {
+        "run": True,
+        "healthz_full": health,
+        "answers_while_full": dict(sorted(full_answers.items())),
+        "probe_503_with_retry_after": retry_after,
+        "spooled_while_full": spooled_while_full,
+        "healthz_after_freeing": health_after,
+        "sent": len(sent),
+        "stored_after_flush": len(stored & set(sent)),
+        "answers": dict(sorted(answers.items())),
+        "server_5xx_not_503": sum(v for k, v in answers.items() if k.startswith("5") and k != "503"),
+    }
+
+
+PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
+
+
+def _as_postgres(*argv: str) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else list(argv)
+
+
+def pg_full_disk(work: Path) -> dict[str, Any]:
+    """The same drill with a PostgreSQL 15 cluster of its own on a 96 MiB tmpfs (data and WAL)."""
+    if os.geteuid() != 0 or not (PGBIN / "pg_ctl").exists():
+        return {"run": False, "why": "needs root (tmpfs mount) and PostgreSQL 15 binaries"}
+    disk = work / "pgdisk"
+    disk.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(disk)], check=True, timeout=30)
+    data = disk / "data"
+    port = free_port()
+    opts = f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off -c max_wal_size=32MB -c min_wal_size=32MB"
+
+    def pg_ctl(*args: str) -> int:
+        argv = _as_postgres(str(PGBIN / "pg_ctl"), "-D", str(data), *args)
+        return subprocess.run(argv, capture_output=True, timeout=120, check=False).returncode
+
+    try:
+        data.mkdir()
+        shutil.chown(data, "postgres")
+        initdb = _as_postgres(str(PGBIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust")
+        subprocess.run(initdb, check=True, capture_output=True, timeout=300)
+        pg_ctl("-l", str(data / "server.log"), "-w", "-t", "60", "-o", opts, "start")
+        db = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        store = open_store(db)
+        token = create_token(store, "disk-runner")[1]
+        store.engine.dispose()
+        svc = Service(db, work / "pgdisk-serve.log")
+        try:
+            filler = disk / "filler"
+            with filler.open("wb", buffering=0) as f:
+                for size in (65536, 1):
+                    with contextlib.suppress(OSError):
+                        while True:
+                            f.write(b"\0" * size)
+            spool = work / "pgdisk-spool"
+            policy = RetryPolicy(attempts=2, base_s=0.2, cap_s=0.5, timeout_s=30)
+            sent = []
+            for _ in range(10):
+                bundle = make_bundle()
+                sent.append(bundle["run"]["id"])
+                path = write_bundle(bundle, work / "pgdisk-out")
+                upload_bundles([path], svc.url, token, spool, policy=policy)
+            health = requests.get(f"{svc.url}/healthz", timeout=30).status_code
+            spooled_while_full = len(spooled_files(spool))
+            full_answers = svc.answers()
+            filler.unlink()
+            alive = pg_ctl("status") == 0
+            if not alive:  # PostgreSQL shuts down when it cannot write WAL; an operator restarts it
+                pg_ctl("-l", str(data / "server.log"), "-w", "-t", "60", "-o", opts, "start")
+            time.sleep(6)  # the service's Retry-After: its pool reconnects
+            health_after = requests.get(f"{svc.url}/healthz", timeout=30).status_code
+            for _ in range(5):  # bounded
+                flush_spool(svc.url, token, spool, policy=policy, force=True)
+                if not spooled_files(spool):
+                    break
+            store = open_store(db)
+            with store.reader() as s:
+                stored = set(run_ids(s))
+            store.engine.dispose()
+            answers = svc.answers()
+        finally:
+            svc.stop()
+    finally:
+        pg_ctl("-m", "immediate", "stop")
+        subprocess.run(["umount", "-l", str(disk)], check=False, timeout=30)
+    return {
+        "run": True,
+        "answers_while_full": dict(sorted(full_answers.items())),
+        "healthz_full": health,
+        "spooled_while_full": spooled_while_full,
+        "postgres_survived_the_full_disk": alive,
+        "healthz_after_freeing": health_after,
+        "sent": len(sent),
+        "stored_after_flush": len(stored & set(sent)),
+        "answers": dict(sorted(answers.items())),
+        "server_5xx_not_503": sum(v for k, v in answers.items() if k.startswith("5") and k != "503"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--pg", help="an admin URL of a PostgreSQL server to create databases on")
+    ap.add_argument("--import-kills", type=int, default=10)
+    ap.add_argument("--site-kills", type=int, default=8)
+    ap.add_argument("--families", default="race,import,readers,site,disk,pgdisk")
+    ap.add_argument("--seed", type=int, default=24)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    families = set(args.families.split(","))
+    rng = random.Random(args.seed)
+    if args.work.exists():
+        shutil.rmtree(args.work)
+    args.work.mkdir(parents=True)
+    report: dict[str, Any] = {"load_average_at_start": os.getloadavg()}
+    for kind in ["sqlite"] + (["postgresql"] if args.pg else []):
+        work = args.work / kind
+        work.mkdir()
+        db = fresh_db(kind, args.work, args.pg, f"{kind}-drills")
+        entry: dict[str, Any] = {}
+        if "race" in families:
+            entry["race"] = race(db, work)
+        if "import" in families:
+            entry["import_kills"] = import_kills(db, work, args.import_kills, rng)
+        if "readers" in families:
+            entry["readers"] = readers(db, work)
+        report[kind] = entry
+        print(json.dumps({kind: entry}), file=sys.stderr, flush=True)
+    if "site" in families:
+        report["site_kills"] = site_kills(args.work, args.site_kills, rng)
+        print(json.dumps({"site_kills": report["site_kills"]}), file=sys.stderr, flush=True)
+    if "disk" in families:
+        report["full_disk"] = full_disk(args.work)
+    if "pgdisk" in families:
+        report["postgresql_full_disk"] = pg_full_disk(args.work)
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
