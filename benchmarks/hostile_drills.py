@@ -403,6 +403,7 @@ def _full_disk(work: Path, disk: Path, db: str, token: str, svc: Service) -> dic
         flush_spool(svc.url, token, spool, policy=policy, force=True)
         if not spooled_files(spool):
             break
+    health_flushed = requests.get(f"{svc.url}/healthz", timeout=10).status_code
     store = open_store(db)
     with store.reader() as s:
         stored = set(run_ids(s))
@@ -414,7 +415,8 @@ def _full_disk(work: Path, disk: Path, db: str, token: str, svc: Service) -> dic
         "answers_while_full": dict(sorted(full_answers.items())),
         "probe_503_with_retry_after": retry_after,
         "spooled_while_full": spooled_while_full,
-        "healthz_after_freeing": health_after,
+        "healthz_after_freeing": health_after,  # 503 until a real write succeeds (store/db.py)
+        "healthz_after_flush": health_flushed,
         "sent": len(sent),
         "stored_after_flush": len(stored & set(sent)),
         "answers": dict(sorted(answers.items())),
@@ -483,6 +485,7 @@ def pg_full_disk(work: Path) -> dict[str, Any]:
                 flush_spool(svc.url, token, spool, policy=policy, force=True)
                 if not spooled_files(spool):
                     break
+            health_flushed = requests.get(f"{svc.url}/healthz", timeout=30).status_code
             store = open_store(db)
             with store.reader() as s:
                 stored = set(run_ids(s))
@@ -499,7 +502,8 @@ def pg_full_disk(work: Path) -> dict[str, Any]:
         "healthz_full": health,
         "spooled_while_full": spooled_while_full,
         "postgres_survived_the_full_disk": alive,
-        "healthz_after_freeing": health_after,
+        "healthz_after_freeing": health_after,  # 503 until a real write succeeds (store/db.py)
+        "healthz_after_flush": health_flushed,
         "sent": len(sent),
         "stored_after_flush": len(stored & set(sent)),
         "answers": dict(sorted(answers.items())),
