@@ -36,7 +36,6 @@ from sqlalchemy.orm import Session
 from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
 from .case import Case
-from .gate import GateDecision
 from .regression import Regression
 from .result import Result, Sample
 from .run import Run
@@ -299,10 +298,6 @@ class BulkWriter:
         self.flush()
         if rows:
             self.session.execute(insert(_table(Regression)), rows)
-
-    def gate_decision(self, row: dict[str, Any]) -> None:
-        self.flush()
-        self.session.execute(insert(_table(GateDecision)), [row])
 
 
 # ---- the shared rows of a bundle ------------------------------------------------------------------
