@@ -44,7 +44,18 @@ def render(tmp: Path, bundles: list[dict[str, Any]]) -> RealSite:
     return RealSite(bundles[-1], tmp / "site", store)
 
 
-@pytest.fixture(scope="module", params=BUNDLES, ids=[p.stem.rsplit("-", 1)[0] for p in BUNDLES])
+# Plain pytest renders three kinds (one GPU's nightly, one shard, a two-GPU sharded full run); the
+# slow tier renders every committed bundle (about 3 s of rendering and Chromium each).
+PLAIN = ("h200-nightly-", "h200-shard-gpus0-", "h200x2-full-sharded-")
+REAL_PARAMS = [
+    pytest.param(
+        p, marks=() if p.name.startswith(PLAIN) else pytest.mark.slow, id=f"{p.stem.rsplit('-', 1)[0]}"
+    )
+    for p in BUNDLES
+]
+
+
+@pytest.fixture(scope="module", params=REAL_PARAMS)
 def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealSite]:
     site = render(tmp_path_factory.mktemp("real"), [json.loads(Path(request.param).read_text())])
     yield site
