@@ -124,18 +124,14 @@ class Service:
 
 
 def count_runs(db_url: str, run_id: str | None = None) -> tuple[int, int]:
-    from sqlalchemy import func, select
-
-    from regress.store.result import Result
-    from regress.store.run import Run
+    from regress.store import queries
 
     store = open_store(db_url)
-    with store.reader() as s:
-        runs = select(func.count()).select_from(Run)
-        results = select(func.count()).select_from(Result)
-        if run_id is not None:
-            runs, results = runs.where(Run.id == run_id), results.where(Result.run_id == run_id)
-        out = (s.scalar(runs) or 0, s.scalar(results) or 0)
+    with store.reader() as s:  # through the store's reads (tests/store/test_store_door.py)
+        if run_id is None:
+            out = (queries.count_runs(s), queries.count_results(s))
+        else:
+            out = (int(queries.run_by_id(s, run_id) is not None), queries.run_result_count(s, run_id))
     store.engine.dispose()
     return out
 

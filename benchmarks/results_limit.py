@@ -184,15 +184,11 @@ def _child_of(pid: int) -> int | None:
 
 
 def stored(db_url: str) -> tuple[int, int]:
-    from sqlalchemy import func, select
-
-    from regress.store.result import Result
-    from regress.store.run import Run
+    from regress.store import queries
 
     store = open_store(db_url)
     with store.reader() as s:
-        runs = s.scalar(select(func.count()).select_from(Run)) or 0
-        results = s.scalar(select(func.count()).select_from(Result)) or 0
+        runs, results = queries.count_runs(s), queries.count_results(s)
     store.engine.dispose()
     return runs, results
 

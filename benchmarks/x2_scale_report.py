@@ -22,7 +22,8 @@ from regress.shard import make_units, predict_wall
 
 def _load_db(url: str) -> list[dict[str, Any]]:
     from regress.store.queries import run_ids
-    from regress.store.repo import export_bundle, open_store
+    from regress.store.repo import open_store
+    from regress.store.transfer import export_bundle
 
     store = open_store(url)
     with store.reader() as s:

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import FrameType, SimpleNamespace
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from .build import BuildArtifact, BuildError, build_kernel
 from .bundle import write_bundle
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
@@ -30,18 +32,18 @@ from .runner import DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, res
 from .shard import WorkerPool, parse_gpus
 from .stack import live_fingerprint
 from .stack_keys import Fingerprint
+from .store.queries import case_wall_times, reaped_local_runs
 from .store.repo import (
     Store,
     add_result,
-    case_wall_times,
     finish_run,
     get_or_create_stack,
     open_store,
     reap_stale_runs,
-    reaped_local_runs,
     record_build,
     start_run,
 )
+from .store.transfer import export_bundle
 
 # The emulator has no clock worth timing: hip-emu runs the numerical suites only.
 EMU_SUITES: tuple[str, ...] = ("determinism", "ulp")
@@ -424,7 +426,8 @@ def _finish(store: Store, run_id: str, opts: NightlyOptions, **how: Any) -> Path
     restored from its bundle by `_adopt_written_bundles`; after it, the bundle is on disk."""
     written: list[Path] = []
 
-    def write(bundle: dict[str, Any]) -> None:
+    def write(session: Session) -> None:
+        bundle = export_bundle(session, run_id)
         written.append(write_bundle(bundle, opts.out / "bundles"))
         if opts.upload:
             from .upload import spool_bundle
@@ -441,7 +444,9 @@ def _adopt_written_bundles(store: Store, out: Path) -> list[str]:
     from .bundle import BundleError, parse_timestamp, read_bundle
 
     adopted = []
-    for run_id in reaped_local_runs(store):
+    with store.reader() as session:
+        reaped = reaped_local_runs(session)
+    for run_id in reaped:
         path = out / "bundles" / f"{run_id}.json"
         try:
             run = read_bundle(path)["run"] if path.is_file() else None

@@ -120,6 +120,13 @@ def load_pin(name_or_path: str, stacks_dir: Path | None = None) -> Pin:
     )
 
 
+def pin_for_digest(digest: str, stacks_dir: Path | None = None) -> Pin | None:
+    """The pin of this stack digest (see pin_name_for_digest), loaded; None for an unpinned stack.
+    What bundle ingest passes the store as the stack's name and facts."""
+    name = pin_name_for_digest(digest, stacks_dir)
+    return load_pin(name, stacks_dir) if name is not None else None
+
+
 def pin_name_for_digest(digest: str, stacks_dir: Path | None = None) -> str | None:
     """The name of the pin whose digest this is (your folder first, then the shipped pins), else None.
 

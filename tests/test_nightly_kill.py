@@ -92,14 +92,15 @@ def test_4_kill_before_the_commit_is_restored_from_the_bundle(tmp_path: Path, db
 
 def test_4_upload_run_recreates_a_bundle_from_the_store(tmp_path: Path, db_url: str) -> None:
     """`regress upload --run ID` spools the stored run's bundle (here: the service is down)."""
-    from regress.store.repo import export_bundle, import_bundle
+    from regress.pins import pin_for_digest
+    from regress.store.transfer import export_bundle, import_bundle
 
     store = open_store(db_url)
     bundle = json.loads(
         next((Path(__file__).parent.parent / "benchmarks" / "results").glob("*.json")).read_text()
     )
     with store.transaction() as s:
-        run_id, _ = import_bundle(s, bundle)
+        run_id, _ = import_bundle(s, bundle, pin=pin_for_digest(bundle["stack"]["digest"]))
     with store.reader() as s:
         stored = export_bundle(s, run_id)
     store.engine.dispose()

@@ -24,12 +24,13 @@ def import_cmd(ctx: click.Context, bundles: tuple[Path, ...], db_url: str | None
     transaction, so a bad one stores nothing and the others still go in. Exit 0 when every bundle is
     stored or already there, 2 when any was refused (each refusal is named).
     """
+    from ..pins import pin_for_digest
     from ..store.repo import open_store
     from ..store.transfer import import_files
 
     store = open_store(db_url)
     try:
-        outcomes = import_files(store, bundles)
+        outcomes = import_files(store, bundles, pin_for=pin_for_digest)
     finally:
         store.engine.dispose()
     for outcome in outcomes:

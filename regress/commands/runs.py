@@ -81,7 +81,9 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     from rich.text import Text
 
     from ..metrics import HEADLINE, headline_value
-    from ..store.repo import export_bundle, find_run, open_store
+    from ..store.queries import find_run
+    from ..store.repo import open_store
+    from ..store.transfer import export_bundle
 
     store = open_store(db_url, must_exist=True)
     with store.reader() as session:
@@ -123,8 +125,9 @@ def delete_run(run_id: str, db_url: str | None, yes: bool) -> None:
     """Remove one run (RUN_ID, the full id) and everything that refers to it: its results and
     samples, the regression records and gate decisions it took part in. For an admin removing a
     run that should never have been accepted; there is no undo."""
+    from ..store.queries import find_run
     from ..store.repo import delete_run as delete_stored_run
-    from ..store.repo import find_run, open_store
+    from ..store.repo import open_store
 
     store = open_store(db_url, must_exist=True)
     with store.reader() as session:

@@ -87,7 +87,9 @@ def upload(
 
 def _spooled_from_store(run_ids: tuple[str, ...], db_url: str | None, spool: Path) -> list[Path]:
     """Each run's bundle exported from the store and spooled: what `regress nightly` wrote."""
-    from ..store.repo import export_bundle, find_run, open_store
+    from ..store.queries import find_run
+    from ..store.repo import open_store
+    from ..store.transfer import export_bundle
 
     store = open_store(db_url, must_exist=True)
     try:

@@ -24,7 +24,8 @@ from ..detect.verdict import CaseJudgement, Judgement, RuleConfig, judge
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
 from ..evidence import PerfPair, ab_inputs, alternating_inputs, perf_evidence, scaled_ulp
 from ..store import FINISHED_STATES, Case, Result, Run, queries
-from ..store.repo import Store, find_run, record_gate_decision
+from ..store.queries import find_run
+from ..store.repo import Store, record_gate_decision
 from .render import write_reports
 
 VERDICT_EXIT = {"pass": EXIT_OK, "regression": EXIT_FAILED, "undecided": EXIT_UNDECIDED}

@@ -13,11 +13,11 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from ..bundle import BundleError, loads_bundle, parse_timestamp, validate_bundle
+from ..pins import pin_for_digest
 from ..store import RunnerToken, queries, utcnow
-from ..store.bulk import ensure_dimensions
 from ..store.queries import list_runs as list_runs_query
 from ..store.queries import run_summary
-from ..store.repo import BundleConflict, export_bundle, import_bundle
+from ..store.transfer import BundleConflict, StackPin, ensure_dimensions, export_bundle, import_bundle
 from ..tokens import lookup_token, may_upload_onto
 from .errors import ApiError, error_response
 from .extensions import store_ext
@@ -220,13 +220,15 @@ def _read_json() -> Any:
         raise ApiError(400, "body is not a bundle: JSON nested too deep") from exc
 
 
-def _store_bundle(session: Session, bundle: dict[str, Any], token: RunnerToken) -> tuple[str, bool]:
+def _store_bundle(
+    session: Session, bundle: dict[str, Any], token: RunnerToken, pin: StackPin | None
+) -> tuple[str, bool]:
     existing = queries.run_by_id(session, bundle["run"]["id"])
     if existing is not None and existing.runner != token.runner:
         raise ApiError(403, f"run {existing.id} belongs to another runner")
     row_by_row = bool(current_app.config.get("INGEST_ROW_BY_ROW"))
     run_id, created = import_bundle(
-        session, bundle, runner=token.runner, row_by_row=row_by_row, validated=True
+        session, bundle, pin=pin, runner=token.runner, row_by_row=row_by_row, validated=True
     )
     row = queries.runner_token_by_id(session, token.id)
     now = utcnow()
@@ -265,14 +267,15 @@ def upload() -> Any:
             403, f"token {token.id} of runner {token.runner!r} may not upload onto stack {digest[:12]}"
         )
     _check_clock(bundle["run"])
+    pin = pin_for_digest(digest)  # the stack's name is its pin's, never the uploader's
     store = store_ext.store
     for attempt in range(WRITE_ATTEMPTS):
         try:
             if not current_app.config.get("INGEST_ROW_BY_ROW"):
                 with store.transaction() as session:  # shared rows first, in a short transaction
-                    ensure_dimensions(session, bundle)
+                    ensure_dimensions(session, bundle, pin)
             with store.transaction() as session:
-                run_id, created = _store_bundle(session, bundle, token)
+                run_id, created = _store_bundle(session, bundle, token, pin)
             break
         except BundleConflict as exc:
             raise ApiError(409, str(exc)) from exc

@@ -1,14 +1,16 @@
-"""Shared ORM base: naming convention, column shorthands, time-sortable ids."""
+"""Shared ORM base: naming convention, `get_or_create` for every entity, column shorthands,
+time-sortable ids."""
 
 from __future__ import annotations
 
 import os
 import time
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from sqlalchemy import JSON, MetaData
-from sqlalchemy.orm import DeclarativeBase, mapped_column
+from sqlalchemy import JSON, MetaData, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Session, mapped_column
 
 # Stable constraint names, so migrations can address them on every backend.
 NAMING_CONVENTION = {
@@ -28,6 +30,22 @@ class Base(DeclarativeBase):
         list[float]: JSON,
         list[str]: JSON,
     }
+
+    @classmethod
+    def get_or_create(cls, session: Session, lookup: dict[str, Any], **values: Any) -> Self:
+        """The row with these key columns, else a new one with `values` too, inserted in a savepoint:
+        a concurrent insert of the same key wins and is re-read."""
+        found = session.scalars(select(cls).filter_by(**lookup)).first()
+        if found is not None:
+            return found
+        try:
+            with session.begin_nested():
+                row = cls(**lookup, **values)
+                session.add(row)
+                session.flush()
+                return row
+        except IntegrityError:
+            return session.scalars(select(cls).filter_by(**lookup)).one()
 
 
 def NotNull(*args: Any, **kwargs: Any) -> Any:

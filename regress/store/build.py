@@ -6,9 +6,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ForeignKey, String, Text, UniqueConstraint
-from sqlalchemy.orm import Mapped
+from sqlalchemy.orm import Mapped, Session
 
 from .base import Base, NotNull, Nullable, utcnow
+
+# What an artifact hash determines. The git commit is provenance, not content: one artifact is
+# rebuilt at every commit that leaves the kernel sources alone (the run carries its kernel_commit).
+BUILD_FACTS = ("source_hash", "compiler", "compiler_version", "flags", "compile_only", "stats", "inject")
 
 
 class Build(Base):
@@ -29,3 +33,37 @@ class Build(Base):
     stats: Mapped[dict[str, Any]] = NotNull()
     inject: Mapped[dict[str, Any]] = NotNull()
     created_at: Mapped[datetime] = NotNull(default=utcnow)
+
+    @classmethod
+    def for_artifact(cls, session: Session, stack_id: int, build: dict[str, Any]) -> Build:
+        """The build row of a BuildArtifact-shaped dict (backend, source_hash, git_commit, compiler,
+        ...) on this stack, created if new."""
+        return cls.get_or_create(
+            session,
+            {"stack_id": stack_id, "backend": build["backend"], "artifact_hash": build["artifact_hash"]},
+            source_hash=build["source_hash"],
+            git_commit=build.get("git_commit"),
+            git_dirty=bool(build.get("git_dirty", False)),
+            compiler=build["compiler"],
+            compiler_version=build["compiler_version"],
+            flags=list(build["flags"]),
+            compile_only=bool(build.get("compile_only", False)),
+            stats=dict(build.get("stats") or {}),
+            inject=dict(build.get("inject") or {}),
+        )
+
+    def to_bundle(self) -> dict[str, Any]:
+        """The bundle's `build` section."""
+        return {
+            "backend": self.backend,
+            "source_hash": self.source_hash,
+            "git_commit": self.git_commit,
+            "git_dirty": self.git_dirty,
+            "compiler": self.compiler,
+            "compiler_version": self.compiler_version,
+            "flags": self.flags,
+            "artifact_hash": self.artifact_hash,
+            "compile_only": self.compile_only,
+            "stats": self.stats,
+            "inject": self.inject,
+        }

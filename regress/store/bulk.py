@@ -1,14 +1,14 @@
 """Bulk writes: many finished runs, each with its results and raw samples, in a handful of
 statements whatever their number. The one writer of runs that arrive finished: `regress
 demo-history` (hundreds of runs in one transaction, through `BulkWriter`) and bundle ingest
-(`regress import`, POST /api/v1/runs: one run, through `repo.import_bundle`). A nightly's results
+(`regress import`, POST /api/v1/runs: one run, through `transfer.import_bundle`). A nightly's results
 arrive one at a time and go through repo.add_result instead.
 
-Why: the row-by-row path (`_add_result_rows` in repo.py: a SELECT and a savepoint per case, then one
+Why: the row-by-row path (`add_result_rows` in repo.py: a SELECT and a savepoint per case, then one
 INSERT per result and per sample) costs ~4 round trips per result; a 14,000-result bundle took 42 s
 (issue #13), and 365 nights x 3 stacks x 300 cases of demo history would take minutes. Here:
 
-1. `ensure_dimensions` (ingest: its own short transaction, committed first): the stack, the build
+1. `transfer.ensure_dimensions` (ingest: its own short transaction, committed first): the stack, the build
    and every case, looked up by key in one SELECT per chunk and the missing ones inserted with
    ON CONFLICT DO NOTHING. Committing these shared rows first means a concurrent upload never waits
    on another upload's uncommitted case row (PostgreSQL makes a duplicate-key insert wait for the
@@ -43,25 +43,6 @@ from .run import Run
 KEY_CHUNK = 500  # keys per IN (...) lookup: under SQLite's 999-parameter floor
 
 
-def case_values(spec: CaseSpec) -> dict[str, Any]:
-    """The columns of a case row (the shape columns are copies of params, for filtering)."""
-    p = spec.params
-    return {
-        "key": spec.key,
-        "kernel": spec.kernel,
-        "suite": spec.suite,
-        "name": spec.name,
-        "params": p,
-        "b": p.get("b"),
-        "h": p.get("h"),
-        "sq": p.get("sq"),
-        "sk": p.get("sk"),
-        "d": p.get("d"),
-        "layout": p.get("layout"),
-        "mode": p.get("mode"),
-    }
-
-
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -90,7 +71,7 @@ def ensure_cases(session: Session, specs: Iterable[CaseSpec]) -> dict[str, int]:
     by_key = {spec.key: spec for spec in specs}
     ids = _case_ids(session, list(by_key))
     # Sorted, so two writers inserting overlapping cases take the key locks in the same order.
-    missing = [case_values(by_key[key]) for key in sorted(by_key) if key not in ids]
+    missing = [Case.columns_of(by_key[key]) for key in sorted(by_key) if key not in ids]
     if missing:
         dialect = session.get_bind().dialect.name
         make = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
@@ -298,17 +279,3 @@ class BulkWriter:
         self.flush()
         if rows:
             self.session.execute(insert(_table(Regression)), rows)
-
-
-# ---- the shared rows of a bundle ------------------------------------------------------------------
-
-
-def ensure_dimensions(session: Session, bundle: dict[str, Any]) -> None:
-    """The shared rows a validated bundle refers to (stack, build, cases), for a transaction of their
-    own before the run's: see the module docstring. Idempotent."""
-    from .repo import bundle_build, bundle_stack
-
-    stack = bundle_stack(session, bundle)
-    if bundle.get("build"):
-        bundle_build(session, stack, bundle["build"])
-    ensure_cases(session, (CaseResult.from_dict(r).case for r in bundle["results"]))

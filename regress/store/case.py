@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Index, String
-from sqlalchemy.orm import Mapped
+from sqlalchemy.orm import Mapped, Session
 
+from ..results import CaseSpec
 from .base import Base, NotNull, Nullable
 
 
@@ -28,3 +29,31 @@ class Case(Base):
     d: Mapped[int | None] = Nullable()
     layout: Mapped[str | None] = Nullable(String(8))
     mode: Mapped[str | None] = Nullable(String(8))
+
+    @staticmethod
+    def columns_of(spec: CaseSpec) -> dict[str, Any]:
+        """The columns of a case row (the shape columns are copies of params, for filtering)."""
+        p = spec.params
+        return {
+            "key": spec.key,
+            "kernel": spec.kernel,
+            "suite": spec.suite,
+            "name": spec.name,
+            "params": p,
+            "b": p.get("b"),
+            "h": p.get("h"),
+            "sq": p.get("sq"),
+            "sk": p.get("sk"),
+            "d": p.get("d"),
+            "layout": p.get("layout"),
+            "mode": p.get("mode"),
+        }
+
+    @classmethod
+    def for_spec(cls, session: Session, spec: CaseSpec) -> Case:
+        """The case row of this spec, created if new."""
+        values = cls.columns_of(spec)
+        return cls.get_or_create(session, {"key": values.pop("key")}, **values)
+
+    def spec(self) -> CaseSpec:
+        return CaseSpec(suite=self.suite, name=self.name, params=self.params, kernel=self.kernel)

@@ -16,12 +16,13 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, func, select, text
 from sqlalchemy.orm import Session
 
+from ..errors import UserError
 from .build import Build
 from .case import Case
 from .gate import GateDecision
 from .regression import Regression
 from .result import Result, Sample
-from .run import FINISHED_STATES, Run
+from .run import FINISHED_STATES, REAPED_NOTE, Run
 from .stack import Stack
 from .token import RunnerToken
 
@@ -475,3 +476,56 @@ def runner_token_by_hash(session: Session, token_hash: str) -> RunnerToken | Non
 
 def runner_token_by_id(session: Session, token_id: int) -> RunnerToken | None:
     return session.get(RunnerToken, token_id)
+
+
+def find_run(session: Session, id_or_prefix: str) -> Run:
+    """The run with this id, or the one run whose id starts with this prefix (every command that
+    takes a run accepts both). Not found or ambiguous: a UserError that says which."""
+    sel = id_or_prefix.strip()
+    if not sel:
+        raise UserError("empty run id")
+    exact = session.get(Run, sel)
+    if exact is not None:
+        return exact
+    matches = session.scalars(select(Run).where(Run.id.startswith(sel, autoescape=True)).limit(6)).all()
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UserError(f"run {sel!r} not found in the database (`regress runs list` shows the stored ones)")
+    shown = ", ".join(m.id for m in matches[:5])
+    raise UserError(f"run prefix {sel!r} is ambiguous: it matches {shown}{', …' if len(matches) > 5 else ''}")
+
+
+def reaped_local_runs(session: Session, *, limit: int = 20) -> list[str]:
+    """The newest local runs the reaper marked 'incomplete' (their process ended while 'running')."""
+    query = (
+        select(Run.id)
+        .where(Run.status == "incomplete", Run.origin == "local", Run.message.endswith(REAPED_NOTE))
+        .order_by(Run.started_at.desc())
+        .limit(limit)
+    )
+    return list(session.scalars(query))
+
+
+def case_wall_times(session: Session, stack_id: int, *, last_runs: int = 3) -> dict[str, float]:
+    """Each case's measured wall time (seconds, median over the stack's last finished runs), by case
+    key: what the scheduler deals cases by and the watchdog sets each case's time limit from."""
+    run_ids = session.scalars(
+        select(Run.id)
+        .where(Run.stack_id == stack_id, Run.status.in_(FINISHED_STATES), Run.is_drill.is_(False))
+        .order_by(Run.started_at.desc())
+        .limit(last_runs)
+    ).all()
+    if not run_ids:
+        return {}
+    seen: dict[str, list[float]] = {}
+    rows = session.execute(
+        select(Case.key, Result.metrics)
+        .join(Case, Case.id == Result.case_id)
+        .where(Result.run_id.in_(run_ids))
+    )
+    for key, metrics in rows:
+        wall = metrics.get("wall_s") if isinstance(metrics, dict) else None
+        if isinstance(wall, int | float) and wall > 0:
+            seen.setdefault(key, []).append(float(wall))
+    return {key: sorted(v)[len(v) // 2] for key, v in seen.items()}

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Float, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, relationship
 
+from ..metrics import headline_value
+from ..results import CaseResult
 from .base import Base, NotNull, Nullable
+
+if TYPE_CHECKING:
+    from .case import Case
 
 
 class Result(Base):
@@ -30,6 +35,33 @@ class Result(Base):
     samples: Mapped[list[Sample]] = relationship(
         back_populates="result", cascade="all, delete-orphan", lazy="selectin"
     )
+
+    @classmethod
+    def of_case_result(cls, run_id: str, case_id: int, result: CaseResult) -> Result:
+        """The row of one result with one samples row per series (headline value from metrics)."""
+        row = cls(
+            run_id=run_id,
+            case_id=case_id,
+            status=result.status,
+            value=headline_value(result.case.suite, result.metrics),
+            metrics=result.metrics,
+            device=result.device,
+            message=result.message,
+        )
+        row.samples = [
+            Sample(name=name, values=[float(v) for v in values]) for name, values in result.samples.items()
+        ]
+        return row
+
+    def to_case_result(self, case: Case) -> CaseResult:
+        return CaseResult(
+            case=case.spec(),
+            status=self.status,  # type: ignore[arg-type]
+            metrics=self.metrics,
+            samples={s.name: s.values for s in self.samples},
+            message=self.message,
+            device=self.device,
+        )
 
 
 class Sample(Base):

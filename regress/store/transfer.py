@@ -1,13 +1,242 @@
-"""Bundles from files into the store (`regress import`), one transaction per bundle."""
+"""Bundle transfer: a run in and out of the store as the schema-versioned bundle a runner uploads.
+
+`import_bundle` (the server's POST and `regress import`, through `import_files`) checks the shared
+rows a bundle makes (its stack and build: `bundle_stack`, `bundle_build`, committed first by the
+server through `ensure_dimensions`) and writes the run through bulk.py; `export_bundle` reads one
+back (`regress runs show --json`, `regress upload`, the API's run read, the nightly's own bundle);
+`bundle_fingerprint` says whether two bundles are the same run. Row mapping lives on each entity
+(run.py, result.py, build.py, stack.py, case.py); one-at-a-time writes stay in repo.py.
+
+Which pin names a stack is the caller's to say (the `pin` argument, from regress/pins.py): the
+store neither probes the machine nor reads the pin files.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from ..bundle import BundleError, read_bundle
-from .repo import BundleConflict, Store, import_bundle
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..results import CaseResult
+from ..stack_keys import HASHED_KEYS, PINNED_KEYS, stack_digest
+from .build import BUILD_FACTS, Build
+from .bulk import ensure_cases, prepare_results, write_runs
+from .case import Case
+from .repo import Store, add_result_rows
+from .result import Result
+from .run import Run
+from .stack import Stack
+
+
+class BundleConflict(Exception):
+    """A run id that is already stored with different content."""
+
+
+class StackPin(Protocol):
+    """What the store needs of a stack's pin (regress.pins.Pin is one): its name and the facts
+    the stack must have."""
+
+    name: str
+    expected: Mapping[str, Any]
+
+
+def stack_facts(bundle: dict[str, Any], pin: StackPin | None) -> tuple[str | None, dict[str, Any]]:
+    """The name (the caller's `pin`'s: the pin of the bundle's digest, or None for an unpinned
+    stack, never the uploader's) and the keys the store holds for a validated bundle's stack.
+
+    The digest must be the one of the bundle's keys (BundleError). A pinned stack's keys are its
+    pin's: a pinned, unhashed key may differ only on a run that declared its drift, and the stored
+    row keeps the pin's value (BundleConflict otherwise)."""
+    from ..bundle import BundleError
+
+    st = bundle["stack"]
+    computed = stack_digest({k: st["keys"].get(k) for k in HASHED_KEYS}, st["schema_version"])
+    if computed != st["digest"]:
+        raise BundleError(
+            f"bundle.stack.digest: {st['digest']} is not the digest of bundle.stack.keys "
+            f"and schema_version, which is {computed}"
+        )
+    keys = st["keys"]
+    name = pin.name if pin is not None else None
+    if pin is not None:  # a pinned stack's facts are its pin's, reviewed in the repository
+        host = bundle["run"].get("host")
+        declared_drift = bool(isinstance(host, dict) and host.get("drift"))
+        for key in (*HASHED_KEYS, *PINNED_KEYS):
+            if st["keys"].get(key) == pin.expected.get(key):
+                continue
+            # A pinned but unhashed key (os_kernel, torch...) may drift on a run that said so
+            # (`--allow-drift` records the diff in run.host.drift); the stack row keeps the pin's
+            # value and the run's host record the live one. Undeclared drift is a conflict.
+            if key in HASHED_KEYS or not declared_drift:
+                raise BundleConflict(
+                    f"bundle.stack.keys.{key}: {str(st['keys'].get(key))[:80]!r} is not the value of "
+                    f"stack {name}'s pin ({str(pin.expected.get(key))[:80]!r})"
+                    + ("" if key in HASHED_KEYS else "; the run records no drift (bundle.run.host.drift)")
+                )
+        keys = {**st["keys"], **{k: pin.expected.get(k) for k in (*HASHED_KEYS, *PINNED_KEYS)}}
+    return name, keys
+
+
+def bundle_stack(session: Session, bundle: dict[str, Any], pin: StackPin | None) -> Stack:
+    """The stack row of a validated bundle (`stack_facts`). Shared rows are facts, not first come:
+    a stored stack with other keys is a conflict (BundleConflict)."""
+    from ..bundle import first_difference
+
+    st = bundle["stack"]
+    name, keys = stack_facts(bundle, pin)
+    stack = Stack.for_digest(
+        session, digest=st["digest"], keys=keys, schema_version=st["schema_version"], name=name
+    )
+    stored = {"keys": stack.keys, "schema_version": stack.schema_version}
+    where = first_difference(stored, {"keys": keys, "schema_version": st["schema_version"]}, ("stack",))
+    if where:
+        raise BundleConflict(f"stack {st['digest'][:12]} is stored with other facts (first at {where})")
+    return stack
+
+
+def bundle_build(session: Session, stack: Stack, build: dict[str, Any]) -> Build:
+    """The build row of a validated bundle; a stored build of that artifact whose facts differ is a
+    conflict (BundleConflict), never silently the first uploader's."""
+    from ..bundle import first_difference, normalised
+
+    row = Build.for_artifact(session, stack.id, build)
+    stored = normalised({k: getattr(row, k) for k in BUILD_FACTS})
+    sent = normalised(
+        {
+            **{k: build.get(k) for k in BUILD_FACTS},
+            "compile_only": bool(build.get("compile_only", False)),
+            "stats": build.get("stats") or {},
+            "inject": build.get("inject") or {},
+        }
+    )
+    where = first_difference(stored, sent, ("build",))
+    if where:
+        raise BundleConflict(
+            f"build {build['artifact_hash'][:12]} is stored with other facts (first at {where})"
+        )
+    return row
+
+
+def ensure_dimensions(session: Session, bundle: dict[str, Any], pin: StackPin | None) -> None:
+    """The shared rows a validated bundle refers to (stack, build, cases), for a transaction of their
+    own before the run's (bulk.py's docstring says why). Idempotent."""
+    stack = bundle_stack(session, bundle, pin)
+    if bundle.get("build"):
+        bundle_build(session, stack, bundle["build"])
+    ensure_cases(session, (CaseResult.from_dict(r).case for r in bundle["results"]))
+
+
+def export_bundle(
+    session: Session, run_id: str, *, offset: int = 0, limit: int | None = None
+) -> dict[str, Any]:
+    """The run as a schema-versioned bundle (the same document a runner uploads). offset/limit
+    take one page of its results, in stored order (the API's paginated read)."""
+    # regress.bundle (and jsonschema with it) is imported where a bundle is made or read, not when
+    # a command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
+    from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION
+
+    run = session.get(Run, run_id)
+    if run is None:
+        raise KeyError(f"run {run_id} does not exist")
+    stack = session.get(Stack, run.stack_id)
+    assert stack is not None
+    build = session.get(Build, run.build_id) if run.build_id else None
+    query = (
+        select(Result, Case)
+        .join(Case, Case.id == Result.case_id)
+        .where(Result.run_id == run_id)
+        .order_by(Result.id)
+    )
+    rows = session.execute(query.offset(offset).limit(limit) if limit is not None or offset else query).all()
+    return {
+        "schema": BUNDLE_SCHEMA,
+        "schema_version": BUNDLE_VERSION,
+        "run": run.to_bundle(),
+        "stack": stack.to_bundle(),
+        "build": None if build is None else build.to_bundle(),
+        "results": [res.to_case_result(case).to_dict() for res, case in rows],
+    }
+
+
+def import_bundle(
+    session: Session,
+    bundle: dict[str, Any],
+    *,
+    pin: StackPin | None,
+    runner: str | None = None,
+    row_by_row: bool = False,
+    validated: bool = False,
+) -> tuple[str, bool]:
+    """Stores a bundle inside the caller's transaction. Returns (run id, created).
+
+    pin: the pin of the bundle's stack digest (regress.pins.pin_for_digest), None when unpinned.
+    Idempotent by run id: the same bundle again is a no-op (created=False); a different bundle under
+    a stored run id raises BundleConflict. The run goes in through the bulk writer (store/bulk.py:
+    COPY on PostgreSQL); row_by_row=True keeps the old one-row-per-statement path for its results,
+    for the ingest benchmark's comparison.
+    validated=True: the caller has just run validate_bundle on this very dict (the service).
+    """
+    if not validated:
+        from ..bundle import validate_bundle
+
+        validate_bundle(bundle)
+    run_doc = bundle["run"]
+    existing = session.get(Run, run_doc["id"])
+    if existing is not None:
+        from ..bundle import BundleError, canonical, first_difference, normalised
+
+        stored, sent = canonical(export_bundle(session, existing.id)), canonical(bundle)
+        # The stack as the store holds it: a run that declared drift from its pin is stored under
+        # the pin's keys, so its own identical re-send was 409 (the live value is in run.host).
+        # A bundle whose stack the store would refuse differs anyway: its first difference is named.
+        with suppress(BundleError, BundleConflict):
+            sent["stack"]["keys"] = normalised(stack_facts(bundle, pin)[1])
+        if stored == sent:
+            return existing.id, False
+        where = first_difference(stored, sent)
+        raise BundleConflict(f"run {existing.id} is already stored with different content (first at {where})")
+    results = [CaseResult.from_dict(res) for res in bundle["results"]]
+    # The JSON encoding of every result before the first write: SQLite's lock is then held only
+    # for the inserts themselves.
+    prepared = prepare_results(run_doc["id"], [] if row_by_row else results)
+    stack = bundle_stack(session, bundle, pin)
+    build_id = bundle_build(session, stack, bundle["build"]).id if bundle.get("build") else None
+    row = Run.columns_of_upload(run_doc, stack_id=stack.id, build_id=build_id, runner=runner)
+    write_runs(session, [row], prepared)
+    for result in results if row_by_row else []:
+        add_result_rows(session, run_doc["id"], result)
+    return run_doc["id"], True
+
+
+def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for two bundles to be 'the same run': identity and every result's numbers.
+
+    Numbers compare as floats (a resent 3 is the stored 3.0); call only on a validated bundle.
+    """
+    from ..bundle import normalised
+
+    run = bundle["run"]
+    results = sorted(
+        (
+            r["suite"],
+            r["name"],
+            r["status"],
+            json.dumps(normalised(r["params"]), sort_keys=True),
+            json.dumps(normalised(r["samples"]), sort_keys=True),
+            json.dumps(normalised(r["metrics"]), sort_keys=True),
+        )
+        for r in bundle["results"]
+    )
+    return (run["id"], run["status"], run["backend"], bundle["stack"]["digest"], tuple(results))
+
+
+# ---- bundle files (`regress import`) --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -24,14 +253,20 @@ class ImportOutcome:
         return f"{self.state} {self.run_id} ({self.results} results) from {self.path}"
 
 
-def import_files(store: Store, paths: Iterable[Path]) -> list[ImportOutcome]:
-    """Validates and stores each bundle; a refused one leaves the database as it was."""
+def import_files(
+    store: Store, paths: Iterable[Path], *, pin_for: Callable[[str], StackPin | None]
+) -> list[ImportOutcome]:
+    """Validates and stores each bundle, one transaction each; a refused one leaves the database as
+    it was. pin_for: a stack digest's pin, or None (regress.pins.pin_for_digest)."""
+    from ..bundle import BundleError, read_bundle
+
     outcomes = []
     for path in paths:
         try:
             bundle = read_bundle(path)
+            pin = pin_for(bundle["stack"]["digest"])
             with store.transaction() as session:
-                run_id, created = import_bundle(session, bundle, validated=True)
+                run_id, created = import_bundle(session, bundle, pin=pin, validated=True)
         except (BundleError, BundleConflict) as exc:
             outcomes.append(ImportOutcome(path, "refused", reason=str(exc).removeprefix(f"{path}: ")))
             continue

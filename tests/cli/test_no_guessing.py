@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from regress.cli import cli, main
-from regress.store.repo import export_bundle, open_store
+from regress.store.repo import open_store
+from regress.store.transfer import export_bundle
 
 REAL_BUNDLES = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "results").glob("*.json"))
 

@@ -18,12 +18,12 @@ from regress.stack_keys import stack_digest
 from regress.store.base import new_run_id
 from regress.store.repo import (
     add_result,
-    export_bundle,
     finish_run,
     get_or_create_stack,
     open_store,
     start_run,
 )
+from regress.store.transfer import export_bundle
 
 STACK_KEYS = {
     "backend": "hip",

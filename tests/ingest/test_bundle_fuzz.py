@@ -33,7 +33,8 @@ from regress.server import create_app
 from regress.site import build_site
 from regress.store import Run
 from regress.store.base import new_run_id
-from regress.store.repo import Store, bundle_fingerprint
+from regress.store.repo import Store
+from regress.store.transfer import bundle_fingerprint
 from regress.tokens import create_token
 
 RUNNER = "fuzz-runner"

@@ -488,7 +488,7 @@ def test_14_run_reads_are_paginated(service: Service) -> None:
     from ingest_bundles import make_bundle
 
     from regress.server.runs import RESULTS_PAGE
-    from regress.store.repo import import_bundle
+    from regress.store.transfer import import_bundle
 
     bundle = make_bundle()
     template = bundle["results"][0]
@@ -500,7 +500,7 @@ def test_14_run_reads_are_paginated(service: Service) -> None:
         res["samples"] = {"time_ms": [1.0, 2.0]}
         bundle["results"].append(res)
     with service.store.transaction() as s:
-        run_id, _ = import_bundle(s, bundle)
+        run_id, _ = import_bundle(s, bundle, pin=None)  # a made-up stack: unpinned
     url = f"{service.url}/api/v1/runs/{run_id}"
     names: list[str] = []
     page = requests.get(url, timeout=60)

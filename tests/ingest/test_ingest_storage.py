@@ -19,11 +19,12 @@ from sqlalchemy import func, select, update
 
 from regress.bundle import validate_bundle
 from regress.cli import main
-from regress.pins import write_pin
+from regress.pins import pin_for_digest, write_pin
 from regress.site import build_site
 from regress.stack_keys import Fingerprint
 from regress.store import Result, Run, Sample, Stack
-from regress.store.repo import export_bundle, import_bundle, reap_stale_runs
+from regress.store.repo import reap_stale_runs
+from regress.store.transfer import export_bundle, import_bundle
 
 
 def test_readers_survive_odd_stored_runs(service: Service, db_url: str, tmp_path: Path) -> None:
@@ -89,9 +90,11 @@ def test_bulk_and_row_by_row_store_the_same(store: Any) -> None:
         twin = copy.deepcopy(bundle)
         twin["run"]["id"] = bundle["run"]["id"][:-1] + "x"
         with store.transaction() as session:
-            import_bundle(session, bundle, row_by_row=i % 2 == 0)
+            import_bundle(
+                session, bundle, pin=pin_for_digest(bundle["stack"]["digest"]), row_by_row=i % 2 == 0
+            )
         with store.transaction() as session:
-            import_bundle(session, twin, row_by_row=i % 2 == 1)
+            import_bundle(session, twin, pin=pin_for_digest(twin["stack"]["digest"]), row_by_row=i % 2 == 1)
         with store.reader() as session:
             a, b = export_bundle(session, bundle["run"]["id"]), export_bundle(session, twin["run"]["id"])
         b["run"]["id"] = a["run"]["id"]

@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from regress.pins import pin_for_digest
 from regress.site import build_site
-from regress.store.repo import Store, import_bundle, open_store
+from regress.store.repo import Store, open_store
+from regress.store.transfer import import_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
@@ -39,7 +41,7 @@ def render(tmp: Path, bundles: list[dict[str, Any]]) -> RealSite:
     store = open_store(f"sqlite:///{tmp / 'real.db'}")
     for b in bundles:
         with store.transaction() as session:
-            import_bundle(session, b)
+            import_bundle(session, b, pin=pin_for_digest(b["stack"]["digest"]))
     build_site(store, tmp / "site")
     return RealSite(bundles[-1], tmp / "site", store)
 

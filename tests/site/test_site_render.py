@@ -18,7 +18,8 @@ from regress.demo import demo_cases, demo_history
 from regress.resources import WEB_ENV, web_dir
 from regress.site import build_site
 from regress.store import Case, GateDecision, Regression, Run, Stack
-from regress.store.repo import Store, export_bundle, open_store
+from regress.store.repo import Store, open_store
+from regress.store.transfer import export_bundle
 
 REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 

@@ -13,11 +13,11 @@ from regress.store.bulk import BulkWriter, ensure_cases
 from regress.store.repo import (
     Store,
     add_result,
-    export_bundle,
     finish_run,
     get_or_create_stack,
     start_run,
 )
+from regress.store.transfer import export_bundle
 
 
 def _results(night: int) -> list[CaseResult]:

@@ -9,16 +9,8 @@ from sqlalchemy.exc import IntegrityError
 from regress.bundle import BundleError
 from regress.results import CaseResult, CaseSpec
 from regress.store import Result, Run, Sample
-from regress.store.repo import (
-    BundleConflict,
-    Store,
-    add_result,
-    export_bundle,
-    finish_run,
-    get_or_create_stack,
-    import_bundle,
-    start_run,
-)
+from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
+from regress.store.transfer import BundleConflict, export_bundle, import_bundle
 
 
 def _stack(store: Store) -> int:
@@ -68,10 +60,10 @@ def test_bundle_import_is_idempotent_and_conflicts_are_refused(store: Store) -> 
     with store.reader() as s:
         bundle = export_bundle(s, run_id)
     with store.transaction() as s:
-        assert import_bundle(s, bundle) == (run_id, False)
+        assert import_bundle(s, bundle, pin=None) == (run_id, False)
     bundle["results"][0]["samples"]["time_ms"] = [5.0]
     with store.transaction() as s, pytest.raises(BundleConflict):
-        import_bundle(s, bundle)
+        import_bundle(s, bundle, pin=None)
     with store.reader() as s:
         assert s.scalar(select(func.count()).select_from(Run)) == 1
 
@@ -80,7 +72,8 @@ def test_a_malformed_bundle_names_the_field(store: Store) -> None:
     with store.transaction() as s, pytest.raises(BundleError, match=r"stack\.digest"):
         import_bundle(
             s,
-            {
+            pin=None,
+            bundle={
                 "schema": "regress.bundle",
                 "schema_version": 1,
                 "run": {

@@ -1,0 +1,88 @@
+"""Bundle transfer on the committed real runs (benchmarks/results/*.json): what `regress import`
+stores, `export_bundle` gives back, byte for byte, and the pin alone decides the stack's facts.
+
+The proof that moving transfer out of repo.py (issue 25) changed no bundle: every real bundle goes
+in through `import_files` (the `regress import` path) and comes out as the same JSON document, the
+one exception being named: a pinned stack's row keeps its pin's values for keys the run declared as
+drifted (`run.host.drift`), so those keys read back as the pin's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from regress.pins import pin_for_digest
+from regress.stack_keys import HASHED_KEYS, PINNED_KEYS
+from regress.store import queries
+from regress.store.repo import Store, open_store
+from regress.store.transfer import bundle_fingerprint, export_bundle, import_files
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('transfer') / 'real.db'}")
+    outcomes = import_files(store, BUNDLES, pin_for=pin_for_digest)
+    assert [o.state for o in outcomes] == ["stored"] * len(BUNDLES), [o.line() for o in outcomes]
+    return store
+
+
+def expected_export(bundle: dict[str, Any]) -> dict[str, Any]:
+    """The bundle as the store gives it back: a pinned stack's keys are its pin's."""
+    out = copy.deepcopy(bundle)
+    pin = pin_for_digest(bundle["stack"]["digest"])
+    if pin is not None:
+        out["stack"]["name"] = pin.name
+        out["stack"]["keys"].update({k: pin.expected.get(k) for k in (*HASHED_KEYS, *PINNED_KEYS)})
+    return out
+
+
+def test_a_real_bundle_imported_again_is_already_stored(stored: Store) -> None:
+    """Idempotent, drift-declaring runs included (their stack row holds the pin's keys)."""
+    outcomes = import_files(stored, BUNDLES, pin_for=pin_for_digest)
+    assert [o.state for o in outcomes] == ["already stored"] * len(BUNDLES), [o.line() for o in outcomes]
+
+
+def test_real_bundles_are_there() -> None:
+    assert len(BUNDLES) >= 9  # the committed H200 runs; fewer means the proof below proves less
+
+
+@pytest.mark.parametrize("path", BUNDLES, ids=[p.stem for p in BUNDLES])
+def test_a_real_bundle_comes_back_byte_for_byte(stored: Store, path: Path) -> None:
+    bundle = json.loads(path.read_text())
+    with stored.reader() as session:
+        exported = export_bundle(session, bundle["run"]["id"])
+    assert json.dumps(exported, sort_keys=True) == json.dumps(expected_export(bundle), sort_keys=True)
+    assert bundle_fingerprint(exported) == bundle_fingerprint(bundle)
+
+
+def test_pinned_stacks_are_named_by_the_pin_the_caller_passes(stored: Store) -> None:
+    digests = {json.loads(p.read_text())["stack"]["digest"] for p in BUNDLES}
+    with stored.reader() as session:
+        for digest in digests:
+            pin = pin_for_digest(digest)
+            row = queries.stack_by_digest(session, digest)
+            assert row is not None
+            assert row.name == (pin.name if pin else None)
+
+
+def test_an_unpinned_import_keeps_the_uploaded_keys_and_no_name(tmp_path: Path) -> None:
+    """The store decides no name: with no pin passed, the stack row is nameless and keeps every
+    key the bundle sent (the name in the bundle is the uploader's word, never stored)."""
+    path = BUNDLES[0]
+    bundle = json.loads(path.read_text())
+    store = open_store(f"sqlite:///{tmp_path / 'unpinned.db'}")
+    [outcome] = import_files(store, [path], pin_for=lambda digest: None)
+    assert outcome.state == "stored"
+    with store.reader() as session:
+        exported = export_bundle(session, bundle["run"]["id"])
+    assert exported["stack"]["name"] is None
+    assert exported["stack"]["keys"] == bundle["stack"]["keys"]
+    store.engine.dispose()
