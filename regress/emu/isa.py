@@ -292,6 +292,16 @@ for _rel, _f in (
 ):
     _VCMP[f"v_cmp_{_rel}_i32"] = lambda a, b, f=_f: f(_i32(a), _i32(b))
 _U32_BIN["v_mul_lo_u32"] = lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) & M32
+# Carry ops: (adds, operands reversed, takes a carry in); the carry/borrow out goes to a lane mask.
+_CARRY_OPS = {
+    "v_add_co_u32": (True, False, False),
+    "v_addc_co_u32": (True, False, True),
+    "v_sub_co_u32": (False, False, False),
+    "v_subrev_co_u32": (False, True, False),
+    "v_subb_co_u32": (False, False, True),
+    "v_subbrev_co_u32": (False, True, True),
+}
+
 # VOP3 v_sub_i32 (no carry out, no clamp here) wraps like the unsigned form.
 _U32_BIN["v_sub_i32"] = _U32_BIN["v_sub_u32"]
 
@@ -570,6 +580,27 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
             w.vset64(d, _full(np.asarray(b(w), np.uint64) << sh, np.uint64))
 
         return run
+    if name in _CARRY_OPS:
+        # VOP2/VOP3b with a carry (borrow) out in a lane mask and, for addc/subb, a carry in.
+        d, sd = ops[0].index, ops[1].index
+        a, b = reader_u32(ops[2]), reader_u32(ops[3])
+        add, rev, cin = _CARRY_OPS[name]
+        cin_reg = (ops[4].index if len(ops) > 4 else VCC) if cin else None
+        if "clamp" in ins.modifiers:
+            raise UnsupportedInstruction(ins.text)
+
+        def run(w: Wave) -> None:
+            x = _full(a(w), np.uint32).astype(np.int64)
+            y = _full(b(w), np.uint32).astype(np.int64)
+            if rev:
+                x, y = y, x
+            c = w.lanes(cin_reg).astype(np.int64) if cin_reg is not None else 0
+            r = x + y + c if add else x - y - c
+            out = (r > 0xFFFFFFFF) if add else (r < 0)
+            w.vset(d, (r & 0xFFFFFFFF).astype(np.uint32))
+            w.set_mask_reg(sd, out & w.mask)
+
+        return run
     if name == "v_mad_u64_u32":
         d, sd = ops[0].index, ops[1].index
         a, b, c = reader_u32(ops[2]), reader_u32(ops[3]), reader_u64(ops[4])
@@ -593,16 +624,20 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
         lo_sel = [
             int(x) for x in ins.modifiers.get("op_sel", "[" + ",".join("0" * n) + "]").strip("[]").split(",")
         ]
-        if any(k in ins.modifiers for k in ("neg_lo", "neg_hi", "clamp")) or any(
-            o.neg or o.abs for o in srcs
-        ):
+        if "clamp" in ins.modifiers or any(o.neg or o.abs for o in srcs):
             raise UnsupportedInstruction(ins.text)
+        # neg_lo / neg_hi: per source, negate the operand feeding the low / the high result.
+        neg_lo, neg_hi = (
+            [int(x) for x in ins.modifiers.get(k, "[" + ",".join("0" * n) + "]").strip("[]").split(",")]
+            for k in ("neg_lo", "neg_hi")
+        )
 
-        def half(op: Operand, sel: int) -> Reader:
-            return reader_f32(Operand(op.kind, op.index + sel, 1, op.value) if op.kind != "imm" else op)
+        def half(op: Operand, sel: int, neg: int) -> Reader:
+            r = reader_f32(Operand(op.kind, op.index + sel, 1, op.value) if op.kind != "imm" else op)
+            return (lambda w: np.negative(np.asarray(r(w), np.float32))) if neg else r
 
-        los = [half(o, lo_sel[k]) for k, o in enumerate(srcs)]
-        his = [half(o, hi_sel[k]) for k, o in enumerate(srcs)]
+        los = [half(o, lo_sel[k], neg_lo[k]) for k, o in enumerate(srcs)]
+        his = [half(o, hi_sel[k], neg_hi[k]) for k, o in enumerate(srcs)]
 
         def run(w: Wave) -> None:
             lo = f(*(r(w) for r in los))

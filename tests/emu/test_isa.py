@@ -342,3 +342,70 @@ def test_branches_on_scc_and_vcc(asm_kernel):
     out = np.zeros(64, U32)
     assert not k(out)[0]
     assert out.tolist() == [1 | 2 | 4 | 8] * 64
+
+
+def test_carry_ops_write_and_read_their_lane_masks(asm_kernel):
+    """v_add_co_u32 (e32: carry to VCC; e64: to an SGPR pair), v_addc_co_u32 (carry in), v_sub_co_u32 /
+    v_subrev_co_u32 (borrow out) and v_subb_co_u32 (borrow in): a 64-bit add and subtract of
+    lane-dependent values, checked against Python integers."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_lshlrev_b32 v8, 4, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[30:31], s[4:5], 0, v[8:9]
+  v_lshl_add_u64 v[32:33], s[6:7], 0, v[8:9]
+  v_mov_b32 v20, 0xFFFFFFF0
+  v_mov_b32 v21, 7
+  v_add_co_u32_e32 v22, vcc, v20, v0
+  v_addc_co_u32_e32 v23, vcc, 0, v21, vcc
+  v_add_co_u32_e64 v24, s[20:21], v0, 3
+  v_sub_co_u32_e64 v25, vcc, v0, 32
+  v_subb_co_u32_e64 v26, vcc, v21, 0, vcc
+  v_subrev_co_u32_e64 v27, s[22:23], v0, 40
+  v_mov_b32 v28, s20
+  v_mov_b32 v29, s23
+  global_store_dwordx4 v[30:31], v[22:25], off
+  global_store_dwordx4 v[32:33], v[26:29], off
+  s_waitcnt vmcnt(0)
+""",
+    )
+    out0 = np.zeros((64, 4), np.uint32)
+    out1 = np.zeros((64, 4), np.uint32)
+    hazards, _ = k(out0, out1)
+    assert not hazards
+    lane = np.arange(64, dtype=np.int64)
+    total = (7 << 32) + 0xFFFFFFF0 + lane  # the 64-bit add
+    assert out0[:, 0].tolist() == (total & 0xFFFFFFFF).tolist()
+    assert out0[:, 1].tolist() == (total >> 32).tolist()  # 7, or 8 from lane 16 on
+    assert out0[:, 2].tolist() == (lane + 3).tolist()
+    assert out0[:, 3].tolist() == ((lane - 32) & 0xFFFFFFFF).tolist()
+    assert out1[:, 0].tolist() == (7 - (lane < 32)).tolist()  # the borrow of lane - 32 taken
+    assert out1[:, 1].tolist() == ((40 - lane) & 0xFFFFFFFF).tolist()
+    assert out1[0, 2] == 0  # v0 + 3 never carries
+    assert out1[0, 3] == 0xFFFFFE00  # 40 - v0 borrows in lanes 41..63: the high word's bits 9..31
+
+
+def test_pk_fma_f32_neg_lo_and_neg_hi(asm_kernel):
+    """neg_lo / neg_hi negate, per source, the operand of the low / the high result."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_mov_b32 v20, 2.0
+  v_mov_b32 v21, 3.0
+  v_mov_b32 v22, 4.0
+  v_mov_b32 v23, 5.0
+  v_mov_b32 v24, 0.5
+  v_mov_b32 v25, 1.0
+  v_pk_fma_f32 v[26:27], v[20:21], v[22:23], v[24:25] neg_lo:[1,0,0] neg_hi:[0,0,1]
+  v_lshlrev_b32 v8, 3, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[30:31], s[4:5], 0, v[8:9]
+  global_store_dwordx2 v[30:31], v[26:27], off
+  s_waitcnt vmcnt(0)
+""",
+    )
+    out = np.zeros((64, 2), np.float32)
+    hazards, _ = k(out)
+    assert not hazards
+    assert out.tolist() == [[-2.0 * 4.0 + 0.5, 3.0 * 5.0 - 1.0]] * 64
