@@ -68,6 +68,7 @@ from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundl
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 RACERS = 20
+SERVER = "werkzeug"  # --server: `regress serve` (werkzeug) or gunicorn gthread, the documented deployment
 
 
 def free_port() -> int:
@@ -98,8 +99,14 @@ class Service:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         argv = [sys.executable, "-m", "regress", "serve", "--db", db_url, "--port", str(self.port)]
+        if SERVER == "gunicorn":
+            argv = [
+                "gunicorn", "--preload", "-k", "gthread", "-w", "2", "--threads", "8",
+                "-b", f"127.0.0.1:{self.port}", "--access-logfile", "-", "regress.server:create_app()",
+            ]  # fmt: skip
+        env = {**ENV, "REGRESS_DATABASE_URL": db_url}
         self.proc = subprocess.Popen(
-            argv, env=ENV, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
+            argv, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -344,6 +351,20 @@ def site_kills(work: Path, kills: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
+def _healthy_within(url: str, limit_s: float) -> float | None:
+    """Seconds until /healthz answers 200 eight times in a row (a gunicorn worker keeps its own
+    record of a refused write until WRITE_FAULT_TTL_S or its own next commit); None past the limit."""
+    t0, healthy_since, in_a_row = time.monotonic(), 0.0, 0
+    while time.monotonic() - t0 < limit_s:
+        ok = requests.get(f"{url}/healthz", timeout=10).status_code == 200
+        healthy_since = healthy_since if ok and in_a_row else time.monotonic() - t0
+        in_a_row = in_a_row + 1 if ok else 0
+        if in_a_row >= 8:  # new connections each: both workers of gunicorn say so
+            return round(healthy_since, 1)
+        time.sleep(1)
+    return None
+
+
 # ---- full disk --------------------------------------------------------------------------------
 
 
@@ -400,6 +421,7 @@ def _full_disk(work: Path, disk: Path, db: str, token: str, svc: Service) -> dic
         if not spooled_files(spool):
             break
     health_flushed = requests.get(f"{svc.url}/healthz", timeout=10).status_code
+    healthy_after = _healthy_within(svc.url, 120)
     store = open_store(db)
     with store.reader() as s:
         stored = set(run_ids(s))
@@ -413,6 +435,7 @@ def _full_disk(work: Path, disk: Path, db: str, token: str, svc: Service) -> dic
         "spooled_while_full": spooled_while_full,
         "healthz_after_freeing": health_after,  # 503 until a real write succeeds (store/db.py)
         "healthz_after_flush": health_flushed,
+        "healthz_200_after_flush_s": healthy_after,
         "sent": len(sent),
         "stored_after_flush": len(stored & set(sent)),
         "answers": dict(sorted(answers.items())),
@@ -482,6 +505,7 @@ def pg_full_disk(work: Path) -> dict[str, Any]:
                 if not spooled_files(spool):
                     break
             health_flushed = requests.get(f"{svc.url}/healthz", timeout=30).status_code
+            healthy_after = _healthy_within(svc.url, 120)
             store = open_store(db)
             with store.reader() as s:
                 stored = set(run_ids(s))
@@ -500,6 +524,7 @@ def pg_full_disk(work: Path) -> dict[str, Any]:
         "postgres_survived_the_full_disk": alive,
         "healthz_after_freeing": health_after,  # 503 until a real write succeeds (store/db.py)
         "healthz_after_flush": health_flushed,
+        "healthz_200_after_flush_s": healthy_after,
         "sent": len(sent),
         "stored_after_flush": len(stored & set(sent)),
         "answers": dict(sorted(answers.items())),
@@ -515,14 +540,17 @@ def main() -> None:
     ap.add_argument("--site-kills", type=int, default=8)
     ap.add_argument("--families", default="race,import,readers,site,disk,pgdisk")
     ap.add_argument("--seed", type=int, default=24)
+    ap.add_argument("--server", choices=["werkzeug", "gunicorn"], default="werkzeug")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     families = set(args.families.split(","))
+    global SERVER
+    SERVER = args.server
     rng = random.Random(args.seed)
     if args.work.exists():
         shutil.rmtree(args.work)
     args.work.mkdir(parents=True)
-    report: dict[str, Any] = {"load_average_at_start": os.getloadavg()}
+    report: dict[str, Any] = {"server": SERVER, "load_average_at_start": os.getloadavg()}
     for kind in ["sqlite"] + (["postgresql"] if args.pg else []):
         work = args.work / kind
         work.mkdir()

@@ -133,9 +133,11 @@ WRITE_FLOOR_BYTES = 1024 * 1024
 # The last write fault each engine met (message, time), cleared by its next commit: a PostgreSQL
 # server whose disk filled is seen only by the writes it refuses. Not by /healthz's own probe write,
 # which rewrites one row in place and succeeds on a full disk: it used to clear the fault and answer
-# 200 while every upload got 503. A fault older than WRITE_FAULT_TTL_S is no longer reported.
+# 200 while every upload got 503. The record is per process (each gunicorn worker has its own), so
+# a fault is reported for WRITE_FAULT_TTL_S after the last refused write, or until a real write
+# commits in that process: clients retry every few seconds while the disk stays full.
 _WRITE_FAULTS: dict[int, tuple[str, float]] = {}
-WRITE_FAULT_TTL_S = 300.0
+WRITE_FAULT_TTL_S = 60.0
 PROBE = "regress.health_probe"  # set in a connection's info while /healthz's probe commits
 
 
