@@ -328,6 +328,30 @@ def test_7_any_change_under_a_stored_id_is_409_naming_the_path(
     assert post(service, original, token).status_code == 200  # the same again: identical
 
 
+def test_7_twenty_parallel_uploads_of_each_committed_bundle_store_one_run(service: Service) -> None:
+    """The race of docs/reliability.md: 20 threads send one bundle at once, for every committed
+    real bundle. One stores it (201), the others are told it is identical (200). A run that
+    declared drift from its pin got 1 x 201 and 19 x 409 (its stored stack holds the pin's keys)."""
+    import threading
+
+    token = service.token("h200-01")
+    for bundle in real_bundles():
+        body = json.dumps(bundle).encode()
+        barrier = threading.Barrier(20)
+        codes: list[int] = []
+
+        def send(body: bytes = body, barrier: threading.Barrier = barrier, codes: list[int] = codes) -> None:
+            barrier.wait(timeout=60)
+            codes.append(post(service, body, token).status_code)
+
+        threads = [threading.Thread(target=send) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert sorted(codes) == [200] * 19 + [201], (bundle["run"]["id"], sorted(codes))
+
+
 def test_7_equal_content_written_differently_is_identical(service: Service) -> None:
     token = service.token("h200-01")
     original = real()
