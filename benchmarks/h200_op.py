@@ -17,7 +17,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -38,7 +37,7 @@ from regress.build import build_kernel
 from regress.kernel import KernelLibrary, load_library
 from regress.metrics import load_contract
 from regress.results import ROUNDING_MODES
-from regress.stats import geomean
+from regress.stats import geomean, percentile
 from regress.suites.common import Shape, make_inputs
 from regress.suites.perf import GPU_MODEL_SHAPES, GPU_SHAPES
 
@@ -301,7 +300,7 @@ def time_shape(
             ev[name].append((a, b))
     torch.cuda.synchronize()
     del sets
-    return {n: statistics.median(a.elapsed_time(b) for a, b in ev[n]) for n in names}
+    return {n: percentile([a.elapsed_time(b) for a, b in ev[n]], 50) for n in names}
 
 
 def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
