@@ -40,6 +40,7 @@ from regress.results import ROUNDING_MODES
 from regress.stats import geomean, percentile
 from regress.suites.common import Shape, make_inputs
 from regress.suites.perf import GPU_MODEL_SHAPES, GPU_SHAPES
+from regress.suites.timing import Timer
 
 LIBS: dict[str, tuple[str, ...]] = {
     "new": (),
@@ -285,22 +286,18 @@ def time_shape(
         fns[name](sets[1 % len(sets)])
     torch.cuda.synchronize()
     rounds = int(max(4, min(40, budget_s / max(time.perf_counter() - t0, 1e-6))))
-    ev: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = defaultdict(list)
+    timer = Timer(gpu=True)  # the perf suite's timer: CUDA events, read after one synchronise
     for r in range(rounds):
         inp = sets[r % len(sets)]
         for name in names if r % 2 == 0 else names[::-1]:
             # A ~0.2 ms GPU spin before every call keeps the GPU behind the host, so the events time
             # device work only (our ctypes call costs ~80 us of host time, SDPA's ~20-40 us: without
             # it, run 1 timed host gaps at the small shapes).
-            torch.cuda._sleep(SPIN_CYCLES)
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fns[name](inp)
-            b.record()
-            ev[name].append((a, b))
-    torch.cuda.synchronize()
+            timer.prime(SPIN_CYCLES)
+            timer.time(name, lambda name=name, inp=inp: fns[name](inp))
+    ms = timer.samples()
     del sets
-    return {n: percentile([a.elapsed_time(b) for a, b in ev[n]], 50) for n in names}
+    return {n: percentile(ms[n], 50) for n in names}
 
 
 def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:

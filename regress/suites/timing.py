@@ -30,11 +30,11 @@ class Timer:
         self._cpu: dict[str, list[float]] = defaultdict(list)
         self._can_prime = True
 
-    def prime(self) -> None:
-        """Call before each round of timed calls (no-op on CPU)."""
+    def prime(self, cycles: int = PRIME_CYCLES) -> None:
+        """Call before each round of timed calls (no-op on CPU); `cycles` of GPU spin."""
         if self.gpu and self._can_prime:
             try:
-                torch.cuda._sleep(PRIME_CYCLES)
+                torch.cuda._sleep(cycles)
             except (AttributeError, RuntimeError):  # a private API: time without it rather than fail
                 self._can_prime = False
 
