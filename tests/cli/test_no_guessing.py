@@ -94,6 +94,9 @@ def real_db(imported_once: Path, tmp_path: Path) -> str:
     return f"sqlite:///{copy}"
 
 
+# Every committed bundle imported a second time (about 6 s): the slow tier; plain pytest re-imports
+# one real bundle in tests/store/test_transfer.py.
+@pytest.mark.slow
 def test_import_loads_every_committed_bundle_idempotently(
     real_db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

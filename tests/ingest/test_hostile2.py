@@ -328,6 +328,7 @@ def test_7_any_change_under_a_stored_id_is_409_naming_the_path(
     assert post(service, original, token).status_code == 200  # the same again: identical
 
 
+@pytest.mark.slow  # 20 threads x every committed bundle
 def test_7_twenty_parallel_uploads_of_each_committed_bundle_store_one_run(service: Service) -> None:
     """The race of docs/reliability.md: 20 threads send one bundle at once, for every committed
     real bundle. One stores it (201), the others are told it is identical (200). A run that
