@@ -32,8 +32,10 @@ class Result(Base):
     device: Mapped[dict[str, Any]] = NotNull()
     message: Mapped[str] = NotNull(Text, default="")
 
+    # In insertion order on every backend (PostgreSQL returns the selectin load in no fixed order),
+    # so an exported bundle lists a result's series as the run wrote them.
     samples: Mapped[list[Sample]] = relationship(
-        back_populates="result", cascade="all, delete-orphan", lazy="selectin"
+        back_populates="result", cascade="all, delete-orphan", lazy="selectin", order_by="Sample.id"
     )
 
     @classmethod

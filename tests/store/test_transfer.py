@@ -90,9 +90,20 @@ def test_a_real_bundle_comes_back_byte_for_byte(stored: Store, path: Path) -> No
     bundle = json.loads(path.read_text())
     with stored.reader() as session:
         exported = export_bundle(session, bundle["run"]["id"])
-    # sort_keys: a result's samples come back in no set order on PostgreSQL (a dict, by name).
+    # sort_keys: the export builds each object in its own key order (samples: in insertion order).
     assert json.dumps(exported, sort_keys=True) == json.dumps(expected_export(bundle), sort_keys=True)
     assert bundle_fingerprint(exported) == bundle_fingerprint(bundle)
+
+
+def test_a_results_series_come_back_in_the_order_the_run_wrote_them(stored: Store) -> None:
+    """The export lists each result's sample series as stored (the bundles write the baselines'
+    series before the kernel's), on PostgreSQL too, whose selectin load has no order of its own."""
+    bundle = json.loads(BUNDLES[0].read_text())
+    with stored.reader() as session:
+        exported = export_bundle(session, bundle["run"]["id"])
+    want = {r["case_key"]: list(r["samples"]) for r in bundle["results"]}
+    got = {r["case_key"]: list(r["samples"]) for r in exported["results"]}
+    assert got == want and any(len(v) > 1 and v != sorted(v, reverse=True) for v in want.values())
 
 
 def test_pinned_stacks_are_named_by_the_pin_the_caller_passes(stored: Store) -> None:
