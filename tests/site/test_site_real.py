@@ -221,7 +221,7 @@ def test_the_real_site_is_byte_identical_for_the_same_runs_and_clock(tmp_path: P
         try:
             for b in order:
                 with store.transaction() as session:
-                    import_bundle(session, copy.deepcopy(b))
+                    import_bundle(session, copy.deepcopy(b), pin=pin_for_digest(b["stack"]["digest"]))
             out = tmp_path / f"site-{name}"
             build_site(store, out, generated=clock)
         finally:
