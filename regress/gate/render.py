@@ -11,16 +11,13 @@ import json
 import xml.etree.ElementTree as ET
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import jinja2
 
 from .. import escape
 from ..escape import xml_text
 from ..resources import web_dir
-
-if TYPE_CHECKING:
-    from .core import GateReport, GateRow
+from .report import GateReport, GateRow
 
 LEGEND = (
     "Marks: + slower (regression), - faster, x fails its contract, ~ moved without both significance "
