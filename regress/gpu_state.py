@@ -59,9 +59,9 @@ def _visible_index(index: int, env: str) -> str:
 
 def _nvidia_id(index: int) -> str:
     # The UUID names the same GPU whatever CUDA_VISIBLE_DEVICES says; fall back to the env mapping.
-    try:
-        import torch
+    import torch
 
+    try:
         uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
         if uuid is not None:
             text = str(uuid)
@@ -133,12 +133,9 @@ def cpu_state() -> dict[str, Any]:
         state["mhz_max"] = max(mhz)
     with contextlib.suppress(OSError):
         state["loadavg_1m"] = os.getloadavg()[0]
-    try:
-        import torch
+    import torch  # a dependency: a broken install fails here rather than dropping the field
 
-        state["torch_threads"] = torch.get_num_threads()
-    except Exception:
-        pass
+    state["torch_threads"] = torch.get_num_threads()
     return state
 
 
@@ -148,9 +145,9 @@ def device_state(device: str, index: int | None = None) -> dict[str, Any]:
     if device == "cpu":
         return {**stamp, "cpu": cpu_state()}
     if index is None:
-        try:
-            import torch
+        import torch
 
+        try:
             index = torch.cuda.current_device()
         except Exception:
             index = 0

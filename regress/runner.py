@@ -60,13 +60,11 @@ def resolve_backend(name: str) -> str:
         return name
     if name != "auto":
         raise UserError(f"unknown backend {name!r}; expected one of {', '.join(BACKEND_CHOICES)}")
-    try:
-        import torch
+    # torch is a dependency: a broken install fails here, loudly, rather than falling back to cpu.
+    import torch
 
-        if torch.cuda.is_available():
-            return "hip" if getattr(torch.version, "hip", None) else "cuda"
-    except ImportError:
-        pass
+    if torch.cuda.is_available():
+        return "hip" if getattr(torch.version, "hip", None) else "cuda"
     return "cpu"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,14 +145,22 @@ def test_the_walk_sees_relative_lazy_and_aliased_imports(tmp_path: Path) -> None
     assert got == {"regress.stack", "regress.kernel", "regress.site.data", "regress.nightly", "regress.op"}
 
 
-def _first_party(node: ast.AST) -> bool:
+def declared_dependencies() -> set[str]:
+    """The import names of pyproject's required dependencies ("tomli-w>=1.0" -> "tomli_w")."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower().replace("-", "_") for d in deps}
+
+
+def _required(node: ast.AST, required: set[str]) -> bool:
+    """A first-party import, or one of a declared dependency."""
+    names = required | {"regress"}
     if isinstance(node, ast.ImportFrom):
-        return bool(node.level) or (node.module or "").split(".")[0] == "regress"
-    return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "regress" for a in node.names)
+        return bool(node.level) or (node.module or "").split(".")[0] in names
+    return isinstance(node, ast.Import) and any(a.name.split(".")[0] in names for a in node.names)
 
 
-def guarded_imports(source: str) -> list[int]:
-    """Lines of first-party imports inside a `try` that catches ImportError/ModuleNotFoundError."""
+def guarded_imports(source: str, required: set[str]) -> list[int]:
+    """Lines of first-party or required imports inside a `try` that catches ImportError."""
     lines = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Try):
@@ -164,24 +173,29 @@ def guarded_imports(source: str) -> list[int]:
             if isinstance(n, ast.Name)
         }
         if caught & {"ImportError", "ModuleNotFoundError"}:
-            lines += [sub.lineno for stmt in node.body for sub in ast.walk(stmt) if _first_party(sub)]
+            lines += [sub.lineno for stmt in node.body for sub in ast.walk(stmt) if _required(sub, required)]
     return lines
 
 
 def test_the_guard_check_sees_a_guard() -> None:
+    required = declared_dependencies()
+    assert {"torch", "scipy", "sqlalchemy", "tomli_w"} <= required
     guard = "try:\n    from .analysis import analyse_run\nexcept (ImportError, OSError):\n    pass\n"
-    assert guarded_imports(guard) == [2]
-    assert guarded_imports(guard.replace(".analysis", "torch")) == []  # third-party optional: allowed
+    assert guarded_imports(guard, required) == [2]
+    assert guarded_imports(guard.replace(".analysis", "torch"), required) == [2]  # a dependency
+    assert guarded_imports(guard.replace(".analysis", "asv"), required) == []  # optional: allowed
 
 
 def test_no_first_party_import_is_guarded() -> None:
     """A `try: from .x import y / except ImportError` turns a broken module (a scipy that fails to
-    load) into silently missing behaviour (no regressions stored, no change points drawn); only
-    third-party optional imports (torch on a machine without it) may be guarded."""
+    load) into silently missing behaviour (no regressions stored, no change points drawn); the same
+    for a declared dependency (a torch that fails to import must not read as "no GPU, use the cpu").
+    Only imports that are optional by declaration may be guarded."""
+    required = declared_dependencies()
     guarded = [
         f"{path.relative_to(ROOT)}:{line}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        for line in guarded_imports(path.read_text())
+        for line in guarded_imports(path.read_text(), required)
     ]
     assert guarded == []
 
