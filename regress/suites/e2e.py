@@ -31,9 +31,8 @@ from regress.suites.common import (
     guarded,
     make_spec,
     spec_shape,
-    synchronize,
 )
-from regress.suites.timing import Timer, working_baselines
+from regress.suites.timing import interleaved_rounds, working_baselines
 
 NAME = "e2e"
 LAYOUT: Layout = "bshd"  # what a projection's [B, S, H·D] output reshapes to without a copy
@@ -153,18 +152,10 @@ class E2eSuite:
             kept = working_baselines(probes, ctx.device, notes)
         variants = [(key, fn) for key, fn in variants if key in kept]
         before = device_state(ctx.device)
+        # The layer times one input (x, context) every round: the round index goes unused.
+        runners = [(key, lambda _i, fn=fn: layer(x, context, fn)) for key, fn in variants]
         with torch.inference_mode(), phase("timing"):  # kernel and baselines interleaved
-            for _ in range(warm):
-                for _, fn in variants:
-                    layer(x, context, fn)
-            synchronize(ctx.device)
-            timer = Timer(ctx.is_gpu)
-            for i in range(iters):
-                order = variants if i % 2 == 0 else variants[::-1]
-                timer.prime()
-                for key, fn in order:
-                    timer.time(key, functools.partial(layer, x, context, fn))
-            samples = timer.samples()
+            samples = interleaved_rounds(ctx.device, runners, warm, iters)
         after = device_state(ctx.device)
 
         tokens = shape.b * shape.sq

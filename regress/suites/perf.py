@@ -52,9 +52,8 @@ from regress.suites.common import (
     output_like,
     spec_layout_mode,
     spec_shape,
-    synchronize,
 )
-from regress.suites.timing import Timer, working_baselines
+from regress.suites.timing import interleaved_rounds, working_baselines
 
 NAME = "perf"
 
@@ -287,7 +286,8 @@ class PerfSuite:
         before = device_state(ctx.device)
         iters = timed_iterations(ctx, iters, shape)
         with phase("timing"):  # kernel and baselines interleaved: one phase, not separable
-            samples = _rounds(ctx, runners, warm, iters)
+            # CPU: each call's thread CPU time (one thread, _one_thread), which a neighbour cannot stretch.
+            samples = interleaved_rounds(ctx.device, runners, warm, iters, thread_clock=True)
             if other is not None:
 
                 def baseline_build(i: int, lib: Any = other) -> object:
@@ -295,7 +295,8 @@ class PerfSuite:
                     return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
 
                 arms = [(AB_CANDIDATE_SAMPLE, kernel), (AB_BASELINE_SAMPLE, baseline_build)]
-                samples.update(_rounds(ctx, arms, warm, ab_iterations(ctx, iters)))
+                ab_rounds = ab_iterations(ctx, iters)
+                samples.update(interleaved_rounds(ctx.device, arms, warm, ab_rounds, thread_clock=True))
         after = device_state(ctx.device)
 
         metrics: dict[str, Any] = {
@@ -321,23 +322,6 @@ class PerfSuite:
             message="; ".join(notes),
             device={"before": before, "after": after},
         )
-
-
-def _rounds(
-    ctx: SuiteContext, runners: list[tuple[str, Callable[[int], object]]], warm: int, iters: int
-) -> dict[str, list[float]]:
-    """Warm-up, then `iters` rounds of every runner once, the order reversed every other round."""
-    for i in range(warm):
-        for _, fn in runners:
-            fn(i)
-    synchronize(ctx.device)
-    timer = Timer(ctx.is_gpu, thread_clock=True)  # CPU: one thread (_one_thread), its CPU time
-    for i in range(iters):
-        order = runners if i % 2 == 0 else runners[::-1]
-        timer.prime()
-        for key, fn in order:
-            timer.time(key, functools.partial(fn, i))
-    return timer.samples()
 
 
 def _ab_baseline() -> Any:

@@ -1,8 +1,10 @@
 """Timing of the kernel and its baselines, interleaved: device events on GPU, perf_counter on CPU,
-and the probe that drops a baseline which refuses a case (perf and e2e use both)."""
+the round loop, and the probe that drops a baseline which refuses a case (perf and e2e use all
+three)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -75,3 +77,29 @@ def working_baselines(
                 continue
         kept.add(key)
     return kept
+
+
+def interleaved_rounds(
+    device: str,
+    runners: Sequence[tuple[str, Callable[[int], object]]],
+    warm: int,
+    iters: int,
+    *,
+    thread_clock: bool = False,
+    prime_cycles: int = PRIME_CYCLES,
+) -> dict[str, list[float]]:
+    """Milliseconds per call, by key: `warm` untimed rounds, then `iters` timed rounds of every
+    runner once (each called with the round's index), the order reversed every other round so no
+    runner always follows the same neighbour; a GPU round starts behind a spin of `prime_cycles`
+    (Timer.prime). `device`: "cpu" or a torch GPU device."""
+    for i in range(warm):
+        for _, fn in runners:
+            fn(i)
+    synchronize(device)
+    timer = Timer(device != "cpu", thread_clock=thread_clock)
+    for i in range(iters):
+        order = runners if i % 2 == 0 else runners[::-1]
+        timer.prime(prime_cycles)
+        for key, fn in order:
+            timer.time(key, functools.partial(fn, i))
+    return timer.samples()

@@ -162,6 +162,19 @@ def test_cpu_perf_times_one_thread_and_restores_the_setting(
     assert torch.get_num_threads() == before and os.environ.get("REGRESS_CPU_THREADS") == env
 
 
+def test_the_round_loop_warms_then_alternates_the_order() -> None:
+    """perf and e2e both time through suites.timing.interleaved_rounds: untimed warm-up rounds, then
+    every runner once a round with the round's index, the order reversed every other round."""
+    from regress.suites.timing import interleaved_rounds
+
+    calls: list[tuple[str, int]] = []
+    runners = [(key, lambda i, key=key: calls.append((key, i))) for key in ("a", "b")]
+    samples = interleaved_rounds("cpu", runners, warm=1, iters=3)
+    assert calls == [("a", 0), ("b", 0), ("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2)]
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
+    assert all(ms >= 0 for v in samples.values() for ms in v)
+
+
 def test_e2e_layer_runs(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
     results = _run(make_ctx(cpu_lib, iterations=2), "e2e")
     assert not _statuses(results)
