@@ -38,6 +38,7 @@ from .results import CaseSpec
 from .store import Case, Regression, Result, Run, queries, utcnow
 from .store.queries import series_history
 from .store.repo import Store, add_regression, get_or_create_case
+from .suite_facts import is_timed
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,6 @@ class AnalysisConfig:
     rule: RuleConfig = field(default_factory=lambda: RuleConfig(pairwise=PairwiseConfig(), max_mde=0.10))
     history_runs: int = 30  # runs of the series used for the noise band and the ULP-histogram history
     register_jump: float = 0.10  # relative register growth that flags a build
-    perf_suites: tuple[str, ...] = ("perf", "e2e")
 
     @property
     def pairwise(self) -> PairwiseConfig:
@@ -92,7 +92,7 @@ def night_evidence(cfg: AnalysisConfig, session: Session, run: Run) -> PerfEvide
     pairs = [
         p
         for result, case in queries.run_results_with_cases(session, run.id)
-        if case.suite in cfg.perf_suites and (p := _perf_pair(cfg, session, run, case, result))
+        if is_timed(case.suite) and (p := _perf_pair(cfg, session, run, case, result))
     ]
     q = cfg.pairwise.location_quantile
     return perf_evidence(session, pairs, q=q, history_runs=cfg.history_runs, with_control=True)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import torch
 
+from regress.backends import torch_gpu_backend
 from regress.results import ROUNDING_CODE
 
 Layout = Literal["bshd", "bhsd"]
@@ -159,9 +160,10 @@ def _candidates(device: str) -> Iterator[Callable[[], Baseline]]:
     if device == "cpu":
         yield lambda: SdpaBaseline("sdpa_cpu", "cpu", None)
         return
-    if device != "cuda" or not torch.cuda.is_available():
+    gpu = torch_gpu_backend()
+    if device != "cuda" or gpu is None:
         return
-    if torch.version.hip:
+    if gpu == "hip":
         yield AiterBaseline
         return
     from torch.nn.attention import SDPBackend

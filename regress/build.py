@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import resources
+from .backends import BACKENDS
 
 # The source root: the checkout, or the copy a wheel carries (regress/resources.py).
 REPO_ROOT = resources.source_root()
@@ -137,9 +138,6 @@ COMMANDS: dict[str, Recipe] = {
     ),
 }
 
-# hip-emu runs the compile-only gfx942 code object on the CPU emulator (regress/emu): same recipe,
-# same cache entry, so it is the very object `regress build --backend hip --compile-only` makes.
-BACKENDS: tuple[str, ...] = ("cpu", "cuda", "hip", "hip-emu")
 INJECT_MACROS: dict[str, str] = {
     "slowdown_pct": "RA_INJECT_SLOWDOWN_PCT",
     "ulp": "RA_INJECT_ULP",
@@ -183,10 +181,7 @@ class BuildArtifact:
 def _recipe(backend: str, compile_only: bool) -> Recipe:
     if backend not in BACKENDS:
         raise BuildError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    # CPU and CUDA builds need no device to compile, so compile_only uses the normal command.
-    if backend == "hip-emu" or (backend == "hip" and compile_only):
-        return COMMANDS["hip-compile-only"]
-    return COMMANDS[backend]
+    return COMMANDS[BACKENDS[backend].recipe_for(compile_only)]
 
 
 def source_files(backend: str, compile_only: bool = False) -> list[Path]:
@@ -420,8 +415,8 @@ def build_kernel(
     Raises BuildError when the source or compiler is missing or the compiler fails (with the tail of
     its output).
     """
-    compile_only = compile_only or backend == "hip-emu"
-    recipe = _recipe(backend, compile_only)
+    recipe = _recipe(backend, compile_only)  # checks the name
+    compile_only = BACKENDS[backend].compiles_only(compile_only)
     src = REPO_ROOT / recipe.source
     if not src.is_file():
         raise BuildError(f"{backend}: source missing: {recipe.source}")
@@ -436,7 +431,7 @@ def build_kernel(
     key = hashlib.sha256(json.dumps([shash, argv, version], separators=(",", ":")).encode()).hexdigest()[:16]
 
     cache_root = Path(cache_dir) if cache_dir is not None else resources.cache_dir()
-    out_dir = cache_root / f"{'hip' if backend == 'hip-emu' else backend}-{key}"
+    out_dir = cache_root / f"{BACKENDS[backend].kernel}-{key}"
     commit, dirty = git_state()
 
     def artifact(meta: dict[str, Any], path: Path, cached: bool, seconds: float) -> BuildArtifact:

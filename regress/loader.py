@@ -26,6 +26,7 @@ from regress.abi import (
     bhsd_strides,
     check_call,
 )
+from regress.backends import torch_gpu_backend
 from regress.results import ROUNDING_CODE
 
 
@@ -154,8 +155,8 @@ def load_library(path: str | os.PathLike[str]) -> Library:
 def backend_for_device(device: torch.device) -> str:
     if device.type == "cpu":
         return "cpu"
-    if device.type == "cuda":
-        return "hip" if torch.version.hip else "cuda"
+    if device.type == "cuda" and (gpu := torch_gpu_backend()):
+        return gpu
     raise ValueError(f"no kernel backend for device {device}")
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from .backends import BACKENDS, torch_gpu_backend
 from .build import BuildArtifact, BuildError, build_kernel
 from .bundle import write_bundle
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
@@ -28,7 +29,7 @@ from .gpu_state import device_state
 from .metrics import summarise
 from .pins import Pin, check_pin, format_drift, load_pin
 from .results import CaseResult, CaseSpec
-from .runner import DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
+from .runner import DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
 from .shard import WorkerPool, parse_gpus
 from .stack import live_fingerprint
 from .stack_keys import Fingerprint
@@ -44,9 +45,8 @@ from .store.repo import (
     start_run,
 )
 from .store.transfer import export_bundle
+from .suite_facts import DEFAULT_SUITES, suites_for
 
-# The emulator has no clock worth timing: hip-emu runs the numerical suites only.
-EMU_SUITES: tuple[str, ...] = ("determinism", "ulp")
 CI_ENV_KEYS = (
     "CI",
     "GITHUB_RUN_ID",
@@ -139,20 +139,17 @@ def _check_stack(opts: NightlyOptions, pin: Pin | None, backend: str) -> tuple[F
 
 def _require_device(backend: str) -> None:
     """A GPU backend without its GPU cannot run: refuse before anything is built or stored."""
-    if backend in ("cpu", "hip-emu"):
+    facts = BACKENDS[backend]
+    if facts.gpu is None:
         return
-    import torch
+    if torch_gpu_backend() != backend:
+        import torch
 
-    vendor_hip = bool(getattr(torch.version, "hip", None))
-    if not torch.cuda.is_available() or vendor_hip != (backend == "hip"):
-        hint = {
-            "cuda": "`regress build --backend cuda` still checks that the sm_90a kernel compiles (nvcc)",
-            "hip": "`regress build --backend hip --compile-only` still checks the gfx942 code object",
-        }.get(backend, "")
+        hint = f"; {facts.no_gpu_hint}" if facts.no_gpu_hint else ""
         raise UserError(
-            f"backend {backend} needs {'an AMD' if backend == 'hip' else 'an NVIDIA'} GPU visible to torch "
+            f"backend {backend} needs an {facts.gpu} GPU visible to torch "
             f"(torch {torch.__version__}, cuda available: {torch.cuda.is_available()}); "
-            f"use --backend cpu to run the suites here" + (f"; {hint}" if hint else "")
+            f"use --backend cpu to run the suites here{hint}"
         )
 
 
@@ -193,14 +190,14 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
             raise UserError(str(exc.args[0])) from None
     pin, backend = _resolve_pin(opts, resolve_backend(opts.backend))
     _require_device(backend)
-    if backend == "hip-emu":
+    if (runnable := suites_for(backend)) != DEFAULT_SUITES:
         if opts.suites == DEFAULT_SUITES:
-            opts.suites = EMU_SUITES
-        elif timed := [s for s in opts.suites if s not in EMU_SUITES]:
-            raise UserError(f"hip-emu runs {' and '.join(EMU_SUITES)} only, not {', '.join(timed)}")
+            opts.suites = runnable
+        elif timed := [s for s in opts.suites if s not in runnable]:
+            raise UserError(f"{backend} runs {' and '.join(runnable)} only, not {', '.join(timed)}")
     if opts.upload and not os.environ.get("REGRESS_TOKEN"):
         raise UserError("--upload needs the runner's token in $REGRESS_TOKEN (`regress token create RUNNER`)")
-    device = "cpu" if backend in ("cpu", "hip-emu") else "cuda"
+    device = BACKENDS[backend].device
     gpus = parse_gpus(opts.gpus, device)
     # Workers start first: their interpreter, torch and device context come up while this process
     # checks the stack and builds the kernel, so a warm start costs the run nothing.
@@ -390,7 +387,7 @@ def _ab_baseline(opts: NightlyOptions, backend: str, pin: Any) -> Iterator[None]
     variable). A slowdown drill's clean build that fails leaves the drill without its A/B phase;
     the drill's own build then reports why."""
     spec = compare_build_spec(opts)
-    if spec is None or not any(s in opts.suites for s in ("perf",)):
+    if spec is None or "perf" not in opts.suites:
         yield
         return
     from .suites.perf import AB_BASELINE_ENV, AB_LABEL_ENV

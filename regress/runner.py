@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .build import BACKENDS, ROUND_SWAP_BITS
+from . import backends
+from .build import ROUND_SWAP_BITS
 from .errors import UserError
 from .phases import PhaseRecorder, recording
 from .results import CaseResult, CaseSpec
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 # Watchdog: a case may take this many times its expected time, and never less than the floor (the
 # floor covers first runs, when nothing is expected yet, and a loaded machine's jitter).
 TIME_LIMIT_FACTOR = 10.0
-DEFAULT_SUITES: tuple[str, ...] = ("determinism", "ulp", "perf", "e2e")
 DEFAULT_TIME_LIMIT_FLOOR_S = 300.0
 
 INJECT_NAMES = {
@@ -50,22 +50,12 @@ class CaseOptions:
     iterations: int | None = None
 
 
-# What --backend accepts: "auto" (resolve_backend picks) or a backend the build knows.
-BACKEND_CHOICES: tuple[str, ...] = ("auto", *BACKENDS)
-
-
 def resolve_backend(name: str) -> str:
-    """auto → hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu."""
-    if name in BACKENDS:
-        return name
-    if name != "auto":
-        raise UserError(f"unknown backend {name!r}; expected one of {', '.join(BACKEND_CHOICES)}")
-    # torch is a dependency: a broken install fails here, loudly, rather than falling back to cpu.
-    import torch
-
-    if torch.cuda.is_available():
-        return "hip" if getattr(torch.version, "hip", None) else "cuda"
-    return "cpu"
+    """auto → hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu (the table in regress.backends)."""
+    try:
+        return backends.resolve(name)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def parse_inject(spec: tuple[str, ...] | list[str] | None) -> dict[str, int] | None:

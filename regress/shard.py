@@ -50,6 +50,7 @@ from typing import Any
 from .errors import UserError
 from .results import CaseResult, CaseSpec
 from .runner import CaseOptions, make_context, run_one, time_limit
+from .suite_facts import is_timed
 
 Progress = Callable[[str, int, int, CaseResult | None], None]
 Item = tuple[str, CaseSpec]
@@ -102,7 +103,7 @@ def case_cost(spec: CaseSpec) -> float:
     weighted for their many timed iterations."""
     p = spec.params
     return float(p.get("b", 1) * p.get("h", 1) * p.get("sq", 1) * p.get("sk", 1)) * (
-        10.0 if spec.suite in ("perf", "e2e") else 1.0
+        10.0 if is_timed(spec.suite) else 1.0
     )
 
 

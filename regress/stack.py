@@ -24,6 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from .backends import BACKENDS
 from .errors import UserError
 from .stack_keys import Fingerprint
 
@@ -63,8 +64,7 @@ def _compiler_identity(backend: str, compile_only: bool) -> tuple[str, list[str]
     """(the compiler's --version identity on one line, the build flags without paths)."""
     from .build import COMMANDS, OUT, BuildError, compiler_version
 
-    compile_only = compile_only or backend == "hip-emu"
-    recipe = COMMANDS["hip-compile-only" if backend in ("hip", "hip-emu") and compile_only else backend]
+    recipe = COMMANDS[BACKENDS[backend].recipe_for(compile_only)]
     try:
         # Every identifying line: nvcc's first line names no version, its third does.
         version = "; ".join(compiler_version(recipe.argv[0]).splitlines()) or "unknown"
@@ -168,7 +168,7 @@ def live_fingerprint(
         diag = {"cpus": os.cpu_count()}
         baseline = f"torch-sdpa {_version_of('torch')}"
     else:
-        raise UserError(f"unknown backend {backend!r}; expected cpu, cuda, hip or hip-emu")
+        raise UserError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     compiler, flags = _compiler_identity(backend, compile_only)
     keys.update(
         backend=backend,

@@ -27,6 +27,8 @@ BASE = {
     "results",
     "resources",
     "escape",
+    "backends",
+    "suite_facts",
     "__init__",
     "__version__",
 }  # __version__: from regress import it

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..metrics import drill_tolerance_word
-from ..runner import DEFAULT_SUITES, DEFAULT_TIME_LIMIT_FLOOR_S, parse_duration, parse_inject
+from ..runner import DEFAULT_TIME_LIMIT_FLOOR_S, parse_duration, parse_inject
+from ..suite_facts import DEFAULT_SUITES
 from . import options
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import click
 
-from ..runner import BACKEND_CHOICES
+from .. import backends
+from ..suite_facts import suites_for
 
 db = click.option(
     "--db",
@@ -22,9 +23,9 @@ backend = click.option(
     "--backend",
     default="auto",
     show_default=True,
-    type=click.Choice(BACKEND_CHOICES),
+    type=click.Choice(backends.CHOICES),
     help="auto: hip on an AMD GPU, cuda on an NVIDIA GPU, else cpu. hip-emu: the gfx942 code object "
-    "on the CPU emulator (ulp and determinism only).",
+    f"on the CPU emulator ({' and '.join(suites_for('hip-emu'))} only).",
 )
 
 compile_only = click.option(

@@ -26,6 +26,7 @@ from ..evidence import PerfPair, ab_inputs, alternating_inputs, perf_evidence, s
 from ..store import FINISHED_STATES, Case, Result, Run, queries
 from ..store.queries import find_run
 from ..store.repo import Store, record_gate_decision
+from ..suite_facts import is_exact, is_timed
 from .render import write_reports
 from .report import GateReport, GateRow
 
@@ -53,7 +54,6 @@ class GateConfig:
     # kernel; seen on the shared CPU: one 0.3 ms case +11 %). Across stacks the control is part of
     # what is judged (a driver can slow it too), so there is no such veto.
     control_veto_same_stack: bool = True
-    perf_suites: tuple[str, ...] = ("perf", "e2e")
 
     @property
     def pairwise(self) -> PairwiseConfig:
@@ -174,11 +174,11 @@ def _table(
             note = f"{what.status}: {what.message}"[:200]
             rows.append(GateRow(case.suite, case.name, key, "?", "undecided", "", note=note))
             continue
-        if case.suite in cfg.perf_suites:
+        if is_timed(case.suite):
             perf.append((len(rows), case))
             pairs.append(PerfPair(case, base, b, c))
             rows.append(GateRow(case.suite, case.name, key, "?", "undecided", "time_ms"))
-        elif case.suite in ("ulp", "determinism"):
+        elif is_exact(case.suite):
             rows.append(_exact_row(case, b, c))
     q = cfg.pairwise.location_quantile
     ev = perf_evidence(session, pairs, q=q, history_runs=cfg.history_runs, with_control=same_stack)
@@ -288,7 +288,7 @@ def _ab_row(case: Case, j: CaseJudgement) -> GateRow:
 def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
     """The A/B verdict of one run that timed a baseline build beside its own in the same rounds."""
     rows_in = [(case, res) for res, case in queries.run_results_with_cases(session, run.id)]
-    inputs = ab_inputs([(c, r) for c, r in rows_in if c.suite in cfg.perf_suites])
+    inputs = ab_inputs([(c, r) for c, r in rows_in if is_timed(c.suite)])
     if not inputs:
         raise UserError(
             f"run {run.id} has no A/B samples: it was not run with `regress nightly --compare-build` "
@@ -298,7 +298,7 @@ def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
     by_key = {c.key: c for c, _ in rows_in}
     rows = [_ab_row(by_key[j.key], j) for j in judged.cases]
     for case, res in rows_in:  # the candidate's own exact suites still count
-        if case.suite in ("ulp", "determinism") and res.status == "fail":
+        if is_exact(case.suite) and res.status == "fail":
             rows.append(
                 GateRow(case.suite, case.name, case.key, "x", "regression", "contract", note=res.message)
             )
@@ -308,7 +308,7 @@ def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
     if failed:
         reasons.append(f"{len(failed)} case(s) of the candidate fail their exact contract")
     info = _run_info(session, run)
-    metrics = next((res.metrics for c, res in rows_in if c.suite in cfg.perf_suites), {})
+    metrics = next((res.metrics for c, res in rows_in if is_timed(c.suite)), {})
     report = GateReport(
         run.id,
         run.id,
@@ -403,7 +403,7 @@ def gate_alternating(
             return [
                 (case, res)
                 for res, case in queries.run_results_with_cases(session, run.id)
-                if case.suite in cfg.perf_suites
+                if is_timed(case.suite)
             ]
 
         arms = [(perf_rows(a), perf_rows(b)) for a, b in zip(a_runs, b_runs, strict=True)]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...metrics import HEADLINE, SPEEDUP_PREFIX, scaled_ulp_limit
+from ...suite_facts import EXACT_SUITES, is_timed
 from ..data import STATUS_CODES, CaseRow
 from ..format import clean, epoch, finite_json, script_json
 from .common import STATE_ORDER, Pages
@@ -91,9 +92,9 @@ def case_payload(c: Pages, case: CaseRow) -> dict[str, Any]:
         "suite": suite,
         "unit": head.unit if head else "",
         "label": f"{head.label} ({head.unit})" if head else "value",
-        "band": suite in ("perf", "e2e"),
+        "band": is_timed(suite),
         "limit": scaled_ulp_limit(case.mode) if suite == "ulp" else None,
-        "speedup": suite in ("perf", "e2e"),
+        "speedup": is_timed(suite),
         "speedup_label": f"speedup vs {' / '.join(bases) or 'the baseline'} (×)",
         "stacks": stacks,
         "markers": markers,
@@ -104,9 +105,9 @@ def case_payload(c: Pages, case: CaseRow) -> dict[str, Any]:
 
 def charted(c: Pages, case: CaseRow) -> list[CaseRow]:
     """The ULP and determinism cases charted beneath a perf or e2e case (bounded)."""
-    if case.suite not in ("perf", "e2e"):
+    if not is_timed(case.suite):
         return []
-    return [o for suite in ("determinism", "ulp") for o in c.m.related(case.id, MAX_RELATED_CHARTS, suite)[0]]
+    return [o for suite in EXACT_SUITES for o in c.m.related(case.id, MAX_RELATED_CHARTS, suite)[0]]
 
 
 def shape_key(case: CaseRow) -> str:

@@ -1,0 +1,99 @@
+"""The suite and backend tables (regress.suite_facts, regress.backends) are the only statement of
+their facts: the readers agree with them, and no module of the package restates one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import click
+import pytest
+
+from regress import backends, suite_facts
+from regress.build import COMMANDS
+from regress.commands.options import backend as backend_option
+from regress.suites import SUITES
+
+PACKAGE = Path(__file__).resolve().parents[1] / "regress"
+
+
+def test_the_suite_table_names_the_suites_the_package_runs_in_their_order() -> None:
+    assert tuple(SUITES) == suite_facts.DEFAULT_SUITES
+    assert suite_facts.TIMED_SUITES == ("perf", "e2e")
+    assert suite_facts.EXACT_SUITES == ("determinism", "ulp")
+
+
+def test_a_backend_without_a_clock_runs_the_untimed_suites_only() -> None:
+    assert suite_facts.suites_for("hip-emu") == ("determinism", "ulp")
+    for name in ("cpu", "cuda", "hip"):
+        assert suite_facts.suites_for(name) == suite_facts.DEFAULT_SUITES
+
+
+def test_every_backend_builds_with_a_recipe_the_build_knows() -> None:
+    for b in backends.BACKENDS.values():
+        assert b.recipe_for(False) in COMMANDS and b.recipe_for(True) in COMMANDS
+    assert backends.BACKENDS["hip-emu"].recipe_for(False) == backends.BACKENDS["hip"].recipe_for(True)
+
+
+def test_the_cli_offers_the_backends_of_the_table() -> None:
+    @click.command()
+    @backend_option
+    def cmd(backend: str) -> None:
+        pass
+
+    choice = next(p for p in cmd.params if p.name == "backend").type
+    assert isinstance(choice, click.Choice) and tuple(choice.choices) == backends.CHOICES
+
+
+def test_resolving_auto_without_a_gpu_gives_cpu_and_an_unknown_name_is_refused() -> None:
+    assert backends.gpu_backend("6.2") == "hip" and backends.gpu_backend(None) == "cuda"
+    assert backends.resolve("hip-emu") == "hip-emu"
+    with pytest.raises(ValueError, match="unknown backend 'rocm'"):
+        backends.resolve("rocm")
+
+
+def _strings(node: ast.AST) -> frozenset[str] | None:
+    """The strings of a tuple, list or set literal made only of two or more strings, else None."""
+    if not isinstance(node, ast.Tuple | ast.List | ast.Set) or len(node.elts) < 2:
+        return None
+    values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return frozenset(values) if len(values) == len(node.elts) else None
+
+
+def _reads_torch_hip(node: ast.AST) -> bool:
+    """torch.version.hip, or getattr(torch.version, "hip")."""
+    if isinstance(node, ast.Attribute) and node.attr == "hip":
+        return isinstance(node.value, ast.Attribute) and node.value.attr == "version"
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and any(isinstance(a, ast.Constant) and a.value == "hip" for a in node.args[1:])
+    )
+
+
+def test_no_module_restates_which_suites_are_timed_or_which_backends_are_alike() -> None:
+    suites, names = set(suite_facts.SUITES), set(backends.BACKENDS)
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            strings = _strings(node)
+            if strings and strings <= suites and rel != "suite_facts.py":
+                found.append(f"{rel}:{node.lineno}: suites {sorted(strings)}")  # type: ignore[attr-defined]
+            if strings and strings <= names and rel != "backends.py":
+                found.append(f"{rel}:{node.lineno}: backends {sorted(strings)}")  # type: ignore[attr-defined]
+            if _reads_torch_hip(node) and rel != "backends.py":
+                found.append(f"{rel}:{node.lineno}: torch.version.hip")  # type: ignore[attr-defined]
+    assert not found, "restated (read regress.suite_facts / regress.backends):\n" + "\n".join(found)
+
+
+def test_a_nightly_refuses_a_timed_suite_on_a_backend_without_a_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from regress.cli import main
+
+    db = tmp_path / "r.db"
+    assert main(["nightly", "--backend", "hip-emu", "--suites", "ulp,perf", "--db", f"sqlite:///{db}"]) == 2
+    assert "hip-emu runs determinism and ulp only, not perf" in capsys.readouterr().err
+    assert not db.exists()
