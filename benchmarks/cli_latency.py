@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from regress.stats import median
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -89,7 +90,7 @@ def main() -> None:
     print(f"| command | {' | '.join(names)} |")
     print(f"|---|{'---|' * len(names)}")
     for case in cases:
-        cells = [f"{statistics.median(times[(case, n)]):.3f}" for n in names]
+        cells = [f"{median(times[(case, n)]):.3f}" for n in names]
         print(f"| {case} | {' | '.join(cells)} |")
 
 

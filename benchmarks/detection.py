@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from regress.detect import detect_change_points
-from regress.stats import clip_outliers, successive_sigma
+from regress.stats import clip_outliers, median, successive_sigma
 
 DATA = Path(__file__).resolve().parent / "data"
 STEPS = (0.01, 0.02, 0.03, 0.05, 0.10)
@@ -63,8 +63,8 @@ class Profile:
 
     def night_sigma(self) -> float:
         """Median over cases of the run-to-run relative sigma of the run medians."""
-        sig = [float(np.std([np.median(r) for r in runs], ddof=1)) for runs in self.cases if len(runs) > 2]
-        return float(np.median(sig))
+        sig = [float(np.std([median(r) for r in runs], ddof=1)) for runs in self.cases if len(runs) > 2]
+        return median(sig)
 
 
 def _write_profile(
@@ -73,7 +73,7 @@ def _write_profile(
     out = []
     for case, runs in sorted(cases.items()):
         flat = np.concatenate([np.asarray(r, dtype=float) for r in runs])
-        med = float(np.median(flat))
+        med = median(flat)
         out.append({"case": case, "runs": [[round(v / med, 5) for v in r] for r in runs]})
     doc: dict[str, Any] = {"name": name, "source": source, "cases": out}
     if block > 1:
@@ -337,7 +337,7 @@ def run(
     results: dict[str, Any] = {
         "profile": profile.name,
         "source": profile.source,
-        "night_sigma": float(np.median([successive_sigma(sr.values / np.median(sr.values)) for sr in nulls])),
+        "night_sigma": median([successive_sigma(sr.values / median(sr.values)) for sr in nulls]),
         "series": {"null": n_null, "per_step": n_step, "nights": nights, "seed": seed},
         "detectors": {},
     }
@@ -422,7 +422,7 @@ def _up(values: np.ndarray, cps: Sequence[int]) -> list[int]:
     out = []
     for c in cps:
         before, after = values[max(0, c - 5) : c], values[c : c + 5]
-        if before.size and after.size and np.median(after) > np.median(before):
+        if before.size and after.size and median(after) > median(before):
             out.append(int(c))
     return out
 

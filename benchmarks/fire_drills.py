@@ -19,12 +19,11 @@ import json
 import math
 import os
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from regress.stats import geomean
+from regress.stats import geomean, upper_median
 
 
 def _night(url: str, out: Path, inject: dict[str, int] | None, iterations: int | None) -> str:
@@ -78,7 +77,7 @@ def gates(url: str, pairs: int, drill: int, iterations: int | None, regate: bool
                 "exit": report.exit_code,
                 "regressed": len(report.regressions),
                 "too_noisy": len(report.too_noisy),
-                "mde_median": sorted(mdes)[len(mdes) // 2] if mdes else None,
+                "mde_median": upper_median(mdes) if mdes else None,
                 "stack_mde": report.power.get("stack_mde"),
                 "geomean": report.aggregate.get("geomean_ratio"),
                 "ratios": [round(r.ratio, 2) for r in report.rows if r.ratio is not None],
@@ -156,6 +155,7 @@ def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, dict[st
     from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
     from regress.suites.common import make_inputs
     from regress.suites.perf import CPU_QUICK, CPU_SHAPES, drill_cost
+    from regress.suites.timing import interleaved_rounds
 
     clean = load_library(build_kernel("cpu").path)
     shapes = list(dict.fromkeys([*CPU_QUICK, *CPU_SHAPES]))
@@ -163,24 +163,22 @@ def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, dict[st
     for pct in drills:
         lib = load_library(build_kernel("cpu", inject={"slowdown_pct": pct}).path)
         for shape in shapes:
-            q, k, v = make_inputs(shape, "bhsd", seed=1, device="cpu")
-            times: dict[str, list[float]] = {"clean": [], "drill": []}
-            libs = [("clean", clean), ("drill", lib)]
-            for i in range(rounds):
-                for name, one in libs if i % 2 == 0 else libs[::-1]:
-                    # CPU time of this thread (the single-threaded kernel runs on it): the work done,
-                    # which a preempting neighbour cannot stretch. Wall time on a loaded 2-core VM
-                    # made a 0.12 s call's fastest round a matter of luck (measured: -69 % "cost").
-                    t0 = time.thread_time_ns()
-                    one.forward(q, k, v, layout="bhsd", rounding="rtne")
-                    times[name].append((time.thread_time_ns() - t0) / 1e6)
+            qkv = make_inputs(shape, "bhsd", seed=1, device="cpu")
+            runners = [
+                (name, lambda _i, one=one, x=qkv: one.forward(*x, layout="bhsd", rounding="rtne"))
+                for name, one in (("clean", clean), ("drill", lib))
+            ]
+            # CPU time of this thread (the single-threaded kernel runs on it): the work done, which a
+            # preempting neighbour cannot stretch. Wall time on a loaded 2-core VM made a 0.12 s
+            # call's fastest round a matter of luck (measured: -69 % "cost").
+            times = interleaved_rounds("cpu", runners, 0, rounds, thread_clock=True)
             cost = drill_cost({AB_CANDIDATE_SAMPLE: times["drill"], AB_BASELINE_SAMPLE: times["clean"]}, pct)
             # Beside the suite's estimator, the median of the per-round paired ratios: CPU time is
             # not one-sided like wall time, so the paired median is the steadier one here.
             paired = sorted(d / c for d, c in zip(times["drill"], times["clean"], strict=True) if c > 0)
             table.setdefault(f"{shape.b}x{shape.h}x{shape.sq}x{shape.sk}", {})[str(pct)] = {
                 "paired_blocks": round(cost["drill_measured_pct"], 2),
-                "paired_median": round((paired[len(paired) // 2] - 1) * 100, 2),
+                "paired_median": round((upper_median(paired) - 1) * 100, 2),
             }
     print(json.dumps({"threads": threads, "rounds": rounds, "measured_pct": table}, indent=1))
     return table

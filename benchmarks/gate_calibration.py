@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from regress.stats import upper_median
+
 
 def _runs(url: str) -> list[tuple[str, bool, int]]:
     """(run id, is drill, requested slowdown %) oldest first; finished runs only (a night killed by
@@ -111,7 +113,7 @@ def table(rows: dict[str, list[dict[str, Any]]]) -> str:
     for label, entries in rows.items():
         counts = Counter(e["exit"] for e in entries)
         mdes = sorted(e["worst_mde"] for e in entries if e.get("worst_mde") is not None)
-        mde = f"{mdes[len(mdes) // 2] * 100:.1f} %" if mdes else "–"
+        mde = f"{upper_median(mdes) * 100:.1f} %" if mdes else "–"
         exits = " | ".join(str(counts.get(code, 0)) for code in (0, 1, 2))
         lines.append(f"| {label} | {len(entries)} | {exits} | {mde} |")
     return "\n".join(lines)

@@ -347,12 +347,12 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 lo, lo_row = min(r, key=lambda x: x[0])
                 fam: dict[str, list[float]] = defaultdict(list)
                 for x, row in r:
-                    fam[row["family"]].append(math.log(x))
+                    fam[row["family"]].append(x)
                 summ[f"{lib}:{mode}:{base}"] = {
                     "geomean": g,
                     "min": lo,
                     "min_at": f"{lo_row['shape']} {lo_row['layout']}",
-                    "families": {f: math.exp(sum(v) / len(v)) for f, v in fam.items()},
+                    "families": {f: geomean(v) for f, v in fam.items()},
                 }
     return summ
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from regress.emu.cdna3 import FITTED, C
 from regress.emu.mi300x import MODES, KernelModel, Ours, Prediction, Predictor, Shape, tflops
 from regress.metrics import geomean
+from regress.stats import median
 
 # MoonMath's README, "MI300X" table (median of 5 passes x 30 iterations; dense tail KV-split on; times
 # include its V pre-transpose): (B, H, S) -> mode -> (MoonMath ms, AITER v3 ms). D = 128, Sq = Sk = S.
@@ -128,7 +128,7 @@ def summary(rows: list[dict[str, object]], params: dict[str, float], seconds: fl
         ]
         if errs:
             out[f"{k}_validation_rows"] = len(errs)
-            out[f"{k}_median_abs_err"] = round(statistics.median(errs), 4)
+            out[f"{k}_median_abs_err"] = round(median(errs), 4)
             out[f"{k}_max_abs_err"] = round(max(errs), 4)
     pairs = [
         (by[(sh, m, "moonmath")], by[(sh, m, "aiter")])
@@ -196,9 +196,9 @@ def fit(models: dict[str, KernelModel], base: dict[str, float] | None = None) ->
                 "clock_eff": 1.0,
             }
             ms = [pred.predict(models["aiter"], s, "rtne").ms for s in shapes]
-            logs = [math.log(p / q) for p, q in zip(ms, pub, strict=True)]
-            ce = math.exp(statistics.fmean(logs))
-            sse = sum((lg - math.log(ce)) ** 2 for lg in logs)
+            ratios = [p / q for p, q in zip(ms, pub, strict=True)]
+            ce = geomean(ratios) or math.nan
+            sse = sum((math.log(r) - math.log(ce)) ** 2 for r in ratios)
             if best is None or sse < best[0]:
                 best = (
                     sse,

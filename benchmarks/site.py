@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ sys.path.insert(0, str(ROOT / "tests" / "site"))  # the CDP driver shared with t
 
 from regress.demo import demo_history  # noqa: E402
 from regress.site import build_site  # noqa: E402
+from regress.stats import median  # noqa: E402
 from regress.store import queries  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
 
@@ -51,7 +51,7 @@ def time_to_interactive(page: Path, loads: int = 5) -> dict[str, float]:
             ready = b.eval("window.regressReadyAt || null")
             tti.append(float(ready) if ready is not None else float(nav["loadEventEnd"]))
         errors = b.console_errors()
-    return {"tti_ms": round(statistics.median(tti), 1), "console_errors": len(errors)}
+    return {"tti_ms": round(median(tti), 1), "console_errors": len(errors)}
 
 
 def screenshots(out: Path, img: Path) -> list[Path]:

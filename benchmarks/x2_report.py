@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 import sys
 from collections import Counter, defaultdict
 
+from regress.stats import median
 from regress.store.queries import run_results_with_cases, runs_oldest_first
 from regress.store.repo import open_store
 
@@ -34,7 +34,7 @@ def main(url: str) -> None:
         if ratios:
             print(
                 f"same case, GPU1 p50 / GPU0 p50 over {len(ratios)} cases: "
-                f"median {statistics.median(ratios):.4f}, min {min(ratios):.4f}, max {max(ratios):.4f}"
+                f"median {median(ratios):.4f}, min {min(ratios):.4f}, max {max(ratios):.4f}"
             )
 
 

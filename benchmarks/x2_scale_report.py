@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from regress.results import CaseSpec
 from regress.shard import make_units, predict_wall
+from regress.stats import median, percentile
 
 
 def _load_db(url: str) -> list[dict[str, Any]]:
@@ -42,9 +42,8 @@ def _walls(path: str | None) -> dict[str, tuple[float, int]]:
 def _spread(values: list[float]) -> str:
     if not values:
         return "n/a"
-    s = sorted(values)
-    pick = lambda q: s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]  # noqa: E731
-    return f"median {statistics.median(s):.4f}, p5 {pick(0.05):.4f}, p95 {pick(0.95):.4f}, n {len(s)}"
+    v = values
+    return f"median {median(v):.4f}, p5 {percentile(v, 5):.4f}, p95 {percentile(v, 95):.4f}, n {len(v)}"
 
 
 def _workers(bundle: dict[str, Any]) -> int:

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from sqlalchemy.orm import Session
 
 from .detect.paired import ABInput
 from .detect.verdict import CaseInput, noisy_nights
 from .metrics import percentile
 from .results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, PERF_SAMPLE
+from .stats import median
 from .store import Case, Result, Run
 from .store.queries import series_history
 
@@ -109,10 +109,10 @@ def perf_evidence(
         levels = {rid: v for rid, res in hist if name and (v := location(res, q, name))}
         if len(levels) < 4:
             continue
-        mid = float(np.median(list(levels.values())))
+        mid = median(list(levels.values()))
         for rid, v in levels.items():
             by_night.setdefault(rid, []).append(math.log(v / mid))
-    shifts = {rid: float(np.median(v)) for rid, v in by_night.items()}
+    shifts = {rid: median(v) for rid, v in by_night.items()}
     base_ids = {p.base_run.id for p in pairs}
     dropped = [rid for rid in noisy_nights(shifts) if rid not in base_ids]
     inputs = []

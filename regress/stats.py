@@ -1,5 +1,6 @@
-"""The statistics every layer shares, each formula once: the percentile, the geometric mean, the two
-robust sigmas, the order-statistic standard error and the running-median clip.
+"""The statistics every layer shares, each formula once: the percentile, the median and the upper
+median, the geometric mean, the two robust sigmas, the order-statistic standard error and the
+running-median clip.
 
 Pure and light: numpy is imported inside the functions that need it, so `metrics` (and through it
 the CLI's `--help`) can use this module without loading numpy. The decisions built on these (the
@@ -35,6 +36,23 @@ def percentile(values: Sequence[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(s) - 1)
     return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+
+
+def median(values: Sequence[float] | np.ndarray) -> float:
+    """The middle value, or the mean of the two middle ones (numpy's median); nan when empty."""
+    if not len(values):
+        return math.nan
+    import numpy as np
+
+    return float(np.median(np.asarray(values, dtype=float)))
+
+
+def upper_median(values: Iterable[float]) -> float:
+    """The higher of the two middle values of an even count (the middle one of an odd count): always
+    a value that was observed, not a mean of two (a case's wall time that the scheduler deals by, a
+    benchmark's table cell). nan when empty."""
+    s = sorted(values)
+    return float(s[len(s) // 2]) if s else math.nan
 
 
 def geomean(values: Iterable[float]) -> float | None:

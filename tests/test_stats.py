@@ -27,6 +27,18 @@ def test_percentile_of_a_list_is_numpys(values: list[float], q: float) -> None:
     assert stats.percentile(np.asarray(values), q) == float(np.percentile(values, q))
 
 
+@given(st.lists(finite, min_size=0, max_size=41))
+def test_the_median_is_numpys_and_the_upper_median_an_observed_value(values: list[float]) -> None:
+    if not values:
+        assert math.isnan(stats.median(values)) and math.isnan(stats.upper_median(values))
+        return
+    assert stats.median(values) == float(np.median(values))
+    assert stats.median(np.asarray(values)) == float(np.median(values))
+    upper = stats.upper_median(values)
+    assert upper in values
+    assert sum(v < upper for v in values) <= len(values) // 2 <= sum(v <= upper for v in values) - 1
+
+
 def test_geomean_keeps_positive_finite_values_only() -> None:
     assert stats.geomean([2.0, 8.0, 0.0, -1.0, math.inf, math.nan]) == pytest.approx(4.0)
     assert stats.geomean([]) is None and stats.geomean([0.0]) is None
@@ -81,3 +93,49 @@ def test_no_copy_of_the_robust_sigma_constant_outside_stats() -> None:
             ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found, f"use regress.stats.mad_sigma / successive_sigma: {found}"
+
+
+def _loose_median(node: ast.AST) -> str | None:
+    """A median or quantile computed outside regress.stats: np/numpy/statistics .median, .quantile,
+    .percentile (a vectorised call with axis= is not one value, and stays), or sorted(x)[len(x) // 2]."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        owner = node.func.value
+        if (
+            isinstance(owner, ast.Name)
+            and owner.id in {"np", "numpy", "statistics"}
+            and node.func.attr in {"median", "quantile", "percentile", "median_low", "median_high"}
+            and not any(k.arg == "axis" for k in node.keywords)
+        ):
+            return f"{owner.id}.{node.func.attr}"
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.BinOp):
+        op = node.slice
+        if (
+            isinstance(op.op, ast.FloorDiv)
+            and isinstance(op.right, ast.Constant)
+            and op.right.value == 2
+            and isinstance(op.left, ast.Call)
+            and isinstance(op.left.func, ast.Name)
+            and op.left.func.id == "len"
+        ):
+            return "x[len(x) // 2]"
+    return None
+
+
+def test_the_loose_median_check_sees_each_form() -> None:
+    code = "np.median(x)\nstatistics.median(x)\nnp.quantile(x, 0.5)\nsorted(x)[len(x) // 2]\n"
+    code += "np.median(x, axis=1)\n"  # vectorised: allowed
+    found = [f for node in ast.walk(ast.parse(code)) if (f := _loose_median(node))]
+    assert sorted(found) == ["np.median", "np.quantile", "statistics.median", "x[len(x) // 2]"]
+
+
+def test_no_median_or_quantile_outside_stats() -> None:
+    """Medians and quantiles go through regress.stats (median, upper_median, percentile), so one
+    definition holds in every layer and benchmark."""
+    found = []
+    for path in [*ROOT.joinpath("regress").rglob("*.py"), *ROOT.joinpath("benchmarks").rglob("*.py")]:
+        if path == ROOT / "regress" / "stats.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if what := _loose_median(node):
+                found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)} {what}")
+    assert not found, f"use regress.stats: {found}"

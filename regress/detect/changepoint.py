@@ -37,7 +37,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..stats import clip_outliers, successive_sigma
+from ..stats import clip_outliers, median, successive_sigma
 from .config import ChangePointConfig
 
 Direction = Literal["slower", "faster"]
@@ -115,7 +115,7 @@ class _Series:
     def __init__(self, x: np.ndarray, samples: list[np.ndarray] | None, cfg: ChangePointConfig) -> None:
         self.cfg = cfg
         self.sigma_raw = successive_sigma(x)
-        scale = max(float(np.median(np.abs(x))), 1e-300)
+        scale = max(median(np.abs(x)), 1e-300)
         # A perfectly steady series (sigma 0) still needs a finite z; any real step then passes.
         self.sigma = max(self.sigma_raw, 1e-9 * scale)
         self.y = clip_outliers(x, self.sigma_raw, cfg.outlier_k)
@@ -178,7 +178,7 @@ def _drop_transients(
             bounds = [0, *cuts, n]
             a, b = bounds[i], bounds[i + 3]
             # Medians: the segments around a disturbed stretch often hold more disturbed nights.
-            before, after = float(np.median(series.y[a:t1])), float(np.median(series.y[t2:b]))
+            before, after = median(series.y[a:t1]), median(series.y[t2:b])
             left, right = t1 - a, b - t2
             # 1.2533: the standard error of a median over that of a mean, for Gaussian noise.
             z = abs(after - before) / (1.2533 * series.sigma * math.sqrt(1.0 / left + 1.0 / right))

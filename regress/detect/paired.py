@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ..stats import order_statistic_se, percentile
+from ..stats import median, order_statistic_se, percentile
 from .verdict import CaseJudgement, Judgement, _pct
 
 
@@ -129,7 +129,7 @@ def _case(cfg: ABConfig, c: ABInput) -> tuple[CaseJudgement, float | None, float
             else f"at least {cfg.min_blocks} alternated pairs of runs would let it decide"
         )
         return j, None, None
-    med = float(np.median(d))
+    med = median(d)
     p = _wilcoxon(d, "two-sided")
     se = median_se(d) or 0.0
     j.ratio, j.p_value, j.noise = math.exp(med), p, se

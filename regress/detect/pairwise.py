@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from ..stats import percentile, successive_sigma
+from ..stats import median, percentile, successive_sigma
 
 Verdict = Literal["slower", "faster", "same", "insufficient"]
 
@@ -101,7 +101,7 @@ def historical_noise(history: Sequence[float]) -> float | None:
     h = np.asarray([v for v in history if v is not None and math.isfinite(v)], dtype=float)
     if h.size < 3:
         return None
-    level = float(np.median(h))
+    level = median(h)
     if level == 0.0:
         return None
     rel = h / level

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from ..stats import mad_sigma, order_statistic_se
+from ..stats import mad_sigma, median, order_statistic_se
 
 Limit = Literal["samples", "between-runs", "threshold"]
 
@@ -72,7 +72,7 @@ def pair_noise(
     if logs.size < min_cases:
         return None
     spread = mad_sigma(logs)
-    se = float(np.median(sampling_se)) if len(sampling_se) else 0.0
+    se = median(sampling_se) if len(sampling_se) else 0.0
     if spread <= se:
         # The samples explain all of the spread: what is left is unknown, not zero (a 0.0 here made
         # the noise band vanish exactly when the samples were noisiest).

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from ..stats import geomean, mad_sigma
+from ..stats import geomean, mad_sigma, median
 from .config import MAX_MDE, MAX_STACK_MDE
 from .pairwise import PairwiseConfig, compare_samples, historical_noise
 from .power import MIN_PAIR_CASES, minimum_detectable_effect, pair_noise
@@ -145,7 +145,7 @@ def pooled_sigma(cases: Sequence[CaseInput], pw: PairwiseConfig, min_cases: int 
     use this one definition)."""
     noises = [historical_noise(c.history) for c in cases if len(c.history) >= pw.min_history]
     known = sorted(n for n in noises if n is not None)
-    return float(np.median(known)) if len(known) >= min_cases else None
+    return median(known) if len(known) >= min_cases else None
 
 
 def noisy_nights(shifts: dict[str, float], min_shift: float = 0.15, k: float = 4.0) -> list[str]:
@@ -157,7 +157,7 @@ def noisy_nights(shifts: dict[str, float], min_shift: float = 0.15, k: float = 4
     if len(shifts) < 5:
         return []
     v = np.asarray(list(shifts.values()), dtype=float)
-    mid = float(np.median(v))
+    mid = median(v)
     sigma = mad_sigma(v)
     cut = max(math.log1p(min_shift), k * sigma)
     return [rid for rid, x in shifts.items() if abs(x - mid) > cut]

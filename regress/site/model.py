@@ -14,6 +14,7 @@ import numpy as np
 from ..detect.changepoint import detect_change_points
 from ..metrics import geomean_by_mode, stored_geomean
 from ..stack_keys import HASHED_KEYS
+from ..stats import median
 from .data import STATUS_CODES, CaseRow, RunRow, SiteData, StackRow
 
 
@@ -164,8 +165,8 @@ def build(data: SiteData, cp_cache: dict[str, list[list[Any]]]) -> Model:
                     i = int(cp.index)
                     if not 0 < i < len(clean):
                         continue
-                    before = float(np.median(clean[max(0, i - 7) : i]))
-                    after = float(np.median(clean[i : i + 7]))
+                    before = median(clean[max(0, i - 7) : i])
+                    after = median(clean[i : i + 7])
                     mag = getattr(cp, "magnitude", None)  # relative, (after - before) / |before|
                     if not isinstance(mag, int | float):
                         mag = (after - before) / abs(before) if before else None

@@ -17,6 +17,7 @@ from sqlalchemy import ColumnElement, Connection, Row, func, select, text
 from sqlalchemy.orm import Session
 
 from ..errors import UserError
+from ..stats import upper_median
 from .build import Build
 from .case import Case
 from .gate import GateDecision
@@ -508,8 +509,9 @@ def reaped_local_runs(session: Session, *, limit: int = 20) -> list[str]:
 
 
 def case_wall_times(session: Session, stack_id: int, *, last_runs: int = 3) -> dict[str, float]:
-    """Each case's measured wall time (seconds, median over the stack's last finished runs), by case
-    key: what the scheduler deals cases by and the watchdog sets each case's time limit from."""
+    """Each case's measured wall time (seconds, the upper median over the stack's last finished
+    runs), by case key: what the scheduler deals cases by and the watchdog sets each case's time
+    limit from."""
     run_ids = session.scalars(
         select(Run.id)
         .where(Run.stack_id == stack_id, Run.status.in_(FINISHED_STATES), Run.is_drill.is_(False))
@@ -528,4 +530,4 @@ def case_wall_times(session: Session, stack_id: int, *, last_runs: int = 3) -> d
         wall = metrics.get("wall_s") if isinstance(metrics, dict) else None
         if isinstance(wall, int | float) and wall > 0:
             seen.setdefault(key, []).append(float(wall))
-    return {key: sorted(v)[len(v) // 2] for key, v in seen.items()}
+    return {key: upper_median(v) for key, v in seen.items()}

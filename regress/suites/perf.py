@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from regress.gpu_state import device_state
-from regress.metrics import percentile, timing_metrics
+from regress.metrics import timing_metrics
 from regress.phases import phase
 from regress.results import (
     AB_BASELINE_SAMPLE,
@@ -41,6 +41,7 @@ from regress.results import (
     CaseResult,
     CaseSpec,
 )
+from regress.stats import median
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     Shape,
@@ -349,6 +350,6 @@ def drill_cost(samples: dict[str, list[float]], requested: int) -> dict[str, Any
     return {
         "drill_requested_pct": requested,
         # The median the A/B verdict takes (detect.paired); an upper median here read another block.
-        "drill_measured_pct": math.expm1(percentile(d, 50)) * 100.0,
+        "drill_measured_pct": math.expm1(median(d)) * 100.0,
         "drill_rounds": 2 * len(d),
     }

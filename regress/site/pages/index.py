@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...metrics import HEADLINE, SPEEDUP_PREFIX
+from ...stats import median
 from ..data import STATUS_CODES, StackRow
 from ..format import device_rows
 from ..model import run_overview
@@ -34,7 +35,7 @@ def index_rows(c: Pages) -> tuple[list[dict[str, Any]], list[StackRow]]:
             last = float(vals[-1])
             prev = vals[max(0, len(vals) - 8) : len(vals) - 1]
             prev = prev[~np.isnan(prev)]
-            delta = (last / float(np.median(prev)) - 1.0) if len(prev) and np.median(prev) else None
+            delta = (last / median(prev) - 1.0) if len(prev) and median(prev) else None
             sp = float(t["speedup"][idx[-1]])
             cells.append(
                 {
