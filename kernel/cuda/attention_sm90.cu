@@ -140,7 +140,8 @@ namespace {
  * v2 (rotated order) did not confirm it. */
 constexpr int64_t kPingPongMaxKeys = 2048;
 
-/* The one switch: runtime (rounding, layout, schedule) -> compile-time constants. A schedule
+/* The one switch: runtime (rounding, layout, schedule) -> compile-time constants; rounding x
+ * layout is ../common/variant.h's switch, shared with the HIP backend. A schedule
  * option fixed at build time (0 or 1) instantiates one kernel; -1 instantiates both and picks by
  * shape. */
 template <int kOption, class G>
@@ -158,22 +159,11 @@ void with_option(bool by_shape, G&& g) {
 
 template <class F>
 void dispatch(int rounding, Layout layout, bool pingpong, bool next_qk, F&& f) {
-  auto with_schedule = [&](auto round_c, auto layout_c) {
+  ra_variant::dispatch(rounding, layout, [&](auto round_c, auto layout_c) {
     with_option<RA_CUDA_PINGPONG>(pingpong, [&](auto pp_c) {
       with_option<RA_CUDA_NEXT_QK>(next_qk, [&](auto nqk_c) { f(round_c, layout_c, pp_c, nqk_c); });
     });
-  };
-  auto with_layout = [&](auto round_c) {
-    if (layout == Layout::kBHSD)
-      with_schedule(round_c, std::integral_constant<Layout, Layout::kBHSD>{});
-    else
-      with_schedule(round_c, std::integral_constant<Layout, Layout::kStrided>{});
-  };
-  switch (rounding) {
-    case RA_RTNA: with_layout(std::integral_constant<int, 1>{}); break;
-    case RA_RTZ: with_layout(std::integral_constant<int, 2>{}); break;
-    default: with_layout(std::integral_constant<int, 0>{}); break;
-  }
+  });
 }
 
 struct DeviceInfo {
@@ -389,7 +379,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
     constexpr bool PP = decltype(pp_c)::value;
     constexpr bool NQK = decltype(nqk_c)::value;
     /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans, 12 in-kernel merges */
-    const unsigned inst = (unsigned)(R * 2 + (L == Layout::kBHSD ? 1 : 0));
+    const unsigned inst = (unsigned)(R * 2 + (L == Layout::kPacked ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
       p.num_n_blocks = (p.seqlen_k + sm90::kBlockN - 1) / sm90::kBlockN;
@@ -552,7 +542,7 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
 
   const bool bhsd = P->q_stride[2] == RA_HEAD_DIM && P->k_stride[2] == RA_HEAD_DIM && P->v_stride[2] == RA_HEAD_DIM &&
                     P->o_stride[2] == RA_HEAD_DIM;
-  const Layout layout = bhsd ? Layout::kBHSD : Layout::kStrided;
+  const Layout layout = bhsd ? Layout::kPacked : Layout::kStrided;
 
   bool use_tma = !RA_CUDA_FORCE_MMA_SYNC;
   if (use_tma)

@@ -6,13 +6,15 @@
 #include <cuda.h> /* CUtensorMap (a 128-byte opaque struct); no libcuda link needed for the type */
 #include <stdint.h>
 
+#include "../common/variant.h"
+
 namespace ra_cuda {
 
 constexpr int kHeadDim = 128;
 
-/* kBHSD: every tensor's seq stride is 128 elements (rows of one head are contiguous), so row
- * addressing uses a compile-time stride; kStrided: any strides allowed by validate.h (BSHD etc). */
-enum class Layout : int { kStrided = 0, kBHSD = 1 };
+/* kPacked (every seq stride 128: compile-time row stride) or kStrided: the one enum, shared with
+ * the HIP backend (../common/variant.h). */
+using ra_variant::Layout;
 
 struct FwdParams {
   /* TMA descriptors, used only by the sm_90a path: (d, seq, head, batch) boxes of 64 x 128 x 1 x 1
@@ -51,7 +53,7 @@ struct FwdParams {
 
 template <Layout L>
 __device__ __forceinline__ int64_t seq_stride(const int64_t (&s)[3]) {
-  return L == Layout::kBHSD ? (int64_t)kHeadDim : s[2];
+  return L == Layout::kPacked ? (int64_t)kHeadDim : s[2];
 }
 
 }  // namespace ra_cuda

@@ -21,7 +21,7 @@
  * No atomics, no cross-block reduction: every output element is produced by one lane in a fixed
  * order, so results are bit-identical across launches. No scratch (checked by the compile test).
  * Template constants: R = rounding mode (0 rtne, 1 rtna, 2 rtz), L = layout (kPacked, kStrided),
- * chosen by dispatch_variant() (parts/dispatch.h).
+ * chosen by ra_variant::dispatch() (../common/variant.h, shared with the CUDA backend).
  */
 #include "parts/compat.h"
 #include "parts/steps.h"
@@ -279,7 +279,7 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, s
   const hipStream_t stream = (hipStream_t)p->stream;
 
   hipError_t e = hipSuccess;
-  dispatch_variant(p->rounding, packed ? kPacked : kStrided, [&](auto rc, auto lc) {
+  ra_variant::dispatch(p->rounding, packed ? kPacked : kStrided, [&](auto rc, auto lc) {
     constexpr int R = decltype(rc)::value;
     constexpr int L = decltype(lc)::value;
     /* grid.y is limited to 65535 blocks: walk (batch, head) in chunks, each launch ordered on stream. */

@@ -3,8 +3,9 @@
  * compile-time constants.
  *
  * KernelArgs is the only thing the host passes to the device (by value, in the kernarg segment).
- * dispatch_variant() maps (rounding mode, layout) to template constants exactly once; the host part
- * calls it with a generic lambda and the lambda instantiates the matching kernel. The six variants
+ * ra_variant::dispatch() (../../common/variant.h, shared with the CUDA backend) maps (rounding
+ * mode, layout) to template constants exactly once; the host part calls it with a generic lambda
+ * and the lambda instantiates the matching kernel. The six variants
  * are also named extern "C" kernels (attention_gfx942.hip), so profilers and the compile test see
  * one readable symbol per variant.
  */
@@ -13,14 +14,15 @@
 
 #include <stdint.h>
 
+#include "../../common/variant.h"
 #include "steps.h"
 
 namespace ra_gfx942 {
 
-/* Layout classes. kPacked: Q, K, V and O all have seq stride 128 (BHSD, rows back to back), so row
- * offsets are compile-time multiples of 256 bytes. kStrided: any other valid strides (BSHD included),
- * rows addressed through the runtime seq stride. Both read tensors in place. */
-enum Layout : int { kPacked = 0, kStrided = 1 };
+/* Layout classes kPacked (BHSD, seq stride 128) and kStrided: the one enum, in variant.h. */
+using ra_variant::kPacked;
+using ra_variant::kStrided;
+using ra_variant::Layout;
 
 struct KernelArgs {
   const uint16_t* q;
@@ -46,28 +48,6 @@ struct KernelArgs {
 template <int L>
 __device__ __forceinline__ int64_t row_offset(uint32_t row, int64_t seq_stride) {
   return L == kPacked ? (int64_t)row * 128 : (int64_t)row * seq_stride;
-}
-
-template <int V>
-struct IntC {
-  static constexpr int value = V;
-};
-
-/* The one switch helper: f(IntC<rounding>, IntC<layout>). rounding is already validated (0..2). */
-template <class F>
-inline auto dispatch_variant(int rounding, int layout, F&& f) -> decltype(f(IntC<0>{}, IntC<0>{})) {
-  if (layout == kPacked) {
-    switch (rounding) {
-      case 1: return f(IntC<1>{}, IntC<kPacked>{});
-      case 2: return f(IntC<2>{}, IntC<kPacked>{});
-      default: return f(IntC<0>{}, IntC<kPacked>{});
-    }
-  }
-  switch (rounding) {
-    case 1: return f(IntC<1>{}, IntC<kStrided>{});
-    case 2: return f(IntC<2>{}, IntC<kStrided>{});
-    default: return f(IntC<0>{}, IntC<kStrided>{});
-  }
 }
 
 }  // namespace ra_gfx942
