@@ -2,11 +2,13 @@
 
 `db_url` runs a test twice: on a temp SQLite file and on a fresh PostgreSQL database created on the
 server named by $REGRESS_TEST_POSTGRES_URL (skipped, with the reason, when it is unset; `.ci/pg.sh`
-starts one). `store` is `open_store(db_url)`, migrated to head. `gpu_device` skips without a GPU.
+starts one); `module_db_url` the same, once per module. `store` is `open_store(db_url)`, migrated
+to head. `gpu_device` skips without a GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sqlite3
@@ -28,10 +30,17 @@ def _pg_admin_connect(url: str) -> Any:
     return psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'regress.db'}"
+# Every database test runs on both; PostgreSQL is marked so `-m "not postgres"` can leave it out.
+DATABASES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@contextlib.contextmanager
+def database(kind: str, tmp: Path) -> Iterator[str]:
+    """The URL of an empty database: a SQLite file in `tmp`, or a fresh PostgreSQL database on the
+    server of $REGRESS_TEST_POSTGRES_URL (the test skips, with the reason, when it is unset), dropped
+    at the end."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp / 'regress.db'}"
         return
     admin = os.environ.get(PG_ENV)
     if not admin:
@@ -45,6 +54,19 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     finally:
         with _pg_admin_connect(admin) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=DATABASES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with database(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """As db_url, one database for all the tests of a module (one costly fill, read by many)."""
+    with database(request.param, tmp_path_factory.mktemp("module-db")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import secrets
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -27,42 +24,19 @@ from regress.store.repo import Store, open_store
 from regress.store.transfer import bundle_fingerprint, export_bundle, import_files
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_ENV = "REGRESS_TEST_POSTGRES_URL"  # as tests/conftest.py's db_url, but one database per module
 BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def stored(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+@pytest.fixture(scope="module")
+def stored(module_db_url: str) -> Iterator[Store]:
     """Every real bundle through `regress import`'s path, once per database (COPY on PostgreSQL)."""
-    with ExitStack() as stack:
-        if request.param == "sqlite":
-            url = f"sqlite:///{tmp_path_factory.mktemp('transfer') / 'real.db'}"
-        else:
-            admin = os.environ.get(PG_ENV)
-            if not admin:
-                pytest.skip(f"no PostgreSQL: set {PG_ENV} (e.g. from `bash .ci/pg.sh`)")
-            name = f"regress_test_{secrets.token_hex(6)}"
-            with _pg_admin_connect(admin) as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
-            stack.callback(_drop, admin, name)
-            url = f"{admin.rpartition('/')[0]}/{name}"
-        store = open_store(url)
-        stack.callback(store.engine.dispose)
+    store = open_store(module_db_url)
+    try:
         outcomes = import_files(store, BUNDLES, pin_for=pin_for_digest)
         assert [o.state for o in outcomes] == ["stored"] * len(BUNDLES), [o.line() for o in outcomes]
         yield store
-
-
-def _pg_admin_connect(url: str) -> Any:
-    import psycopg
-
-    # CREATE/DROP DATABASE cannot run inside a transaction block.
-    return psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
-
-
-def _drop(admin: str, name: str) -> None:
-    with _pg_admin_connect(admin) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        store.engine.dispose()  # else DROP DATABASE waits on pooled connections
 
 
 def expected_export(bundle: dict[str, Any]) -> dict[str, Any]:
