@@ -37,10 +37,8 @@ import json
 import os
 import random
 import re
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -55,40 +53,27 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "ingest"))
 
+from drillkit import (  # noqa: E402
+    emit,
+    free_port,
+    fresh_db,
+    post_bundle,
+    runner_token,
+    stored_counts,
+    stored_run_ids,
+    wait_up,
+)
 from ingest_bundles import make_bundle  # noqa: E402
 from real_bundles import real_bundles  # noqa: E402
 
 from regress.bundle import validate_bundle, write_bundle  # noqa: E402
 from regress.cli import main as regress_main  # noqa: E402
 from regress.store.base import new_run_id  # noqa: E402
-from regress.store.queries import run_ids  # noqa: E402
-from regress.store.repo import open_store  # noqa: E402
-from regress.tokens import create_token  # noqa: E402
 from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 RACERS = 20
 SERVER = "werkzeug"  # --server: `regress serve` (werkzeug) or gunicorn gthread, the documented deployment
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def fresh_db(kind: str, work: Path, pg: str | None, tag: str) -> str:
-    if kind == "sqlite":
-        (work / tag).mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{work / tag / 'regress.db'}"
-    import psycopg
-
-    assert pg is not None
-    name = f"drill_{tag}_{secrets.token_hex(4)}"
-    with psycopg.connect(pg, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return f"{pg.rpartition('/')[0]}/{name}"
 
 
 class Service:
@@ -108,14 +93,8 @@ class Service:
         self.proc = subprocess.Popen(
             argv, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                requests.get(f"{self.url}/healthz", timeout=2)
-                return
-            except requests.ConnectionError:
-                time.sleep(0.2)
-        raise SystemExit(f"service on {db_url} did not come up; see {log}")
+        if not wait_up(self.url, 60):
+            raise SystemExit(f"service on {db_url} did not come up; see {log}")
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
@@ -130,26 +109,11 @@ class Service:
         return Counter(m.group(1) for m in re.finditer(r'"(?:POST|GET) /api/v1/[^"]*" (\d{3})', text))
 
 
-def count_runs(db_url: str, run_id: str | None = None) -> tuple[int, int]:
-    from regress.store import queries
-
-    store = open_store(db_url)
-    with store.reader() as s:  # through the store's reads (tests/store/test_store_door.py)
-        if run_id is None:
-            out = (queries.count_runs(s), queries.count_results(s))
-        else:
-            out = (int(queries.run_by_id(s, run_id) is not None), queries.run_result_count(s, run_id))
-    store.engine.dispose()
-    return out
-
-
 # ---- race -------------------------------------------------------------------------------------
 
 
 def race(db_url: str, work: Path) -> dict[str, Any]:
-    store = open_store(db_url)
-    token = create_token(store, "race-runner")[1]
-    store.engine.dispose()
+    token = runner_token(db_url, "race-runner")
     svc = Service(db_url, work / "race-serve.log")
     statuses: Counter[int] = Counter()
     per_bundle_ok = 0
@@ -165,12 +129,7 @@ def race(db_url: str, work: Path) -> dict[str, Any]:
                 body: bytes = body, barrier: Any = barrier, got: list[int] = got, lock: Any = lock
             ) -> None:
                 barrier.wait(timeout=60)
-                resp = requests.post(
-                    f"{svc.url}/api/v1/runs",
-                    data=body,
-                    headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-                    timeout=120,
-                )
+                resp = post_bundle(svc.url, token, body, timeout=120)
                 with lock:
                     got.append(resp.status_code)
 
@@ -180,7 +139,7 @@ def race(db_url: str, work: Path) -> dict[str, Any]:
             for t in threads:
                 t.join(timeout=180)
             statuses.update(got)
-            stored = count_runs(db_url, bundle["run"]["id"])
+            stored = stored_counts(db_url, bundle["run"]["id"])
             if sorted(got) == [200] * (RACERS - 1) + [201] and stored == (1, len(bundle["results"])):
                 per_bundle_ok += 1
     finally:
@@ -237,7 +196,7 @@ def import_kills(db_url: str, work: Path, kills: int, rng: random.Random) -> dic
         time.sleep(rng.uniform(0.2, 1.0) * duration)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        runs, results = count_runs(db_url, bundle["run"]["id"])
+        runs, results = stored_counts(db_url, bundle["run"]["id"])
         outcomes["absent" if runs == 0 else "whole" if results == len(template["results"]) else "half"] += 1
     again: Counter[str] = Counter()
     for file, run_id in files:
@@ -248,7 +207,7 @@ def import_kills(db_url: str, work: Path, kills: int, rng: random.Random) -> dic
             text=True,
             timeout=600,
         )
-        stored = count_runs(db_url, run_id)
+        stored = stored_counts(db_url, run_id)
         again["stored once" if proc.returncode == 0 and stored == (1, 3000) else f"rc {proc.returncode}"] += 1
     return {
         "import_s": round(duration, 1),
@@ -267,10 +226,7 @@ def _cli(*argv: str) -> int:
 
 
 def readers(db_url: str, work: Path) -> dict[str, Any]:
-    store = open_store(db_url)
-    with store.reader() as s:
-        ids = run_ids(s)
-    store.engine.dispose()
+    ids = stored_run_ids(db_url)
     svc = Service(db_url, work / "readers-serve.log")
     api_ok = 0
     try:
@@ -367,6 +323,60 @@ def _healthy_within(url: str, limit_s: float) -> float | None:
 
 # ---- full disk --------------------------------------------------------------------------------
 
+# The upload client's policy in the full-disk drills: two attempts, short backoff, then the spool.
+POLICY = RetryPolicy(attempts=2, base_s=0.2, cap_s=0.5, timeout_s=30)
+
+
+def fill(disk: Path) -> Path:
+    """Takes every free byte of `disk` (unbuffered: no late ENOSPC); the filler file, to unlink."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as f:
+        for size in (65536, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * size)
+    return filler
+
+
+def upload_ten(url: str, token: str, spool: Path, out: Path) -> list[str]:
+    """Ten fresh bundles through the real client (spooled when refused); their run ids."""
+    sent = []
+    for _ in range(10):
+        bundle = make_bundle()
+        sent.append(bundle["run"]["id"])
+        upload_bundles([write_bundle(bundle, out)], url, token, spool, policy=POLICY)
+    return sent
+
+
+def flush(url: str, token: str, spool: Path) -> None:
+    """`upload --flush` until the spool is empty, five times at most."""
+    for _ in range(5):
+        flush_spool(url, token, spool, policy=POLICY, force=True)
+        if not spooled_files(spool):
+            break
+
+
+def after_freeing(
+    svc: Service, token: str, spool: Path, db: str, sent: list[str], timeout: float
+) -> dict[str, Any]:
+    """Once the disk has room again: health, `upload --flush`, health, what was stored of what was
+    sent, and every answer the service gave (only 503s may be 5xx)."""
+    health_after = requests.get(f"{svc.url}/healthz", timeout=timeout).status_code
+    flush(svc.url, token, spool)
+    health_flushed = requests.get(f"{svc.url}/healthz", timeout=timeout).status_code
+    healthy_after = _healthy_within(svc.url, 120)
+    stored = set(stored_run_ids(db))
+    answers = svc.answers()
+    return {
+        "healthz_after_freeing": health_after,  # 503 until a real write succeeds (store/db.py)
+        "healthz_after_flush": health_flushed,
+        "healthz_200_after_flush_s": healthy_after,
+        "sent": len(sent),
+        "stored_after_flush": len(stored & set(sent)),
+        "answers": dict(sorted(answers.items())),
+        "server_5xx_not_503": sum(v for k, v in answers.items() if k.startswith("5") and k != "503"),
+    }
+
 
 def full_disk(work: Path) -> dict[str, Any]:
     if os.geteuid() != 0:
@@ -376,9 +386,7 @@ def full_disk(work: Path) -> dict[str, Any]:
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True, timeout=30)
     try:
         db = f"sqlite:///{disk / 'regress.db'}"
-        store = open_store(db)
-        token = create_token(store, "disk-runner")[1]
-        store.engine.dispose()
+        token = runner_token(db, "disk-runner")
         svc = Service(db, work / "disk-serve.log")
         try:
             return _full_disk(work, disk, db, token, svc)
@@ -389,57 +397,23 @@ def full_disk(work: Path) -> dict[str, Any]:
 
 
 def _full_disk(work: Path, disk: Path, db: str, token: str, svc: Service) -> dict[str, Any]:
-    filler = disk / "filler"
-    with filler.open("wb", buffering=0) as f:  # every free byte taken (unbuffered: no late ENOSPC)
-        for size in (65536, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    f.write(b"\0" * size)
+    filler = fill(disk)
     health = requests.get(f"{svc.url}/healthz", timeout=10).status_code
     spool = work / "disk-spool"
-    policy = RetryPolicy(attempts=2, base_s=0.2, cap_s=0.5, timeout_s=30)
-    sent = []
-    retry_after = 0
-    for _ in range(10):
-        bundle = make_bundle()
-        sent.append(bundle["run"]["id"])
-        path = write_bundle(bundle, work / "disk-out")
-        upload_bundles([path], svc.url, token, spool, policy=policy)
-    probe = requests.post(
-        f"{svc.url}/api/v1/runs",
-        data=json.dumps(make_bundle()).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        timeout=30,
-    )
+    sent = upload_ten(svc.url, token, spool, work / "disk-out")
+    probe = post_bundle(svc.url, token, json.dumps(make_bundle()).encode(), timeout=30)
     retry_after = int(probe.status_code == 503 and "Retry-After" in probe.headers)
     spooled_while_full = len(spooled_files(spool))
     full_answers = svc.answers()
     filler.unlink()
-    health_after = requests.get(f"{svc.url}/healthz", timeout=10).status_code
-    for _ in range(5):  # bounded
-        flush_spool(svc.url, token, spool, policy=policy, force=True)
-        if not spooled_files(spool):
-            break
-    health_flushed = requests.get(f"{svc.url}/healthz", timeout=10).status_code
-    healthy_after = _healthy_within(svc.url, 120)
-    store = open_store(db)
-    with store.reader() as s:
-        stored = set(run_ids(s))
-    store.engine.dispose()
-    answers = svc.answers()
+    verdict = after_freeing(svc, token, spool, db, sent, timeout=10)
     return {
         "run": True,
         "healthz_full": health,
         "answers_while_full": dict(sorted(full_answers.items())),
         "probe_503_with_retry_after": retry_after,
         "spooled_while_full": spooled_while_full,
-        "healthz_after_freeing": health_after,  # 503 until a real write succeeds (store/db.py)
-        "healthz_after_flush": health_flushed,
-        "healthz_200_after_flush_s": healthy_after,
-        "sent": len(sent),
-        "stored_after_flush": len(stored & set(sent)),
-        "answers": dict(sorted(answers.items())),
-        "server_5xx_not_503": sum(v for k, v in answers.items() if k.startswith("5") and k != "503"),
+        **verdict,
     }
 
 
@@ -472,25 +446,12 @@ def pg_full_disk(work: Path) -> dict[str, Any]:
         subprocess.run(initdb, check=True, capture_output=True, timeout=300)
         pg_ctl("-l", str(data / "server.log"), "-w", "-t", "60", "-o", opts, "start")
         db = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-        store = open_store(db)
-        token = create_token(store, "disk-runner")[1]
-        store.engine.dispose()
+        token = runner_token(db, "disk-runner")
         svc = Service(db, work / "pgdisk-serve.log")
         try:
-            filler = disk / "filler"
-            with filler.open("wb", buffering=0) as f:
-                for size in (65536, 1):
-                    with contextlib.suppress(OSError):
-                        while True:
-                            f.write(b"\0" * size)
+            filler = fill(disk)
             spool = work / "pgdisk-spool"
-            policy = RetryPolicy(attempts=2, base_s=0.2, cap_s=0.5, timeout_s=30)
-            sent = []
-            for _ in range(10):
-                bundle = make_bundle()
-                sent.append(bundle["run"]["id"])
-                path = write_bundle(bundle, work / "pgdisk-out")
-                upload_bundles([path], svc.url, token, spool, policy=policy)
+            sent = upload_ten(svc.url, token, spool, work / "pgdisk-out")
             health = requests.get(f"{svc.url}/healthz", timeout=30).status_code
             spooled_while_full = len(spooled_files(spool))
             full_answers = svc.answers()
@@ -499,18 +460,7 @@ def pg_full_disk(work: Path) -> dict[str, Any]:
             if not alive:  # PostgreSQL shuts down when it cannot write WAL; an operator restarts it
                 pg_ctl("-l", str(data / "server.log"), "-w", "-t", "60", "-o", opts, "start")
             time.sleep(6)  # the service's Retry-After: its pool reconnects
-            health_after = requests.get(f"{svc.url}/healthz", timeout=30).status_code
-            for _ in range(5):  # bounded
-                flush_spool(svc.url, token, spool, policy=policy, force=True)
-                if not spooled_files(spool):
-                    break
-            health_flushed = requests.get(f"{svc.url}/healthz", timeout=30).status_code
-            healthy_after = _healthy_within(svc.url, 120)
-            store = open_store(db)
-            with store.reader() as s:
-                stored = set(run_ids(s))
-            store.engine.dispose()
-            answers = svc.answers()
+            verdict = after_freeing(svc, token, spool, db, sent, timeout=30)
         finally:
             svc.stop()
     finally:
@@ -522,13 +472,7 @@ def pg_full_disk(work: Path) -> dict[str, Any]:
         "healthz_full": health,
         "spooled_while_full": spooled_while_full,
         "postgres_survived_the_full_disk": alive,
-        "healthz_after_freeing": health_after,  # 503 until a real write succeeds (store/db.py)
-        "healthz_after_flush": health_flushed,
-        "healthz_200_after_flush_s": healthy_after,
-        "sent": len(sent),
-        "stored_after_flush": len(stored & set(sent)),
-        "answers": dict(sorted(answers.items())),
-        "server_5xx_not_503": sum(v for k, v in answers.items() if k.startswith("5") and k != "503"),
+        **verdict,
     }
 
 
@@ -571,11 +515,7 @@ def main() -> None:
         report["full_disk"] = full_disk(args.work)
     if "pgdisk" in families:
         report["postgresql_full_disk"] = pg_full_disk(args.work)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(report, args.json)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import os
 import random
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,19 +43,13 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "ingest"))  # the realistic bundle builder the tests use
 
+from drillkit import free_port  # noqa: E402
 from ingest_bundles import make_bundle  # noqa: E402
 
 from regress.metrics import percentile  # noqa: E402
 from regress.store.queries import count_results, run_ids  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
 from regress.tokens import create_token  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start_server(

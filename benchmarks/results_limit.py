@@ -22,7 +22,6 @@ import argparse
 import copy
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -30,16 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import requests
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "ingest"))
 
+from drillkit import emit, free_port, fresh_db, post_bundle, runner_token, stored_counts, wait_up  # noqa: E402
 from ingest_bundles import make_bundle  # noqa: E402
 
 from regress.bundle import max_results  # noqa: E402
-from regress.store.repo import open_store  # noqa: E402
-from regress.tokens import create_token  # noqa: E402
 
 SHAPE = {"b": 2, "h": 16, "sq": 512, "sk": 512, "d": 128, "layout": "bshd", "mode": "rtne"}
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -105,37 +101,14 @@ def regress(*args: str) -> dict[str, Any]:
     return measured([sys.executable, "-c", WRAP, sys.executable, "-m", "regress", *args])
 
 
-def fresh_db(kind: str, work: Path, pg: str | None, tag: str) -> str:
-    if kind == "sqlite":
-        return f"sqlite:///{work / f'{tag}.db'}"
-    import psycopg
-
-    assert pg is not None
-    name = f"limit_{tag}_{secrets.token_hex(4)}"
-    with psycopg.connect(pg, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return f"{pg.rpartition('/')[0]}/{name}"
-
-
 def site_size(out: Path) -> tuple[int, float]:
     files = [p for p in out.rglob("*") if p.is_file() and ".regress-site" not in p.parts]
     return len(files), round(sum(p.stat().st_size for p in files) / 2**20, 1)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def serve_and_post(db_url: str, bodies: dict[str, bytes]) -> dict[str, Any]:
     """`regress serve` under the wait4 wrapper; POSTs each body in turn; then stops the service."""
-    store = open_store(db_url)  # migrates, so the service starts on a ready database
-    token = create_token(store, "limit-bench")[1]
-    store.engine.dispose()
+    token = runner_token(db_url, "limit-bench")
     port = free_port()
     argv = [sys.executable, "-c", WRAP, sys.executable, "-m", "regress", "serve", "--db", db_url]
     proc = subprocess.Popen(
@@ -144,21 +117,10 @@ def serve_and_post(db_url: str, bodies: dict[str, bytes]) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     report: dict[str, Any] = {}
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                requests.get(f"{url}/healthz", timeout=2)
-                break
-            except requests.ConnectionError:
-                time.sleep(0.2)
+        wait_up(url, 60)  # a service that never came up fails the first POST, which the report shows
         for name, body in bodies.items():
             t0 = time.monotonic()
-            resp = requests.post(
-                f"{url}/api/v1/runs",
-                data=body,
-                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-                timeout=1800,
-            )
+            resp = post_bundle(url, token, body, timeout=1800)
             report[name] = {
                 "status": resp.status_code,
                 "wall_s": round(time.monotonic() - t0, 2),
@@ -183,16 +145,6 @@ def _child_of(pid: int) -> int | None:
     return int(text[0]) if text else None
 
 
-def stored(db_url: str) -> tuple[int, int]:
-    from regress.store import queries
-
-    store = open_store(db_url)
-    with store.reader() as s:
-        runs, results = queries.count_runs(s), queries.count_results(s)
-    store.engine.dispose()
-    return runs, results
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, required=True)
@@ -215,24 +167,20 @@ def main() -> None:
     for kind in ["sqlite"] + (["postgresql"] if args.pg else []):
         db = fresh_db(kind, args.work, args.pg, "import")
         entry: dict[str, Any] = {"import_at_limit": regress("import", "--db", db, str(heavy))}
-        entry["stored_after_import"] = stored(db)
+        entry["stored_after_import"] = stored_counts(db)
         out = args.work / f"site-{kind}"
         entry["site"] = regress("site", "--out", str(out), "--db", db)
         entry["site"]["files"], entry["site"]["mib"] = site_size(out)
         entry["import_over"] = regress(
             "import", "--db", (db2 := fresh_db(kind, args.work, args.pg, "over")), str(over)
         )
-        entry["stored_after_refused_import"] = stored(db2)
+        entry["stored_after_refused_import"] = stored_counts(db2)
         served = fresh_db(kind, args.work, args.pg, "serve")
         entry["api"] = serve_and_post(served, {"at_limit": heavy.read_bytes(), "over": over.read_bytes()})
-        entry["stored_after_api"] = stored(served)
+        entry["stored_after_api"] = stored_counts(served)
         report[kind] = entry
         print(json.dumps({kind: entry}), file=sys.stderr)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(report, args.json)
 
 
 if __name__ == "__main__":
