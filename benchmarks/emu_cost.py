@@ -17,6 +17,7 @@ from pathlib import Path
 
 from regress.emu.cost import TileCost, tile_cost
 from regress.emu.library import EmuLibrary
+from regress.results import LAYOUTS, ROUNDING_MODES
 
 
 def table(costs: list[TileCost]) -> str:
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             path = build_kernel("hip-emu").path
         lib = EmuLibrary(path)
         sha = f"code object sha256 {lib.code.sha256}\n"
-        costs += [tile_cost(lib, r, p) for p in (True, False) for r in ("rtne", "rtna", "rtz")]
+        costs += [tile_cost(lib, r, p) for p in (True, False) for r in ROUNDING_MODES]
     if args.aiter_wheel is not None:
         from regress.emu.peers import aiter
 
@@ -79,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
             peer = aiter.Aiter.load(None if args.aiter_wheel == "auto" else args.aiter_wheel)
         except aiter.PeerUnavailable as exc:
             raise SystemExit(f"emu_cost: AITER unavailable: {exc}") from None
-        costs += [aiter.tile_cost(peer, mode) for mode in aiter.MODES]
+        costs += [aiter.tile_cost(peer, mode) for mode in ROUNDING_MODES]
     if args.moonmath_src is not None:
         from regress.emu.peers import moonmath
 
-        for mode in moonmath.MODES:
+        for mode in ROUNDING_MODES:
             b = moonmath.build(args.moonmath_src, mode)
-            costs += [moonmath.tile_cost(b, layout) for layout in moonmath.LAYOUTS]
+            costs += [moonmath.tile_cost(b, layout) for layout in LAYOUTS]
     if args.kernel is not None:
         names = sorted({c.kernel for c in costs})
         costs = [c for c in costs if args.kernel in c.kernel]

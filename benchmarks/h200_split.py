@@ -39,10 +39,11 @@ from regress import numerics as nm
 from regress import reference
 from regress.baselines import available_baselines
 from regress.build import build_kernel
+from regress.cases import Shape
 from regress.kernel import KernelLibrary, load_library
 from regress.metrics import load_contract
 from regress.results import ROUNDING_MODES
-from regress.suites.common import Shape, make_inputs
+from regress.suites.common import make_inputs
 
 LIBS: dict[str, tuple[str, ...]] = {
     "new": (),
@@ -67,7 +68,7 @@ if os.environ.get("H200_LIBS"):  # "new=;promo0=-DRA_CUDA_L2_PROMO=0" replaces t
         for name, _, flags in (item.partition("=") for item in os.environ["H200_LIBS"].split(";"))
     }
 MODES = ROUNDING_MODES
-LAYOUTS = ("bhsd", "bshd")
+LAYOUTS = h200_op.LAYOUTS
 # The shapes behind cuDNN (decode, short queries) and the two square families.
 TARGETS = [
     Shape(8, 32, 1, 4096),

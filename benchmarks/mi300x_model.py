@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from regress.emu.cdna3 import FITTED, C
-from regress.emu.mi300x import MODES, KernelModel, Ours, Prediction, Predictor, Shape, tflops
+from regress.emu.mi300x import KernelModel, Ours, Prediction, Predictor, Shape, tflops
 from regress.metrics import geomean
+from regress.results import ROUNDING_MODES
 from regress.stats import median
 
 # MoonMath's README, "MI300X" table (median of 5 passes x 30 iterations; dense tail KV-split on; times
@@ -146,7 +147,7 @@ def summary(rows: list[dict[str, object]], params: dict[str, float], seconds: fl
         out["speedup_within_0.05"] = within
         out["ranked_correctly"] = ranked
     for peer in ("aiter", "moonmath"):
-        for m in MODES:
+        for m in ROUNDING_MODES:
             ratios = [
                 float(by[(sh, mm, peer)]["predicted_ms"]) / float(r["predicted_ms"])  # type: ignore[arg-type]
                 for (sh, mm, k), r in by.items()
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--shapes", nargs="+", type=Shape.parse, help="B,H,Sq,Sk[,Hkv] (default: the 9 published)"
     )
-    ap.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
+    ap.add_argument("--modes", type=lambda s: s.split(","), default=list(ROUNDING_MODES))
     ap.add_argument("--moonmath-src", type=Path)
     ap.add_argument("--aiter-wheel", type=Path)
     ap.add_argument("--code-object", type=Path, help="our gfx942 code object (default: build it)")
@@ -312,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(args.markdown))
         return 0
     for m in args.modes:
-        if m not in MODES:
-            ap.error(f"mode {m!r} is not one of {', '.join(MODES)}")
+        if m not in ROUNDING_MODES:
+            ap.error(f"mode {m!r} is not one of {', '.join(ROUNDING_MODES)}")
     params = {k: c.value for k, c in FITTED.items()}
     for item in args.set:
         name, _, value = item.partition("=")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from regress.metrics import geomean
+from regress.results import ROUNDING_MODES
 
 
 def families(perf: list[dict], baselines: list[str]) -> None:
@@ -27,7 +28,7 @@ def families(perf: list[dict], baselines: list[str]) -> None:
                 key = (fam, p["mode"], b)
                 low[key] = min(low.get(key, s), s)
     fams = sorted({k[0] for k in low}, key=lambda f: [int(x) for x in f.split(",")])
-    modes = ("rtne", "rtna", "rtz")
+    modes = ROUNDING_MODES
     for b in baselines:
         print(f"\n| family (lower layout) vs {b} | " + " | ".join(modes) + " |")
         print("|---|" + "---|" * len(modes))
@@ -80,7 +81,7 @@ def main(path: str) -> None:
         print("| " + " | ".join(row) + " |")
     print("\n| mode | " + " | ".join(f"geomean vs {b} | min vs {b}" for b in baselines) + " |")
     print("|---|" + "---|---|" * len(baselines))
-    for mode in ("rtne", "rtna", "rtz"):
+    for mode in ROUNDING_MODES:
         cells = []
         for b in baselines:
             v = speed.get((mode, b), [])

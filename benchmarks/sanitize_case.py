@@ -9,18 +9,19 @@ import torch
 
 from regress.build import build_kernel
 from regress.kernel import load_library
+from regress.results import LAYOUTS, ROUNDING_MODES
 
 
 def main() -> None:
     lib = load_library(build_kernel("cuda").path)
     for b, h, sq, sk in ((1, 2, 128, 128), (1, 3, 77, 203), (2, 1, 1, 1)):
-        for layout in ("bshd", "bhsd"):
+        for layout in LAYOUTS:
             shape_q = (b, sq, h, 128) if layout == "bshd" else (b, h, sq, 128)
             shape_k = (b, sk, h, 128) if layout == "bshd" else (b, h, sk, 128)
             q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
             k = torch.randn(shape_k, device="cuda", dtype=torch.bfloat16)
             v = torch.randn(shape_k, device="cuda", dtype=torch.bfloat16)
-            for mode in ("rtne", "rtna", "rtz"):
+            for mode in ROUNDING_MODES:
                 lib.forward(q, k, v, layout=layout, rounding=mode)
     torch.cuda.synchronize()
     print("sanitize_case: done")

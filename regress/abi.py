@@ -11,14 +11,11 @@ import math
 import struct
 import threading
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import torch
 
-from regress.results import ROUNDING_CODE
-
-Layout = Literal["bshd", "bhsd"]
-Rounding = Literal["rtne", "rtna", "rtz"]
+from regress.results import LAYOUTS, ROUNDING_CODE, Layout, Rounding
 
 RA_ABI_VERSION = 1
 RA_HEAD_DIM = 128
@@ -119,7 +116,7 @@ def check_call(
 ) -> tuple[tuple[int, int, int, int, int], torch.Tensor]:
     """The checks every backend's `forward` makes on the Python side before touching memory (the
     library's own C-ABI checks come after): ((B, H, Sq, Sk, D), the output tensor, made if None)."""
-    if layout not in ("bshd", "bhsd"):
+    if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
     if rounding not in ROUNDING_CODE:
         raise ValueError(f"rounding {rounding!r} is not one of {', '.join(ROUNDING_CODE)}")

@@ -15,14 +15,12 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from regress.backends import torch_gpu_backend
-from regress.results import ROUNDING_CODE
-
-Layout = Literal["bshd", "bhsd"]
+from regress.results import LAYOUTS, ROUNDING_CODE, ROUNDING_MODES, Layout
 
 
 class Baseline:
@@ -59,7 +57,7 @@ class Baseline:
     ) -> torch.Tensor:
         if not self.supports(rounding):
             raise ValueError(f"baseline {self.name} does not implement rounding {rounding!r}")
-        if layout not in ("bshd", "bhsd"):
+        if layout not in LAYOUTS:
             raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
         return self._run(q, k, v, layout, rounding, scale)
 
@@ -123,7 +121,7 @@ class AiterBaseline(Baseline):
     """AMD AITER fmha v3 forward; BSHD-shaped, so BHSD goes in as a strided view."""
 
     def __init__(self) -> None:
-        super().__init__("aiter", "cuda", ("rtne", "rtna", "rtz"))
+        super().__init__("aiter", "cuda", ROUNDING_MODES)
         import aiter  # noqa: F401 — probe only; imported again where used
 
     def supports_shape(self, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> bool:

@@ -23,15 +23,16 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 
+from .cases import E2E_GPU_CASES, Shape, determinism_case, e2e_case, perf_case, ulp_case
 from .gate.core import gate
 from .metrics import load_contract, summarise, timing_metrics
-from .results import CaseResult, CaseSpec
+from .results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from .stack_keys import HASHED_KEYS, SCHEMA_VERSION, stack_digest
 from .store.bulk import BulkWriter
 from .store.repo import Store, get_or_create_case, get_or_create_stack
@@ -46,8 +47,6 @@ REAL_NOISE_QUANTILES = (
     1.0404, 1.0448, 1.0495, 1.0595, 1.0718, 1.0848, 1.0955, 1.1137, 1.124, 1.137, 1.15, 1.2066,
 )
 
-MODES = ("rtne", "rtna", "rtz")
-LAYOUTS = ("bshd", "bhsd")
 # Kernel speedup per baseline and mode. ROCm: the published MoonMath geomeans vs AITER (ANCHORS.md).
 # CUDA: the geomeans of the committed H200 nightly (benchmarks/results/h200-nightly-*.json).
 ROCM_SPEEDUP = {"aiter": {"rtne": 1.18, "rtna": 1.15, "rtz": 1.08}}
@@ -67,7 +66,6 @@ PERF_SHAPES = [
     (8, 32, 1024, 1024), (1, 32, 32768, 32768), (16, 8, 2048, 2048), (1, 48, 16384, 16384),
 ]
 # fmt: on
-E2E_MODELS = [("wan2.1-t2v-1.3b", 1, 32760), ("flux-dev", 1, 4608), ("llama-3-8b-prefill", 8, 4096)]
 
 
 @dataclass(frozen=True)
@@ -162,10 +160,8 @@ def _lanes(count: int) -> list[list[StackDef]]:
 
 
 def demo_cases(count: int) -> list[CaseSpec]:
-    """About `count` cases: 60 % perf, 24 % ULP, 10 % determinism, the rest end-to-end.
-
-    Named as regress.suites.common names them (copied here, since importing the suites imports torch).
-    """
+    """About `count` cases: 60 % perf, 24 % ULP, 10 % determinism, the rest end-to-end, each made by
+    the case catalogue's constructor of its suite (regress/cases.py), as the suites make them."""
     count = max(count, 12)
     n_perf, n_ulp, n_det = round(count * 0.60 / 6), round(count * 0.24 / 6), round(count * 0.10 / 6)
     n_e2e = max(1, count - 6 * (n_perf + n_ulp + n_det))
@@ -176,26 +172,20 @@ def demo_cases(count: int) -> list[CaseSpec]:
         if (b, h, s, s) not in shapes:
             shapes.append((b, h, s, s))
         i += 1
-
-    def spec(suite: str, shape: tuple[int, int, int, int], layout: str, mode: str, *suffix: str) -> CaseSpec:
-        b, h, sq, sk = shape
-        name = "_".join([f"b{b}_h{h}_sq{sq}_sk{sk}", layout, mode, *suffix])
-        params = {"b": b, "h": h, "sq": sq, "sk": sk, "d": 128, "layout": layout, "mode": mode}
-        return CaseSpec(suite=suite, name=name, params=params)
-
-    specs = [spec("perf", sh, lay, m) for sh in shapes[:n_perf] for lay in LAYOUTS for m in MODES]
+    grid = [(Shape(*sh), lay, m) for sh in shapes[:n_perf] for lay in LAYOUTS for m in ROUNDING_MODES]
+    specs = [perf_case(*c) for c in grid]
     # ULP and determinism run on the smaller shapes (the fp64 reference is costly).
     small = sorted(shapes[:n_perf], key=lambda s: s[0] * s[1] * s[2] * s[3])
-    specs += [spec("ulp", sh, lay, m) for sh in small[:n_ulp] for lay in LAYOUTS for m in MODES]
-    specs += [
-        spec("determinism", sh, lay, m, "repeat") for sh in small[:n_det] for lay in LAYOUTS for m in MODES
-    ]
+    small_grid = [(Shape(*sh), lay, m) for sh in small for lay in LAYOUTS for m in ROUNDING_MODES]
+    specs += [ulp_case(*c) for c in small_grid[: 6 * n_ulp]]
+    specs += [determinism_case(*c) for c in small_grid[: 6 * n_det]]
+    # End-to-end: the suite's GPU layers in every mode, then the same with larger batches.
     for j in range(n_e2e):
-        model, batch, seq = E2E_MODELS[j % len(E2E_MODELS)]
-        mode = MODES[(j // len(E2E_MODELS)) % 3]
-        batch *= 1 << (j // (3 * len(E2E_MODELS)))  # beyond 9 cases: larger batches
-        params = {"model": model, "batch": batch, "seq": seq, "mode": mode, "layout": "bshd"}
-        specs.append(CaseSpec(suite="e2e", name=f"{model}_b{batch}_{mode}", params=params))
+        shape, layer = E2E_GPU_CASES[(j // len(ROUNDING_MODES)) % len(E2E_GPU_CASES)]
+        grow = 1 << (j // (len(ROUNDING_MODES) * len(E2E_GPU_CASES)))
+        specs.append(
+            e2e_case(replace(shape, b=shape.b * grow), layer, ROUNDING_MODES[j % len(ROUNDING_MODES)])
+        )
     return specs
 
 
@@ -238,7 +228,7 @@ def _events(total: int) -> list[Event]:
 
 
 def _selects(selector: str, p: dict[str, Any]) -> bool:
-    sq, sk = p.get("sq") or p.get("seq", 0), p.get("sk") or p.get("seq", 0)
+    sq, sk = p["sq"], p["sk"]
     return {
         "long": sq * sk >= 16384 * 16384,
         "rtz": p.get("mode") == "rtz",
@@ -458,7 +448,7 @@ def e2e_results(n: Night) -> Iterator[CaseResult]:
         # Attention is part of the layer: the end-to-end gain is a damped kernel gain.
         speedup = {b: 1 + (t[p["mode"]] - 1) * 0.4 for b, t in n.sd.speedup.items()}
         samples = _timed(n, ms, speedup)
-        tokens = p["batch"] * p["seq"]
+        tokens = p["b"] * p["sq"]
         metrics = timing_metrics(samples, "tokens_per_s", lambda m, k=tokens: k / (m / 1e3) if m > 0 else 0.0)
         metrics["iterations"] = n.plan.samples
         yield CaseResult(case=s, status="pass", metrics=metrics, samples=samples, device=_device(n, i, 0.3))

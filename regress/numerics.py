@@ -7,12 +7,12 @@ the same contract in C. Bit patterns are numpy uint16 (bf16) or uint32 (fp32) ar
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
-Layout = Literal["bshd", "bhsd"]
-Mode = Literal["rtne", "rtna", "rtz"]
+from .results import Rounding
+
+# The result type's name for a rounding mode, as the numerics call it.
+Mode = Rounding
 
 CANONICAL_NAN = 0x7FFF
 BF16_MANTISSA_BITS = 7

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from regress.loader import backend_for_device, default_library
+from regress.results import LAYOUTS
 
 SCHEMA = (
     "attention(Tensor q, Tensor k, Tensor v, str layout='bshd', str rounding='rtna', float? scale=None)"
@@ -122,7 +123,7 @@ def _attention_fake(
     scale: float | None = None,
 ) -> torch.Tensor:
     # The checks that decide the output's shape; everything else the real kernel checks at run time.
-    torch._check(layout in ("bshd", "bhsd"), lambda: f"layout {layout!r} is not 'bshd' or 'bhsd'")
+    torch._check(layout in LAYOUTS, lambda: f"layout {layout!r} is not 'bshd' or 'bhsd'")
     torch._check(q.dim() == 4, lambda: f"q must be 4-D ([B,S,H,D] or [B,H,S,D]), got {tuple(q.shape)}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         torch._check(

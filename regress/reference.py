@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .numerics import Layout
+from .results import Layout
 
 # Reference chunks hold at most this many fp64 score elements (64 MiB).
 _CHUNK_ELEMS = 1 << 23

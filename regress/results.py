@@ -8,14 +8,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Status = Literal["pass", "fail", "error", "timeout", "skip"]
 Layout = Literal["bshd", "bhsd"]
 Rounding = Literal["rtne", "rtna", "rtz"]
 
-ROUNDING_MODES: tuple[Rounding, ...] = ("rtne", "rtna", "rtz")
-LAYOUTS: tuple[Layout, ...] = ("bshd", "bhsd")
+# The one statement of the modes and layouts; every other module imports these.
+ROUNDING_MODES: tuple[Rounding, ...] = get_args(Rounding)
+LAYOUTS: tuple[Layout, ...] = get_args(Layout)
 # Raw-sample names of a perf result: our kernel, and the two arms of an A/B run (regress nightly
 # --compare-build; slowdown drills by default), timed in a phase of their own in the same rounds.
 PERF_SAMPLE = "time_ms"

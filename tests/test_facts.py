@@ -12,9 +12,11 @@ import pytest
 from regress import backends, suite_facts
 from regress.build import COMMANDS
 from regress.commands.options import backend as backend_option
+from regress.results import LAYOUTS, ROUNDING_MODES
 from regress.suites import SUITES
 
-PACKAGE = Path(__file__).resolve().parents[1] / "regress"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "regress"
 
 
 def test_the_suite_table_names_the_suites_the_package_runs_in_their_order() -> None:
@@ -97,3 +99,30 @@ def test_a_nightly_refuses_a_timed_suite_on_a_backend_without_a_clock(
     assert main(["nightly", "--backend", "hip-emu", "--suites", "ulp,perf", "--db", f"sqlite:///{db}"]) == 2
     assert "hip-emu runs determinism and ulp only, not perf" in capsys.readouterr().err
     assert not db.exists()
+
+
+def test_the_mode_and_layout_lists_are_stated_once_in_results() -> None:
+    """Every tuple, list or set of all the modes or all the layouts, and every Literal of them, in the
+    package and the benchmarks comes from regress.results."""
+    modes, layouts = set(ROUNDING_MODES), set(LAYOUTS)
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "regress/results.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            strings = _strings(node)
+            if strings in (modes, layouts):  # the whole list (a chosen few modes is a choice)
+                found.append(f"{rel}:{node.lineno}: {sorted(strings)}")  # type: ignore[attr-defined]
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "Literal"
+            ):
+                args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+                if {a.value for a in args if isinstance(a, ast.Constant)} & (modes | layouts):
+                    found.append(f"{rel}:{node.lineno}: Literal of modes or layouts")
+    assert not found, (
+        "restated (import ROUNDING_MODES / LAYOUTS / Rounding / Layout from regress.results):\n"
+        + ("\n".join(found))
+    )

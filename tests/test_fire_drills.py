@@ -25,13 +25,14 @@ import torch
 
 from regress.analysis import list_regressions
 from regress.build import build_kernel
+from regress.cases import Shape
 from regress.gate import gate, gate_ab
 from regress.kernel import load_library
 from regress.nightly import NightlyOptions, run_nightly
 from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
 from regress.store import Result, Run
 from regress.store.repo import Store, open_store
-from regress.suites.common import Shape, make_inputs
+from regress.suites.common import make_inputs
 
 # Two clean nights: the baseline and one night of history. Too short a history for the cross-night
 # rule on the CPU (no stated prior: it says how many nights would decide); the A/B verdict of the

@@ -25,8 +25,6 @@ from regress.emu.library import BLOCK_Q, HEAD_DIM, EmuLibrary
 from regress.emu.machine import recording
 from regress.emu.timing import Grid, LaunchTime, RecordT, SteadyState
 
-MODES = ("rtne", "rtna", "rtz")
-
 
 @dataclass(frozen=True)
 class Shape:

@@ -1,4 +1,5 @@
-"""Shared pieces of the suites: shapes, case ids, seeded inputs, layouts, hashing, error capture.
+"""Shared pieces of the suites: seeded inputs, layouts, hashing, error capture (shapes and case
+names are the catalogue's, regress/cases.py).
 
 Inputs are always drawn in the logical [B, H, S, D] order and then laid out, so a bshd case and a
 bhsd case of the same shape and seed see the same values (and share one fp64 reference).
@@ -11,12 +12,12 @@ import math
 import traceback
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 import torch
 
+from regress.cases import Shape
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Rounding, Status
 from regress.suites import rounding
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-HEAD_DIM = 128
 # ANCHORS.md "realistic" inputs: K rows with log-normal norms of this sigma.
 K_NORM_SIGMA = 0.6
 
@@ -45,62 +45,6 @@ INPUT_KINDS: tuple[str, ...] = (
 )
 # Q scaled so logits reach the hundreds: softmax is then nearly one-hot and exp underflows.
 EXTREME_LOGIT_FACTOR = 30.0
-
-
-@dataclass(frozen=True)
-class Shape:
-    b: int
-    h: int
-    sq: int
-    sk: int
-    d: int = HEAD_DIM
-
-    @property
-    def flops(self) -> int:
-        """Forward FLOPs as FlashAttention counts them: two matmuls of 2·Sq·Sk·D each."""
-        return 4 * self.b * self.h * self.sq * self.sk * self.d
-
-    @property
-    def tag(self) -> str:
-        return f"b{self.b}_h{self.h}_sq{self.sq}_sk{self.sk}"
-
-    def dims(self) -> str:
-        return f"{self.b},{self.h},{self.sq},{self.sk}"
-
-    @classmethod
-    def parse(cls, text: str) -> Shape:
-        b, h, sq, sk = (int(x) for x in text.split(","))
-        return cls(b, h, sq, sk)
-
-
-def case_params(shape: Shape, layout: str, mode: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "b": shape.b,
-        "h": shape.h,
-        "sq": shape.sq,
-        "sk": shape.sk,
-        "d": shape.d,
-        "layout": layout,
-        "mode": mode,
-        **extra,
-    }
-
-
-def case_name(shape: Shape, layout: str, mode: str, *suffix: str) -> str:
-    return "_".join([shape.tag, layout, mode, *suffix])
-
-
-def make_spec(suite: str, shape: Shape, layout: str, mode: str, *suffix: str, **extra: Any) -> CaseSpec:
-    return CaseSpec(
-        suite=suite,
-        name=case_name(shape, layout, mode, *suffix),
-        params=case_params(shape, layout, mode, **extra),
-    )
-
-
-def spec_shape(spec: CaseSpec) -> Shape:
-    p = spec.params
-    return Shape(int(p["b"]), int(p["h"]), int(p["sq"]), int(p["sk"]), int(p.get("d", HEAD_DIM)))
 
 
 def as_layout(value: object) -> Layout:

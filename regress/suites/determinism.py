@@ -19,22 +19,20 @@ from dataclasses import dataclass, field
 
 import torch
 
+from regress.cases import Shape, determinism_case, spec_shape
 from regress.gpu_state import device_state
 from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
-    Shape,
     bits,
     derive_seed,
     for_device,
     guarded,
     make_inputs,
-    make_spec,
     output_like,
     sha256_bits,
     spec_layout_mode,
-    spec_shape,
     synchronize,
 )
 from regress.suites.contract import load_contract
@@ -116,17 +114,13 @@ class DeterminismSuite:
         for shape in shapes:
             for layout in LAYOUTS:
                 for mode in ROUNDING_MODES:
-                    specs.append(
-                        make_spec(NAME, shape, layout, mode, "repeat", input="realistic", variant="repeat")
-                    )
+                    specs.append(determinism_case(shape, layout, mode))
         extra = [v for v in VARIANTS[1:] if ctx.is_gpu or v != "stream"]
         # Quick: the extra variants once (rtne, bshd); full: every mode, bshd.
         modes = ("rtne",) if ctx.quick else ROUNDING_MODES
         for variant in extra:
             for mode in modes:
-                specs.append(
-                    make_spec(NAME, shapes[0], "bshd", mode, variant, input="realistic", variant=variant)
-                )
+                specs.append(determinism_case(shapes[0], "bshd", mode, variant))
         return specs
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:

@@ -14,8 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from regress.cases import Shape
 from regress.results import LAYOUTS, ROUNDING_MODES
-from regress.suites.common import INPUT_KINDS, Shape, bits, make_inputs, output_like, sha256_bits
+from regress.suites.common import INPUT_KINDS, bits, make_inputs, output_like, sha256_bits
 
 
 def main(argv: list[str] | None = None) -> int:

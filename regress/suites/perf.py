@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from regress.cases import Shape, perf_case, spec_shape
 from regress.gpu_state import device_state
 from regress.metrics import timing_metrics
 from regress.phases import phase
@@ -44,15 +45,12 @@ from regress.results import (
 from regress.stats import median
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
-    Shape,
     derive_seed,
     for_device,
     guarded,
     make_inputs,
-    make_spec,
     output_like,
     spec_layout_mode,
-    spec_shape,
 )
 from regress.suites.timing import interleaved_rounds, working_baselines
 
@@ -235,7 +233,7 @@ class PerfSuite:
         )
         shapes = for_device(ctx, gpu=(GPU_QUICK, gpu_full), cpu=(CPU_QUICK, CPU_SHAPES))
         return [
-            make_spec(NAME, shape, layout, mode)
+            perf_case(shape, layout, mode)
             for shape in shapes
             for layout in LAYOUTS
             for mode in ROUNDING_MODES

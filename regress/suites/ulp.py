@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from regress import numerics, reference
+from regress.cases import HEAD_DIM, Shape, spec_shape, ulp_case
 from regress.emu.peers.aiter import Aiter, AiterEmu, PeerUnavailable
 from regress.gpu_state import device_state
 from regress.metrics import load_contract, percentile
@@ -40,18 +41,7 @@ from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Status
 from regress.suites import rounding
 from regress.suites.base import SuiteContext
-from regress.suites.common import (
-    HEAD_DIM,
-    INPUT_KINDS,
-    Shape,
-    for_device,
-    guarded,
-    make_inputs,
-    make_spec,
-    spec_layout_mode,
-    spec_shape,
-    synchronize,
-)
+from regress.suites.common import INPUT_KINDS, for_device, guarded, make_inputs, spec_layout_mode, synchronize
 
 NAME = "ulp"
 BLOCK_ROWS = 64
@@ -168,18 +158,16 @@ class UlpSuite:
         for shape in shapes:
             for layout in LAYOUTS:
                 for mode in ROUNDING_MODES:
-                    specs.append(make_spec(NAME, shape, layout, mode, input="realistic"))
+                    specs.append(ulp_case(shape, layout, mode))
         kinds = QUICK_EDGE_KINDS if ctx.quick else EDGE_KINDS
         lengths = QUICK_EDGE_LENGTHS if ctx.quick else tuple(EDGE_LENGTH_SHAPES)
         modes = ("rtne",) if ctx.quick else ROUNDING_MODES
         for kind in kinds:
             for mode in modes:
-                specs.append(make_spec(NAME, EDGE_SHAPE, "bshd", mode, kind, input=kind))
+                specs.append(ulp_case(EDGE_SHAPE, "bshd", mode, kind, input=kind))
         for label in lengths:
             for mode in modes:
-                specs.append(
-                    make_spec(NAME, EDGE_LENGTH_SHAPES[label], "bshd", mode, label, input="realistic")
-                )
+                specs.append(ulp_case(EDGE_LENGTH_SHAPES[label], "bshd", mode, label))
         if getattr(ctx.library, "backend", "") == "hip-emu":
             specs += _aiter_cases(ctx.quick)
         # Every mode and layout (each its own kernel variant on the GPUs), quick runs included.
@@ -187,7 +175,7 @@ class UlpSuite:
             for layout in LAYOUTS:
                 for mode in ROUNDING_MODES:
                     shape = Shape(*dims)
-                    specs.append(make_spec(NAME, shape, layout, mode, "rounding", input=rounding.INPUT))
+                    specs.append(ulp_case(shape, layout, mode, "rounding", input=rounding.INPUT))
         return specs
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
@@ -379,7 +367,7 @@ def compare_bits(o_bits: np.ndarray, p_bits: np.ndarray) -> dict[str, Any]:
 def _aiter_cases(quick: bool) -> list[CaseSpec]:
     shapes = AITER_QUICK if quick else AITER_SHAPES
     specs = [
-        make_spec(NAME, shape, layout, mode, "vs_aiter", input="realistic", peer=PEER)
+        ulp_case(shape, layout, mode, "vs_aiter", peer=PEER)
         for shape in shapes
         for layout in LAYOUTS
         for mode in ROUNDING_MODES
@@ -388,9 +376,7 @@ def _aiter_cases(quick: bool) -> list[CaseSpec]:
     modes = ("rtne",) if quick else ROUNDING_MODES
     for kind in kinds:
         for mode in modes:
-            specs.append(
-                make_spec(NAME, AITER_EDGE_SHAPE, "bshd", mode, kind, "vs_aiter", input=kind, peer=PEER)
-            )
+            specs.append(ulp_case(AITER_EDGE_SHAPE, "bshd", mode, kind, "vs_aiter", input=kind, peer=PEER))
     return specs
 
 

@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 
 from regress import numerics, reference
+from regress.cases import Shape
 from regress.emu.machine import compiled
 from regress.emu.peers import aiter as peer
 from regress.metrics import load_contract
-from regress.suites.common import Shape, make_inputs
+from regress.results import ROUNDING_MODES
+from regress.suites.common import make_inputs
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def aiter() -> peer.Aiter:
 def test_three_objects_load_and_every_instruction_is_modelled(aiter: peer.Aiter) -> None:
     """Each mode's object: the kernel the launcher names, 512-thread workgroups, 64 KiB LDS, fp32
     denormals flushed, and every one of its instructions compiles (none is refused)."""
-    for mode in peer.MODES:
+    for mode in ROUNDING_MODES:
         kernel = aiter.code(mode).kernels[aiter.kernel_name(mode)]
         assert kernel.metadata[".reqd_workgroup_size"] == [peer.THREADS, 1, 1]
         assert kernel.descriptor.group_segment_size == 65536

@@ -13,12 +13,13 @@ import torch
 
 from regress import numerics, reference
 from regress.build import build_kernel
+from regress.cases import HEAD_DIM, Shape
 from regress.emu import EMU_VERSION
 from regress.emu.library import EmuLibrary
 from regress.nightly import NightlyOptions, run_nightly
 from regress.runner import CaseOptions, make_context
 from regress.suites import get_suite
-from regress.suites.common import HEAD_DIM, Shape, make_inputs_bhsd
+from regress.suites.common import make_inputs_bhsd
 from regress.suites.contract import load_contract
 from regress.suites.ulp import compare
 

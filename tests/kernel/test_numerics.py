@@ -14,8 +14,9 @@ from regress import numerics as nm
 from regress import reference
 from regress.build import build_kernel
 from regress.kernel import KernelLibrary, load_library
+from regress.results import ROUNDING_MODES
 
-MODES = ("rtne", "rtna", "rtz")
+MODES = ROUNDING_MODES
 MODE_CODE = {"rtne": 0, "rtna": 1, "rtz": 2}
 
 # (fp32 bits, expected bf16 bits for rtne, rtna, rtz), worked out by hand from the bit recipes.

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from regress.baselines import Baseline
+from regress.cases import Shape, make_spec
 from regress.kernel import KernelLibrary
 from regress.results import CaseResult, CaseSpec
 from regress.suites import SUITES, SuiteContext, geomean_speedups, get_suite, run_suite
-from regress.suites.common import Shape, derive_seed, make_inputs, make_spec, sha256_bits
+from regress.suites.common import derive_seed, make_inputs, sha256_bits
 
 MakeCtx = Callable[..., SuiteContext]
 

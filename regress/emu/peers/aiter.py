@@ -31,6 +31,7 @@ import torch
 
 from regress.emu.codeobject import CodeObject
 from regress.emu.machine import Launch, Memory, Trace
+from regress.results import ROUNDING_MODES
 
 PACKAGE = "amd-aiter"
 WHEEL_ENV = "REGRESS_AITER_WHEEL"
@@ -40,7 +41,6 @@ CO_DIR = "aiter_meta/hsa/gfx942/fmha_v3_fwd/MI300"
 HEADER = "aiter_meta/csrc/include/mha_fwd.h"
 COMMON_HEADER = "aiter_meta/csrc/include/aiter_hip_common.h"
 CODEGEN = "aiter_meta/hsa/gfx942/fmha_v3_fwd/codegen.py"
-MODES = ("rtne", "rtna", "rtz")
 HEAD_DIM = 128
 TILE_Q = 256  # ts_qo (codegen.py)
 TILE_K = 32  # ts_kv
@@ -162,7 +162,7 @@ class Aiter:
         whl = wheel(wheel_path)
         digest = hashlib.sha256(whl.read_bytes()).hexdigest()[:16]
         out = cache_root() / f"aiter-{digest}"
-        names = {m: f"{CO_DIR}/fwd_hd128_bf16_{m}.co" for m in MODES}
+        names = {m: f"{CO_DIR}/fwd_hd128_bf16_{m}.co" for m in ROUNDING_MODES}
         try:
             with zipfile.ZipFile(whl) as z:
                 header = z.read(HEADER).decode()
@@ -248,7 +248,7 @@ def plan(
     (strides for contiguous tensors of `layout`, bshd or bhsd, in bytes as the dispatcher passes them).
     `hk` < h is grouped-query attention: the dispatcher passes s_gqa = h / hk (codegen.py), and query
     head i reads key/value head i // (h / hk)."""
-    if mode not in MODES:
+    if mode not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding mode {mode!r}")
     if sq < MIN_SEQLEN_Q:
         raise ValueError(f"AITER takes its v3 kernel only for seqlen_q > 128 (got {sq})")

@@ -31,12 +31,11 @@ import torch
 from regress.emu.codeobject import CodeObject, Kernel, load_image
 from regress.emu.machine import Launch, Memory, Trace
 from regress.emu.peers import kernarg
+from regress.results import LAYOUTS, ROUNDING_MODES
 
 SRC_ENV = "REGRESS_MOONMATH_SRC"
-MODES = ("rtne", "rtna", "rtz")
-LAYOUTS = ("bhsd", "bshd")
 INCLUDE = Path(__file__).resolve().parent / "include"
-SOURCES = ("attention_kernel.hip", "opus.hpp", *(f"attention_{m}.hip" for m in MODES))
+SOURCES = ("attention_kernel.hip", "opus.hpp", *(f"attention_{m}.hip" for m in ROUNDING_MODES))
 
 # --- facts of MoonMath's public source (csrc/attention_kernel.hip) -----------------------------
 HEAD_DIM = 128
@@ -133,8 +132,8 @@ def build(src: str | Path | None = None, mode: str = "rtne", cache_dir: Path | N
     from regress import resources
     from regress.build import BuildError, compiler_version, parse_amdgpu_remarks
 
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode not in ROUNDING_MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(ROUNDING_MODES)}")
     csrc = find_source(src)
     probe = _command(csrc, mode, Path("<out>"))
     h = hashlib.sha256()
@@ -225,7 +224,7 @@ def plan(
     """Every launch of one MoonMath forward call for shape (B, H, Sq, Sk): the V pre-transpose, then
     the dense kernel, or the tail KV-split's prefix, split parts and merge (`workspace=False` is
     MoonMath's MOONMATH_NO_TAIL: no split). The rounding mode picks the code object only."""
-    if mode not in MODES or layout not in LAYOUTS:
+    if mode not in ROUNDING_MODES or layout not in LAYOUTS:
         raise ValueError(f"mode {mode!r} / layout {layout!r} not supported by MoonMath")
     b, h, sq, sk = shape
     names = kernel_names(layout)
