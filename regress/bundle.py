@@ -401,38 +401,46 @@ def _json_problem_depth(data: Any) -> tuple[list[str | int], str | None] | None:
     return None
 
 
+def run_fields(run: dict[str, Any]) -> dict[str, Any]:
+    """A validated bundle's `run` section as the store keeps it: optional fields given their stored
+    defaults, timestamps parsed (naive UTC). The one table of run fields behind both the row an
+    upload stores (`store.Run.columns_of_upload`) and the canonical form below; the runner (the
+    token's) is the server's to set, so it is not here."""
+
+    def when(value: Any) -> datetime | None:
+        return parse_timestamp(str(value)) if value else None
+
+    return {
+        "id": run["id"],
+        "status": run["status"],
+        "trigger": run.get("trigger") or "upload",
+        "is_drill": bool(run.get("is_drill", False)),
+        "backend": run["backend"],
+        "kernel_commit": run.get("kernel_commit"),
+        "source_hash": run.get("source_hash"),
+        "suites": list(run["suites"]),
+        "hostname": run.get("hostname"),
+        **{k: run.get(k) or {} for k in ("host", "ci", "gpu_state", "summary")},
+        "message": run.get("message") or "",
+        "exit_code": run.get("exit_code"),
+        "started_at": when(run["started_at"]),
+        "finished_at": when(run.get("finished_at")),
+    }
+
+
 def canonical(bundle: dict[str, Any]) -> dict[str, Any]:
     """A validated bundle as the store holds it: optional fields with their stored defaults,
     timestamps as naive UTC, numbers as floats, results in case-key order. The runner (the token's)
     and the stack name (the pins') are the server's to set, so they are left out. Two bundles are
     the same run exactly when their canonical forms are equal (idempotent upload)."""
-    run = bundle["run"]
     build = bundle.get("build")
-
-    def when(value: Any) -> str | None:
-        return parse_timestamp(value).isoformat() if value else None
-
+    run = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in run_fields(bundle["run"]).items()}
     results = [CaseResult.from_dict(r).to_dict() for r in bundle["results"]]
     return normalised(
         {
             "schema": bundle["schema"],
             "schema_version": bundle["schema_version"],
-            "run": {
-                "id": run["id"],
-                "status": run["status"],
-                "trigger": run.get("trigger") or "upload",
-                "is_drill": bool(run.get("is_drill", False)),
-                "backend": run["backend"],
-                "kernel_commit": run.get("kernel_commit"),
-                "source_hash": run.get("source_hash"),
-                "suites": list(run["suites"]),
-                "hostname": run.get("hostname"),
-                **{k: run.get(k) or {} for k in ("host", "ci", "gpu_state", "summary")},
-                "message": run.get("message") or "",
-                "exit_code": run.get("exit_code"),
-                "started_at": when(run["started_at"]),
-                "finished_at": when(run.get("finished_at")),
-            },
+            "run": run,
             "stack": {k: bundle["stack"][k] for k in ("digest", "schema_version", "keys")},
             "build": None
             if not build

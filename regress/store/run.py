@@ -75,34 +75,17 @@ class Run(Base):
         (`runner`: the uploading token's, else the bundle's)."""
         # regress.bundle (and jsonschema with it) is imported where a bundle is read, not when a
         # command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
-        from ..bundle import parse_timestamp
+        from ..bundle import run_fields
 
-        def when(value: Any) -> datetime | None:
-            return parse_timestamp(str(value)) if value else None
-
+        fields = run_fields(run)
         return {
-            "id": run["id"],
+            **fields,
             "stack_id": stack_id,
             "build_id": build_id,
-            "status": run["status"],
-            "trigger": run.get("trigger") or "upload",
-            "is_drill": bool(run.get("is_drill", False)),
-            "backend": run["backend"],
-            "kernel_commit": run.get("kernel_commit"),
-            "source_hash": run.get("source_hash"),
-            "suites": list(run["suites"]),
             "runner": runner or run.get("runner"),
-            "hostname": run.get("hostname"),
             "pid": None,
-            "host": run.get("host") or {},
-            "ci": run.get("ci") or {},
-            "gpu_state": run.get("gpu_state") or {},
-            "summary": run.get("summary") or {},
-            "message": run.get("message") or "",
-            "exit_code": run.get("exit_code"),
             "origin": "upload",
-            "started_at": when(run["started_at"]) or utcnow(),
-            "finished_at": when(run.get("finished_at")),
+            "started_at": fields["started_at"] or utcnow(),
         }
 
 
