@@ -77,9 +77,35 @@ def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def migrated_postgres() -> Iterator[str]:
+    """One PostgreSQL database migrated to head by Alembic, once per session: the template each
+    test's store database is created from (CREATE DATABASE ... TEMPLATE copies its files)."""
+    admin = os.environ.get(PG_ENV)
+    if not admin:
+        pytest.skip(f"no PostgreSQL: set {PG_ENV} (e.g. from `bash .ci/pg.sh`)")
+    name = f"regress_template_{secrets.token_hex(6)}"
+    with _pg_admin_connect(admin) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        open_store(f"{admin.rpartition('/')[0]}/{name}").engine.dispose()  # no session may stay
+        yield name
+    finally:
+        with _pg_admin_connect(admin) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def store(db_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
-    if db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists():
+    if db_url.startswith("postgresql"):
+        # As for SQLite below: the test's (still unopened, empty) database made again as a copy of
+        # the session's migrated one instead of running every migration for each test.
+        pg_template: str = request.getfixturevalue("migrated_postgres")
+        name = db_url.rpartition("/")[2]
+        with _pg_admin_connect(os.environ[PG_ENV]) as conn:
+            conn.execute(f'DROP DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    elif db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists():
         # A copy of the session's migrated database (SQLite's backup API: the store runs in WAL
         # mode) instead of running every migration again for each of some 200 tests; open_store
         # below still checks it is at head. tests/store/test_migrations.py covers the migrations.

@@ -29,6 +29,7 @@ from sqlalchemy import select
 
 from regress.bundle import validate_bundle
 from regress.cli import main
+from regress.gate.core import VERDICT_EXIT
 from regress.server import create_app
 from regress.site import build_site
 from regress.store import Run
@@ -200,7 +201,12 @@ def _property(
 
 @pytest.mark.slow  # 120 hypothesis examples against the real app
 def test_mutated_bundles_are_refused_or_stored_and_readable(
-    app: Any, store: Store, db_url: str, tmp_path: Path, request: pytest.FixtureRequest
+    app: Any,
+    store: Store,
+    db_url: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     token = create_token(store, RUNNER)[1]
     counts: Counter[str] = Counter()
@@ -218,13 +224,18 @@ def test_mutated_bundles_are_refused_or_stored_and_readable(
         run_ids = list(session.scalars(select(Run.id)))
     for run_id in run_ids[:20]:
         assert main(["runs", "show", run_id, "--db", db_url]) == 0
-    # The gate's reports over stored runs (Markdown, HTML, JUnit XML, JSON): a verdict or a refusal
-    # (exit 0, 1, 2), never a crash, and every report well-formed.
+    # The gate's reports over stored runs (Markdown, HTML, JUnit XML, JSON): a verdict whose exit
+    # code its report states, or a refusal in one line, never a crash, and every report well-formed.
+    capsys.readouterr()
     for base, cand in itertools.pairwise(run_ids[:21]):
         reports = tmp_path / f"gate-{cand}"
         argv = ["gate", "--db", db_url, "--baseline", base, "--candidate", cand, "--report-dir", str(reports)]
-        assert main(argv) in (0, 1, 2)
+        rc = main(argv)
+        err = capsys.readouterr().err
         for junit in reports.glob("*.junit.xml"):
             ElementTree.parse(junit)
-        for report in reports.glob("*.json"):
-            json.loads(report.read_text())
+        docs = [json.loads(report.read_text()) for report in reports.glob("*.json")]
+        if docs:
+            assert [(d["exit_code"], VERDICT_EXIT[d["verdict"]]) for d in docs] == [(rc, rc)], err
+        else:
+            assert rc == 2 and err.startswith("regress: error:") and err.count("\n") == 1, err
