@@ -64,7 +64,7 @@ def _runs(db_url: str) -> list[Run]:
 
 
 @pytest.mark.slow
-def test_4_kill_after_the_finish_leaves_the_bundle_written_and_spooled(tmp_path: Path, db_url: str) -> None:
+def test_kill_after_the_finish_leaves_the_bundle_written_and_spooled(tmp_path: Path, db_url: str) -> None:
     assert _nightly(tmp_path, db_url, "after-commit") == -9
     (run,) = _runs(db_url)
     assert run.status == "complete"
@@ -75,7 +75,7 @@ def test_4_kill_after_the_finish_leaves_the_bundle_written_and_spooled(tmp_path:
 
 
 @pytest.mark.slow
-def test_4_kill_before_the_commit_is_restored_from_the_bundle(tmp_path: Path, db_url: str) -> None:
+def test_kill_before_the_commit_is_restored_from_the_bundle(tmp_path: Path, db_url: str) -> None:
     assert _nightly(tmp_path, db_url, "before-commit") == -9
     (run,) = _runs(db_url)
     assert run.status == "running"  # the finish was never committed...
@@ -90,7 +90,7 @@ def test_4_kill_before_the_commit_is_restored_from_the_bundle(tmp_path: Path, db
     assert first.summary == spooled["run"]["summary"]
 
 
-def test_4_upload_run_recreates_a_bundle_from_the_store(tmp_path: Path, db_url: str) -> None:
+def test_upload_run_recreates_a_bundle_from_the_store(tmp_path: Path, db_url: str) -> None:
     """`regress upload --run ID` spools the stored run's bundle (here: the service is down)."""
     from regress.pins import pin_for_digest
     from regress.store.transfer import export_bundle, import_bundle

@@ -45,7 +45,7 @@ def _run(store: Store, names: list[str], level: float, trigger: str = "nightly")
     return rid
 
 
-def test_8_markdown_report_forges_no_line(store: Store) -> None:
+def test_markdown_report_forges_no_line(store: Store) -> None:
     base = _run(store, HOSTILE_NAMES, 1.0)
     cand = _run(store, HOSTILE_NAMES, 1.5)  # every case slower
     report = gate(store, base, cand)
@@ -59,7 +59,7 @@ def test_8_markdown_report_forges_no_line(store: Store) -> None:
     assert "\x1b" not in text and "\x01" not in text
 
 
-def test_8_junit_is_well_formed_with_c0_names(store: Store) -> None:
+def test_junit_is_well_formed_with_c0_names(store: Store) -> None:
     base = _run(store, HOSTILE_NAMES, 1.0)
     cand = _run(store, HOSTILE_NAMES, 1.5)
     xml = render_junit(gate(store, base, cand))
@@ -89,9 +89,7 @@ def _cli(args: list[str], tty: bool = False) -> subprocess.CompletedProcess[str]
 @pytest.mark.parametrize(
     "trigger", ["x\tfake0000id\tcomplete", "x\nfake0000id\tcomplete", "[/x]", "esc\x1b[31m"]
 )
-def test_9_13_piped_runs_list_forges_no_row_and_tolerates_markup(
-    store: Store, db_url: str, trigger: str
-) -> None:
+def test_piped_runs_list_forges_no_row_and_tolerates_markup(store: Store, db_url: str, trigger: str) -> None:
     for _ in range(3):
         _run(store, ["a"], 1.0, trigger=trigger)
     done = _cli(["runs", "list", "--db", db_url])
@@ -102,7 +100,7 @@ def test_9_13_piped_runs_list_forges_no_row_and_tolerates_markup(
 
 
 @pytest.mark.parametrize("trigger", ["[/x]", "esc\x1b[2J", "[bold]x"])
-def test_9_13_runs_show_and_list_on_a_terminal(store: Store, db_url: str, trigger: str) -> None:
+def test_runs_show_and_list_on_a_terminal(store: Store, db_url: str, trigger: str) -> None:
     rid = _run(store, HOSTILE_NAMES, 1.0, trigger=trigger)
     shown = _cli(["runs", "show", rid, "--db", db_url])
     assert shown.returncode == 0, shown.stderr

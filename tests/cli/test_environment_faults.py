@@ -42,7 +42,7 @@ def _regress(args: list[str], cwd: Path, prelude: str = "") -> subprocess.Comple
     [*READERS, *(pytest.param(a, marks=pytest.mark.slow) for a in SLOW_READERS)],
     ids=[a[0] for a in (*READERS, *SLOW_READERS)],
 )
-def test_15_a_corrupt_sqlite_file_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
+def test_a_corrupt_sqlite_file_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
     db = tmp_path / "r.db"
     db.write_bytes(os.urandom(20_000))
     done = _regress([*(a.format(tmp=tmp_path) for a in args), "--db", f"sqlite:///{db}"], tmp_path)
@@ -52,7 +52,7 @@ def test_15_a_corrupt_sqlite_file_is_one_line_and_exit_2(tmp_path: Path, args: l
     assert "corrupt" in lines[0] and "backup" in lines[0]
 
 
-def test_18_postgres_url_without_psycopg_names_the_extra(tmp_path: Path) -> None:
+def test_postgres_url_without_psycopg_names_the_extra(tmp_path: Path) -> None:
     # The driver made unimportable the way a missing package is (sys.modules[name] = None).
     prelude = "import sys\nsys.modules['psycopg'] = None"
     done = _regress(["runs", "list", "--db", "postgresql://u@127.0.0.1:1/x"], tmp_path, prelude)
@@ -83,7 +83,7 @@ def full_disk(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_16_nightly_on_a_full_disk_is_exit_2_and_keeps_its_results(tmp_path: Path, full_disk: Path) -> None:
+def test_nightly_on_a_full_disk_is_exit_2_and_keeps_its_results(tmp_path: Path, full_disk: Path) -> None:
     db = tmp_path / "r.db"
     args = ["nightly", "--backend", "cpu", "--quick", "--suites", "ulp", "--db", f"sqlite:///{db}"]
     done = _regress([*args, "--out", str(full_disk / "out")], tmp_path)

@@ -26,6 +26,12 @@ def real() -> dict[str, Any]:
     return real_bundles()[0]
 
 
+def undrifted() -> dict[str, Any]:
+    """A committed real bundle that declares no drift from its pin (some were run with
+    --allow-drift; which file sorts first changes as results are committed)."""
+    return next(b for b in real_bundles() if not (b["run"].get("host") or {}).get("drift"))
+
+
 def set_at(bundle: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     """A deep copy of `bundle` with the value at the dotted `path` ('results.0.name') replaced."""
     out = copy.deepcopy(bundle)

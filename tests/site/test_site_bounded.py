@@ -32,7 +32,7 @@ def _site_bytes(store: Store, tmp_path: Path, n: int) -> tuple[int, str]:
 
 
 @pytest.mark.slow  # two demo histories and two full renders
-def test_14_related_cases_are_bounded_and_counted(tmp_path: Path) -> None:
+def test_related_cases_are_bounded_and_counted(tmp_path: Path) -> None:
     from regress.store.repo import open_store
 
     small, large = open_store(f"sqlite:///{tmp_path / 'a.db'}"), open_store(f"sqlite:///{tmp_path / 'b.db'}")

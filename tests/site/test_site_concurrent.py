@@ -14,7 +14,7 @@ from regress.site import LOCK_FILE, build_site
 from regress.store.repo import Store
 
 
-def test_17_a_second_render_into_one_folder_is_refused(
+def test_a_second_render_into_one_folder_is_refused(
     store: Store, tmp_path: Path, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "site"
@@ -28,7 +28,7 @@ def test_17_a_second_render_into_one_folder_is_refused(
     build_site(store, out)  # the lock released: renders again
 
 
-def test_17_a_killed_renders_temp_files_are_removed(store: Store, tmp_path: Path) -> None:
+def test_a_killed_renders_temp_files_are_removed(store: Store, tmp_path: Path) -> None:
     out = tmp_path / "site"
     build_site(store, out)
     left = [
@@ -70,7 +70,7 @@ def _damaged(original: object) -> list[object]:
         pytest.param("changepoints.json", marks=pytest.mark.slow),
     ],
 )
-def test_17_a_damaged_cache_or_manifest_is_read_again(store: Store, tmp_path: Path, name: str) -> None:
+def test_a_damaged_cache_or_manifest_is_read_again(store: Store, tmp_path: Path, name: str) -> None:
     import json
 
     from regress.demo import demo_history

@@ -31,7 +31,7 @@ def _run(store: Store, stack_id: int, **kw: object) -> str:
 
 
 @pytest.mark.parametrize("stamp", [1e300, -1e12, 4e10])
-def test_11_12_site_renders_runs_with_unshowable_values(store: Store, tmp_path: Path, stamp: float) -> None:
+def test_site_renders_runs_with_unshowable_values(store: Store, tmp_path: Path, stamp: float) -> None:
     with store.transaction() as s:
         stack_id = get_or_create_stack(s, digest="f" * 64, keys={}, schema_version=1, name="s").id
     genuine = []

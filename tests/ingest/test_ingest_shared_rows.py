@@ -1,0 +1,120 @@
+"""Shared rows are facts, not first come: a stack's digest must be its keys, a pinned stack takes
+its pin's keys, declared drift is stored under the pin, an unpinned stack or a build whose facts
+differ is 409, and a token limited to stacks uploads only there (issue #24). SQLite and PostgreSQL,
+against the real service on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from typing import Any
+
+import pytest
+import requests
+from ingest_client import post, undrifted
+from ingest_server import Service
+from real_bundles import real_bundles
+
+from regress.cli import main
+
+
+def test_a_digest_that_is_not_the_keys_is_400_naming_both(service: Service) -> None:
+    from regress.stack_keys import HASHED_KEYS, stack_digest
+
+    bundle = undrifted()
+    genuine = bundle["stack"]["digest"]
+    bundle["stack"]["keys"]["driver"] = "EVIL-KEYS"
+    resp = post(service, bundle, service.token("attacker"))
+    assert resp.status_code == 400, resp.text
+    forged = stack_digest({k: bundle["stack"]["keys"][k] for k in HASHED_KEYS})
+    assert "bundle.stack.digest" in resp.json()["error"]
+    assert genuine in resp.json()["error"] and forged in resp.json()["error"]
+
+
+def test_a_pinned_stack_takes_its_pins_keys_only(service: Service) -> None:
+    # the committed H200 runs: their digest is the shipped h200 pin's; one that declared no drift
+    bundle = next(b for b in real_bundles() if not (b["run"].get("host") or {}).get("drift"))
+    bundle["stack"]["keys"]["torch"] = "EVIL 9.9"  # not hashed: the digest still matches
+    resp = post(service, bundle, service.token("attacker"))
+    assert resp.status_code == 409, resp.text
+    assert "bundle.stack.keys.torch" in resp.json()["error"]
+    genuine = undrifted()
+    assert post(service, genuine, service.token("h200-01")).status_code == 201
+    got = requests.get(f"{service.url}/api/v1/runs/{genuine['run']['id']}", timeout=30).json()
+    assert got["stack"]["keys"] == genuine["stack"]["keys"]
+
+
+def test_a_run_that_declared_its_drift_is_stored_under_the_pins_keys(service: Service) -> None:
+    """A pinned, unhashed key may drift on a run made with --allow-drift (run.host.drift says so):
+    the committed H200 gate-calibration and hang-drill bundles ran on a newer os_kernel than the
+    pin's. The run is stored; the stack row keeps the pin's value, so a genuine run reads back as
+    pinned; the same drift undeclared is still a conflict."""
+    from real_bundles import RESULTS_DIR, _trim
+
+    from regress.store.base import new_run_id
+
+    path = sorted((RESULTS_DIR / "h200-hang-drill").glob("*.json"))[0]
+    drifted = _trim(json.loads(path.read_text()), 3, 5)
+    drifted["run"]["runner"] = None
+    assert drifted["run"]["host"]["drift"], "the committed drill bundle records its drift"
+    undeclared = copy.deepcopy(drifted)
+    undeclared["run"]["host"].pop("drift")
+    undeclared["run"]["id"] = new_run_id()
+    resp = post(service, undeclared, service.token("h200-01"))
+    assert resp.status_code == 409 and "run.host.drift" in resp.json()["error"], resp.text
+    assert post(service, drifted, service.token("h200-01")).status_code == 201
+    # Its identical re-send (a lost answer, 20 racing uploads) is "identical", not 409 at
+    # bundle.stack.keys.os_kernel (the stored row holds the pin's value).
+    again = post(service, drifted, service.token("h200-01"))
+    assert again.status_code == 200, again.text
+    changed = copy.deepcopy(drifted)
+    changed["run"]["host"]["drift"] = ["another drift"]
+    assert post(service, changed, service.token("h200-01")).status_code == 409
+    genuine = undrifted()
+    assert post(service, genuine, service.token("h200-01")).status_code == 201
+    for run in (drifted, genuine):
+        got = requests.get(f"{service.url}/api/v1/runs/{run['run']['id']}", timeout=30).json()
+        assert got["stack"]["keys"] == genuine["stack"]["keys"]
+
+
+def test_an_unpinned_stack_with_other_keys_is_409(service: Service) -> None:
+    from ingest_bundles import make_bundle
+
+    first = make_bundle()
+    assert post(service, first, service.token("a")).status_code == 201
+    other = make_bundle()
+    other["stack"]["keys"]["extra"] = "x"  # not hashed, not pinned: only the stored row says
+    resp = post(service, other, service.token("b"))
+    assert resp.status_code == 409 and "bundle.stack.keys.extra" in resp.json()["error"], resp.text
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("inject", {"slowdown": 30}), ("flags", ["-O0"]), ("compiler", "evil"), ("stats", {"max_registers": 1})],
+)
+def test_a_build_whose_facts_differ_is_409(service: Service, field: str, value: Any) -> None:
+    bundles = [b for b in real_bundles() if b.get("build")]
+    first, second = next(  # two committed runs of one artifact
+        (a, b)
+        for a, b in itertools.combinations(bundles, 2)
+        if a["build"]["artifact_hash"] == b["build"]["artifact_hash"]
+    )
+    assert first["build"]["artifact_hash"] == second["build"]["artifact_hash"]
+    evil = copy.deepcopy(first)
+    evil["build"][field] = value
+    assert post(service, evil, service.token("attacker")).status_code == 201  # the first of its kind...
+    resp = post(service, second, service.token("h200-01"))
+    assert resp.status_code == 409, resp.text  # ...cannot speak for the genuine run
+    assert f"bundle.build.{field}" in resp.json()["error"]
+
+
+def test_token_stacks_limit_where_a_runner_uploads(service: Service, db_url: str, capsys: Any) -> None:
+    assert main(["token", "create", "mi300x-01", "--stacks", "mi300x-rocm6.4", "--db", db_url]) == 0
+    limited = capsys.readouterr().out.strip()
+    resp = post(service, undrifted(), limited)  # an H200 run: not this token's stack
+    assert resp.status_code == 403 and "may not upload onto stack" in resp.json()["error"], resp.text
+    assert main(["token", "create", "h200-01", "--stacks", "h200-cuda13.0", "--db", db_url]) == 0
+    allowed = capsys.readouterr().out.strip()
+    assert post(service, undrifted(), allowed).status_code == 201
