@@ -20,9 +20,11 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from regress.emu import timing
 from regress.emu.cdna3 import FITTED, C
 from regress.emu.mi300x import KernelModel, Ours, Prediction, Predictor, Shape, tflops
 from regress.metrics import geomean
@@ -158,6 +160,45 @@ def summary(rows: list[dict[str, object]], params: dict[str, float], seconds: fl
                     "geomean": round(geomean(ratios), 3),
                     "min": round(min(ratios), 3),
                 }
+    return out
+
+
+def ceiling(
+    preds: list[Prediction | dict[str, object]],
+    predictor: Predictor,
+    ours: KernelModel,
+    params: dict[str, float],
+) -> dict[str, object]:
+    """Ours with its tile loop at the matrix core's floor (every SIMD's MFMAs back to back: MFMAs per
+    wave per tile x waves per SIMD x passes x pass clocks; no rise cost), the rest of each launch
+    (fixed clocks, grid rounds, the split and merge, the bandwidth bounds) as predicted: the ratios
+    no schedule of this design can beat under the model, per mode, geomean and min over the shapes."""
+    by = {(p.shape, p.mode, p.kernel): p for p in preds if isinstance(p, Prediction)}
+    out: dict[str, object] = {}
+    for m in MODES:
+        floors, ratios = set(), {"aiter": [], "moonmath": []}  # type: dict[str, list[float]]
+        for (shape, mode, kernel), _ in by.items():
+            if kernel != "ours" or mode != m:
+                continue
+            ms = 0.0
+            for la in ours.launches(shape, mode):
+                st = predictor.steady("ours", la)
+                if la.record is not None:
+                    waves_per_simd = st.resident * 8 / C["simds"]
+                    floor = st.issued_per_tile["mfma"] * waves_per_simd * C["mfma_16x16x16_bf16_passes"]
+                    floor *= C["mfma_pass_clocks"]
+                    floors.add(floor)
+                    st = replace(st, per_tile=floor, rise_per_tile=0.0)
+                ms += timing.launch_time(la.grid, st, params=params).ms
+            for peer in ratios:
+                if (shape, mode, peer) in by:
+                    ratios[peer].append(by[(shape, mode, peer)].ms / ms)
+        if floors:
+            out[m] = {"floor_clocks_per_tile": sorted(floors)} | {
+                f"vs_{k}": {"geomean": round(geomean(v), 3), "min": round(min(v), 3)}
+                for k, v in ratios.items()
+                if v
+            }
     return out
 
 
@@ -337,7 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = [json.dumps(r) for r in rows]
     if args.breakdown:
         lines += [json.dumps({"steady_state": b}) for b in predictor.breakdowns()]
-    lines.append(json.dumps(summary(rows, params, time.monotonic() - t0)))
+    summ = summary(rows, params, time.monotonic() - t0)
+    if "ours" in models:
+        summ["ours_at_matrix_core_floor"] = ceiling(preds, predictor, models["ours"], params)
+    lines.append(json.dumps(summ))
     print("\n".join(lines))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

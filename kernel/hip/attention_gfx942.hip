@@ -18,8 +18,11 @@
  * Wave groups: waves 0-3 own rows 0-127 of the block, waves 4-7 rows 128-255; all 8 waves share the
  * tile copy (each thread moves 32 B of K and 32 B of V per tile). A wave whose 32 rows all lie past
  * Sq skips the MFMAs but still copies and meets the barriers.
- * No atomics, no cross-block reduction: every output element is produced by one lane in a fixed
- * order, so results are bit-identical across launches. No scratch (checked by the compile test).
+ * No atomics: every output element is produced by one lane in a fixed order, so results are
+ * bit-identical across launches. Step 10 (RA_HIP_TAIL_SPLIT): when the grid's last round would leave
+ * CUs idle, its q-blocks run as key-range parts (fp32 partials in a stream-ordered workspace) and a
+ * third launch merges each block's parts in index order and rounds once. No scratch (checked by the
+ * compile test).
  * Template constants: R = rounding mode (0 rtne, 1 rtna, 2 rtz), L = layout (kPacked, kStrided),
  * chosen by ra_variant::dispatch() (../common/variant.h, shared with the CUDA backend).
  */
@@ -70,7 +73,77 @@ __device__ __forceinline__ void mfma_priority(bool up) {
   }
 }
 
+/* kSplit (step 10): the block is tail q-block wg_end + y, it runs key tiles [x*split_tiles, ...) only
+ * and writes an fp32 partial (merge_body combines them); otherwise the whole key range, rounded. */
+/* Step 10: a split part's rows as fp32 records (dispatch.h, kSplitRecord): O^T fragment lane
+ * (li, g) holds row li's dims 16dt + 4g .. +3, one 16-byte store each; lane group 0 adds q and l.
+ * Rows past seqlen_q are written too (their records exist; the merge never reads them). */
+__device__ __forceinline__ void store_partial(const f32x4 (&o)[kMTiles][kDTiles], const RowState (&st)[kMTiles],
+                                              const KernelArgs& a, int lane, int li, int g, int w) {
+  typedef float f32x2 __attribute__((ext_vector_type(2)));
+  const uint32_t part = __builtin_amdgcn_workgroup_id_y() * a.split_parts + __builtin_amdgcn_workgroup_id_x();
+  float* base = a.ws + (uint64_t)part * (uint64_t)(kBlockQ * kSplitRecord);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    const float l_row = row_sum(st[mt].l, lane);
+    float* rec = base + (w * kRowsPerWave + 16 * mt + li) * kSplitRecord;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) *reinterpret_cast<f32x4*>(rec + 16 * dt + 4 * g) = o[mt][dt];
+#if RA_HIP_SOFTMAX_FMA
+    const float q = st[mt].q; /* the offset every p of the row was taken against */
+#else
+    const float q = st[mt].m * a.scale_log2e;
+#endif
+    if (g == 0) *reinterpret_cast<f32x2*>(rec + kHeadDim) = f32x2{st[mt].m == neg_inf() ? neg_inf() : q, l_row};
+  }
+}
+
+/* Step 10's merge: one thread per (row, 4 dims) of a tail q-block, the parts in index order (so the
+ * bits do not depend on timing): Q = max q_p, O = sum o_p 2^(q_p - Q), l = sum l_p 2^(q_p - Q), then
+ * O / l rounded once by R, as the dense epilogue does. Grid (kBlockQ / 16, tail), 512 threads. */
 template <int R, int L>
+__device__ __forceinline__ void merge_body(const KernelArgs& a) {
+#pragma clang fp contract(off)
+  const int t = (int)__builtin_amdgcn_workitem_id_x();
+  const uint32_t lin = a.wg_end + __builtin_amdgcn_workgroup_id_y();
+  const uint32_t bh = lin / a.qblocks;
+  const uint32_t qblock = lin - bh * a.qblocks;
+  const uint32_t rl = __builtin_amdgcn_workgroup_id_x() * 16u + (uint32_t)(t >> 5);
+  const uint32_t row = qblock * (uint32_t)kBlockQ + rl;
+  if (row >= a.seqlen_q) return;
+  const int c = t & 31;
+  const uint32_t b = bh / a.heads;
+  const uint32_t h = bh - b * a.heads;
+  uint16_t* ob = a.o + (int64_t)b * a.o_stride[0] + (int64_t)h * a.o_stride[1];
+  const uint64_t stride = (uint64_t)(kBlockQ * kSplitRecord);
+  const float* rec = a.ws + (uint64_t)__builtin_amdgcn_workgroup_id_y() * a.split_parts * stride + rl * kSplitRecord;
+  float qm = neg_inf();
+  for (uint32_t p = 0; p < a.split_parts; ++p) qm = __builtin_fmaxf(qm, rec[p * stride + kHeadDim]);
+  if (qm == neg_inf()) qm = 0.0f; /* every key -Inf: l = 0 and 0/0 = NaN, as the dense kernel gives */
+  float l = 0.0f;
+  f32x4 o = {0.f, 0.f, 0.f, 0.f};
+  for (uint32_t p = 0; p < a.split_parts; ++p) {
+    const float* r = rec + p * stride;
+    const float wgt = __builtin_amdgcn_exp2f(r[kHeadDim] - qm);
+    l = __builtin_fmaf(r[kHeadDim + 1], wgt, l);
+    const f32x4 x = *reinterpret_cast<const f32x4*>(r + 4 * c);
+    o.x = __builtin_fmaf(x.x, wgt, o.x);
+    o.y = __builtin_fmaf(x.y, wgt, o.y);
+    o.z = __builtin_fmaf(x.z, wgt, o.z);
+    o.w = __builtin_fmaf(x.w, wgt, o.w);
+  }
+  uint16_t h0 = round_bf16<R>(o.x / l);
+  const uint16_t h1 = round_bf16<R>(o.y / l);
+  const uint16_t h2 = round_bf16<R>(o.z / l);
+  const uint16_t h3 = round_bf16<R>(o.w / l);
+#if RA_INJECT_NONDET
+  if (a.flip_lsb != 0u && bh == 0u && row == 0u && c == 0) h0 ^= 1u;
+#endif
+  const u32x2 packed = {(unsigned int)h0 | ((unsigned int)h1 << 16), (unsigned int)h2 | ((unsigned int)h3 << 16)};
+  *reinterpret_cast<u32x2*>(ob + row_offset<L>(row, a.o_stride[2]) + 4 * c) = packed;
+}
+
+template <int R, int L, bool kSplit = false>
 __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   static_assert(kMTiles == 2, "score_tile / pv_tile fences are written for two query tiles per wave");
   static_assert(kLdsBytes <= 65536, "gfx942 gives a workgroup at most 64 KiB of LDS");
@@ -83,7 +156,23 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   const int g = lane >> 4;
   const int w = __builtin_amdgcn_readfirstlane(t >> 6); /* wave-uniform, so branches on it stay scalar */
 
-  const uint32_t bh = __builtin_amdgcn_workgroup_id_y() + a.bh_offset;
+  const uint32_t n_all = (a.seqlen_k + (uint32_t)kBlockK - 1u) / (uint32_t)kBlockK;
+  uint32_t bh, qblock, tile0 = 0u, n_tiles = n_all;
+  if constexpr (kSplit) {
+    const uint32_t lin = a.wg_end + __builtin_amdgcn_workgroup_id_y();
+    bh = lin / a.qblocks;
+    qblock = lin - bh * a.qblocks;
+    tile0 = __builtin_amdgcn_workgroup_id_x() * a.split_tiles;
+    n_tiles = n_all - tile0 < a.split_tiles ? n_all - tile0 : a.split_tiles;
+  } else {
+    bh = __builtin_amdgcn_workgroup_id_y() + a.bh_offset;
+    qblock = __builtin_amdgcn_workgroup_id_x();
+#if RA_HIP_TAIL_SPLIT
+    /* The tail's q-blocks are the split launch's: the dense grid's last row of blocks returns here.
+     * 32 bits (a scalar compare): the host refuses calls of 2^32 - 1 or more q-blocks. */
+    if (bh * a.qblocks + qblock >= a.wg_end) return;
+#endif
+  }
   const uint32_t b = bh / a.heads;
   const uint32_t h = bh - b * a.heads;
   const uint16_t* qb = a.q + (int64_t)b * a.q_stride[0] + (int64_t)h * a.q_stride[1];
@@ -91,7 +180,7 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   const uint16_t* vb = a.v + (int64_t)b * a.v_stride[0] + (int64_t)h * a.v_stride[1];
   uint16_t* ob = a.o + (int64_t)b * a.o_stride[0] + (int64_t)h * a.o_stride[1];
 
-  const uint32_t row0 = __builtin_amdgcn_workgroup_id_x() * (uint32_t)kBlockQ + (uint32_t)(w * kRowsPerWave);
+  const uint32_t row0 = qblock * (uint32_t)kBlockQ + (uint32_t)(w * kRowsPerWave);
   const bool active = row0 < a.seqlen_q;
 
   u32x4 qf[kMTiles][4];
@@ -108,9 +197,8 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
     for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = f32x4{0.f, 0.f, 0.f, 0.f};
   }
 
-  const uint32_t n_tiles = (a.seqlen_k + (uint32_t)kBlockK - 1u) / (uint32_t)kBlockK;
   TileCopy<L> cp;
-  cp.load(kb, vb, a.k_stride[2], a.v_stride[2], 0u, a.seqlen_k, t);
+  cp.load(kb, vb, a.k_stride[2], a.v_stride[2], tile0 * (uint32_t)kBlockK, a.seqlen_k, t);
   cp.store(lds_k[0], lds_vt[0], t);
   block_barrier();
 
@@ -121,7 +209,7 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
     const int cur = (int)(it & 1u);
     const bool more = it + 1u < n_tiles;
     if (more) {
-      const uint32_t next0 = (it + 1u) * (uint32_t)kBlockK;
+      const uint32_t next0 = (tile0 + it + 1u) * (uint32_t)kBlockK;
       if (RA_HIP_FULL_TILE_FAST && next0 + (uint32_t)kBlockK <= a.seqlen_k)
         cp.load_full(kb, vb, a.k_stride[2], a.v_stride[2], next0, w, lane);
       else
@@ -139,7 +227,7 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
 #endif
       mfma_priority(false);
 
-      const uint32_t key0 = it * (uint32_t)kBlockK;
+      const uint32_t key0 = (tile0 + it) * (uint32_t)kBlockK;
       const bool partial = key0 + (uint32_t)kBlockK > a.seqlen_k;
       bf16x4 p[kMTiles][kKTiles];
 #if RA_HIP_LAZY_RESCALE
@@ -180,6 +268,10 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
     block_barrier();
   }
 
+  if constexpr (kSplit) {
+    if (active) store_partial(o, st, a, lane, li, g, w);
+    return;
+  }
   if (active) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -206,6 +298,28 @@ RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtz_packed, 2, ra_gfx942::kPacked)
 RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
 RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
 RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
+
+#if RA_HIP_TAIL_SPLIT
+/* Step 10's two extra launches: the split parts (no rounding: fp32 partials) and the merge per mode. */
+#define RA_GFX942_SPLIT_KERNEL(NAME, L)                                                              \
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(512, 512))) void NAME(           \
+      ra_gfx942::KernelArgs a) {                                                                      \
+    ra_gfx942::attention_body<0, L, true>(a);                                                         \
+  }
+#define RA_GFX942_MERGE_KERNEL(NAME, R, L)                                                           \
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(512, 512))) void NAME(           \
+      ra_gfx942::KernelArgs a) {                                                                      \
+    ra_gfx942::merge_body<R, L>(a);                                                                   \
+  }
+RA_GFX942_SPLIT_KERNEL(ra_attn_split_gfx942_packed, ra_gfx942::kPacked)
+RA_GFX942_SPLIT_KERNEL(ra_attn_split_gfx942_strided, ra_gfx942::kStrided)
+RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtne_packed, 0, ra_gfx942::kPacked)
+RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtna_packed, 1, ra_gfx942::kPacked)
+RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_packed, 2, ra_gfx942::kPacked)
+RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
+RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
+RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
+#endif
 
 /* ------------------------------------------------------------------------------------------------
  * Host part (only with the real HIP runtime headers).
@@ -234,6 +348,39 @@ RA_GFX942_LAUNCHER(0, kStrided, ra_attn_fwd_gfx942_rtne_strided)
 RA_GFX942_LAUNCHER(1, kStrided, ra_attn_fwd_gfx942_rtna_strided)
 RA_GFX942_LAUNCHER(2, kStrided, ra_attn_fwd_gfx942_rtz_strided)
 #undef RA_GFX942_LAUNCHER
+
+#if RA_HIP_TAIL_SPLIT
+template <int L>
+struct SplitLauncher;
+template <>
+struct SplitLauncher<kPacked> {
+  static void launch(dim3 grid, hipStream_t stream, const KernelArgs& a) {
+    hipLaunchKernelGGL(ra_attn_split_gfx942_packed, grid, dim3(kThreads), 0, stream, a);
+  }
+};
+template <>
+struct SplitLauncher<kStrided> {
+  static void launch(dim3 grid, hipStream_t stream, const KernelArgs& a) {
+    hipLaunchKernelGGL(ra_attn_split_gfx942_strided, grid, dim3(kThreads), 0, stream, a);
+  }
+};
+template <int R, int L>
+struct MergeLauncher;
+#define RA_GFX942_MERGE_LAUNCHER(R, L, NAME)                                                         \
+  template <>                                                                                        \
+  struct MergeLauncher<R, L> {                                                                       \
+    static void launch(dim3 grid, hipStream_t stream, const KernelArgs& a) {                         \
+      hipLaunchKernelGGL(NAME, grid, dim3(kThreads), 0, stream, a);                                  \
+    }                                                                                                \
+  };
+RA_GFX942_MERGE_LAUNCHER(0, kPacked, ra_attn_merge_gfx942_rtne_packed)
+RA_GFX942_MERGE_LAUNCHER(1, kPacked, ra_attn_merge_gfx942_rtna_packed)
+RA_GFX942_MERGE_LAUNCHER(2, kPacked, ra_attn_merge_gfx942_rtz_packed)
+RA_GFX942_MERGE_LAUNCHER(0, kStrided, ra_attn_merge_gfx942_rtne_strided)
+RA_GFX942_MERGE_LAUNCHER(1, kStrided, ra_attn_merge_gfx942_rtna_strided)
+RA_GFX942_MERGE_LAUNCHER(2, kStrided, ra_attn_merge_gfx942_rtz_strided)
+#undef RA_GFX942_MERGE_LAUNCHER
+#endif
 
 /* Launch counter for the RA_INJECT_NONDET drill: launches are numbered from 1 per process. */
 static std::atomic<unsigned long long> g_launch_count{0};
@@ -264,6 +411,11 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, s
   a.seqlen_q = (uint32_t)p->seqlen_q;
   a.seqlen_k = (uint32_t)p->seqlen_k;
   a.bh_offset = 0;
+  a.wg_end = 0xFFFFFFFFu;
+  a.qblocks = 0;
+  a.split_parts = 0;
+  a.split_tiles = 0;
+  a.ws = nullptr;
   a.scale_log2e = (float)((double)ra_effective_scale(p) * 1.4426950408889634);
   const unsigned long long launch_no = g_launch_count.fetch_add(1) + 1ull;
   a.flip_lsb = (RA_INJECT_NONDET && (launch_no & 1ull)) ? 1u : 0u;
@@ -277,20 +429,65 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, s
                    (long long)p->seqlen_q);
   const unsigned long long bh_total = (unsigned long long)p->batch * (unsigned long long)p->heads;
   const hipStream_t stream = (hipStream_t)p->stream;
+  a.qblocks = (uint32_t)n_qblocks;
+  if (n_qblocks * bh_total >= 0xFFFFFFFFull)
+    return ra_fail(err, err_len, RA_ERR_SHAPE, "batch*heads*ceil(seqlen_q/256) = %llu q-blocks is 2^32 - 1 or more",
+                   n_qblocks * bh_total);
+
+  /* Step 10: the grid's last partial round split by key range over the idle CUs (the rule in
+   * layout.h, tail_split_plan; regress/emu/library.py calls the same rule). */
+  SplitPlan plan{0u, 0u, 0u};
+#if RA_HIP_TAIL_SPLIT
+  {
+    int dev = 0, cus = 0;
+    if (hipGetDevice(&dev) == hipSuccess &&
+        hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, dev) == hipSuccess && cus > 0)
+      plan = tail_split_plan(n_qblocks * bh_total, ((unsigned long long)p->seqlen_k + kBlockK - 1) / kBlockK,
+                             (unsigned)cus);
+  }
+#endif
+  void* ws = nullptr;
+  if (plan.tail != 0u) {
+    const size_t bytes = (size_t)plan.tail * plan.parts * (size_t)kBlockQ * kSplitRecord * sizeof(float);
+    const hipError_t me = hipMallocAsync(&ws, bytes, stream);
+    if (me != hipSuccess)
+      return ra_fail(err, err_len, RA_ERR_DEVICE, "HIP workspace allocation of %zu bytes failed: %s (hipError %d)",
+                     bytes, hipGetErrorString(me), (int)me);
+    a.wg_end = (uint32_t)(n_qblocks * bh_total - plan.tail);
+    a.split_parts = plan.parts;
+    a.split_tiles = plan.tiles;
+    a.ws = (float*)ws;
+  }
 
   hipError_t e = hipSuccess;
   ra_variant::dispatch(p->rounding, packed ? kPacked : kStrided, [&](auto rc, auto lc) {
     constexpr int R = decltype(rc)::value;
     constexpr int L = decltype(lc)::value;
     /* grid.y is limited to 65535 blocks: walk (batch, head) in chunks, each launch ordered on stream. */
-    for (unsigned long long off = 0; off < bh_total && e == hipSuccess; off += 65535ull) {
-      const unsigned long long ny = bh_total - off < 65535ull ? bh_total - off : 65535ull;
+    /* With a split tail the dense grid stops at the (batch, head) row holding q-block wg_end - 1. */
+    const unsigned long long bh_dense = plan.tail ? ((unsigned long long)a.wg_end + n_qblocks - 1) / n_qblocks : bh_total;
+    for (unsigned long long off = 0; off < bh_dense && e == hipSuccess; off += 65535ull) {
+      const unsigned long long ny = bh_dense - off < 65535ull ? bh_dense - off : 65535ull;
       a.bh_offset = (uint32_t)off;
       Launcher<R, L>::launch(dim3((unsigned)n_qblocks, (unsigned)ny, 1), stream, a);
       e = hipGetLastError();
     }
+#if RA_HIP_TAIL_SPLIT
+    if (plan.tail != 0u && e == hipSuccess) {
+      SplitLauncher<L>::launch(dim3(plan.parts, plan.tail, 1), stream, a);
+      e = hipGetLastError();
+      if (e == hipSuccess) {
+        MergeLauncher<R, L>::launch(dim3(kBlockQ / 16, plan.tail, 1), stream, a);
+        e = hipGetLastError();
+      }
+    }
+#endif
     return 0;
   });
+  if (ws != nullptr) {
+    const hipError_t fe = hipFreeAsync(ws, stream); /* stream-ordered: after the merge has read it */
+    if (e == hipSuccess) e = fe;
+  }
   if (e != hipSuccess)
     return ra_fail(err, err_len, RA_ERR_DEVICE, "HIP kernel launch failed: %s (hipError %d)", hipGetErrorString(e),
                    (int)e);

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,39 @@ GRID_Y_MAX = 65535
 LOG2E = 1.4426950408889634
 ROUNDING_NAMES = {0: "rtne", 1: "rtna", 2: "rtz"}
 # struct KernelArgs: 4 pointers, 4 x int64[3] strides, heads, seqlen_q, seqlen_k, bh_offset (u32),
-# scale_log2e (f32), flip_lsb (u32).
-KERNEL_ARGS = struct.Struct("<4Q12q4IfI")
+# scale_log2e (f32), flip_lsb (u32), wg_end, qblocks, split_parts, split_tiles (u32), ws (pointer).
+KERNEL_ARGS = struct.Struct("<4Q12q4IfI4IQ")
+BLOCK_K = 64  # kBlockK
+SPLIT_RECORD = 132  # kSplitRecord, kernel/hip/parts/dispatch.h: fp32 per partial row
+SPLIT_MIN_TILES = 8  # kSplitMinTiles, kernel/hip/parts/layout.h
+SPLIT_MAX_PARTS = 2048  # kSplitMaxParts
+MI300X_CUS = 304  # what hipDeviceAttributeMultiprocessorCount reports on MI300X
+NO_SPLIT = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Step 10's tail KV-split: `tail` last q-blocks, `parts` key parts of `tiles` key tiles each."""
+
+    tail: int
+    parts: int
+    tiles: int
+
+
+def tail_split_plan(wgs: int, n_tiles: int, cus: int) -> SplitPlan:
+    """tail_split_plan of kernel/hip/parts/layout.h (the host part's rule; the cost model is stated
+    there), the same integers: the last partial round's q-blocks split by key range."""
+    plan = SplitPlan(0, 0, 0)
+    if cus <= 0 or n_tiles < SPLIT_MIN_TILES or wgs <= 0 or wgs % cus == 0:
+        return plan
+    tail = wgs % cus
+    best = n_tiles
+    for p in range(2, min(n_tiles, cus, SPLIT_MAX_PARTS // tail) + 1):
+        tiles = -(-n_tiles // p)
+        cost = -(-(tail * p) // cus) * (tiles + 1) + -(-(tail * p) // 256)
+        if cost < best:
+            best, plan = cost, SplitPlan(tail, -(-n_tiles // tiles), tiles)
+    return plan
 
 
 def kernel_name(rounding: int, packed: bool) -> str:
@@ -44,14 +76,21 @@ class EmuLibrary:
     backend = "hip-emu"
     device_type = "cpu"
 
-    def __init__(self, path: str | Path, *, strict: bool = True) -> None:
+    def __init__(self, path: str | Path, *, strict: bool = True, cus: int = MI300X_CUS) -> None:
         self.path = Path(path)
+        # The emulated device's CU count: what the host part's split rule reads from the device.
+        self.cus = cus
         self.code = CodeObject.load(self.path)
         self.strict = strict
         self._launches = 0
         self._lock = threading.Lock()
         self.last_trace: Trace | None = None
         self.last_kernel: str | None = None
+
+    @property
+    def has_tail_split(self) -> bool:
+        """A build with RA_HIP_TAIL_SPLIT (step 10): its split and merge kernels are in the code object."""
+        return "ra_attn_split_gfx942_strided" in self.code.kernels
 
     def __repr__(self) -> str:
         return f"EmuLibrary(path={str(self.path)!r}, sha256={self.code.sha256[:12]})"
@@ -104,6 +143,9 @@ class EmuLibrary:
         scale_log2e = float(eff_scale * LOG2E)
         packed = all(st[2] == HEAD_DIM for st in strides.values())
         kernel = self.code.kernels[kernel_name(code, packed)]
+        lay = "packed" if packed else "strided"
+        split_name = f"ra_attn_split_gfx942_{lay}"
+        has_split = self.has_tail_split
         with self._lock:
             self._launches += 1
             # RA_INJECT_NONDET's host half: odd-numbered launches ask for the flip; only a drill build's
@@ -116,10 +158,17 @@ class EmuLibrary:
             memory.map_host(st.data_ptr(), st.nbytes())
         n_qblocks = -(-sq // BLOCK_Q)
         total = b * h
-        trace = Trace()
-        for off in range(0, total, GRID_Y_MAX):
-            ny = min(GRID_Y_MAX, total - off)
-            args = KERNEL_ARGS.pack(
+        plan = SplitPlan(0, 0, 0)
+        if has_split:
+            plan = tail_split_plan(n_qblocks * total, -(-sk // BLOCK_K), self.cus)
+        wg_end, ws_ptr = NO_SPLIT, 0
+        if plan.tail:
+            ws = torch.empty(plan.tail * plan.parts * BLOCK_Q * SPLIT_RECORD, dtype=torch.float32)
+            memory.map_host(ws.untyped_storage().data_ptr(), ws.untyped_storage().nbytes())
+            wg_end, ws_ptr = n_qblocks * total - plan.tail, ws.data_ptr()
+
+        def args(off: int) -> bytes:
+            return KERNEL_ARGS.pack(
                 *(t.data_ptr() for t in tensors.values()),
                 *strides["q"][:3],
                 *strides["k"][:3],
@@ -131,10 +180,31 @@ class EmuLibrary:
                 off,
                 scale_log2e,
                 flip,
+                wg_end,
+                n_qblocks,
+                plan.parts,
+                plan.tiles,
+                ws_ptr,
             )
-            launch = Launch(kernel, memory, args, strict=self.strict)
-            part = launch.run((n_qblocks, ny), THREADS)
+
+        trace = Trace()
+        # With a split tail the dense grid stops at the (batch, head) row holding q-block wg_end - 1.
+        dense_rows = -(-wg_end // n_qblocks) if plan.tail else total
+        for off in range(0, dense_rows, GRID_Y_MAX):
+            ny = min(GRID_Y_MAX, dense_rows - off)
+            part = Launch(kernel, memory, args(off), strict=self.strict).run((n_qblocks, ny), THREADS)
             _merge(trace, part)
+        if plan.tail:  # step 10: the split parts, then the merge (both ordered after the dense grid)
+            split = self.code.kernels[split_name]
+            _merge(
+                trace,
+                Launch(split, memory, args(0), strict=self.strict).run((plan.parts, plan.tail), THREADS),
+            )
+            merge = self.code.kernels[f"ra_attn_merge_gfx942_{ROUNDING_NAMES[code]}_{lay}"]
+            _merge(
+                trace,
+                Launch(merge, memory, args(0), strict=self.strict).run((BLOCK_Q // 16, plan.tail), THREADS),
+            )
         self.last_trace = trace
         self.last_kernel = kernel.name
         return out

@@ -21,7 +21,7 @@ import torch
 from regress.emu import timing
 from regress.emu.cdna3 import C
 from regress.emu.codeobject import Kernel
-from regress.emu.library import BLOCK_Q, HEAD_DIM, EmuLibrary
+from regress.emu.library import BLOCK_Q, HEAD_DIM, SPLIT_RECORD, EmuLibrary, tail_split_plan
 from regress.emu.machine import recording
 from regress.emu.timing import Grid, LaunchTime, RecordT, SteadyState
 
@@ -245,17 +245,75 @@ class Ours:
         # branch per 32-row wave) pays the difference on the share of tiles that raise one; the
         # branch-free builds cost the same on both inputs (rise_clocks_per_tile 0).
         rate = rise_rate(tiles, ROWS_PER_WAVE, KEYS_PER_TILE)
-        grid = Grid(
-            "main", wgs, tiles, shape.bytes_qkvo(), float(wgs * (tiles * kv_tile + q_o)), shape.flops, rate
+        main = Launch(
+            f"main-{mode}-{self.layout}",
+            Grid(
+                "main",
+                wgs,
+                tiles,
+                shape.bytes_qkvo(),
+                float(wgs * (tiles * kv_tile + q_o)),
+                shape.flops,
+                rate,
+            ),
+            lambda n: self._record(mode, n),
+            rise_record=lambda n: self._record(mode, n, rising=True),
         )
-        return [
-            Launch(
-                f"main-{mode}-{self.layout}",
-                grid,
-                lambda n: self._record(mode, n),
-                rise_record=lambda n: self._record(mode, n, rising=True),
+        # Step 10 (a build with the split kernels): the host's rule, with the device's CU count, splits
+        # the last partial round's q-blocks by key range. Three launches, timed one after the other:
+        # the dense grid's full rounds (its tail blocks return at once: not counted), the split parts
+        # (the dense kernel's tile loop with an fp32 epilogue: timed with its steady state over a
+        # part's key tiles, MoonMath's split rule), the merge (its HBM bound, MoonMath's merge rule).
+        plan = tail_split_plan(wgs, tiles, int(C["cus"])) if self.lib.has_tail_split else None
+        if not plan or not plan.tail:
+            return [main]
+        dense = wgs - plan.tail
+        record = (plan.tail * plan.parts) * BLOCK_Q * SPLIT_RECORD * 4.0
+        share = dense / wgs
+        out = (
+            []
+            if dense == 0
+            else [  # a grid of fewer q-blocks than CUs is all tail
+                replace(
+                    main,
+                    grid=Grid(
+                        "main",
+                        dense,
+                        tiles,
+                        shape.bytes_qkvo() * share,
+                        main.grid.l2_bytes * share,
+                        shape.flops * share,
+                        rate,
+                    ),
+                )
+            ]
+        )
+        split_bytes = plan.tail * (plan.parts * q_o / 2 + tiles * kv_tile) + record
+        split_rate = rise_rate(plan.tiles, ROWS_PER_WAVE, KEYS_PER_TILE)
+        out.append(
+            replace(
+                main,
+                grid=Grid(
+                    "split",
+                    plan.tail * plan.parts,
+                    plan.tiles,
+                    split_bytes,
+                    float(plan.tail * plan.parts * (plan.tiles * kv_tile + q_o / 2)),
+                    shape.flops * (1 - share),
+                    split_rate,
+                ),
             )
-        ]
+        )
+        merge_bytes = record + plan.tail * BLOCK_Q * shape.d * 2.0
+        out.append(
+            Launch(
+                f"merge-{mode}",
+                Grid("merge", plan.tail * BLOCK_Q // 16, 0, merge_bytes, merge_bytes),
+                None,
+                None,
+            )
+        )
+        return out
 
 
 def tflops(shape: Shape, ms: float) -> float:

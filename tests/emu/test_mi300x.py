@@ -108,7 +108,7 @@ def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactor
 
     ours = Ours(build_kernel("hip-emu", cache_dir=tmp_path_factory.mktemp("co")).path)
     pred = Predictor()
-    shape = Shape.parse("1,4,2048,2048")
+    shape = Shape.parse("1,38,2048,2048")  # 304 q-blocks: one full round, no tail to split
     p = pred.predict(ours, shape, "rtne")
     (la,) = ours.launches(shape, "rtne")
     st = pred.steady("ours", la)
@@ -119,6 +119,28 @@ def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactor
     assert st.rise_per_tile > 0 and 0 < la.grid.rise_rate < 1
     per_tile = st.per_tile + la.grid.rise_rate * st.rise_per_tile
     assert p.ms == pytest.approx((st.fixed + per_tile * 32) / HZ * 1e3)
+
+    # Step 10: 32 q-blocks leave 272 CUs idle; the host's rule splits them by key range, and the call
+    # is two launches (no dense round left): the split parts (the same tile loop's steady state over
+    # a part's tiles, their own rise rate), the merge (its HBM bound).
+    from regress.emu.library import tail_split_plan
+    from regress.emu.mi300x import rise_rate
+
+    small = Shape.parse("1,4,2048,2048")
+    plan = tail_split_plan(32, 32, 304)
+    assert plan.tail == 32 and plan.parts * plan.tiles >= 32 > (plan.parts - 1) * plan.tiles
+    split, merge = ours.launches(small, "rtne")
+    assert split.key == la.key
+    assert split.grid.workgroups == 32 * plan.parts and split.grid.tiles == plan.tiles
+    assert split.grid.rise_rate == rise_rate(plan.tiles, 32, 64)
+    assert (
+        merge.record is None and merge.grid.hbm_bytes == 32 * plan.parts * 256 * 132 * 4 + 32 * 256 * 128 * 2
+    )
+    q = pred.predict(ours, small, "rtne")
+    split_tile = st.per_tile + split.grid.rise_rate * st.rise_per_tile
+    assert q.launches[0].ms == pytest.approx((st.fixed + split_tile * plan.tiles) / HZ * 1e3)
+    assert q.ms == pytest.approx(sum(t.ms for t in q.launches))
+    assert q.ms < p.ms / 2  # unsplit, the 32 blocks would take one round of 32 tiles, as p's 304 do
 
 
 def _aiter_wheel() -> Path | None:

@@ -38,6 +38,14 @@ VARIANTS = [
     for layout in ("packed", "strided")
     for mode in ("rtne", "rtna", "rtz")
 ]
+# Step 10 (RA_HIP_TAIL_SPLIT): the split parts' kernel per layout (same tile loop, fp32 partials) and
+# the merge per (mode, layout).
+SPLIT_KERNELS = [f"ra_attn_split_gfx942_{layout}" for layout in ("packed", "strided")]
+MERGE_KERNELS = [
+    f"ra_attn_merge_gfx942_{mode}_{layout}"
+    for layout in ("packed", "strided")
+    for mode in ("rtne", "rtna", "rtz")
+]
 MFMA_PER_KERNEL = 128  # 64 for S^T = K Q^T, 64 for O^T += V^T P^T per K/V tile
 
 # One record per kernel in the -Rpass-analysis=kernel-resource-usage remarks.
@@ -120,7 +128,25 @@ def test_all_variant_kernels_present(clean):
     for name in VARIANTS:
         assert name in funcs, f"kernel {name} missing from the code object"
         assert f"{name}.kd" in clean.symbols, f"kernel descriptor {name}.kd missing"
-    assert set(clean.resources) == set(VARIANTS)
+    for name in SPLIT_KERNELS + MERGE_KERNELS:
+        assert name in funcs and f"{name}.kd" in clean.symbols, f"step-10 kernel {name} missing"
+    assert set(clean.resources) == set(VARIANTS + SPLIT_KERNELS + MERGE_KERNELS)
+
+
+def test_split_kernels_run_the_same_tile_loop(clean):
+    """The split part is the dense kernel's tile loop (128 MFMAs, 32 LDS fragment reads, 2 waves/SIMD
+    at 64 KiB LDS) with another epilogue; the merge has no MFMA and no LDS."""
+    funcs = clean.functions()
+    for name in SPLIT_KERNELS:
+        assert sum(MFMA in ln for ln in funcs[name]) == MFMA_PER_KERNEL
+        assert sum("ds_read_b128" in ln for ln in funcs[name]) == 32
+        r = clean.resources[name]
+        assert r["VGPRs Spill"] == "0" and r["ScratchSize [bytes/lane]"] == "0"
+        assert int(r["Occupancy [waves/SIMD]"]) >= 2
+    for name in MERGE_KERNELS:
+        assert not any(MFMA in ln for ln in funcs[name])
+        assert clean.resources[name]["LDS Size [bytes/block]"] == "0"
+        assert clean.resources[name]["ScratchSize [bytes/lane]"] == "0"
 
 
 def test_disassembly_uses_bf16_mfma(clean):
@@ -149,7 +175,7 @@ def test_resources_no_scratch_no_spills(clean, name):
 
 
 def test_inline_asm_mfma_hazards_are_covered(clean):
-    for name in VARIANTS:
+    for name in VARIANTS + SPLIT_KERNELS + MERGE_KERNELS:
         problems = mfma_hazards(clean.path, name)
         assert not problems, f"{name}: {len(problems)} MFMA hazard(s), first: {problems[:5]}"
 
@@ -208,7 +234,8 @@ DESIGN_STEPS = {
         "-DRA_HIP_SOFTMAX_FMA=1",
         "-DRA_HIP_LDS_LANE_OFFSETS=1",
     ),
-    "step9": (),
+    "step9": ("-DRA_HIP_TAIL_SPLIT=0",),
+    "step10": (),
 }
 
 
@@ -341,6 +368,11 @@ extern "C" const char* hipGetErrorString(hipError_t);
 extern "C" int __hipPushCallConfiguration(dim3, dim3, size_t, hipStream_t);
 extern "C" int __hipPopCallConfiguration(dim3*, dim3*, size_t*, hipStream_t*);
 extern "C" hipError_t hipLaunchKernel(const void*, dim3, dim3, void**, size_t, hipStream_t);
+typedef enum hipDeviceAttribute_t { hipDeviceAttributeMultiprocessorCount = 63 } hipDeviceAttribute_t;
+extern "C" hipError_t hipGetDevice(int*);
+extern "C" hipError_t hipDeviceGetAttribute(int*, hipDeviceAttribute_t, int);
+extern "C" hipError_t hipMallocAsync(void**, size_t, hipStream_t);
+extern "C" hipError_t hipFreeAsync(void*, hipStream_t);
 __device__ inline unsigned int __float_as_uint(float x) { return __builtin_bit_cast(unsigned int, x); }
 __device__ inline float __uint_as_float(unsigned int x) { return __builtin_bit_cast(float, x); }
 #define hipLaunchKernelGGL(k, g, b, s, st, ...) k<<<(g), (b), (s), (st)>>>(__VA_ARGS__)
@@ -401,3 +433,49 @@ def test_host_part_type_checks_against_hip_stub(tmp_path):
         "crash_sq": 0,
         "round_swap": 0,
     }
+
+
+@pytest.mark.slow  # a host C++ build of layout.h's split rule (clang-19)
+def test_tail_split_rule_is_the_same_in_cpp_and_python(tmp_path):
+    """tail_split_plan of kernel/hip/parts/layout.h (what the host part runs) and of
+    regress.emu.library (what hip-emu and the timing model run) give the same plan on a grid of
+    calls: q-block counts around multiples of the CU count, short and long key ranges."""
+    from regress.emu.library import tail_split_plan
+
+    cases = [
+        (wgs, tiles, cus)
+        for cus in (1, 2, 7, 304)
+        for wgs in (1, 2, 3, cus - 1, cus + 1, 5 * cus + 16, 1536, 2048, 4096, 5376, 8192)
+        for tiles in (1, 7, 8, 9, 13, 128, 256, 1344, 2048)
+        if wgs > 0
+    ]
+    src = tmp_path / "plan.cpp"
+    src.write_text(
+        '#include <cstdio>\n#include "hip/parts/layout.h"\n'
+        "int main() {\n  unsigned long long w, t; unsigned c;\n"
+        '  while (std::scanf("%llu %llu %u", &w, &t, &c) == 3) {\n'
+        "    ra_gfx942::SplitPlan p = ra_gfx942::tail_split_plan(w, t, c);\n"
+        '    std::printf("%u %u %u\\n", p.tail, p.parts, p.tiles);\n  }\n}\n'
+    )
+    exe = tmp_path / "plan"
+    clangxx = shutil.which("clang++-19") or CLANG
+    subprocess.run(
+        [clangxx, "-x", "c++", "-std=c++17", "-O2", "-Ikernel", str(src), "-o", str(exe)],
+        cwd=ROOT,
+        check=True,
+    )
+    out = subprocess.run(
+        [str(exe)],
+        input="".join(f"{w} {t} {c}\n" for w, t, c in cases),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    split = 0
+    for (w, t, c), line in zip(cases, out, strict=False):
+        p = tail_split_plan(w, t, c)
+        assert line == f"{p.tail} {p.parts} {p.tiles}", (w, t, c, line, p)
+        if p.tail:
+            split += 1
+            assert p.parts >= 2 and (p.parts - 1) * p.tiles < t <= p.parts * p.tiles  # no empty part
+    assert split > 20

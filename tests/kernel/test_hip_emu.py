@@ -199,10 +199,17 @@ STEPS: dict[str, tuple[str, ...]] = {
     "step6": STEP6,
     "step7": STEP7,
     "step8": (*STEP7, "-DRA_HIP_LDS_LANE_OFFSETS=1"),
-    "step9": (),  # the default build
+    "step9": ("-DRA_HIP_TAIL_SPLIT=0",),
+    "step10": (),  # the default build
 }
-# Step -> the build whose bits it must reproduce exactly (None: the default build).
-BIT_IDENTICAL = {f"step{i}": "step0" for i in range(1, 7)} | {"step8": "step7", "step9": "step8"}
+# Step -> the build whose bits it must reproduce exactly (None: the default build). Step 10 on these
+# shapes (fewer than 8 key tiles: never split) proves its dense path unchanged; its split path is
+# checked against the contract below.
+BIT_IDENTICAL = {f"step{i}": "step0" for i in range(1, 7)} | {
+    "step8": "step7",
+    "step9": "step8",
+    "step10": "step9",
+}
 
 
 @pytest.mark.slow  # two code objects per step, 24 launches on the emulator
@@ -259,3 +266,40 @@ def test_softmax_fma_step_meets_the_contract(cache: Path) -> None:
             nf = ~torch.isfinite(a.float())
             assert torch.equal(nf, ~torch.isfinite(b.float()))
             assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16))
+
+
+@pytest.mark.slow  # the split path on the emulator: 8 launches of a 3-launch call, fp64 references
+def test_tail_split_meets_the_contract(cache: Path) -> None:
+    """Step 10 with an emulated device of 2 CUs, so that small grids leave a tail: the split parts and
+    the merge run (the output differs from the unsplit call's, which the 304-CU device gives), every
+    mode meets the contract's scaled-ULP limit against fp64 in both layouts, non-finite outputs sit
+    where the unsplit call has them with the same bits, and a second call repeats every bit."""
+    from regress.emu.library import tail_split_plan
+
+    path = build_kernel("hip-emu", cache_dir=cache).path
+    split, whole = EmuLibrary(path, cus=2), EmuLibrary(path)
+    contract = load_contract()
+    shape = Shape(1, 3, 40, 777)  # 3 q-blocks on 2 CUs: one tail block, 13 key tiles
+    assert tail_split_plan(3, 13, 2).parts >= 2 and tail_split_plan(3, 13, 304).tail == 3
+    q, k, v = (x.contiguous() for x in make_inputs_bhsd(shape, seed=11, device="cpu"))
+    k[0, 2, 5] = float("inf")  # head 2: +Inf scores -> NaN rows; head 1: a NaN value row
+    v[0, 1, 700, 3] = float("nan")
+    ref, mag = reference.reference_attention(q, k, v, layout="bhsd", scale=HEAD_DIM**-0.5)
+    differs = False
+    for layout in ("bhsd", "bshd"):
+        qq, kk, vv = (x.transpose(1, 2).contiguous() if layout == "bshd" else x for x in (q, k, v))
+        for mode in ("rtne", "rtna", "rtz"):
+            a = split.forward(qq, kk, vv, layout=layout, rounding=mode)
+            b = whole.forward(qq, kk, vv, layout=layout, rounding=mode)
+            bits = reference.to_bhsd_bits(a, layout)
+            m = compare(bits, numerics.reference_bits(ref, mode), ref, mag)
+            assert m["nonfinite_mismatches"] == 0, (layout, mode)
+            assert m["scaled_ulp_max"] <= contract.scaled_ulp_limit(mode), (layout, mode, m["scaled_ulp_max"])
+            nf = ~torch.isfinite(b.float())
+            assert torch.equal(nf, ~torch.isfinite(a.float()))
+            assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16))
+            differs |= not torch.equal(a.view(torch.int16), b.view(torch.int16))
+            if mode == "rtne":
+                again = split.forward(qq, kk, vv, layout=layout, rounding=mode)
+                assert torch.equal(again.view(torch.int16), a.view(torch.int16))
+    assert differs  # the parts were merged: P rounded against each part's own max

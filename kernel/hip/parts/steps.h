@@ -13,6 +13,9 @@
  *                               within the contract (softmax.h)
  *   8 RA_HIP_LDS_LANE_OFFSETS   per-lane LDS offsets computed once, immediates per read (mainloop.h)
  *   9 RA_HIP_PK_FMA             step 7's exponent arguments two at a time, v_pk_fma_f32 (softmax.h)
+ *  10 RA_HIP_TAIL_SPLIT         the grid's last partial round of q-blocks split over the idle CUs by
+ *                               key range, fp32 partials, one deterministic merge that rounds once
+ *                               (attention_gfx942.hip; host: the split rule, tail_split_plan)
  */
 #ifndef RA_HIP_STEPS_H
 #define RA_HIP_STEPS_H
@@ -48,6 +51,9 @@
 #endif
 #ifndef RA_HIP_PK_FMA
 #define RA_HIP_PK_FMA RA_HIP_STEP_DEFAULT
+#endif
+#ifndef RA_HIP_TAIL_SPLIT
+#define RA_HIP_TAIL_SPLIT RA_HIP_STEP_DEFAULT
 #endif
 
 #if RA_HIP_MFMA_NO_NOP && !RA_HIP_FIRST_MFMA_ZERO_C
