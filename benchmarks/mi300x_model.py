@@ -175,7 +175,7 @@ def ceiling(
     no schedule of this design can beat under the model, per mode, geomean and min over the shapes."""
     by = {(p.shape, p.mode, p.kernel): p for p in preds if isinstance(p, Prediction)}
     out: dict[str, object] = {}
-    for m in MODES:
+    for m in ROUNDING_MODES:
         floors, ratios = set(), {"aiter": [], "moonmath": []}  # type: dict[str, list[float]]
         for (shape, mode, kernel), _ in by.items():
             if kernel != "ours" or mode != m:
