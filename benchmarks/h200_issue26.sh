@@ -13,6 +13,13 @@
 #   H200_LIBS="new=;mk1=-DRA_CUDA_MERGE_KERNEL=1;pf1=-DRA_CUDA_L2_PREFETCH=1;pf2=-DRA_CUDA_L2_PREFETCH=2"
 #   H200_OVERHEAD="1,32,1,8192;8,32,1,4096;4,32,64,8192" H200_NCU_SHAPES="256,32,128,128;1,32,1,8192"
 #   NCU_KERNELS=12 BENCH_MAX=150 BENCH_RESERVE=340 NIGHTLY_RESERVE=40.
+# Call 23 (docs/perf-notes.md v7): STEPS="bench profile" H200_SHAPES=targets,regular
+#   H200_LIBS="new=;h1=-DRA_CUDA_TMA_HINT=1;h3=-DRA_CUDA_TMA_HINT=3;h5=-DRA_CUDA_TMA_HINT=5"
+#   H200_OVERHEAD="8,32,1,4096;4,32,64,8192" H200_NCU_SHAPES="256,32,128,128;8,32,1,4096" NCU_KERNELS=12
+#   BENCH_MAX=260 BENCH_RESERVE=60 CALL_S=420; call 24 the same with H200_LIBS="new=;h2=...=2;h6=...=6",
+#   H200_NCU_SHAPES="256,32,128,128" NCU_KERNELS=8; call 25: STEPS=nightly H200_LIBS="new="
+#   NIGHTLY_RESERVE=30 CALL_S=560; call 26: STEPS=profile H200_LIBS="new=" with NCU_SECTIONS (below).
+# NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
 #   run(command="cd .devstage/h200 && ln -sfn ../../wheels wheels && bash benchmarks/h200_issue26.sh",
 #       carry=[".devstage/h200", "wheels"])
@@ -64,8 +71,8 @@ profile() {  # (3) ncu on the weakest shapes: the first three timed builds and c
   if [ -n "$NCU" ] && [ "$N" -gt 40 ]; then
     H200_NCU_SHAPES=${H200_NCU_SHAPES:-"1,32,1,8192;256,32,128,128;2,16,8192,8192"} timeout "$N" "$NCU" \
       --clock-control none -k regex:"attn_|sdpa|fmha|cudnn" -c "${NCU_KERNELS:-16}" \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section WarpStateStats \
-      --section Occupancy -f -o /tmp/prof python3 benchmarks/h200_split.py ncu-target >/tmp/ncu.log 2>&1
+      $(for x in ${NCU_SECTIONS:-SpeedOfLight MemoryWorkloadAnalysis LaunchStats WarpStateStats Occupancy}; do
+        echo --section "$x"; done) -f -o /tmp/prof python3 benchmarks/h200_split.py ncu-target >/tmp/ncu.log 2>&1
     echo "ncu exit $? (limit $N s)"
     "$NCU" -i /tmp/prof.ncu-rep --page details >"$OUT/ncu.txt" 2>&1
     grep -E "^  [a-z_A-Z].*\(|^ +(Duration|DRAM Throughput|L2 Hit Rate)" "$OUT/ncu.txt" | sed -E 's/ +/ /g' | cut -c1-110

@@ -170,8 +170,14 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const flo
   fence_proxy_async_smem();
   __syncwarp();
   if (lane == 0) {
-    tma_store_4d(tma_o, base, 0, row_base, h, b);
-    tma_store_4d(tma_o, base + 2048, 64, row_base, h, b);
+    if (RA_CUDA_TMA_HINT & 2) {
+      const uint64_t first = l2_policy_evict_first();
+      tma_store_4d_hint(tma_o, base, 0, row_base, h, b, first);
+      tma_store_4d_hint(tma_o, base + 2048, 64, row_base, h, b, first);
+    } else {
+      tma_store_4d(tma_o, base, 0, row_base, h, b);
+      tma_store_4d(tma_o, base + 2048, 64, row_base, h, b);
+    }
     bulk_commit();
   }
 }

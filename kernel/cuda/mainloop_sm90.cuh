@@ -152,6 +152,21 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   int kv = 0;
   int tq = 0;
   const bool prefetch = RA_CUDA_L2_PREFETCH > 0 && p.split_blocks <= kPrefetchMaxBlocks;
+  /* RA_CUDA_TMA_HINT (ptx.cuh): which loads carry an L2 eviction priority, and which */
+  const bool q_hint = (RA_CUDA_TMA_HINT & 1) && p.num_splits == 1;
+  const bool kv_hint = ((RA_CUDA_TMA_HINT & 1) && p.num_m_blocks == 1) || ((RA_CUDA_TMA_HINT & 4) && p.num_m_blocks > 1);
+  uint64_t q_policy = 0, kv_policy = 0;
+  if constexpr (RA_CUDA_TMA_HINT != 0) {
+    q_policy = l2_policy_evict_first();
+    kv_policy = p.num_m_blocks == 1 ? l2_policy_evict_first() : l2_policy_evict_last();
+  }
+  auto load = [&](void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2, int c3, bool hint,
+                  uint64_t policy) {
+    if (RA_CUDA_TMA_HINT && hint)
+      tma_load_4d_hint(dst, map, bar, c0, c1, c2, c3, policy);
+    else
+      tma_load_4d(dst, map, bar, c0, c1, c2, c3);
+  };
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
     if (prefetch) {
       /* the first call also covers the tiles between this one and the prefetch distance */
@@ -163,19 +178,19 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     const int qs = tq % kQStages;
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
     mbar_arrive_expect_tx(&sm.q_full[qs], kTileBytes);
-    tma_load_4d(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, t.m * kBlockM, t.h, t.b);
-    tma_load_4d(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, t.m * kBlockM, t.h, t.b);
+    load(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, t.m * kBlockM, t.h, t.b, q_hint, q_policy);
+    load(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, t.m * kBlockM, t.h, t.b, q_hint, q_policy);
     for (int n = kr.begin; n < kr.end; ++n, ++kv) {
       const int s = kv % kStages;
       const uint32_t ph = (kv / kStages) & 1;
       mbar_wait(&sm.k_empty[s], ph ^ 1);
       mbar_arrive_expect_tx(&sm.k_full[s], kTileBytes);
-      tma_load_4d(sm.k[s][0], &p.tma_k, &sm.k_full[s], 0, n * kBlockN, t.h, t.b);
-      tma_load_4d(sm.k[s][1], &p.tma_k, &sm.k_full[s], 64, n * kBlockN, t.h, t.b);
+      load(sm.k[s][0], &p.tma_k, &sm.k_full[s], 0, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
+      load(sm.k[s][1], &p.tma_k, &sm.k_full[s], 64, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
       mbar_wait(&sm.v_empty[s], ph ^ 1);
       mbar_arrive_expect_tx(&sm.v_full[s], kTileBytes);
-      tma_load_4d(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, n * kBlockN, t.h, t.b);
-      tma_load_4d(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, n * kBlockN, t.h, t.b);
+      load(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
+      load(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
     }
   }
 }
