@@ -42,6 +42,7 @@ def test_cpu_build_then_cache_hit(clean_cache: tuple[Path, build.BuildArtifact])
     assert a.path.parent.name.startswith("cpu-")
 
 
+@pytest.mark.slow  # several builds (1.7 s CPU)
 def test_inject_and_flags_change_the_key(
     clean_cache: tuple[Path, build.BuildArtifact], tmp_path: Path
 ) -> None:
@@ -56,6 +57,7 @@ def test_inject_and_flags_change_the_key(
     assert drill.flags.index("-DRA_INJECT_ULP=1") < drill.flags.index("kernel/cpu/attention_cpu.cpp")
 
 
+@pytest.mark.slow  # two builds (1.6 s CPU)
 def test_damaged_cache_entry_is_rebuilt(
     clean_cache: tuple[Path, build.BuildArtifact], tmp_path: Path
 ) -> None:

@@ -97,6 +97,7 @@ def _is_drill(store: Store, run_id: str) -> tuple[bool, str]:
         return run.is_drill, run.trigger
 
 
+@pytest.mark.slow  # two kernel builds (1.9 s CPU)
 def test_slowdown_drill_changes_no_output_bit() -> None:
     """The drill adds work, never a different answer: same bits as the clean build."""
     clean = load_library(build_kernel("cpu").path)

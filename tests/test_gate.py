@@ -301,6 +301,7 @@ def _alternated(store: Store, pairs: int, slowdown: float) -> list[str]:
     return out
 
 
+@pytest.mark.slow  # two alternated nights written and gated (1.7 s CPU a database)
 def test_alternated_runs_decide_a_slowdown_and_a_clean_pair(store: Store, tmp_path: Path) -> None:
     from regress.gate import gate_alternating
 

@@ -99,6 +99,7 @@ def test_piped_runs_list_forges_no_row_and_tolerates_markup(store: Store, db_url
     assert "\x1b" not in done.stdout
 
 
+@pytest.mark.slow  # CLI subprocesses on a pseudo-terminal (1.5 s CPU each)
 @pytest.mark.parametrize("trigger", ["[/x]", "esc\x1b[2J", "[bold]x"])
 def test_runs_show_and_list_on_a_terminal(store: Store, db_url: str, trigger: str) -> None:
     rid = _run(store, HOSTILE_NAMES, 1.0, trigger=trigger)

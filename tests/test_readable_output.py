@@ -102,6 +102,7 @@ def test_gate_reports_of_an_unpinned_stack_show_no_none(store: Store, tmp_path: 
         assert not REPRS.search(text), REPRS.search(text)
 
 
+@pytest.mark.slow  # a kernel build in a copied tree (1.8 s CPU)
 def test_build_without_git_prints_a_dash(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "no-git"))  # git rev-parse fails: no commit known
     assert main(["build", "--backend", "cpu", "--cache-dir", str(tmp_path / "cache")]) in (0, None)

@@ -118,6 +118,7 @@ def test_import_loads_every_committed_bundle_idempotently(
         store.engine.dispose()
 
 
+@pytest.mark.slow  # imports 8 bundles through the CLI (3.4 s CPU)
 def test_import_refuses_bad_and_conflicting_bundles_and_keeps_the_rest(
     real_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -156,6 +157,7 @@ def test_import_refuses_bad_and_conflicting_bundles_and_keeps_the_rest(
         store.engine.dispose()
 
 
+@pytest.mark.slow  # CLI subprocesses (2.4 s CPU)
 def test_runs_list_piped_prints_whole_ids_that_show_accepts(real_db: str) -> None:
     code, out = _invoke(["runs", "list", "--db", real_db])
     assert code == 0

@@ -81,6 +81,7 @@ def test_calm_clean_pairs_pass_and_drills_from_2_percent_are_caught() -> None:
         assert got == ["regression"] * 10, (pct, got)
 
 
+@pytest.mark.slow  # a simulated calibration (1.4 s CPU)
 def test_heavily_disturbed_clean_pairs_never_alarm_and_big_drills_are_caught() -> None:
     """A quarter of the calls disturbed x1.5-3: the paired blocks scatter, so a clean pair may be
     undecided (its MDE says so), never a regression; 10 % and 30 % drills still are."""

@@ -72,6 +72,7 @@ def test_calm_drills_regress_naming_every_case(slowdown: float) -> None:
         assert "systematic slowdown" in v.reasons[0] and "perf/case" in v.reasons[1]
 
 
+@pytest.mark.slow  # a simulated calibration (1.4 s CPU)
 def test_loaded_cpu_clean_pairs_are_undecided_never_a_pass_nor_an_alarm() -> None:
     for s in SEEDS:
         v = judge(pair(s, loaded=True))
@@ -80,6 +81,7 @@ def test_loaded_cpu_clean_pairs_are_undecided_never_a_pass_nor_an_alarm() -> Non
         assert all(c.advice for c in v.cases if c.name in v.too_noisy)
 
 
+@pytest.mark.slow  # a simulated calibration (1.4 s CPU)
 def test_a_30_percent_drill_on_the_loaded_cpu_never_passes() -> None:
     got = [judge(pair(s, loaded=True, slowdown=0.30)).verdict for s in SEEDS]
     assert "pass" not in got

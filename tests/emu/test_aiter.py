@@ -23,6 +23,7 @@ def aiter() -> peer.Aiter:
         pytest.skip(f"AITER wheel unavailable: {exc}")
 
 
+@pytest.mark.slow  # three peer code objects decoded (2.4 s CPU)
 def test_three_objects_load_and_every_instruction_is_modelled(aiter: peer.Aiter) -> None:
     """Each mode's object: the kernel the launcher names, 512-thread workgroups, 64 KiB LDS, fp32
     denormals flushed, and every one of its instructions compiles (none is refused)."""
@@ -76,6 +77,7 @@ def test_aiter_output_meets_the_contract_on_a_small_shape(
     assert {h.kind for h in emu.last_hazards} <= set(peer.LENIENT)
 
 
+@pytest.mark.slow  # the emulated peer kernel, twice (3.2 s CPU)
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 def test_aiter_grouped_query_reads_key_head_i_over_group(aiter: peer.Aiter, layout: str) -> None:
     """Hk = 2 key/value heads for H = 4 query heads (s_gqa = 2, as AITER's dispatcher sets it): each

@@ -64,6 +64,7 @@ def test_100k_results_are_refused_before_any_per_result_work() -> None:
     assert time.process_time() - t0 < 5  # generous; the per-result checks of 100,000 took far longer
 
 
+@pytest.mark.slow  # a bundle past the limit through the service (1.9 s CPU a database)
 def test_over_the_limit_upload_is_400_naming_limit_and_count(db_url: str, store: Store) -> None:
     # The tests' usual service caps bodies at 512 KiB; this one has the documented default's room.
     app = create_app({"DATABASE_URL": db_url, "MAX_CONTENT_LENGTH": 64 * 1024 * 1024})
@@ -86,6 +87,7 @@ def test_over_the_limit_upload_is_400_naming_limit_and_count(db_url: str, store:
     assert stored(store) == (0, 0)
 
 
+@pytest.mark.slow  # a bundle past the limit through the CLI (1.9 s CPU a database)
 def test_over_the_limit_import_is_one_line_and_stores_nothing(
     tmp_path: Path, db_url: str, store: Store, capsys: Any
 ) -> None:

@@ -213,6 +213,7 @@ def test_deterministic_over_calls_and_thread_counts(
         assert np.array_equal(bits(lib.forward(q, k, v, rounding="rtna")), first), f"threads={n}"
 
 
+@pytest.mark.slow  # two builds (1.6 s CPU)
 def test_sse2_and_avx2_paths_agree(lib: KernelLibrary) -> None:
     """The build without function clones (baseline x86-64 vectors) gives the same bits."""
     plain = load_library(build_kernel("cpu", extra_flags=["-DRA_CPU_NO_CLONES"]).path)
@@ -328,6 +329,7 @@ def test_build_info(lib: KernelLibrary) -> None:
 # --- fire-drill builds ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a drill build (1.8 s CPU)
 def test_inject_ulp_moves_outputs_away_from_zero(lib: KernelLibrary) -> None:
     drill = load_library(build_kernel("cpu", inject={"ulp": 2}).path)
     assert drill.build_info()["inject"]["ulp"] == 2
@@ -340,6 +342,7 @@ def test_inject_ulp_moves_outputs_away_from_zero(lib: KernelLibrary) -> None:
     assert np.array_equal(moved[~nz], clean[~nz])
 
 
+@pytest.mark.slow  # a drill build (1.6 s CPU)
 def test_inject_nondeterminism_flips_odd_launches(lib: KernelLibrary) -> None:
     drill = load_library(build_kernel("cpu", inject={"nondeterminism": 1}).path)
     q, k, v = make_qkv(1, 1, 10, 10, seed=11)
@@ -353,6 +356,7 @@ def test_inject_nondeterminism_flips_odd_launches(lib: KernelLibrary) -> None:
     assert diff.tolist() == [0] and bad.ravel()[0] ^ clean.ravel()[0] == 1
 
 
+@pytest.mark.slow  # a drill build (1.7 s CPU)
 def test_inject_slowdown_is_exact(lib: KernelLibrary, monkeypatch: pytest.MonkeyPatch) -> None:
     """The slowdown drill changes only time, never bits. (That it is slower is shown by the fire-drill
     gate test, through the statistics a real nightly uses, not by a timing assertion here.)"""

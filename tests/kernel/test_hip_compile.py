@@ -174,6 +174,7 @@ def test_resources_no_scratch_no_spills(clean, name):
     assert int(r["Occupancy [waves/SIMD]"]) >= 2
 
 
+@pytest.mark.slow  # a gfx942 build and its disassembly (2.5 s CPU)
 def test_inline_asm_mfma_hazards_are_covered(clean):
     for name in VARIANTS + SPLIT_KERNELS + MERGE_KERNELS:
         problems = mfma_hazards(clean.path, name)

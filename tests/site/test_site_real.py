@@ -96,6 +96,7 @@ def test_index_card_shows_what_the_run_stored(real: RealSite) -> None:
     ]
 
 
+@pytest.mark.slow  # imports and renders every real bundle (2.9 s CPU)
 def test_mutated_bundle_without_summary_still_shows_a_geomean(tmp_path: Path) -> None:
     """A run whose summary lost its geomean (an older writer, a run still going) gets it from its
     stored speedups through the same metrics function."""

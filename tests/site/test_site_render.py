@@ -151,6 +151,7 @@ def test_unchanged_store_writes_nothing(site: Site) -> None:
     assert not again.full_reload and again.reloaded_runs == 0
 
 
+@pytest.mark.slow  # three site renders (3.3 s CPU)
 def test_incremental_rewrites_only_changed_pages(tmp_path: Path) -> None:
     built = make_site(tmp_path)
     out, store = built.out, built.store

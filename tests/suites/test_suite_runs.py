@@ -30,6 +30,7 @@ def _statuses(results: list[CaseResult]) -> dict[str, str]:
     return {r.case.name: f"{r.status}: {r.message}" for r in results if r.status != "pass"}
 
 
+@pytest.mark.slow  # a whole quick suite (2.5 s CPU)
 def test_quick_determinism_passes(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
     results = _run(make_ctx(cpu_lib), "determinism")
     assert not _statuses(results)
@@ -46,6 +47,7 @@ def test_nondeterministic_build_fails(nondet_drill_lib: KernelLibrary, make_ctx:
     assert all(r.metrics["distinct_hashes"] == 2 and r.metrics["differing_elements"] == 1 for r in results)
 
 
+@pytest.mark.slow  # a second process and its torch import (2.3 s CPU)
 def test_second_process_worker_agrees(cpu_lib: KernelLibrary) -> None:
     shape = Shape(1, 2, 96, 130)
     seed = derive_seed(42, "test", shape.dims())
@@ -77,6 +79,7 @@ def test_second_process_worker_agrees(cpu_lib: KernelLibrary) -> None:
     assert json.loads(proc.stdout.splitlines()[-1])["hashes"] == [here, here]
 
 
+@pytest.mark.slow  # a whole quick suite (2.5 s CPU)
 def test_quick_ulp_passes_with_the_golden_model(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
     results = _run(make_ctx(cpu_lib), "ulp")
     assert not _statuses(results)
