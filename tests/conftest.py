@@ -78,21 +78,12 @@ def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def migrated_postgres() -> Iterator[str]:
+def migrated_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One PostgreSQL database migrated to head by Alembic, once per session: the template each
     test's store database is created from (CREATE DATABASE ... TEMPLATE copies its files)."""
-    admin = os.environ.get(PG_ENV)
-    if not admin:
-        pytest.skip(f"no PostgreSQL: set {PG_ENV} (e.g. from `bash .ci/pg.sh`)")
-    name = f"regress_template_{secrets.token_hex(6)}"
-    with _pg_admin_connect(admin) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        open_store(f"{admin.rpartition('/')[0]}/{name}").engine.dispose()  # no session may stay
-        yield name
-    finally:
-        with _pg_admin_connect(admin) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with database("postgresql", tmp_path_factory.getbasetemp()) as url:
+        open_store(url).engine.dispose()  # a template takes no session while it is copied
+        yield url.rpartition("/")[2]
 
 
 @pytest.fixture
