@@ -235,8 +235,9 @@ DESIGN_STEPS = {
         "-DRA_HIP_SOFTMAX_FMA=1",
         "-DRA_HIP_LDS_LANE_OFFSETS=1",
     ),
-    "step9": ("-DRA_HIP_TAIL_SPLIT=0",),
-    "step10": (),
+    "step9": ("-DRA_HIP_TAIL_SPLIT=0", "-DRA_HIP_PACK_P64=0"),
+    "step10": ("-DRA_HIP_PACK_P64=0",),
+    "step11": (),
 }
 
 

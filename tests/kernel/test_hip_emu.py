@@ -178,7 +178,7 @@ def test_rounding_swap_drill_fails_the_quick_nightly(tmp_path: Path, cache: Path
     }
 
 
-# Ablation steps (docs/hip-gfx942.md, "Design steps"): the default build is step 9 (every step on);
+# Ablation steps (docs/hip-gfx942.md, "Design steps"): the default build is step 11 (every step on);
 # -DRA_HIP_LEGACY=1 is step 0 and each step N turns steps 1..N back on. Each must give its base's
 # bits, all modes and layouts, tails too, and pass every quick case strictly.
 LEGACY = ("-DRA_HIP_LEGACY=1",)
@@ -199,8 +199,9 @@ STEPS: dict[str, tuple[str, ...]] = {
     "step6": STEP6,
     "step7": STEP7,
     "step8": (*STEP7, "-DRA_HIP_LDS_LANE_OFFSETS=1"),
-    "step9": ("-DRA_HIP_TAIL_SPLIT=0",),
-    "step10": (),  # the default build
+    "step9": ("-DRA_HIP_TAIL_SPLIT=0", "-DRA_HIP_PACK_P64=0"),
+    "step10": ("-DRA_HIP_PACK_P64=0",),
+    "step11": (),  # the default build
 }
 # Step -> the build whose bits it must reproduce exactly (None: the default build). Step 10 on these
 # shapes (fewer than 8 key tiles: never split) proves its dense path unchanged; its split path is
@@ -209,6 +210,7 @@ BIT_IDENTICAL = {f"step{i}": "step0" for i in range(1, 7)} | {
     "step8": "step7",
     "step9": "step8",
     "step10": "step9",
+    "step11": "step10",
 }
 
 
@@ -229,7 +231,7 @@ def test_design_step_changes_no_bit(cache: Path, step: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", ["step0", "step6"])  # the default (step 9): the quick nightly above
+@pytest.mark.parametrize("step", ["step0", "step6"])  # the default (step 11): the quick nightly above
 def test_design_step_passes_every_quick_case(cache: Path, step: str) -> None:
     """Every case of the quick hip-emu nightly (determinism and ULP, the directed rounding cases
     included) passes on the step's code object, run strictly (any hazard raises)."""
@@ -278,6 +280,7 @@ def test_tail_split_meets_the_contract(cache: Path) -> None:
 
     path = build_kernel("hip-emu", cache_dir=cache).path
     split, whole = EmuLibrary(path, cus=2), EmuLibrary(path)
+    split10 = EmuLibrary(build_kernel("hip-emu", extra_flags=STEPS["step10"], cache_dir=cache).path, cus=2)
     contract = load_contract()
     shape = Shape(1, 3, 40, 777)  # 3 q-blocks on 2 CUs: one tail block, 13 key tiles
     assert tail_split_plan(3, 13, 2).parts >= 2 and tail_split_plan(3, 13, 304).tail == 3
@@ -299,6 +302,9 @@ def test_tail_split_meets_the_contract(cache: Path) -> None:
             assert torch.equal(nf, ~torch.isfinite(a.float()))
             assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16))
             differs |= not torch.equal(a.view(torch.int16), b.view(torch.int16))
+            # Step 11 (one 64-bit add for P's two roundings) changes no bit, split path included.
+            c = split10.forward(qq, kk, vv, layout=layout, rounding=mode)
+            assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (layout, mode)
             if mode == "rtne":
                 again = split.forward(qq, kk, vv, layout=layout, rounding=mode)
                 assert torch.equal(again.view(torch.int16), a.view(torch.int16))

@@ -126,9 +126,23 @@ __device__ __forceinline__ unsigned int pack_p_bf16(float lo, float hi) {
 
 /* The same, rounding to nearest with ties away from zero (step 7): one add each, no v_bfe. */
 __device__ __forceinline__ unsigned int pack_p_bf16_rna(float lo, float hi) {
+#if RA_HIP_PACK_P64
+  /* Step 11: both +0x8000 in one 64-bit add (v_lshl_add_u64) on the pair (hi:lo). A carry out of lo
+   * needs lo >= 0xFFFF8000, a NaN with the sign set: then its query row's sum l (fp32, the same e's)
+   * is NaN and every output of the row is NaN whatever P holds, so the outputs keep their bits.
+   * In asm: written as a C 64-bit add, clang split it back into a zero-extended low add and a
+   * 32-bit high add with the carry (three VALU, not two). */
+  typedef unsigned int u32x2_t __attribute__((ext_vector_type(2)));
+  const unsigned long long pair =
+      __builtin_bit_cast(unsigned long long, u32x2_t{__builtin_bit_cast(unsigned int, lo), __builtin_bit_cast(unsigned int, hi)});
+  unsigned long long x;
+  asm("v_lshl_add_u64 %0, %1, 0, %2" : "=v"(x) : "v"(pair), "s"(0x0000800000008000ull));
+  return __builtin_amdgcn_perm((unsigned int)(x >> 32), (unsigned int)x, 0x07060302u);
+#else
   const unsigned int a = __builtin_bit_cast(unsigned int, lo) + 0x8000u;
   const unsigned int b = __builtin_bit_cast(unsigned int, hi) + 0x8000u;
   return __builtin_amdgcn_perm(b, a, 0x07060302u);
+#endif
 }
 
 }  // namespace ra_gfx942
