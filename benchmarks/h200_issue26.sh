@@ -18,7 +18,8 @@
 #   H200_OVERHEAD="8,32,1,4096;4,32,64,8192" H200_NCU_SHAPES="256,32,128,128;8,32,1,4096" NCU_KERNELS=12
 #   BENCH_MAX=260 BENCH_RESERVE=60 CALL_S=420; call 24 the same with H200_LIBS="new=;h2=...=2;h6=...=6",
 #   H200_NCU_SHAPES="256,32,128,128" NCU_KERNELS=8; call 25: STEPS=nightly H200_LIBS="new="
-#   NIGHTLY_RESERVE=30 CALL_S=560; call 26: STEPS=profile H200_LIBS="new=" with NCU_SECTIONS (below).
+#   NIGHTLY_RESERVE=30 CALL_S=560; call 26: STEPS=profile H200_LIBS="new=" with NCU_SECTIONS (below);
+#   call 27 as call 24 with H200_LIBS="new=;h9=-DRA_CUDA_TMA_HINT=9;h17=-DRA_CUDA_TMA_HINT=17".
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
 #   run(command="cd .devstage/h200 && ln -sfn ../../wheels wheels && bash benchmarks/h200_issue26.sh",

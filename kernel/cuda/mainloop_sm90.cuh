@@ -157,8 +157,11 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   const bool kv_hint = ((RA_CUDA_TMA_HINT & 1) && p.num_m_blocks == 1) || ((RA_CUDA_TMA_HINT & 4) && p.num_m_blocks > 1);
   uint64_t q_policy = 0, kv_policy = 0;
   if constexpr (RA_CUDA_TMA_HINT != 0) {
-    q_policy = l2_policy_evict_first();
-    kv_policy = p.num_m_blocks == 1 ? l2_policy_evict_first() : l2_policy_evict_last();
+    const uint64_t once = (RA_CUDA_TMA_HINT & 8)    ? l2_policy_evict_last()
+                          : (RA_CUDA_TMA_HINT & 16) ? l2_policy_evict_normal()
+                                                    : l2_policy_evict_first();
+    q_policy = once;
+    kv_policy = p.num_m_blocks == 1 ? once : l2_policy_evict_last();
   }
   auto load = [&](void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2, int c3, bool hint,
                   uint64_t policy) {

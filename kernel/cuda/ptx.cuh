@@ -73,7 +73,8 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* tmap, ui
 /* L2 eviction priorities on the TMA copies (-DRA_CUDA_TMA_HINT=N, a bit mask, 0 = none, the
  * default): 1 evict_first on the loads of bytes a launch reads once (Q when keys are not split,
  * K and V when a head has one query block), 2 evict_first on the output's stores, 4 evict_last on
- * K and V when several query blocks read them. */
+ * K and V when several query blocks read them; with bit 1, 8 makes bit 1's priority evict_last and
+ * 16 evict_normal (the cache-hint form with the default priority: a control for the mechanism). */
 #ifndef RA_CUDA_TMA_HINT
 #define RA_CUDA_TMA_HINT 0
 #endif
@@ -90,6 +91,11 @@ __device__ __forceinline__ void tma_load_4d_hint(void* smem_dst, const void* tma
 __device__ __forceinline__ uint64_t l2_policy_evict_first() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
 __device__ __forceinline__ uint64_t l2_policy_evict_last() {
