@@ -36,7 +36,7 @@ from .escape import readable
 from .evidence import PerfEvidence, PerfPair, perf_evidence, samples, scaled_ulp, usable
 from .results import CaseSpec
 from .store import Case, Regression, Result, Run, queries, utcnow
-from .store.queries import series_history
+from .store.queries import series_histories
 from .store.repo import Store, add_regression, get_or_create_case
 from .suite_facts import is_timed
 
@@ -75,13 +75,11 @@ def plain_ulp_frac_gt1(metrics: dict[str, Any]) -> float | None:
     return sum(float(metrics[k]) for k in keys[2:]) / total if total else None
 
 
-def _perf_pair(
-    cfg: AnalysisConfig, session: Session, run: Run, case: Case, result: Result
-) -> PerfPair | None:
+def _perf_pair(case: Case, result: Result, history: Sequence[tuple[Run, Result]]) -> PerfPair | None:
     """This result against the latest earlier usable result of its series (None: nothing to judge)."""
     if not usable(result):
         return None
-    for r, res in series_history(session, run, case.id, cfg.history_runs):
+    for r, res in history:
         if usable(res):
             return PerfPair(case, r, res, result)
     return None
@@ -89,11 +87,11 @@ def _perf_pair(
 
 def night_evidence(cfg: AnalysisConfig, session: Session, run: Run) -> PerfEvidence:
     """The rule's inputs for this run's perf cases, each against its series' latest run."""
-    pairs = [
-        p
-        for result, case in queries.run_results_with_cases(session, run.id)
-        if is_timed(case.suite) and (p := _perf_pair(cfg, session, run, case, result))
+    timed = [
+        (res, case) for res, case in queries.run_results_with_cases(session, run.id) if is_timed(case.suite)
     ]
+    histories = series_histories(session, run, [case.id for _, case in timed], cfg.history_runs)
+    pairs = [p for result, case in timed if (p := _perf_pair(case, result, histories[case.id]))]
     q = cfg.pairwise.location_quantile
     return perf_evidence(session, pairs, q=q, history_runs=cfg.history_runs, with_control=True)
 
@@ -146,7 +144,7 @@ def _perf_recovered(
     return cmp.verdict == "faster" or abs(cmp.relative_change) < cmp.threshold / 2
 
 
-def _numerics(cfg: AnalysisConfig, session: Session, run: Run, result: Result) -> list[_Finding]:
+def _numerics(cfg: AnalysisConfig, result: Result, hist: Sequence[tuple[Run, Result]]) -> list[_Finding]:
     out: list[_Finding] = []
     m = result.metrics
     su, limit = scaled_ulp(m), m.get("scaled_ulp_limit")
@@ -172,7 +170,6 @@ def _numerics(cfg: AnalysisConfig, session: Session, run: Run, result: Result) -
         )
     frac = plain_ulp_frac_gt1(m)
     if frac is not None:
-        hist = series_history(session, run, result.case_id, cfg.history_runs)
         past = [f for _, res in hist if (f := plain_ulp_frac_gt1(res.metrics)) is not None]
         # Same stack, same seed, same inputs: the histogram is exact, so any growth is a change.
         if past and frac > max(past) + 1e-12:
@@ -328,12 +325,18 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
         rows = queries.run_results_with_cases(session, run_id)
         findings: list[_Finding] = []
         checked: dict[int, Result] = {}  # case id -> result that was judged (for auto-resolve)
+        ulp = [
+            case.id
+            for result, case in rows
+            if case.suite == "ulp" and plain_ulp_frac_gt1(result.metrics) is not None
+        ]
+        ulp_history = series_histories(session, run, ulp, cfg.history_runs)
         for result, case in rows:
             if result.status in ("skip", "error", "timeout"):
                 continue
             checked[case.id] = result
             if case.suite == "ulp":
-                findings += _numerics(cfg, session, run, result)
+                findings += _numerics(cfg, result, ulp_history.get(case.id, []))
             elif case.suite == "determinism":
                 findings += _determinism(result)
         ev = night_evidence(cfg, session, run)

@@ -28,7 +28,7 @@ from .metrics import percentile
 from .results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, PERF_SAMPLE
 from .stats import median
 from .store import Case, Result, Run
-from .store.queries import series_history
+from .store.queries import series_histories
 
 SCALED_ULP = "scaled_ulp_max"  # the one name the ULP suite writes
 
@@ -94,13 +94,18 @@ def perf_evidence(
     session: Session, pairs: Sequence[PerfPair], *, q: float, history_runs: int, with_control: bool
 ) -> PerfEvidence:
     """The rule's inputs for these pairs: samples, histories (noisy nights left out), controls."""
+    # Each pair's series before its baseline run, fetched per baseline run (a night's pairs share one).
+    by_base: dict[str, tuple[Run, list[int]]] = {}
+    for p in pairs:
+        by_base.setdefault(p.base_run.id, (p.base_run, []))[1].append(p.case.id)
+    before = {
+        (rid, cid): hist
+        for rid, (base, case_ids) in by_base.items()
+        for cid, hist in series_histories(session, base, case_ids, history_runs - 1).items()
+    }
     histories: list[list[tuple[str, Result]]] = []
     for p in pairs:
-        past = [
-            (r.id, res)
-            for r, res in series_history(session, p.base_run, p.case.id, history_runs - 1)
-            if usable(res)
-        ]
+        past = [(r.id, res) for r, res in before[(p.base_run.id, p.case.id)] if usable(res)]
         histories.append([*past[::-1], (p.base_run.id, p.baseline)])
     # Per night, the control's shift from its own level, as the median over the cases that have one.
     by_night: dict[str, list[float]] = {}

@@ -62,3 +62,41 @@ def test_the_night_and_the_gate_see_the_same_inputs(store: Store) -> None:
     assert night.dropped_nights == gate_ev.dropped_nights == [runs[3]]
     assert all(len(c.history) == 6 for c in night.inputs)  # seven nights before tonight, one dropped
     assert any("noisy night" in r for r in night.reasons)
+
+
+def test_a_series_history_is_the_stacks_earlier_finished_runs_newest_first(store: Store) -> None:
+    """queries.series_histories, the one read of every case's history at once: per case, its results
+    in earlier finished non-drill runs of the same stack, newest first, at most `limit`, whatever the
+    other cases, stacks, drills and unfinished runs around it."""
+    rng = np.random.default_rng(5)
+    runs = [_night(store, rng, 1.0) for _ in range(6)]
+    with store.transaction() as session:
+        other = get_or_create_stack(session, digest="e", keys={}, schema_version=1, name="cpu-b").id
+        first = queries.run_by_id(session, runs[0])
+        assert first is not None
+        same = first.stack_id
+    elsewhere = start_run(
+        store, stack_id=other, build_id=None, backend="cpu", suites=["perf"], source_hash="s"
+    )
+    add_result(store, elsewhere, _result(rng, CASES[0], 1.0, 1.0))
+    finish_run(store, elsewhere, status="complete")
+    drill = start_run(
+        store, stack_id=same, build_id=None, backend="cpu", suites=["perf"], source_hash="s", is_drill=True
+    )
+    add_result(store, drill, _result(rng, CASES[0], 1.0, 1.0))
+    finish_run(store, drill, status="complete")
+    unfinished = start_run(
+        store, stack_id=same, build_id=None, backend="cpu", suites=["perf"], source_hash="s"
+    )
+    add_result(store, unfinished, _result(rng, CASES[1], 1.0, 1.0))
+    last = _night(store, rng, 1.0)
+    with store.reader() as session:
+        run = queries.run_by_id(session, last)
+        assert run is not None
+        ids = {c.name: c.id for _, c in queries.run_results_with_cases(session, last)}
+        got = queries.series_histories(session, run, [ids[n] for n in CASES], limit=4)
+        assert set(got) == set(ids.values())
+        for name in CASES:
+            hist = got[ids[name]]
+            assert [r.id for r, _ in hist] == runs[::-1][:4], name
+            assert all(res.case_id == ids[name] and res.run_id == r.id for r, res in hist)

@@ -36,7 +36,6 @@ from sqlalchemy.orm import Session
 from ..metrics import headline_value
 from ..results import CaseResult, CaseSpec
 from .case import Case
-from .regression import Regression
 from .result import Result, Sample
 from .run import Run
 
@@ -273,9 +272,3 @@ class BulkWriter:
     def flush(self) -> None:
         self.written += write_runs(self.session, self.runs, self.prepared, self.case_ids)
         self.runs, self.prepared = [], PreparedResults()
-
-    def regressions(self, rows: list[dict[str, Any]]) -> None:
-        """Regression rows that refer to queued runs: written after them."""
-        self.flush()
-        if rows:
-            self.session.execute(insert(_table(Regression)), rows)

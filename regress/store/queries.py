@@ -347,16 +347,40 @@ def _earlier_finished(run: Run) -> tuple[ColumnElement[bool], ...]:
     )
 
 
-def series_history(session: Session, run: Run, case_id: int, limit: int) -> list[tuple[Run, Result]]:
-    """Earlier finished non-drill runs of the same stack with a result for this case, newest first."""
-    rows = session.execute(
-        select(Run, Result)
-        .join(Result, Result.run_id == Run.id)
-        .where(Result.case_id == case_id, *_earlier_finished(run))
-        .order_by(Run.started_at.desc(), Run.id.desc())
-        .limit(limit)
-    ).all()
-    return [(r, res) for r, res in rows]
+HISTORY_CHUNK = 500  # case ids per IN (...): under SQLite's 999-parameter floor
+
+
+def series_histories(
+    session: Session, run: Run, case_ids: Iterable[int], limit: int
+) -> dict[int, list[tuple[Run, Result]]]:
+    """The series history of each case: case id -> its results in earlier finished non-drill runs
+    of the same stack, newest first, at most `limit`. One query per chunk of cases, not one per
+    case (a night's analysis asked three times per case: 20 ms a case on SQLite)."""
+    out: dict[int, list[tuple[Run, Result]]] = {}
+    ids = sorted(set(case_ids))
+    for i in range(0, len(ids), HISTORY_CHUNK):
+        chunk = ids[i : i + HISTORY_CHUNK]
+        rank = (
+            func.row_number()
+            .over(partition_by=Result.case_id, order_by=(Run.started_at.desc(), Run.id.desc()))
+            .label("rank")
+        )
+        ranked = (
+            select(Result.id.label("result_id"), rank)
+            .join(Run, Result.run_id == Run.id)
+            .where(Result.case_id.in_(chunk), *_earlier_finished(run))
+            .subquery()
+        )
+        rows = session.execute(
+            select(Run, Result)
+            .join(Result, Result.run_id == Run.id)
+            .join(ranked, ranked.c.result_id == Result.id)
+            .where(ranked.c.rank <= limit)
+            .order_by(Result.case_id, ranked.c.rank)
+        ).all()
+        for r, res in rows:
+            out.setdefault(res.case_id, []).append((r, res))
+    return {cid: out.get(cid, []) for cid in ids}
 
 
 def previous_built_run(session: Session, run: Run) -> Run | None:
