@@ -235,9 +235,10 @@ DESIGN_STEPS = {
         "-DRA_HIP_SOFTMAX_FMA=1",
         "-DRA_HIP_LDS_LANE_OFFSETS=1",
     ),
-    "step9": ("-DRA_HIP_TAIL_SPLIT=0", "-DRA_HIP_PACK_P64=0"),
-    "step10": ("-DRA_HIP_PACK_P64=0",),
-    "step11": (),
+    "step9": ("-DRA_HIP_TAIL_SPLIT=0", "-DRA_HIP_PACK_P64=0", "-DRA_HIP_BUFFER_COPY=0"),
+    "step10": ("-DRA_HIP_PACK_P64=0", "-DRA_HIP_BUFFER_COPY=0"),
+    "step11": ("-DRA_HIP_BUFFER_COPY=0",),
+    "step12": (),
 }
 
 

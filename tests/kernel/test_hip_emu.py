@@ -178,7 +178,7 @@ def test_rounding_swap_drill_fails_the_quick_nightly(tmp_path: Path, cache: Path
     }
 
 
-# Ablation steps (docs/hip-gfx942.md, "Design steps"): the default build is step 11 (every step on);
+# Ablation steps (docs/hip-gfx942.md, "Design steps"): the default build is step 12 (every step on);
 # -DRA_HIP_LEGACY=1 is step 0 and each step N turns steps 1..N back on. Each must give its base's
 # bits, all modes and layouts, tails too, and pass every quick case strictly.
 LEGACY = ("-DRA_HIP_LEGACY=1",)
@@ -199,9 +199,10 @@ STEPS: dict[str, tuple[str, ...]] = {
     "step6": STEP6,
     "step7": STEP7,
     "step8": (*STEP7, "-DRA_HIP_LDS_LANE_OFFSETS=1"),
-    "step9": ("-DRA_HIP_TAIL_SPLIT=0", "-DRA_HIP_PACK_P64=0"),
-    "step10": ("-DRA_HIP_PACK_P64=0",),
-    "step11": (),  # the default build
+    "step9": ("-DRA_HIP_TAIL_SPLIT=0", "-DRA_HIP_PACK_P64=0", "-DRA_HIP_BUFFER_COPY=0"),
+    "step10": ("-DRA_HIP_PACK_P64=0", "-DRA_HIP_BUFFER_COPY=0"),
+    "step11": ("-DRA_HIP_BUFFER_COPY=0",),
+    "step12": (),  # the default build
 }
 # Step -> the build whose bits it must reproduce exactly (None: the default build). Step 10 on these
 # shapes (fewer than 8 key tiles: never split) proves its dense path unchanged; its split path is
@@ -211,6 +212,7 @@ BIT_IDENTICAL = {f"step{i}": "step0" for i in range(1, 7)} | {
     "step9": "step8",
     "step10": "step9",
     "step11": "step10",
+    "step12": "step11",
 }
 
 
@@ -231,7 +233,7 @@ def test_design_step_changes_no_bit(cache: Path, step: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", ["step0", "step6"])  # the default (step 11): the quick nightly above
+@pytest.mark.parametrize("step", ["step0", "step6"])  # the default (step 12): the quick nightly above
 def test_design_step_passes_every_quick_case(cache: Path, step: str) -> None:
     """Every case of the quick hip-emu nightly (determinism and ULP, the directed rounding cases
     included) passes on the step's code object, run strictly (any hazard raises)."""
@@ -302,7 +304,8 @@ def test_tail_split_meets_the_contract(cache: Path) -> None:
             assert torch.equal(nf, ~torch.isfinite(a.float()))
             assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16))
             differs |= not torch.equal(a.view(torch.int16), b.view(torch.int16))
-            # Step 11 (one 64-bit add for P's two roundings) changes no bit, split path included.
+            # Steps 11 and 12 (one 64-bit add for P's two roundings, buffer loads for the copy) change
+            # no bit, split path included.
             c = split10.forward(qq, kk, vv, layout=layout, rounding=mode)
             assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (layout, mode)
             if mode == "rtne":

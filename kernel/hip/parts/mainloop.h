@@ -69,6 +69,28 @@ struct TileCopy {
    * but for one 64-bit add per K load. Same bytes as load(). */
   __device__ __forceinline__ void load_full(const uint16_t* kbase, const uint16_t* vbase, int64_t k_seq_stride,
                                             int64_t v_seq_stride, uint32_t key0, int w, int lane) {
+#if RA_HIP_BUFFER_COPY
+    /* Step 12: the same loads as buffer loads: the wave's K and V row bases are the resources' base
+     * (scalar), each row's distance an SGPR soffset (loop-invariant), the lane's offset a constant
+     * VGPR; no VALU address arithmetic per tile. Row distances must fit 31 bits: strides below 2^20
+     * elements (else the flat path below). No bounds checks: full tiles only (num_records max). */
+    const uint64_t strides = (uint64_t)k_seq_stride | (uint64_t)v_seq_stride;
+    if (((uint32_t)(strides >> 32) | ((uint32_t)strides >> 20)) == 0u) { /* 32-bit scalar tests */
+      const uint16_t* krow = kbase + row_offset<L>(key0 + 4u * (uint32_t)w, k_seq_stride);
+      const __amdgpu_buffer_rsrc_t rk = __builtin_amdgcn_make_buffer_rsrc((void*)krow, (short)0, -1, 0x00020000);
+      const uint32_t klane = 2u * (uint32_t)row_offset<L>((uint32_t)(lane >> 4), k_seq_stride) + 16u * (uint32_t)(lane & 15);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        k[i] = __builtin_amdgcn_raw_buffer_load_b128(rk, klane, (int)(2 * row_offset<L>(32u * (uint32_t)i, k_seq_stride)), 0);
+      const uint16_t* vrow = vbase + row_offset<L>(key0 + 8u * (uint32_t)w, v_seq_stride);
+      const __amdgpu_buffer_rsrc_t rv = __builtin_amdgcn_make_buffer_rsrc((void*)vrow, (short)0, -1, 0x00020000);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, 4u * (uint32_t)lane, (int)(2 * row_offset<L>((uint32_t)e, v_seq_stride)), 0);
+      asm volatile("");
+      return;
+    }
+#endif
     const int64_t klane = row_offset<L>((uint32_t)(lane >> 4), k_seq_stride) + 8 * (lane & 15);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {

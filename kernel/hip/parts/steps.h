@@ -17,6 +17,7 @@
  *                               key range, fp32 partials, one deterministic merge that rounds once
  *                               (attention_gfx942.hip; host: the split rule, tail_split_plan)
  *  11 RA_HIP_PACK_P64           P's two ties-away +0x8000 of a pair in one 64-bit add (mfma.h)
+ *  12 RA_HIP_BUFFER_COPY        full tiles' K/V loads as buffer loads, scalar row bases (mainloop.h)
  */
 #ifndef RA_HIP_STEPS_H
 #define RA_HIP_STEPS_H
@@ -58,6 +59,9 @@
 #endif
 #ifndef RA_HIP_PACK_P64
 #define RA_HIP_PACK_P64 RA_HIP_STEP_DEFAULT
+#endif
+#ifndef RA_HIP_BUFFER_COPY
+#define RA_HIP_BUFFER_COPY RA_HIP_STEP_DEFAULT
 #endif
 
 #if RA_HIP_MFMA_NO_NOP && !RA_HIP_FIRST_MFMA_ZERO_C
