@@ -18,6 +18,7 @@ from typing import Any
 from regress.results import CaseSpec
 from regress.shard import make_units, predict_wall
 from regress.stats import median, percentile
+from regress.suite_facts import is_timed
 
 
 def _load_db(url: str) -> list[dict[str, Any]]:
@@ -93,7 +94,7 @@ def main(argv: list[str]) -> None:
             if o is None:
                 continue
             gpu = r["device"].get("gpu_index")
-            if r["suite"] in ("perf", "e2e") and r["metrics"].get("p50_ms") and o["metrics"].get("p50_ms"):
+            if is_timed(r["suite"]) and r["metrics"].get("p50_ms") and o["metrics"].get("p50_ms"):
                 per_gpu.setdefault(gpu, []).append(r["metrics"]["p50_ms"] / o["metrics"]["p50_ms"])
             if r["suite"] == "ulp":
                 keys = [k for k in r["metrics"] if "ulp" in k and not k.startswith("phase_")]

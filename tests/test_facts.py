@@ -77,8 +77,8 @@ def _reads_torch_hip(node: ast.AST) -> bool:
 def test_no_module_restates_which_suites_are_timed_or_which_backends_are_alike() -> None:
     suites, names = set(suite_facts.SUITES), set(backends.BACKENDS)
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
+        rel = path.relative_to(PACKAGE if path.is_relative_to(PACKAGE) else ROOT).as_posix()
         for node in ast.walk(ast.parse(path.read_text(), rel)):
             strings = _strings(node)
             if strings and strings <= suites and rel != "suite_facts.py":
