@@ -198,6 +198,28 @@ def test_numerics_and_determinism_are_exact_gates(store: Store) -> None:
     assert gate(store, base, add_run(store, [ulp_ok, det_ok], stack="rocm-b")).exit_code == 0
 
 
+def test_rows_come_in_one_order_when_suites_share_case_names(store: Store) -> None:
+    # Cases of different suites share names; the order must not depend on set iteration (a
+    # process's string hashes), or two renders of the same gate differ.
+    names = [f"b1_h1_sq{s}_sk{s}_bshd_rtne" for s in (64, 128, 256, 512, 1024, 2048, 77, 99, 300, 4096)]
+
+    def night() -> list[CaseResult]:
+        return [
+            r
+            for n in names
+            for r in (
+                _perf(n, 1.0),
+                _exact("ulp", n, "pass", scaled_ulp_max=0.5, scaled_ulp_limit=1.5),
+                _exact("determinism", n, "pass", distinct_hashes=1),
+            )
+        ]
+
+    base, cand = add_run(store, night()), add_run(store, night(), stack="rocm-b")
+    rows = [(r.case, r.suite) for r in gate(store, base, cand).rows]
+    assert len(rows) == 3 * len(names)
+    assert rows == sorted(rows)
+
+
 def test_reports_markdown_html_junit(store: Store, tmp_path: Path) -> None:
     runs = history(store)
     weird = "<script>alert(1)</script>"

@@ -162,7 +162,12 @@ def _table(
     perf: list[tuple[int, Case]] = []
     pairs: list[PerfPair] = []
     same_stack = base.stack_id == cand.stack_id and cfg.control_veto_same_stack
-    for key in sorted(set(b_res) | set(c_res), key=lambda k: (b_res.get(k) or c_res[k])[0].name):
+
+    def order(k: str) -> tuple[str, str, str]:  # total: perf and ulp cases share names
+        case = (b_res.get(k) or c_res[k])[0]
+        return case.name, case.suite, k
+
+    for key in sorted(set(b_res) | set(c_res), key=order):
         case = (b_res.get(key) or c_res[key])[0]
         if key not in c_res or key not in b_res:
             side = "candidate" if key not in c_res else "baseline"
