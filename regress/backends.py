@@ -22,6 +22,7 @@ class Backend:
     always_compile_only: bool  # builds the device-free object whatever the flag says
     clock: bool  # timed suites run on it (the emulator has no clock worth timing)
     no_gpu_hint: str = ""  # what still works here when its GPU is absent
+    emulated: bool = False  # the gfx942 code object on the CPU emulator: peers' code objects run beside it
 
     def recipe_for(self, compile_only: bool) -> str:
         return self.compile_only_recipe if compile_only or self.always_compile_only else self.recipe
@@ -58,7 +59,9 @@ BACKENDS: dict[str, Backend] = {
         ),
         # The compile-only gfx942 code object on the CPU emulator (regress/emu): the same recipe and
         # cache entry as `regress build --backend hip --compile-only`.
-        Backend("hip-emu", "cpu", None, "hip", "hip-compile-only", "hip-compile-only", True, False),
+        Backend(
+            "hip-emu", "cpu", None, "hip", "hip-compile-only", "hip-compile-only", True, False, emulated=True
+        ),
     )
 }
 NAMES: tuple[str, ...] = tuple(BACKENDS)

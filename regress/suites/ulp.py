@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from regress import numerics, reference
+from regress.backends import BACKENDS
 from regress.cases import HEAD_DIM, Shape, spec_shape, ulp_case
 from regress.emu.peers.aiter import Aiter, AiterEmu, PeerUnavailable
 from regress.gpu_state import device_state
@@ -137,6 +138,12 @@ def compare(
     }
 
 
+def _emulated(ctx: SuiteContext) -> bool:
+    """The emulator's extras (its tail paths in the quick set, AITER's code object beside ours)."""
+    backend = BACKENDS.get(getattr(ctx.library, "backend", ""))
+    return backend is not None and backend.emulated
+
+
 class UlpSuite:
     name = NAME
 
@@ -152,7 +159,7 @@ class UlpSuite:
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
         shapes = for_device(ctx, gpu=(GPU_QUICK, GPU_SHAPES), cpu=(CPU_QUICK, CPU_SHAPES))
-        if ctx.quick and getattr(ctx.library, "backend", "") == "hip-emu":
+        if ctx.quick and _emulated(ctx):
             shapes = [*shapes, *EMU_QUICK_EXTRA]
         specs: list[CaseSpec] = []
         for shape in shapes:
@@ -168,7 +175,7 @@ class UlpSuite:
         for label in lengths:
             for mode in modes:
                 specs.append(ulp_case(EDGE_LENGTH_SHAPES[label], "bshd", mode, label))
-        if getattr(ctx.library, "backend", "") == "hip-emu":
+        if _emulated(ctx):
             specs += _aiter_cases(ctx.quick)
         # Every mode and layout (each its own kernel variant on the GPUs), quick runs included.
         for dims in rounding.SHAPES:
