@@ -20,6 +20,11 @@
 #   H200_NCU_SHAPES="256,32,128,128" NCU_KERNELS=8; call 25: STEPS=nightly H200_LIBS="new="
 #   NIGHTLY_RESERVE=30 CALL_S=560; call 26: STEPS=profile H200_LIBS="new=" with NCU_SECTIONS (below);
 #   call 27 as call 24 with H200_LIBS="new=;h9=-DRA_CUDA_TMA_HINT=9;h17=-DRA_CUDA_TMA_HINT=17".
+# Calls 28-31 (docs/perf-notes.md v8): STEPS="bench profile" H200_NCU_SHAPES="256,32,128,128"
+#   H200_SHAPE_LIST="256,32,128,128;8,32,1,4096;256,32,128,128;..." (h200_split.py: exactly these)
+#   BENCH_MAX=200 BENCH_RESERVE=60 CALL_S=300, H200_LIBS the tile orders (call 28:
+#   "new=;o1=-DRA_CUDA_TILE_ORDER=1;o2=...=2;o1g0=...=1 -DRA_CUDA_GRID_BALANCE=0") and the dynamic
+#   scheduler (calls 29-31: "new=;t1=-DRA_CUDA_DYN_SCHED=1;t2=-DRA_CUDA_DYN_SCHED=2", ...).
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
 #   run(command="cd .devstage/h200 && ln -sfn ../../wheels wheels && bash benchmarks/h200_issue26.sh",

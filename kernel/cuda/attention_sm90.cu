@@ -83,6 +83,7 @@ constexpr int kDecodeMaxRows = 64;
 #define RA_CUDA_SHORT_STAGES 0
 #endif
 static_assert(RA_CUDA_SHORT_STAGES != 3 || RA_CUDA_PINGPONG == 0, "the short-key plan has no ping-pong variant");
+static_assert(RA_CUDA_SHORT_STAGES != 3 || RA_CUDA_DYN_SCHED == 0, "the dynamic scheduler takes the short plan's attribute bits");
 /* 1: the persistent grid is the fewest CTAs that keep the number of tile waves, so every CTA gets
  * the same number of tiles (256 tiles: 128 CTAs of 2, not 124 of 2 and 8 of 1); no CTA gets more
  * tiles than with one CTA per SM. 0: one CTA per SM. */
@@ -97,7 +98,7 @@ namespace ra_cuda {
 
 /* kMerge: the decode split's merge in the kernel (split.cuh's merge_if_last); only launches with
  * p.merge_in_kernel take this instantiation. */
-template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode, bool kMerge = false>
+template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode, bool kMerge = false, bool kDyn = false>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Plan = std::conditional_t<kDecode, sm90::DecodePlan, sm90::MainPlan>;
@@ -115,10 +116,10 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) sm90::produce(p, sm);
+    if (threadIdx.x == 0) sm90::produce<Plan, kDyn>(p, sm);
   } else {
     setmaxnreg_inc<232>();
-    sm90::consume<kRound, L, kPP, kNQK, kMerge, Plan>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+    sm90::consume<kRound, L, kPP, kNQK, kMerge, Plan, kDyn>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
   }
 #endif
 }
@@ -410,6 +411,9 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
         }
       }
       p.merge_in_kernel = mik && p.num_splits > 1;
+      /* the dynamic scheduler's two counters (tile_scheduler.cuh); without them, the static order */
+      if (RA_CUDA_DYN_SCHED && NQK && !PP && p.num_splits == 1 && p.num_n_blocks <= RA_CUDA_DYN_MAX_BLOCKS)
+        p.tile_counter = split_workspace(dev_id, stream, 0, 2).counters;
       p.num_tiles = (int)(tiles * p.num_splits);
       int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
       if (RA_CUDA_GRID_BALANCE) {
@@ -443,6 +447,16 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           auto kernel = attn_fwd_sm90<R, L, PP, false, false, true>;
           constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
           e = ensure_smem_attr(kernel, dev, uint64_t{1} << (42 + inst + (PP ? 6 : 0)), bytes);
+          if (e != cudaSuccess) return;
+          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
+        }
+      }
+      if constexpr (RA_CUDA_DYN_SCHED != 0 && NQK && !PP) {
+        if (!launched && p.tile_counter) {
+          launched = true;
+          auto kernel = attn_fwd_sm90<R, L, false, true, false, false, true>;
+          constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
+          e = ensure_smem_attr(kernel, dev, uint64_t{1} << (54 + inst), bytes); /* the short plan's bits */
           if (e != cudaSuccess) return;
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
         }
@@ -495,7 +509,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

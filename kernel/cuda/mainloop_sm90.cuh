@@ -86,6 +86,7 @@ struct Smem : OStaging<P::kOStaging> {
   uint64_t k_full[P::kStages], k_empty[P::kStages];
   uint64_t v_full[P::kStages], v_empty[P::kStages];
   int merge_flag[2]; /* split.cuh's merge_if_last, one per consumer warpgroup */
+  int tile_id[P::kQStages]; /* RA_CUDA_DYN_SCHED: the tile whose Q is in stage s (num_tiles: none) */
 };
 template <class P>
 constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the base to 1024 */
@@ -131,9 +132,10 @@ __device__ __forceinline__ KeyRange key_range(const FwdParams& p, int split) {
 #define RA_CUDA_L2_PREFETCH 0
 #endif
 constexpr int kPrefetchMaxBlocks = 2;
+static_assert(!(RA_CUDA_L2_PREFETCH && RA_CUDA_DYN_SCHED), "the L2 prefetch needs the static tile order");
 
 __device__ __forceinline__ void prefetch_tile(const FwdParams& p, int tile) {
-  const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads, p.num_splits);
+  const TileCoord t = tile_coord(p, tile);
   const KeyRange kr = key_range(p, t.split);
   tma_prefetch_4d(&p.tma_q, 0, t.m * kBlockM, t.h, t.b);
   tma_prefetch_4d(&p.tma_q, 64, t.m * kBlockM, t.h, t.b);
@@ -145,7 +147,9 @@ __device__ __forceinline__ void prefetch_tile(const FwdParams& p, int tile) {
   }
 }
 
-template <class P>
+/* kDyn: the dynamic scheduler's instantiation (tile_scheduler.cuh), launched only with
+ * p.tile_counter set; the static one keeps the code it had before the scheduler existed. */
+template <class P, bool kDyn = false>
 __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
@@ -170,16 +174,20 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     else
       tma_load_4d(dst, map, bar, c0, c1, c2, c3);
   };
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
+  constexpr bool dyn = kDyn;
+  for (int tile = blockIdx.x; tile < p.num_tiles; ++tq) {
     if (prefetch) {
       /* the first call also covers the tiles between this one and the prefetch distance */
       for (int a = tq == 0 ? 1 : RA_CUDA_L2_PREFETCH; a <= RA_CUDA_L2_PREFETCH; ++a)
         if (tile + a * (int)gridDim.x < p.num_tiles) prefetch_tile(p, tile + a * (int)gridDim.x);
     }
-    const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads, p.num_splits);
+    /* RA_CUDA_DYN_SCHED 2: the next tile's number is asked for first, used after this tile's loads */
+    const int fetched = RA_CUDA_DYN_SCHED == 2 && dyn ? atomicAdd(&p.tile_counter[0], 1) : 0;
+    const TileCoord t = tile_coord(p, tile);
     const KeyRange kr = key_range(p, t.split);
     const int qs = tq % kQStages;
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
+    if constexpr (dyn) sm.tile_id[qs] = tile; /* published by the arrive below (release) */
     mbar_arrive_expect_tx(&sm.q_full[qs], kTileBytes);
     load(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, t.m * kBlockM, t.h, t.b, q_hint, q_policy);
     load(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, t.m * kBlockM, t.h, t.b, q_hint, q_policy);
@@ -194,6 +202,22 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
       mbar_arrive_expect_tx(&sm.v_full[s], kTileBytes);
       load(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
       load(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
+    }
+    if constexpr (RA_CUDA_DYN_SCHED == 2 && dyn)
+      tile = (int)gridDim.x + fetched;
+    else
+      tile = dyn ? (int)gridDim.x + atomicAdd(&p.tile_counter[0], 1) : tile + (int)gridDim.x;
+  }
+  if constexpr (dyn) {
+    /* the consumers learn there is no next tile from a Q stage that carries no bytes */
+    const int qs = tq % kQStages;
+    mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
+    sm.tile_id[qs] = p.num_tiles;
+    mbar_arrive(&sm.q_full[qs]);
+    /* every CTA has taken its last tile before it counts itself done: the last one resets */
+    if (atomicAdd(&p.tile_counter[1], 1) == (int)gridDim.x - 1) {
+      atomicExch(&p.tile_counter[0], 0);
+      atomicExch(&p.tile_counter[1], 0);
     }
   }
 }
@@ -266,7 +290,7 @@ __device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg)
   return !kPP && m_block * kBlockM + wg * 64 >= p.seqlen_q;
 }
 
-template <int kRound, Layout L, bool kPP, bool kNQK, bool kMerge, class P>
+template <int kRound, Layout L, bool kPP, bool kNQK, bool kMerge, class P, bool kDyn = false>
 __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg, int tid) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
@@ -299,6 +323,20 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
 
   int kv = 0;
   int tq = 0;
+  constexpr bool dyn = kDyn;
+  int tile = blockIdx.x;
+  int next = 0;
+  /* The tile after this one, once the caller needs it (with the dynamic scheduler: waits for the
+   * producer to have taken it, i.e. for its Q stage, which the caller waits for next anyway). */
+  auto resolve_next = [&](int tq_n) -> bool {
+    if constexpr (dyn) {
+      mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
+      next = *reinterpret_cast<volatile int*>(&sm.tile_id[tq_n % kQStages]);
+    } else {
+      next = tile + (int)gridDim.x;
+    }
+    return next < p.num_tiles;
+  };
   if (wg == 1) turn_end<kPP>(wg); /* warpgroup 0 goes first */
   if ((int)blockIdx.x < p.num_tiles) {
     wait_qk0(0, 0);
@@ -308,14 +346,13 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     turn_end<kPP>(wg);
     wgmma_wait<0>();
   }
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++tq) {
-    const TileCoord t = decode_tile(tile, p.num_m_blocks, p.heads, p.num_splits);
+  for (; tile < p.num_tiles; tile = next, ++tq) {
+    const TileCoord t = tile_coord(p, tile);
     const KeyRange kr = key_range(p, t.split);
     const int nb = kr.end - kr.begin;                        /* this tile's key blocks */
     const bool tail = any_tail && kr.end == p.num_n_blocks; /* its last block is partial */
     const int qs = tq % kQStages;
     const uint32_t q_addr = q_addr_of(qs);
-    const bool has_next = tile + (int)gridDim.x < p.num_tiles;
 
     /* key block 0: S is ready */
     fence_regs(s);
@@ -333,7 +370,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
         warp_release(&sm.v_empty[kc % kStages], lane);
       }
       kv += nb;
-      if (has_next) {
+      if (resolve_next(tq + 1)) {
         wait_qk0(tq + 1, kv);
         turn_begin<kPP>(wg);
         wgmma_fence();
@@ -393,6 +430,13 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     {
       const int kl = kv + nb - 1;
       const int sl = kl % kStages;
+      /* kDyn: the next tile is known only from shared memory, and a wait on it between the wgmmas
+       * below made ptxas serialise them (C7520, call 31's build): resolved before they issue */
+      bool dyn_next = false;
+      if constexpr (kNQK && dyn) {
+        dyn_next = resolve_next(tq + 1);
+        if (dyn_next) wait_qk0(tq + 1, kv + nb);
+      }
       mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
       turn_begin<kPP>(wg);
       wgmma_fence();
@@ -400,7 +444,11 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
       wgmma_commit();
       if constexpr (kNQK) {
         /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
-        if (has_next) wait_qk0(tq + 1, kv + nb);
+        bool has_next = dyn_next;
+        if constexpr (!dyn) {
+          has_next = resolve_next(tq + 1);
+          if (has_next) wait_qk0(tq + 1, kv + nb);
+        }
         issue_qk0(has_next ? tq + 1 : tq, has_next ? kv + nb : kv);
       }
       turn_end<kPP>(wg);
@@ -434,6 +482,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
 #endif
     }
     if constexpr (!kNQK) {
+      const bool has_next = resolve_next(tq + 1);
       if (has_next) wait_qk0(tq + 1, kv);
       turn_begin<kPP>(wg);
       wgmma_fence();

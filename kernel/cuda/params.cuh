@@ -46,6 +46,9 @@ struct FwdParams {
   float* part_o;  /* [split][batch * heads][seqlen_q][128]: unnormalised O of the split's keys */
   float* part_ml; /* [split][batch * heads][seqlen_q][2]: raw row max, row sum of the split's keys */
   int* part_cnt;  /* [batch * heads][num_m_blocks][2 warpgroups]: splits done (0 between launches) */
+  /* RA_CUDA_DYN_SCHED (tile_scheduler.cuh): [0] tiles handed out past the first grid, [1] CTAs
+   * done; 0 between launches (the last CTA resets both). nullptr: the static order. */
+  int* tile_counter;
   int merge_in_kernel; /* 1: the last split's warpgroup merges (few rows); 0: attn_merge_splits does */
   float scale_log2; /* softmax scale * log2(e) */
   int nondet_flip;  /* RA_INJECT_NONDET: flip bit 0 of O[0,0,0,0] on this launch */

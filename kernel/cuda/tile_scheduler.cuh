@@ -8,6 +8,32 @@
  * keys (split.cuh) a tile is one slice of one query block's keys.
  */
 #pragma once
+#include "params.cuh"
+
+/* Which tile a CTA's k-th slot is (issue 26, aimed at the memory-bound (256,32,128,128), where the
+ * gap to cuDNN is DRAM efficiency at equal bytes): 0 (default) cyclic, CTA c takes c, c + grid, ...
+ * (the CTAs at work share a 4 MB window of each tensor); 1 blocked, CTA c takes a contiguous run
+ * (the CTAs at work are ~num_tiles / grid tiles apart: independent sequential streams); 2 cyclic
+ * with the batch numbered fastest among (batch, head), so the CTAs at work read one head of
+ * consecutive batches (BHSD: 1 MB apart at 32 heads). A permutation of the tiles: every order
+ * computes the same bits. */
+#ifndef RA_CUDA_TILE_ORDER
+#define RA_CUDA_TILE_ORDER 0
+#endif
+/* 1: unsplit launches hand tiles out by an atomic counter (FlashAttention-3's dynamic persistent
+ * scheduler): a CTA's producer takes its next tile when it has issued the loads of this one and
+ * tells the consumers through shared memory, so CTAs that get less bandwidth take fewer tiles and
+ * all finish together (ncu, (256,32,128,128): SMs active 89.6 % of the launch against cuDNN's
+ * 98.4 %). 0 (default): the static order above. Tiles are independent: the same bits. */
+#ifndef RA_CUDA_DYN_SCHED
+#define RA_CUDA_DYN_SCHED 0
+#endif
+/* 1: the producer takes its next tile after issuing this one's loads; 2: it asks for it before
+ * them, so the atomic's round trip overlaps the waits for free stages. RA_CUDA_DYN_MAX_BLOCKS: only
+ * launches whose tiles have at most this many key blocks are scheduled dynamically. */
+#ifndef RA_CUDA_DYN_MAX_BLOCKS
+#define RA_CUDA_DYN_MAX_BLOCKS 1
+#endif
 
 namespace ra_cuda {
 
@@ -26,6 +52,26 @@ __device__ __forceinline__ TileCoord decode_tile(int tile, int num_m_blocks, int
   t.m = tile - bh * num_m_blocks;
   t.b = bh / heads;
   t.h = bh - t.b * heads;
+  return t;
+}
+
+/* Slot i = blockIdx.x + k * gridDim.x (the loops of mainloop_sm90.cuh) -> its tile's coordinates
+ * in the order RA_CUDA_TILE_ORDER names. */
+__device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int i) {
+  if constexpr (RA_CUDA_TILE_ORDER == 1) {
+    /* CTA c has q + 1 slots if c < r, else q (n = q grid + r): its run starts at c q + min(c, r) */
+    const int g = (int)gridDim.x;
+    const int q = p.num_tiles / g;
+    const int r = p.num_tiles - q * g;
+    const int c = i % g;
+    i = c * q + min(c, r) + i / g;
+  }
+  TileCoord t = decode_tile(i, p.num_m_blocks, p.heads, p.num_splits);
+  if constexpr (RA_CUDA_TILE_ORDER == 2) {
+    const int bh = t.b * p.heads + t.h; /* read as (head, batch), batch fastest */
+    t.h = bh / p.batch;
+    t.b = bh - t.h * p.batch;
+  }
   return t;
 }
 

@@ -33,8 +33,8 @@ LAYOUTS = 2
 SCHEDULES = 2  # sm90: next tile's Q K^T beside the last P.V or not (by seqlen_k); no ping-pong variant
 MERGES = MODES  # attn_merge_splits, one per rounding mode (the split over keys, split.cuh)
 IN_KERNEL_MERGES = MODES * LAYOUTS  # attn_fwd_sm90<..., kMerge = true>: decode's splits merged in the kernel
-# the last template argument of attn_fwd_sm90 (kMerge) in the mangled name
-IN_KERNEL_MERGE = re.compile(r"Lb[01]ELb[01]ELb[01]ELb1EE")
+# attn_fwd_sm90's kMerge in the mangled name (the argument before the last, kDyn: RA_CUDA_DYN_SCHED)
+IN_KERNEL_MERGE = re.compile(r"Lb[01]ELb[01]ELb[01]ELb1ELb[01]EE")
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
 
 INJECT = {"slowdown_pct": 25, "ulp": 1, "nondeterminism": 1}
