@@ -3,6 +3,7 @@ case and a run whose names carry <script> (they must come out as text)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from regress.demo import demo_history
+from regress.metrics import timing_metrics
 from regress.results import CaseResult, CaseSpec
 from regress.site import SiteReport, build_site
 from regress.store import Case, Regression, Run, Stack
@@ -50,7 +52,7 @@ def add_evil(store: Store) -> tuple[str, str]:
         CaseResult(
             case=spec,
             status="fail",
-            metrics={"p50_ms": 1.5, "p95_ms": 1.7},
+            metrics=timing_metrics({"time_ms": [1.4, 1.5, 1.6, 1.7]}, "tflops", lambda ms: 1e-9 / ms),
             samples={"time_ms": [1.4, 1.5, 1.6, 1.7]},
             message=EVIL,
         ),
@@ -65,7 +67,7 @@ def add_evil(store: Store) -> tuple[str, str]:
                 case_id=case.id,
                 stack_id=stack_id,
                 kind="perf",
-                metric="p50_ms",
+                metric="time_ms",
                 state="open",
                 first_run_id=rid,
                 last_run_id=rid,
@@ -86,9 +88,26 @@ class Site:
     evil_case_key: str
 
 
-def make_site(tmp: Path) -> Site:
-    store = open_store(f"sqlite:///{tmp / 'site.db'}")
+@pytest.fixture(scope="session")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo history, written once per session (every night is judged by the analysis, ~13 s);
+    each user takes its own copy of the file."""
+    path = tmp_path_factory.mktemp("demo") / "demo.db"
+    store = open_store(f"sqlite:///{path}")
     demo_history(store, nights=NIGHTS, stacks=3, cases=40, seed=3, samples=12, start=START)
+    store.engine.dispose()
+    return path
+
+
+def demo_copy(demo_db: Path, tmp: Path) -> Store:
+    """A store on a fresh copy of the session's demo history."""
+    db = tmp / "site.db"
+    shutil.copyfile(demo_db, db)
+    return open_store(f"sqlite:///{db}")
+
+
+def make_site(tmp: Path, demo_db: Path) -> Site:
+    store = demo_copy(demo_db, tmp)
     evil_run, evil_key = add_evil(store)
     out = tmp / "site"
     report = build_site(store, out)
@@ -96,7 +115,7 @@ def make_site(tmp: Path) -> Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    built = make_site(tmp_path_factory.mktemp("site"))
+def site(tmp_path_factory: pytest.TempPathFactory, demo_db: Path) -> Iterator[Site]:
+    built = make_site(tmp_path_factory.mktemp("site"), demo_db)
     yield built
     built.store.engine.dispose()

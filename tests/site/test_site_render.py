@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import EVIL, NIGHTS, START, Site, make_site
+from conftest import EVIL, NIGHTS, START, Site, demo_copy, make_site
 from sqlalchemy import func, select
 
 from regress.bundle import validate_bundle
@@ -18,7 +18,7 @@ from regress.demo import demo_cases, demo_history
 from regress.resources import WEB_ENV, web_dir
 from regress.site import build_site
 from regress.store import Case, GateDecision, Regression, Run, Stack
-from regress.store.repo import Store, open_store
+from regress.store.repo import Store
 from regress.store.transfer import export_bundle
 
 REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -152,8 +152,8 @@ def test_unchanged_store_writes_nothing(site: Site) -> None:
 
 
 @pytest.mark.slow  # three site renders (3.3 s CPU)
-def test_incremental_rewrites_only_changed_pages(tmp_path: Path) -> None:
-    built = make_site(tmp_path)
+def test_incremental_rewrites_only_changed_pages(tmp_path: Path, demo_db: Path) -> None:
+    built = make_site(tmp_path, demo_db)
     out, store = built.out, built.store
     old_runs = {p.name: p.stat().st_mtime_ns for p in (out / "run").glob("*.html")}
     # data that one more night does not touch: stack diffs and gate reports
@@ -216,8 +216,8 @@ def test_full_rerenders_every_page(site: Site) -> None:
     assert full.written == full.pages, "--full rewrites every file (a repair after hand edits)"
 
 
-def test_removed_runs_lose_their_pages(tmp_path: Path) -> None:
-    built = make_site(tmp_path)
+def test_removed_runs_lose_their_pages(tmp_path: Path, demo_db: Path) -> None:
+    built = make_site(tmp_path, demo_db)
     with built.store.transaction() as s:
         run = s.get(Run, built.evil_run)
         s.query(Regression).filter(Regression.first_run_id == run.id).delete()
@@ -237,12 +237,11 @@ def test_site_on_every_backend(store: Store, tmp_path: Path) -> None:
     assert _chart(page)["main"]["stacks"]
 
 
-def test_demo_history_shape(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'demo.db'}")
-    # Every night is judged by the nightly's analysis: 20 nights keep it to seconds.
-    summary = demo_history(store, nights=20, stacks=3, cases=40, seed=3, samples=12)
-    assert summary.runs == 60 and summary.cases == len(demo_cases(40))
+def test_demo_history_shape(tmp_path: Path, demo_db: Path) -> None:
+    store = demo_copy(demo_db, tmp_path)  # 20 nights x 3 stacks x 40 cases, every night judged
     with store.reader() as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 3 * NIGHTS
+        assert s.scalar(select(func.count()).select_from(Case)) == len(demo_cases(40))
         assert s.scalar(select(func.count()).select_from(Stack)) == 4  # lane 0 is upgraded
         states = set(s.scalars(select(Regression.state)))
         assert states == {"open", "acknowledged", "resolved"}
