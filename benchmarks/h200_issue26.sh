@@ -25,6 +25,11 @@
 #   BENCH_MAX=200 BENCH_RESERVE=60 CALL_S=300, H200_LIBS the tile orders (call 28:
 #   "new=;o1=-DRA_CUDA_TILE_ORDER=1;o2=...=2;o1g0=...=1 -DRA_CUDA_GRID_BALANCE=0") and the dynamic
 #   scheduler (calls 29-31: "new=;t1=-DRA_CUDA_DYN_SCHED=1;t2=-DRA_CUDA_DYN_SCHED=2", ...).
+# Call 32 (docs/perf-notes.md v8 addendum): STEPS="bench quick" H200_LIBS="new=;t1=-DRA_CUDA_DYN_SCHED=1"
+#   H200_SHAPE_LIST (the 77-key shapes and (256,32,128,128) repeated between the guards)
+#   H200_OVERHEAD="8,32,1,4096" BENCH_MAX=120 BENCH_RESERVE=60 CALL_S=215; `quick` is the landed
+#   default's quick CUDA nightly (h200_quick_and_swap.sh's first part). The short table printed last:
+#   h200_split.py summary (each build's ratio to cuDNN per mode, the range over a shape's repeats).
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
 #   run(command="cd .devstage/h200 && ln -sfn ../../wheels wheels && bash benchmarks/h200_issue26.sh",
@@ -87,6 +92,20 @@ profile() {  # (3) ncu on the weakest shapes: the first three timed builds and c
   fi
 }
 
+quick() {  # the landed default's quick CUDA nightly (every suite, directed rounding cases included)
+  local S=$(date +%s) L=$(($(left) - 8))
+  if [ "$L" -gt 40 ]; then
+    timeout "$L" python3 -m regress nightly --backend cuda --stack h200-cuda13.0 --allow-drift --quick \
+      --runner h200-lent --db "sqlite:////tmp/quick.db" --out /tmp/quick --trigger device-quick \
+      >"$OUT/quick.log" 2>&1
+    echo "quick nightly exit $? after $(($(date +%s) - S)) s (limit $L s)"
+    cp /tmp/quick/bundles/*.json "$OUT/" 2>/dev/null
+    grep -v -E "^\s*$" "$OUT/quick.log" | tail -4
+  else
+    echo "quick nightly skipped: $(left) s left"
+  fi
+}
+
 wait "$PREBUILD"  # the bench's builds are in the cache before anything is timed
 echo "prebuild exit $? after $(($(date +%s) - T0)) s ($(tail -1 /tmp/prebuild.log))"
 if [ -n "${CTEST:-}" ]; then
@@ -98,5 +117,8 @@ nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw,clocks_throttle_reas
 echo "== call wall $(($(date +%s) - T0)) s =="
 grep -E "built|checks|FAIL|failed|graph:|\[" "$OUT/bench.log" 2>/dev/null | cut -c1-300 | head -20
 cat /tmp/bench/table.txt 2>/dev/null
-grep -A4 "geomean vs" "$OUT/perf_table.txt"
-grep -E "below|^suites" "$OUT/perf_table.txt"
+grep -A4 "geomean vs" "$OUT/perf_table.txt" 2>/dev/null
+grep -E "below|^suites" "$OUT/perf_table.txt" 2>/dev/null
+if [ -s /tmp/bench/results.json ]; then
+  python3 benchmarks/h200_split.py summary --out /tmp/bench | tee "$OUT/summary.txt"
+fi

@@ -263,6 +263,7 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
         (Shape(16, 8, 128, 128), "realistic"),
         (Shape(8, 4, 256, 256), "realistic"),
         (Shape(2, 40, 1024, 77), "realistic"),
+        (Shape(2, 24, 4096, 77), "realistic"),  # one key block, many query blocks (the dynamic order)
         (Shape(3, 5, 65, 129), "realistic"),
         (Shape(256, 32, 128, 128), "realistic"),  # issue 26's memory-bound family (tile orders)
         (Shape(67, 5, 200, 128), "realistic"),  # 670 tiles on 112 CTAs: uneven runs per CTA
@@ -324,12 +325,15 @@ def check_drills(libs: dict[str, KernelLibrary], fails: list[str]) -> None:
 def check_determinism(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> None:
     """Six launches per case with unrelated GPU work between: one hash each."""
     junk = torch.randn(4096, 4096, device="cuda")
-    for name in ("new", "s4", *(n for n in ("s16", "decode3", "mk1", "mk1s4", "pf1", "pf2") if n in libs)):
+    timed = [n for n in LIBS if n not in ("new", "s4") and not forced_split(n)]  # t1 = the dynamic order
+    for name in ("new", "s4", *timed, *(n for n in ("s16", "mk1s4") if n in libs and n not in timed)):
         for s in (
             Shape(8, 32, 1, 4096),
             Shape(4, 32, 64, 8192),
             Shape(3, 5, 65, 2000),
             Shape(1, 32, 1, 8192),
+            Shape(256, 32, 128, 128),  # one key block a tile: where the tile counter schedules
+            Shape(67, 5, 200, 128),
         ):
             for layout in LAYOUTS:
                 q, k, v = make_inputs(s, layout, seed=2, device="cuda")
@@ -354,10 +358,11 @@ def check_graph(libs: dict[str, KernelLibrary], fails: list[str]) -> dict[str, A
         "op": lambda q, k, v: attention(q, k, v, layout="bhsd", rounding="rtne"),
         "s4": lambda q, k, v: libs["s4"].forward(q, k, v, layout="bhsd", rounding="rtne"),
     }
-    for name in ("decode3", "mk1", "mk1s4", "pf1"):
+    for name in ("mk1s4", *(n for n in LIBS if n != "new" and not forced_split(n))):
         if name in libs:
             fns[name] = lambda q, k, v, lib=libs[name]: lib.forward(q, k, v, layout="bhsd", rounding="rtne")
-    for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(1, 32, 1, 8192)):
+    # (67,5,200,128): the tile counter's reset between replays (one key block a tile)
+    for s in (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(1, 32, 1, 8192), Shape(67, 5, 200, 128)):
         for name, f in fns.items():
             q, k, v = make_inputs(s, "bhsd", seed=3, device="cuda")
             first = f(q, k, v)
@@ -455,12 +460,58 @@ def table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def summary(res: dict[str, Any]) -> str:
+    """Per shape and layout, in first-timed order: each build's ratio to cuDNN per mode (the range
+    over the shape's repeats in the list), and the last build's time ratio to the first's."""
+    groups: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for row in res.get("sweep", []):
+        if row["ms"].get("sdpa_cudnn"):
+            groups.setdefault((row["shape"], row["layout"]), []).append(row["ms"])
+    names = list(
+        dict.fromkeys(
+            k.split(":")[0] for ms in groups.get(next(iter(groups), ("", "")), []) for k in ms if ":" in k
+        )
+    )
+    first, last = (names[0], names[-1]) if names else ("", "")
+    lines = [
+        f"== ours / cuDNN per mode ({' / '.join(MODES)}), range over repeats; x: {first} / {last} time =="
+    ]
+    for (shape, layout), rows in groups.items():
+        cells = []
+        for n in names:
+            per = []
+            for m in MODES:
+                r = [ms["sdpa_cudnn"] / ms[f"{n}:{m}"] for ms in rows if f"{n}:{m}" in ms] or [math.nan]
+                per.append(
+                    f"{min(r):.3f}"
+                    if len(r) == 1 or f"{min(r):.3f}" == f"{max(r):.3f}"
+                    else f"{min(r):.3f}-{max(r):.3f}"
+                )
+            cells.append(f"{n} " + " / ".join(per))
+        if len(names) > 1:
+            rel = [
+                ms[f"{names[0]}:{m}"] / ms[f"{names[-1]}:{m}"]
+                for ms in rows
+                for m in MODES
+                if f"{names[-1]}:{m}" in ms
+            ]
+            cells.append(f"x{min(rel):.3f}-{max(rel):.3f}")
+        lines.append(
+            f"{shape:>16} {layout} x{len(rows)} cudnn {min(ms['sdpa_cudnn'] for ms in rows) * 1e3:7.1f}us | "
+            + " | ".join(cells)
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["all", "build", "ncu-target"])
+    ap.add_argument("what", choices=["all", "build", "ncu-target", "summary"])
     ap.add_argument("--out", type=Path, default=Path("/tmp/h200_split"))
     ap.add_argument("--skip", default="")
     a = ap.parse_args()
+    if a.what == "summary":  # the short table of a finished run's results.json
+        print(summary(json.loads((a.out / "results.json").read_text())))
+        return 0
     if a.what == "ncu-target":
         ncu_target()
         return 0
