@@ -99,6 +99,7 @@ def test_build_failure_is_recorded_as_a_failed_run(tmp_path: Path, monkeypatch: 
     assert run.status == "failed" and "build failed" in run.message
 
 
+@pytest.mark.slow  # a live fingerprint probe and a pin written and read (~2-3 s)
 def test_drift_refuses_to_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

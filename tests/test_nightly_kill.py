@@ -90,6 +90,7 @@ def test_kill_before_the_commit_is_restored_from_the_bundle(tmp_path: Path, db_u
     assert first.summary == spooled["run"]["summary"]
 
 
+@pytest.mark.slow  # a whole nightly, then its bundle rebuilt from the store (~3-5 s)
 def test_upload_run_recreates_a_bundle_from_the_store(tmp_path: Path, db_url: str) -> None:
     """`regress upload --run ID` spools the stored run's bundle (here: the service is down)."""
     from regress.pins import pin_for_digest

@@ -32,6 +32,7 @@ def _refused_upload(url: str, auth: str | None) -> tuple[bytes, bool]:
         return seen, True
 
 
+@pytest.mark.slow  # waits out the server's 2 s idle bound per case, by design
 @pytest.mark.parametrize("auth", [None, "Bearer not-a-token"])
 def test_refused_uploads_close_their_connection(service: Service, auth: str | None) -> None:
     # At once, as such clients come: each is closed after the server's 2 s idle bound, not 8 s in a row.
