@@ -50,6 +50,10 @@ def test_the_cli_offers_the_backends_of_the_table() -> None:
 def test_resolving_auto_without_a_gpu_gives_cpu_and_an_unknown_name_is_refused() -> None:
     assert backends.gpu_backend("6.2") == "hip" and backends.gpu_backend(None) == "cuda"
     assert backends.resolve("hip-emu") == "hip-emu"
+    import torch
+
+    if not torch.cuda.is_available():  # what the name promises: auto on a machine without a GPU
+        assert backends.resolve("auto") == "cpu"
     with pytest.raises(ValueError, match="unknown backend 'rocm'"):
         backends.resolve("rocm")
 
