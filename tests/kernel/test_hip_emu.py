@@ -274,41 +274,50 @@ def test_softmax_fma_step_meets_the_contract(cache: Path) -> None:
 
 @pytest.mark.slow  # the split path on the emulator: 8 launches of a 3-launch call, fp64 references
 def test_tail_split_meets_the_contract(cache: Path) -> None:
-    """Step 10 with an emulated device of 2 CUs, so that small grids leave a tail: the split parts and
-    the merge run (the output differs from the unsplit call's, which the 304-CU device gives), every
-    mode meets the contract's scaled-ULP limit against fp64 in both layouts, non-finite outputs sit
-    where the unsplit call has them with the same bits, and a second call repeats every bit."""
+    """Step 10 against the unsplit call (a 1-CU device: whole rounds only, never split): on 2 CUs the
+    last q-block (head 2, finite) is split while the others stay dense, on 304 (MI300X) all three are
+    split. Each split output differs from the unsplit one (the parts were merged), meets the
+    contract's scaled-ULP limit against fp64 in every mode and layout, has its non-finite outputs
+    (an +Inf score's NaN rows in head 0, a NaN value in head 1) where the unsplit call has them with
+    the same bits, and a second call repeats every bit; a mixed call's dense blocks are the unsplit
+    call's bits."""
     from regress.emu.library import tail_split_plan
 
     path = build_kernel("hip-emu", cache_dir=cache).path
-    split, whole = EmuLibrary(path, cus=2), EmuLibrary(path)
+    mixed, every, whole = EmuLibrary(path, cus=2), EmuLibrary(path), EmuLibrary(path, cus=1)
     split10 = EmuLibrary(build_kernel("hip-emu", extra_flags=STEPS["step10"], cache_dir=cache).path, cus=2)
     contract = load_contract()
-    shape = Shape(1, 3, 40, 777)  # 3 q-blocks on 2 CUs: one tail block, 13 key tiles
-    assert tail_split_plan(3, 13, 2).parts >= 2 and tail_split_plan(3, 13, 304).tail == 3
+    shape = Shape(1, 3, 40, 777)  # 3 q-blocks (one per head), 13 key tiles
+    assert tail_split_plan(3, 13, 2).tail == 1 and tail_split_plan(3, 13, 2).parts >= 2
+    assert tail_split_plan(3, 13, 304).tail == 3 and tail_split_plan(3, 13, 1).tail == 0
     q, k, v = (x.contiguous() for x in make_inputs_bhsd(shape, seed=11, device="cpu"))
-    k[0, 2, 5] = float("inf")  # head 2: +Inf scores -> NaN rows; head 1: a NaN value row
+    k[0, 0, 5] = float("inf")  # head 0: +Inf scores -> NaN rows; head 1: a NaN value row
     v[0, 1, 700, 3] = float("nan")
     ref, mag = reference.reference_attention(q, k, v, layout="bhsd", scale=HEAD_DIM**-0.5)
-    differs = False
+    differs = {"mixed": False, "every": False}
     for layout in ("bhsd", "bshd"):
         qq, kk, vv = (x.transpose(1, 2).contiguous() if layout == "bshd" else x for x in (q, k, v))
+        heads = (lambda t: t) if layout == "bhsd" else (lambda t: t.transpose(1, 2))
         for mode in ("rtne", "rtna", "rtz"):
-            a = split.forward(qq, kk, vv, layout=layout, rounding=mode)
             b = whole.forward(qq, kk, vv, layout=layout, rounding=mode)
-            bits = reference.to_bhsd_bits(a, layout)
-            m = compare(bits, numerics.reference_bits(ref, mode), ref, mag)
-            assert m["nonfinite_mismatches"] == 0, (layout, mode)
-            assert m["scaled_ulp_max"] <= contract.scaled_ulp_limit(mode), (layout, mode, m["scaled_ulp_max"])
             nf = ~torch.isfinite(b.float())
-            assert torch.equal(nf, ~torch.isfinite(a.float()))
-            assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16))
-            differs |= not torch.equal(a.view(torch.int16), b.view(torch.int16))
-            # Steps 11 and 12 (one 64-bit add for P's two roundings, buffer loads for the copy) change
-            # no bit, split path included.
-            c = split10.forward(qq, kk, vv, layout=layout, rounding=mode)
-            assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (layout, mode)
-            if mode == "rtne":
-                again = split.forward(qq, kk, vv, layout=layout, rounding=mode)
-                assert torch.equal(again.view(torch.int16), a.view(torch.int16))
-    assert differs  # the parts were merged: P rounded against each part's own max
+            for name, lib in (("mixed", mixed), ("every", every)):
+                a = lib.forward(qq, kk, vv, layout=layout, rounding=mode)
+                bits = reference.to_bhsd_bits(a, layout)
+                m = compare(bits, numerics.reference_bits(ref, mode), ref, mag)
+                assert m["nonfinite_mismatches"] == 0, (name, layout, mode)
+                limit = contract.scaled_ulp_limit(mode)
+                assert m["scaled_ulp_max"] <= limit, (name, layout, mode, m["scaled_ulp_max"])
+                assert torch.equal(nf, ~torch.isfinite(a.float())), (name, layout, mode)
+                assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16)), (name, layout, mode)
+                differs[name] |= not torch.equal(a.view(torch.int16), b.view(torch.int16))
+                if name == "mixed":  # heads 0 and 1 ran in the dense launch
+                    assert torch.equal(heads(a)[:, :2].view(torch.int16), heads(b)[:, :2].view(torch.int16))
+                    # Steps 11 and 12 (one 64-bit add for P's two roundings, buffer loads for the
+                    # copy) change no bit, split path included.
+                    c = split10.forward(qq, kk, vv, layout=layout, rounding=mode)
+                    assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (layout, mode)
+                if mode == "rtne":
+                    again = lib.forward(qq, kk, vv, layout=layout, rounding=mode)
+                    assert torch.equal(again.view(torch.int16), a.view(torch.int16))
+    assert differs == {"mixed": True, "every": True}  # the parts were merged: P against each part's max
