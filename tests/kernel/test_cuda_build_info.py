@@ -11,7 +11,9 @@ CUDA = Path(__file__).resolve().parents[2] / "kernel" / "cuda"
 
 
 def test_every_cuda_build_flag_is_in_the_build_info() -> None:
-    flags = {m for f in CUDA.iterdir() for m in re.findall(r"^#ifndef (RA_CUDA_\w+)$", f.read_text(), re.M)}
+    flags = {
+        m for f in CUDA.glob("*.cu*") for m in re.findall(r"^#ifndef (RA_CUDA_\w+)$", f.read_text(), re.M)
+    }
     source = (CUDA / "attention_sm90.cu").read_text()
     info = source[source.index('extern "C" const char* ra_build_info(void)') :]
     info = info[: info.index("\n}\n")]
