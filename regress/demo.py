@@ -36,6 +36,7 @@ from .gate.core import gate
 from .metrics import load_contract, summarise, timing_metrics
 from .results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from .stack_keys import HASHED_KEYS, SCHEMA_VERSION, stack_digest
+from .store import queries
 from .store.bulk import BulkWriter
 from .store.repo import Store, get_or_create_case, get_or_create_stack
 
@@ -625,6 +626,20 @@ def demo_history(
         today = datetime.now().replace(hour=0, minute=0, second=0, microsecond=0)
         start = today - timedelta(days=total - 1)
     plan = make_plan(stacks=stacks, cases=cases, seed=seed, samples=samples, total=total, start=start)
+    # Run ids are reproducible (seed, night, lane, date): refuse before writing anything rather than
+    # fail part-way on a duplicate key (each night commits before its analysis).
+    ids = {
+        _run_id(start, seed, n, li)
+        for n in range(first_night, first_night + nights)
+        for li in range(len(plan.lanes))
+    }
+    with store.reader() as session:
+        clash = sorted(ids & set(queries.run_ids(session)))
+    if clash:
+        raise ValueError(
+            f"the database already holds {len(clash)} of these demo runs (run {clash[0]}: the same "
+            "--seed on the same day writes the same ids); use another --seed or a fresh --db"
+        )
     with store.transaction() as session:
         stack_ids = {
             sd.digest: get_or_create_stack(

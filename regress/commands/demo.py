@@ -39,7 +39,10 @@ def demo_history_cmd(
         existing = queries.count_runs(session)
     if existing and not force:
         raise UserError(f"the database already holds {existing} runs; use a fresh --db (or --force)")
-    s = demo_history(store, nights=nights, stacks=stacks, cases=cases, seed=seed)
+    try:
+        s = demo_history(store, nights=nights, stacks=stacks, cases=cases, seed=seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     click.echo(
         f"wrote {s.runs} runs ({s.nights} nights x {s.stacks} stacks), {s.cases} cases, "
         f"{s.results} results, {s.regressions} regressions in {s.seconds:.1f} s"
