@@ -14,6 +14,7 @@ from typing import Any
 from .results import CaseSpec, Layout, Rounding
 
 HEAD_DIM = 128
+BF16_BYTES = 2
 # The layout the end-to-end layer runs in: what a projection's [B, S, H·D] output reshapes to
 # without a copy.
 E2E_LAYOUT: Layout = "bshd"
@@ -33,6 +34,11 @@ class Shape:
     def flops(self) -> int:
         """Forward FLOPs as FlashAttention counts them: two matmuls of 2·Sq·Sk·D each."""
         return 4 * self.b * self.h * self.sq * self.sk * self.d
+
+    @property
+    def min_bytes(self) -> int:
+        """The fewest device-memory bytes a forward moves: bf16 Q, K, V read once, O written once."""
+        return BF16_BYTES * self.d * self.b * self.h * (2 * self.sq + 2 * self.sk)
 
     @property
     def tag(self) -> str:

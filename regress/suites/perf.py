@@ -198,16 +198,21 @@ def _one_thread(ctx: SuiteContext) -> Iterator[None]:
             os.environ["REGRESS_CPU_THREADS"] = before_env
 
 
+# Untimed rounds before a GPU case's timed ones, by ctx.quick (benchmarks/h200_ceiling.py times its
+# ceilings in the same round structure).
+GPU_WARMUP_ROUNDS = {True: 3, False: 10}
+
+
 def warmup_iterations(ctx: SuiteContext) -> int:
     if ctx.is_gpu:
-        return 3 if ctx.quick else 10
+        return GPU_WARMUP_ROUNDS[ctx.quick]
     return 1 if ctx.quick else 2
 
 
 def input_sets(ctx: SuiteContext, shape: Shape) -> int:
     if not ctx.is_gpu:
         return 2 if ctx.quick else 3
-    set_bytes = 2 * shape.d * shape.b * shape.h * (2 * shape.sq + 2 * shape.sk)  # q, k, v and out
+    set_bytes = shape.min_bytes  # q, k, v and out
     l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0))
     l2 = l2 or 64 << 20
     n = max(2, math.ceil(L2_FACTOR * l2 / set_bytes))
