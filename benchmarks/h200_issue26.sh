@@ -30,6 +30,7 @@
 #   H200_OVERHEAD="8,32,1,4096" BENCH_MAX=120 BENCH_RESERVE=60 CALL_S=215; `quick` is the landed
 #   default's quick CUDA nightly (h200_quick_and_swap.sh's first part). The short table printed last:
 #   h200_split.py summary (each build's ratio to cuDNN per mode, the range over a shape's repeats).
+# STEPS may name `ceiling` (benchmarks/h200_ceiling.py measure, about 20 s; docs/perf-notes.md v9).
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
 #   run(command="cd .devstage/h200 && ln -sfn ../../wheels wheels && bash benchmarks/h200_issue26.sh",
@@ -103,6 +104,18 @@ quick() {  # the landed default's quick CUDA nightly (every suite, directed roun
     grep -v -E "^\s*$" "$OUT/quick.log" | tail -4
   else
     echo "quick nightly skipped: $(left) s left"
+  fi
+}
+
+ceiling() {  # the device's two sustained ceilings (GEMM, copy) in the nightly's round protocol
+  local S=$(date +%s) L=$(($(left) - 10))
+  [ "$L" -gt 150 ] && L=150
+  if [ "$L" -gt 30 ]; then
+    timeout "$L" python3 benchmarks/h200_ceiling.py measure --out "$OUT/h200-ceiling.json" >"$OUT/ceiling.log" 2>&1
+    echo "ceiling exit $? after $(($(date +%s) - S)) s (limit $L s)"
+    tail -6 "$OUT/ceiling.log"
+  else
+    echo "ceiling skipped: $(left) s left"
   fi
 }
 
