@@ -74,6 +74,14 @@
 #define RA_CUDA_DECODE_STAGES 0
 #endif
 constexpr int kDecodeMaxRows = 64;
+/* The long-key kernel (RA_CUDA_LONG_BLOCK_N = N > 0; 0, the default, builds none): taken by unsplit
+ * launches with seqlen_k >= RA_CUDA_LONG_MIN_KEYS and seqlen_q > kDecodeMaxRows that take neither
+ * ping-pong nor the next-Q-K^T overlap (seqlen_k > 256), nor the decode, merge-in-kernel or dynamic
+ * scheduler kernels; every other launch runs the default code. */
+#ifndef RA_CUDA_LONG_MIN_KEYS
+#define RA_CUDA_LONG_MIN_KEYS 2048
+#endif
+static_assert(RA_CUDA_LONG_BLOCK_N == 0 || RA_CUDA_LONG_MIN_KEYS > 256, "the long kernel has no next-Q-K^T overlap");
 /* The same 3-stage plan (1 Q buffer, 3 K/V stages, output stored from registers) for short keys,
  * where the next tile's Q K^T is overlapped (seqlen_k <= 256, at most 2 key blocks a tile: a tile is
  * mostly its loads), any seqlen_q, unsplit launches: 3, or 0 = never (the default). Aimed at the
@@ -98,10 +106,8 @@ namespace ra_cuda {
 
 /* kMerge: the decode split's merge in the kernel (split.cuh's merge_if_last); only launches with
  * p.merge_in_kernel take this instantiation. */
-template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode, bool kMerge = false, bool kDyn = false>
-__global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Plan = std::conditional_t<kDecode, sm90::DecodePlan, sm90::MainPlan>;
+template <int kRound, Layout L, bool kPP, bool kNQK, class Plan, bool kMerge, bool kDyn>
+__device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
   extern __shared__ uint8_t smem_raw[];
   sm90::Smem<Plan>& sm =
       *reinterpret_cast<sm90::Smem<Plan>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -121,6 +127,22 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
     setmaxnreg_inc<232>();
     sm90::consume<kRound, L, kPP, kNQK, kMerge, Plan, kDyn>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
   }
+}
+
+template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode, bool kMerge = false, bool kDyn = false>
+__global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  fwd_sm90<kRound, L, kPP, kNQK, std::conditional_t<kDecode, sm90::DecodePlan, sm90::MainPlan>, kMerge, kDyn>(p);
+#endif
+}
+
+/* RA_CUDA_LONG_BLOCK_N: the long-key plan's kernel (key blocks of N keys, mainloop_sm90.cuh's
+ * LongPlan), its own instantiation so that no other launch's code changes; unsplit, no ping-pong,
+ * the next tile's Q K^T after the epilogue. Instantiated only when the flag is set. */
+template <int kRound, Layout L>
+__global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_long(const __grid_constant__ FwdParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  fwd_sm90<kRound, L, false, false, sm90::LongPlan, false, false>(p);
 #endif
 }
 
@@ -171,7 +193,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int major = 0;
   int minor = 0;
-  uint64_t attr_done = 0; /* bit per kernel instantiation: smem attribute set on this device */
+  uint64_t attr_done[2] = {0, 0}; /* bit per kernel instantiation: smem attribute set on this device */
 };
 constexpr int kMaxDevices = 64;
 DeviceInfo g_devices[kMaxDevices];
@@ -270,11 +292,13 @@ ra_status device_error(cudaError_t e, const char* what, char* err, size_t err_le
   return ra_fail(err, err_len, RA_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* `bit`: the instantiation's index, 0..127 (launch() numbers them) */
 template <class Kernel>
-cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, uint64_t bit, size_t bytes) {
-  if (dev.attr_done & bit) return cudaSuccess;
+cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_t bytes) {
+  const uint64_t mask = uint64_t{1} << (bit & 63);
+  if (dev.attr_done[bit >> 6] & mask) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-  if (e == cudaSuccess) dev.attr_done |= bit;
+  if (e == cudaSuccess) dev.attr_done[bit >> 6] |= mask;
   return e;
 }
 
@@ -379,7 +403,8 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
     constexpr Layout L = decltype(layout_c)::value;
     constexpr bool PP = decltype(pp_c)::value;
     constexpr bool NQK = decltype(nqk_c)::value;
-    /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans, 12 in-kernel merges */
+    /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans, 12 in-kernel
+     * merges, 6 short plans or dynamic schedulers, 6 long-key kernels (64 + inst) */
     const unsigned inst = (unsigned)(R * 2 + (L == Layout::kPacked ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
@@ -426,7 +451,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
         if (launched) {
           auto kernel = attn_fwd_sm90<R, L, PP, false, true>;
           constexpr size_t bytes = sm90::kSmemBytes<sm90::DecodePlan>;
-          e = ensure_smem_attr(kernel, dev, uint64_t{1} << (30 + inst + (PP ? 6 : 0)), bytes);
+          e = ensure_smem_attr(kernel, dev, 30 + inst + (PP ? 6 : 0), bytes);
           if (e != cudaSuccess) return;
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
         }
@@ -436,7 +461,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           launched = true;
           auto kernel = attn_fwd_sm90<R, L, false, true, true>;
           constexpr size_t bytes = sm90::kSmemBytes<sm90::DecodePlan>;
-          e = ensure_smem_attr(kernel, dev, uint64_t{1} << (54 + inst), bytes);
+          e = ensure_smem_attr(kernel, dev, 54 + inst, bytes);
           if (e != cudaSuccess) return;
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
         }
@@ -446,7 +471,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           launched = true;
           auto kernel = attn_fwd_sm90<R, L, PP, false, false, true>;
           constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
-          e = ensure_smem_attr(kernel, dev, uint64_t{1} << (42 + inst + (PP ? 6 : 0)), bytes);
+          e = ensure_smem_attr(kernel, dev, 42 + inst + (PP ? 6 : 0), bytes);
           if (e != cudaSuccess) return;
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
         }
@@ -456,15 +481,34 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           launched = true;
           auto kernel = attn_fwd_sm90<R, L, false, true, false, false, true>;
           constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
-          e = ensure_smem_attr(kernel, dev, uint64_t{1} << (54 + inst), bytes); /* the short plan's bits */
+          e = ensure_smem_attr(kernel, dev, 54 + inst, bytes); /* the short plan's bits */
           if (e != cudaSuccess) return;
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
+        }
+      }
+      if constexpr (RA_CUDA_LONG_BLOCK_N != 0 && !NQK && !PP) {
+        if (!launched && p.num_splits == 1 && !p.merge_in_kernel && !p.tile_counter &&
+            p.seqlen_k >= RA_CUDA_LONG_MIN_KEYS && p.seqlen_q > kDecodeMaxRows) {
+          /* the same tiles over key blocks of N: K and V's tensor maps with boxes of N rows */
+          constexpr int N = sm90::LongPlan::kBlockN;
+          FwdParams lp = p;
+          lp.num_n_blocks = (p.seqlen_k + N - 1) / N;
+          lp.split_blocks = lp.num_n_blocks;
+          if (encode_tma_cached(&lp.tma_k, p.k, p.k_stride, p.seqlen_k, p.heads, p.batch, N) &&
+              encode_tma_cached(&lp.tma_v, p.v, p.v_stride, p.seqlen_k, p.heads, p.batch, N)) {
+            launched = true;
+            auto kernel = attn_fwd_sm90_long<R, L>;
+            constexpr size_t bytes = sm90::kSmemBytes<sm90::LongPlan>;
+            e = ensure_smem_attr(kernel, dev, 64 + inst, bytes);
+            if (e != cudaSuccess) return;
+            kernel<<<grid, sm90::kThreads, bytes, stream>>>(lp);
+          }
         }
       }
       if (!launched) {
         auto kernel = attn_fwd_sm90<R, L, PP, NQK, false>;
         constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
-        e = ensure_smem_attr(kernel, dev, uint64_t{1} << (inst + (PP ? 6 : 0) + (NQK ? 12 : 0)), bytes);
+        e = ensure_smem_attr(kernel, dev, inst + (PP ? 6 : 0) + (NQK ? 12 : 0), bytes);
         if (e != cudaSuccess) return;
         kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
       }
@@ -481,7 +525,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
       p.num_splits = 1;
       p.split_blocks = p.num_n_blocks;
       auto kernel = attn_fwd_mma_sync<R, L>;
-      e = ensure_smem_attr(kernel, dev, uint64_t{1} << (24 + inst), sm80::kSmemBytes);
+      e = ensure_smem_attr(kernel, dev, 24 + inst, sm80::kSmemBytes);
       if (e != cudaSuccess) return;
       dim3 grid((unsigned)p.num_m_blocks, (unsigned)(p.batch * p.heads));
       kernel<<<grid, sm80::kThreads, sm80::kSmemBytes, stream>>>(p);
@@ -509,7 +553,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

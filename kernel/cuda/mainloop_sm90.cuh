@@ -7,6 +7,7 @@
  *   o[warp][2][16 x 64]                 output staging of the epilogue, the TMA store's box (epilogue.cuh)
  *   k[stage][half][128 keys x 64]       B operand of S (K-major: keys are N, d is K)
  *   v[stage][half][128 keys x 64]       B operand of O += P V (MN-major: d is N, contiguous)
+ * (the long-key plan: key blocks of RA_CUDA_LONG_BLOCK_N keys instead of 128, see LongPlan)
  * Barriers: q_full/q_empty[qstage], k_full/k_empty[stage], v_full/v_empty[stage]. "full" completes on
  * the TMA byte count; "empty" on one arrival from each of the 8 consumer warps.
  *
@@ -61,14 +62,35 @@ constexpr uint32_t kTileBytes = 2 * kHalfBytes;
  * Decode (seqlen_q <= 64 and long keys, RA_CUDA_DECODE_STAGES=3): 1 Q buffer, 3 K/V stages, no
  * staging (a tile stores at most 64 rows): 64 KB more of K and V in flight per SM for a launch that
  * only streams K and V. 224 KB. */
-template <int kQ, int kKV, bool kStaging>
+template <int kQ, int kKV, bool kStaging, int kN = kBlockN>
 struct Plan {
   static constexpr int kQStages = kQ;
   static constexpr int kStages = kKV;
   static constexpr bool kOStaging = kStaging;
+  static constexpr int kBlockN = kN; /* keys per K/V block */
+  static_assert(kN % 16 == 0 && kN <= 256, "P.V takes k-steps of 16 keys; a TMA box has at most 256 rows");
 };
 using MainPlan = Plan<RA_CUDA_Q_STAGES, 2, (RA_CUDA_EPILOGUE >= 1)>;
 using DecodePlan = Plan<1, 3, false>;
+
+/* The long-key plan (-DRA_CUDA_LONG_BLOCK_N=N, 0 = off, the default; attention_sm90.cu takes it for
+ * unsplit launches with seqlen_k >= RA_CUDA_LONG_MIN_KEYS): key blocks of N keys, as
+ * FlashAttention-3's 128 x 176 tile for head_dim 128, so a tile pays its per-block costs (row max
+ * and sum reductions, barrier waits, the wgmma issue and wait) 128 / N times as often per FLOP.
+ * A K or V stage is N x 256 bytes; 2 K/V stages leave room for one Q buffer only:
+ *   N = 160: Q 32 KB + K/V 2 x 2 x 40 KB + staging 32 KB = 224 KB (the main plan's total);
+ *   N = 176: Q 32 KB + K/V 2 x 2 x 44 KB = 208 KB; the staging's 32 KB would make 240: the output
+ *            is stored from registers (epilogue 0);
+ *   N = 192: Q 32 KB + K/V 2 x 2 x 48 KB = 224 KB, no staging.
+ * The loss accepted is the second Q buffer (v3: a tile's next Q loads while it computes), which
+ * bought its gain where a tile has 1-2 key blocks, not at >= 12. Registers per consumer thread: S
+ * N / 2 fp32, P N / 4 bf16x2, O 64: 184 / 196 / 208 of the 232. */
+#ifndef RA_CUDA_LONG_BLOCK_N
+#define RA_CUDA_LONG_BLOCK_N 0
+#endif
+constexpr int kLongBlockN = RA_CUDA_LONG_BLOCK_N > 0 ? RA_CUDA_LONG_BLOCK_N : 176;
+constexpr bool kLongStaging = (RA_CUDA_EPILOGUE >= 1) && 32 * 1024 + 4 * kLongBlockN * 256 + 32 * 1024 + 2048 <= 227 * 1024;
+using LongPlan = Plan<1, 2, kLongStaging, kLongBlockN>;
 
 template <bool kStaging>
 struct OStaging {
@@ -80,8 +102,8 @@ struct OStaging<false> {};
 template <class P>
 struct Smem : OStaging<P::kOStaging> {
   alignas(1024) uint16_t q[P::kQStages][2][128 * 64];
-  alignas(1024) uint16_t k[P::kStages][2][128 * 64];
-  alignas(1024) uint16_t v[P::kStages][2][128 * 64];
+  alignas(1024) uint16_t k[P::kStages][2][P::kBlockN * 64];
+  alignas(1024) uint16_t v[P::kStages][2][P::kBlockN * 64];
   uint64_t q_full[P::kQStages], q_empty[P::kQStages];
   uint64_t k_full[P::kStages], k_empty[P::kStages];
   uint64_t v_full[P::kStages], v_empty[P::kStages];
@@ -92,6 +114,7 @@ template <class P>
 constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the base to 1024 */
 static_assert(kSmemBytes<MainPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 static_assert(kSmemBytes<DecodePlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
+static_assert(kSmemBytes<LongPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 
 template <class P>
 __device__ __forceinline__ void init_barriers(Smem<P>& sm) {
@@ -134,16 +157,17 @@ __device__ __forceinline__ KeyRange key_range(const FwdParams& p, int split) {
 constexpr int kPrefetchMaxBlocks = 2;
 static_assert(!(RA_CUDA_L2_PREFETCH && RA_CUDA_DYN_SCHED), "the L2 prefetch needs the static tile order");
 
+template <int kBN>
 __device__ __forceinline__ void prefetch_tile(const FwdParams& p, int tile) {
   const TileCoord t = tile_coord(p, tile);
   const KeyRange kr = key_range(p, t.split);
   tma_prefetch_4d(&p.tma_q, 0, t.m * kBlockM, t.h, t.b);
   tma_prefetch_4d(&p.tma_q, 64, t.m * kBlockM, t.h, t.b);
   for (int n = kr.begin; n < kr.end; ++n) {
-    tma_prefetch_4d(&p.tma_k, 0, n * kBlockN, t.h, t.b);
-    tma_prefetch_4d(&p.tma_k, 64, n * kBlockN, t.h, t.b);
-    tma_prefetch_4d(&p.tma_v, 0, n * kBlockN, t.h, t.b);
-    tma_prefetch_4d(&p.tma_v, 64, n * kBlockN, t.h, t.b);
+    tma_prefetch_4d(&p.tma_k, 0, n * kBN, t.h, t.b);
+    tma_prefetch_4d(&p.tma_k, 64, n * kBN, t.h, t.b);
+    tma_prefetch_4d(&p.tma_v, 0, n * kBN, t.h, t.b);
+    tma_prefetch_4d(&p.tma_v, 64, n * kBN, t.h, t.b);
   }
 }
 
@@ -153,6 +177,8 @@ template <class P, bool kDyn = false>
 __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
+  constexpr int kBN = P::kBlockN;
+  constexpr uint32_t kKVBytes = kBN * 256; /* one K or V block: 2 d-halves of kBN rows x 128 B */
   int kv = 0;
   int tq = 0;
   const bool prefetch = RA_CUDA_L2_PREFETCH > 0 && p.split_blocks <= kPrefetchMaxBlocks;
@@ -179,7 +205,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     if (prefetch) {
       /* the first call also covers the tiles between this one and the prefetch distance */
       for (int a = tq == 0 ? 1 : RA_CUDA_L2_PREFETCH; a <= RA_CUDA_L2_PREFETCH; ++a)
-        if (tile + a * (int)gridDim.x < p.num_tiles) prefetch_tile(p, tile + a * (int)gridDim.x);
+        if (tile + a * (int)gridDim.x < p.num_tiles) prefetch_tile<kBN>(p, tile + a * (int)gridDim.x);
     }
     /* RA_CUDA_DYN_SCHED 2: the next tile's number is asked for first, used after this tile's loads */
     const int fetched = RA_CUDA_DYN_SCHED == 2 && dyn ? atomicAdd(&p.tile_counter[0], 1) : 0;
@@ -195,13 +221,13 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
       const int s = kv % kStages;
       const uint32_t ph = (kv / kStages) & 1;
       mbar_wait(&sm.k_empty[s], ph ^ 1);
-      mbar_arrive_expect_tx(&sm.k_full[s], kTileBytes);
-      load(sm.k[s][0], &p.tma_k, &sm.k_full[s], 0, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
-      load(sm.k[s][1], &p.tma_k, &sm.k_full[s], 64, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
+      mbar_arrive_expect_tx(&sm.k_full[s], kKVBytes);
+      load(sm.k[s][0], &p.tma_k, &sm.k_full[s], 0, n * kBN, t.h, t.b, kv_hint, kv_policy);
+      load(sm.k[s][1], &p.tma_k, &sm.k_full[s], 64, n * kBN, t.h, t.b, kv_hint, kv_policy);
       mbar_wait(&sm.v_empty[s], ph ^ 1);
-      mbar_arrive_expect_tx(&sm.v_full[s], kTileBytes);
-      load(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
-      load(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, n * kBlockN, t.h, t.b, kv_hint, kv_policy);
+      mbar_arrive_expect_tx(&sm.v_full[s], kKVBytes);
+      load(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, n * kBN, t.h, t.b, kv_hint, kv_policy);
+      load(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, n * kBN, t.h, t.b, kv_hint, kv_policy);
     }
     if constexpr (RA_CUDA_DYN_SCHED == 2 && dyn)
       tile = (int)gridDim.x + fetched;
@@ -222,11 +248,12 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   }
 }
 
-/* S(64 x 128) = Q_w(64 x 128) K^T: 8 k-steps of 16 along d. K-major 128B-swizzled operands: the
+/* S(64 x kBN) = Q_w(64 x 128) K^T: 8 k-steps of 16 along d. K-major 128B-swizzled operands: the
  * k-step's 32-byte column slice is addressed by moving the start address inside the swizzle row
  * (the hardware applies the XOR on absolute address bits; tiles are 1024-aligned). SBO = 1024: the
- * next 8 rows. LBO is unused for swizzled K-major layouts. */
-__device__ __forceinline__ void gemm_qk(float (&s)[64], uint32_t q_addr, uint32_t k_addr) {
+ * next 8 rows. LBO is unused for swizzled K-major layouts. A d-half is 128 rows of Q, kBN of K. */
+template <int kBN>
+__device__ __forceinline__ void gemm_qk(float (&s)[kBN / 2], uint32_t q_addr, uint32_t k_addr) {
   /* The address field is addr >> 4 in the low bits, so a k-step's descriptor is the tile's plus a
    * constant (smem addresses stay below 2^18: no carry out of the field). */
   const uint64_t dq = make_desc_sw128(q_addr, 16, 1024);
@@ -234,19 +261,22 @@ __device__ __forceinline__ void gemm_qk(float (&s)[64], uint32_t q_addr, uint32_
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
     const uint32_t off = ((kk >> 2) * kHalfBytes + (kk & 3) * 32) >> 4;
-    wgmma_m64n128k16_ss(s, dq + off, dk + off, kk > 0);
+    const uint32_t koff = ((kk >> 2) * (uint32_t)(kBN * 128) + (kk & 3) * 32) >> 4;
+    wgmma_m64nNk16_ss<kBN>(s, dq + off, dk + koff, kk > 0);
   }
 }
 
-/* O(64 x 128) += P(64 x 128 keys, registers) V(128 keys x 128 d): 8 k-steps of 16 keys. V is
- * MN-major: LBO = 16 KB to the second d-half (next 64 columns of N), SBO = 1024 to the next 8 keys;
- * a k-step of 16 keys is 2048 bytes. accumulate = 0 on a tile's first block: O = P V, so O is never
- * zeroed by ordinary instructions (which, while the next tile's S = Q K^T is in flight, would make
- * ptxas serialise the wgmmas: C7515). */
-__device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[32], uint32_t v_addr, int accumulate) {
-  const uint64_t dv = make_desc_sw128(v_addr, kHalfBytes, 1024);
+/* O(64 x 128) += P(64 x kBN keys, registers) V(kBN keys x 128 d): kBN / 16 k-steps of 16 keys. V
+ * is MN-major: LBO = a d-half (kBN x 128 B: 16 KB at 128 keys) to the second d-half (next 64
+ * columns of N), SBO = 1024 to the next 8 keys; a k-step of 16 keys is 2048 bytes. accumulate = 0
+ * on a tile's first block: O = P V, so O is never zeroed by ordinary instructions (which, while the
+ * next tile's S = Q K^T is in flight, would make ptxas serialise the wgmmas: C7515). */
+template <int kBN>
+__device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[kBN / 4], uint32_t v_addr,
+                                        int accumulate) {
+  const uint64_t dv = make_desc_sw128(v_addr, kBN * 128, 1024);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kBN / 16; ++j) {
     const uint32_t a[4] = {pf[4 * j + 0], pf[4 * j + 1], pf[4 * j + 2], pf[4 * j + 3]};
     wgmma_m64n128k16_rs_tb(o, a, dv + j * (2048 >> 4), j > 0 || accumulate);
   }
@@ -254,9 +284,10 @@ __device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[32]
 
 /* Scores (accumulator layout) -> bf16 A fragments of the P.V product: k-step j takes n8-tiles 2j
  * (a0: row r, a1: row r + 8) and 2j + 1 (a2, a3). */
-__device__ __forceinline__ void scores_to_frags(const float (&s)[64], uint32_t (&pf)[32]) {
+template <int kBN>
+__device__ __forceinline__ void scores_to_frags(const float (&s)[kBN / 2], uint32_t (&pf)[kBN / 4]) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kBN / 16; ++j) {
     pf[4 * j + 0] = pack_bf16x2(s[8 * j + 0], s[8 * j + 1]);
     pf[4 * j + 1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
     pf[4 * j + 2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
@@ -294,17 +325,18 @@ template <int kRound, Layout L, bool kPP, bool kNQK, bool kMerge, class P, bool 
 __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg, int tid) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
+  constexpr int kBN = P::kBlockN;
   const int warp = tid >> 5;
   const int lane = tid & 31;
   const int qc = 2 * (lane & 3);
   const int row_in_tile = wg * 64 + warp * 16 + (lane >> 2);
-  const int last_valid = p.seqlen_k - (p.num_n_blocks - 1) * kBlockN; /* keys in the last block, 1..128 */
-  const bool any_tail = last_valid < kBlockN;
+  const int last_valid = p.seqlen_k - (p.num_n_blocks - 1) * kBN; /* keys in the last block, 1..kBN */
+  const bool any_tail = last_valid < kBN;
   /* 64 rows of 128 B into each d-half of Q stage qs */
   auto q_addr_of = [&](int qs) { return smem_u32(&sm.q[qs][0][0]) + wg * 64 * 128; };
 
-  float s[64];
-  uint32_t pf[32];
+  float s[kBN / 2];
+  uint32_t pf[kBN / 4];
 
   /* A tile's S = Q K_0^T is computed before the tile starts: the first tile's here, every later
    * one's at the end of the previous tile (after its epilogue, or with kNQK beside its last P.V),
@@ -317,7 +349,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     mbar_wait(&sm.k_full[kv_n % kStages], (kv_n / kStages) & 1);
   };
   auto issue_qk0 = [&](int tq_n, int kv_n) {
-    gemm_qk(s, q_addr_of(tq_n % kQStages), smem_u32(&sm.k[kv_n % kStages][0][0]));
+    gemm_qk<kBN>(s, q_addr_of(tq_n % kQStages), smem_u32(&sm.k[kv_n % kStages][0][0]));
     wgmma_commit();
   };
 
@@ -384,14 +416,14 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     const long long tile_start = inject_clock(); /* fire drill: this tile's own time (inject.h) */
     float o[64];
     float corr[2];
-    OnlineSoftmax<16> sfm;
+    OnlineSoftmax<kBN / 8> sfm;
     sfm.init();
     if (nb == 1) warp_release(&sm.q_empty[qs], lane);
     if (nb == 1 && tail)
       sfm.template step<true, true>(s, p.scale_log2, last_valid, qc, corr);
     else
-      sfm.template step<true, false>(s, p.scale_log2, kBlockN, qc, corr);
-    scores_to_frags(s, pf);
+      sfm.template step<true, false>(s, p.scale_log2, kBN, qc, corr);
+    scores_to_frags<kBN>(s, pf);
 
     for (int n = 1; n < nb; ++n) {
       const int kc = kv + n;
@@ -402,9 +434,9 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
       mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
       turn_begin<kPP>(wg);
       wgmma_fence();
-      gemm_qk(s, q_addr, smem_u32(&sm.k[sc][0][0]));
+      gemm_qk<kBN>(s, q_addr, smem_u32(&sm.k[sc][0][0]));
       wgmma_commit();
-      gemm_pv(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
+      gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
       wgmma_commit();
       turn_end<kPP>(wg);
 
@@ -415,14 +447,14 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
       if (n == nb - 1 && tail)
         sfm.template step<false, true>(s, p.scale_log2, last_valid, qc, corr);
       else
-        sfm.template step<false, false>(s, p.scale_log2, kBlockN, qc, corr);
+        sfm.template step<false, false>(s, p.scale_log2, kBN, qc, corr);
 
       wgmma_wait<0>();
       fence_regs(o);
       fence_regs(s);
       warp_release(&sm.v_empty[sp], lane);
       rescale_rows<16>(o, corr);
-      scores_to_frags(s, pf);
+      scores_to_frags<kBN>(s, pf);
     }
 
     /* the last block's P.V, then the next tile's S = Q K_0^T in the same turn (a discarded one after
@@ -440,7 +472,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
       mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
       turn_begin<kPP>(wg);
       wgmma_fence();
-      gemm_pv(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
+      gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
       wgmma_commit();
       if constexpr (kNQK) {
         /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
@@ -465,7 +497,8 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
     const int64_t os = seq_stride<L>(p.o_stride);
     const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
-    if (p.num_splits > 1) {
+    /* the long plan is launched unsplit only (attention_sm90.cu): no partials in its code */
+    if (kBN == kBlockN && p.num_splits > 1) {
       store_partial(p, o, sfm, t, row0, qc); /* split.cuh: the last split's warpgroup or a second launch rounds */
       if constexpr (kMerge) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
     } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {

@@ -223,6 +223,50 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             assert re.search(r"\bHMMA\.16816\.F32\.BF16\b", body), name
 
 
+LONG_N = 176  # -DRA_CUDA_LONG_BLOCK_N: the long-key kernel's key block (mainloop_sm90.cuh's LongPlan)
+
+
+@pytest.fixture(scope="module")
+def long_built(tmp_path_factory):
+    flags = (f"-DRA_CUDA_LONG_BLOCK_N={LONG_N}",)
+    art = build_kernel("cuda", extra_flags=flags, cache_dir=tmp_path_factory.mktemp("cuda-long"))
+    return art.path, (art.path.parent / "build.log").read_text()
+
+
+def test_long_block_build(built, long_built):
+    """The long-key ablation adds one kernel per (mode, layout), each without spills or serialised
+    wgmma, and leaves every other kernel as the default build compiles it (its SASS: the host
+    takes the new kernel only for long unsplit launches, so every other launch runs the default code)."""
+    found = kernels(long_built[1])
+    long = [k for k in found if "attn_fwd_sm90_long" in k]
+    assert len(long) == MODES * LAYOUTS, found.keys()
+    assert set(found) - set(long) == set(kernels(built[1]))
+    for name in long:
+        r = found[name]
+        assert r["registers"] <= 168 and r.get("stack_bytes") == 0, f"{name}: {r}"
+        assert r.get("spill_store_bytes") == 0 and r.get("spill_load_bytes") == 0, f"{name}: {r}"
+    assert "serialized" not in long_built[1] and "(C7517)" not in long_built[1], long_built[1]
+    assert _build_info(long_built[0])["long_block_n"] == LONG_N
+    assert _build_info(built[0])["long_block_n"] == 0
+    cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
+    clean, lb = _sass(built[0], cuobjdump, nvdisasm), _sass(long_built[0], cuobjdump, nvdisasm)
+
+    def words(body: str) -> str:  # the dump's column padding follows its longest line
+        return " ".join(body.split())
+
+    assert {n: words(b) for n, b in lb.items() if n in clean} == {n: words(b) for n, b in clean.items()}
+    for name in long:
+        body = lb[name]
+        assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
+        # Q K^T: 8 k-steps at each of its 4 sites (see test_sass_tensor_cores_and_no_local_memory);
+        # P V: N / 16 k-steps at 2 sites
+        assert len(re.findall(rf"\bHGMMA\.64x{LONG_N}x16\.F32\.BF16\b", body)) == 32, name
+        assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 2 * LONG_N // 16, name
+        assert not re.search(r"\bATOMG\b", body), name  # unsplit only: no partials, no merge
+
+
 def _sass(lib: Path, cuobjdump: str, nvdisasm: str) -> dict[str, str]:
     """Kernel name -> its SASS, addresses stripped so two builds compare by instructions."""
     env = dict(os.environ, PATH=str(Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", ""))
