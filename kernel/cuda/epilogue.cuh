@@ -83,14 +83,27 @@ __device__ __forceinline__ void row_inverses(const float (&l_part)[2], float (&i
 
 /* acc: NT tiles in the accumulator layout (see softmax.cuh); l: this thread's partial row sums.
  * out0/out1: the rows r and r + 8 of O (nullptr when past seqlen_q). flip0: apply the NONDET drill
- * to column 0 of out0. */
-template <int NT, int kRound>
+ * to column 0 of out0. kPack: round each pair with round_pack (one cvt where the mode has one; the
+ * same bits), as the staged epilogues do; false: bf16.h per value (the mma.sync and decode paths,
+ * whose code stays as it was). */
+template <int NT, int kRound, bool kPack = false>
 __device__ __forceinline__ void store_rows(const float (&acc)[NT * 4], const float (&l_part)[2], uint16_t* out0,
                                            uint16_t* out1, int qc, bool flip0) {
   float inv[2];
   row_inverses(l_part, inv);
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
+    if constexpr (kPack) {
+      if (out0) {
+        uint32_t w = round_pack<kRound>(acc[4 * i + 0] * inv[0], acc[4 * i + 1] * inv[0]);
+        if (RA_INJECT_NONDET && flip0 && i == 0 && qc == 0) w ^= 1u;
+        *reinterpret_cast<uint32_t*>(out0 + 8 * i + qc) = w;
+      }
+      if (out1)
+        *reinterpret_cast<uint32_t*>(out1 + 8 * i + qc) =
+            round_pack<kRound>(acc[4 * i + 2] * inv[1], acc[4 * i + 3] * inv[1]);
+      continue;
+    }
     if (out0) {
       uint32_t lo = round_out<kRound>(acc[4 * i + 0] * inv[0]);
       const uint32_t hi = round_out<kRound>(acc[4 * i + 1] * inv[0]);

@@ -505,7 +505,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
       const int row1 = row0 + 8;
       uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
       uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
-      store_rows<16, kRound>(o, sfm.l, out0, out1, qc, flip0);
+      store_rows<16, kRound, (kBN != kBlockN)>(o, sfm.l, out0, out1, qc, flip0); /* the long plan: cvt rounding */
     } else {
 #if RA_CUDA_EPILOGUE == 2
       store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
