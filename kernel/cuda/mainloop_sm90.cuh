@@ -80,7 +80,7 @@ using DecodePlan = Plan<1, 3, false>;
  * A K or V stage is N x 256 bytes; 2 K/V stages leave room for one Q buffer only:
  *   N = 160: Q 32 KB + K/V 2 x 2 x 40 KB + staging 32 KB = 224 KB (the main plan's total);
  *   N = 176: Q 32 KB + K/V 2 x 2 x 44 KB = 208 KB; the staging's 32 KB would make 240: the output
- *            is stored from registers (epilogue 0);
+ *            is stored from registers (epilogue 0's 4-byte stores, with the cvt rounding);
  *   N = 192: Q 32 KB + K/V 2 x 2 x 48 KB = 224 KB, no staging.
  * The loss accepted is the second Q buffer (v3: a tile's next Q loads while it computes), which
  * bought its gain where a tile has 1-2 key blocks, not at >= 12. Registers per consumer thread: S
