@@ -76,12 +76,13 @@
 constexpr int kDecodeMaxRows = 64;
 /* The long-key kernel (RA_CUDA_LONG_BLOCK_N = N > 0; 0, the default, builds none): taken by unsplit
  * launches with seqlen_k >= RA_CUDA_LONG_MIN_KEYS and seqlen_q > kDecodeMaxRows that take neither
- * ping-pong nor the next-Q-K^T overlap (seqlen_k > 256), nor the decode, merge-in-kernel or dynamic
- * scheduler kernels; every other launch runs the default code. */
+ * ping-pong nor the next-Q-K^T overlap (seqlen_k > kNextQKMaxKeys), nor the decode, merge-in-kernel
+ * or dynamic scheduler kernels; every other launch runs the default code. */
 #ifndef RA_CUDA_LONG_MIN_KEYS
 #define RA_CUDA_LONG_MIN_KEYS 2048
 #endif
-static_assert(RA_CUDA_LONG_BLOCK_N == 0 || RA_CUDA_LONG_MIN_KEYS > 256, "the long kernel has no next-Q-K^T overlap");
+static_assert(RA_CUDA_LONG_BLOCK_N == 0 || RA_CUDA_LONG_MIN_KEYS > RA_CUDA_NEXT_QK_MAX_KEYS,
+              "the long kernel has no next-Q-K^T overlap");
 /* The same 3-stage plan (1 Q buffer, 3 K/V stages, output stored from registers) for short keys,
  * where the next tile's Q K^T is overlapped (seqlen_k <= 256, at most 2 key blocks a tile: a tile is
  * mostly its loads), any seqlen_q, unsplit launches: 3, or 0 = never (the default). Aimed at the
@@ -97,6 +98,12 @@ static_assert(RA_CUDA_SHORT_STAGES != 3 || RA_CUDA_DYN_SCHED == 0, "the dynamic 
  * tiles than with one CTA per SM. 0: one CTA per SM. */
 #ifndef RA_CUDA_GRID_BALANCE
 #define RA_CUDA_GRID_BALANCE 1
+#endif
+/* 1: a launch on the dynamic scheduler (tile_scheduler.cuh) gets min(tiles, SMs) CTAs, as CTAs then
+ * take tiles as they free up (ncu, (256,32,128,128): 246.4 us balanced, 245.0 with 132 CTAs);
+ * 0: RA_CUDA_GRID_BALANCE's grid for it too. */
+#ifndef RA_CUDA_DYN_FULL_GRID
+#define RA_CUDA_DYN_FULL_GRID 1
 #endif
 
 namespace ra_cuda {
@@ -413,8 +420,8 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
       p.num_splits = 1;
       p.split_blocks = p.num_n_blocks;
       const int want = split_rule(tiles, p.num_n_blocks, dev.sm_count);
-      /* decode's splits merge in the kernel; not NQK launches (seqlen_k <= 256, at most 2 key
-       * blocks) nor the 3-stage decode plan, which have no kMerge instantiation */
+      /* decode's splits merge in the kernel; not NQK launches (seqlen_k <= kNextQKMaxKeys) nor the
+       * 3-stage decode plan, which have no kMerge instantiation */
       const bool mik =
           !RA_CUDA_MERGE_KERNEL && RA_CUDA_DECODE_STAGES != 3 && !NQK && p.seqlen_q <= kMergeInKernelMaxRows;
       if (want > 1) {
@@ -437,11 +444,12 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
       }
       p.merge_in_kernel = mik && p.num_splits > 1;
       /* the dynamic scheduler's two counters (tile_scheduler.cuh); without them, the static order */
-      if (RA_CUDA_DYN_SCHED && NQK && !PP && p.num_splits == 1 && p.num_n_blocks <= RA_CUDA_DYN_MAX_BLOCKS)
+      if (RA_CUDA_DYN_SCHED && NQK && !PP && p.num_splits == 1 && p.num_n_blocks <= RA_CUDA_DYN_MAX_BLOCKS &&
+          p.num_m_blocks <= RA_CUDA_DYN_MAX_M_BLOCKS)
         p.tile_counter = split_workspace(dev_id, stream, 0, 2).counters;
       p.num_tiles = (int)(tiles * p.num_splits);
       int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
-      if (RA_CUDA_GRID_BALANCE) {
+      if (RA_CUDA_GRID_BALANCE && !(RA_CUDA_DYN_FULL_GRID && p.tile_counter)) {
         const int waves = (p.num_tiles + dev.sm_count - 1) / dev.sm_count;
         grid = (p.num_tiles + waves - 1) / waves;
       }
@@ -553,7 +561,7 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":256,\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

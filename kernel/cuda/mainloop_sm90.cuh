@@ -240,8 +240,13 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
     sm.tile_id[qs] = p.num_tiles;
     mbar_arrive(&sm.q_full[qs]);
-    /* every CTA has taken its last tile before it counts itself done: the last one resets */
+    /* every CTA has taken its last tile before it counts itself done: the last one resets. The
+     * fences (release, acquire: split.cuh's pattern) order each CTA's last take before its count
+     * and the reset after every count (any grid size: a CTA past num_tiles takes nothing and
+     * counts itself all the same). */
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
     if (atomicAdd(&p.tile_counter[1], 1) == (int)gridDim.x - 1) {
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
       atomicExch(&p.tile_counter[0], 0);
       atomicExch(&p.tile_counter[1], 0);
     }
@@ -310,7 +315,11 @@ __device__ __forceinline__ void warp_release(uint64_t* bar, int lane) {
 #ifndef RA_CUDA_NEXT_QK
 #define RA_CUDA_NEXT_QK -1
 #endif
-constexpr int kNextQKMaxKeys = 256;
+/* the by-shape threshold (RA_CUDA_NEXT_QK = -1); 512 and 1024 are measurement builds */
+#ifndef RA_CUDA_NEXT_QK_MAX_KEYS
+#define RA_CUDA_NEXT_QK_MAX_KEYS 256
+#endif
+constexpr int kNextQKMaxKeys = RA_CUDA_NEXT_QK_MAX_KEYS;
 
 /* A warpgroup whose 64 query rows all lie past seqlen_q (decode: seqlen_q <= 64 leaves warpgroup 2
  * with no row) skips the tile's softmax, P.V products, epilogue and every Q K^T but the first

@@ -34,6 +34,12 @@
 #ifndef RA_CUDA_DYN_MAX_BLOCKS
 #define RA_CUDA_DYN_MAX_BLOCKS 1
 #endif
+/* ... and at most this many query blocks a (batch, head): the counter won where a head has one
+ * (256,32,128,128) and lost 6-14 % with 2, 8 or 32 ((67,5,200,128), (2,40,1024,77), (2,24,4096,77);
+ * docs/perf-notes.md v8, call 32). */
+#ifndef RA_CUDA_DYN_MAX_M_BLOCKS
+#define RA_CUDA_DYN_MAX_M_BLOCKS 1
+#endif
 
 namespace ra_cuda {
 
