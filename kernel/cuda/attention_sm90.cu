@@ -92,7 +92,6 @@ static_assert(RA_CUDA_LONG_BLOCK_N == 0 || RA_CUDA_LONG_MIN_KEYS > RA_CUDA_NEXT_
 #define RA_CUDA_SHORT_STAGES 0
 #endif
 static_assert(RA_CUDA_SHORT_STAGES != 3 || RA_CUDA_PINGPONG == 0, "the short-key plan has no ping-pong variant");
-static_assert(RA_CUDA_SHORT_STAGES != 3 || RA_CUDA_DYN_SCHED == 0, "the dynamic scheduler takes the short plan's attribute bits");
 /* 1: the persistent grid is the fewest CTAs that keep the number of tile waves, so every CTA gets
  * the same number of tiles (256 tiles: 128 CTAs of 2, not 124 of 2 and 8 of 1); no CTA gets more
  * tiles than with one CTA per SM. 0: one CTA per SM. */
@@ -411,7 +410,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
     constexpr bool PP = decltype(pp_c)::value;
     constexpr bool NQK = decltype(nqk_c)::value;
     /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans, 12 in-kernel
-     * merges, 6 short plans or dynamic schedulers, 6 long-key kernels (64 + inst) */
+     * merges, 6 short plans (54 + inst), 6 long-key kernels (64 + inst), 6 dynamic schedulers (70 + inst) */
     const unsigned inst = (unsigned)(R * 2 + (L == Layout::kPacked ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
@@ -443,9 +442,10 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
         }
       }
       p.merge_in_kernel = mik && p.num_splits > 1;
-      /* the dynamic scheduler's two counters (tile_scheduler.cuh); without them, the static order */
-      if (RA_CUDA_DYN_SCHED && NQK && !PP && p.num_splits == 1 && p.num_n_blocks <= RA_CUDA_DYN_MAX_BLOCKS &&
-          p.num_m_blocks <= RA_CUDA_DYN_MAX_M_BLOCKS)
+      /* the dynamic scheduler's two counters (tile_scheduler.cuh); without them, the static order
+       * (the 3-stage short plan, when built, takes these launches itself) */
+      if (RA_CUDA_DYN_SCHED && RA_CUDA_SHORT_STAGES != 3 && NQK && !PP && p.num_splits == 1 &&
+          p.num_n_blocks <= RA_CUDA_DYN_MAX_BLOCKS && p.num_m_blocks <= RA_CUDA_DYN_MAX_M_BLOCKS)
         p.tile_counter = split_workspace(dev_id, stream, 0, 2).counters;
       p.num_tiles = (int)(tiles * p.num_splits);
       int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
@@ -489,7 +489,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           launched = true;
           auto kernel = attn_fwd_sm90<R, L, false, true, false, false, true>;
           constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
-          e = ensure_smem_attr(kernel, dev, 54 + inst, bytes); /* the short plan's bits */
+          e = ensure_smem_attr(kernel, dev, 70 + inst, bytes);
           if (e != cudaSuccess) return;
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
         }

@@ -154,8 +154,7 @@ __device__ __forceinline__ KeyRange key_range(const FwdParams& p, int split) {
 #ifndef RA_CUDA_L2_PREFETCH
 #define RA_CUDA_L2_PREFETCH 0
 #endif
-constexpr int kPrefetchMaxBlocks = 2;
-static_assert(!(RA_CUDA_L2_PREFETCH && RA_CUDA_DYN_SCHED), "the L2 prefetch needs the static tile order");
+constexpr int kPrefetchMaxBlocks = 2; /* the static kernels only: the dynamic order is not known ahead */
 
 template <int kBN>
 __device__ __forceinline__ void prefetch_tile(const FwdParams& p, int tile) {
@@ -181,7 +180,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   constexpr uint32_t kKVBytes = kBN * 256; /* one K or V block: 2 d-halves of kBN rows x 128 B */
   int kv = 0;
   int tq = 0;
-  const bool prefetch = RA_CUDA_L2_PREFETCH > 0 && p.split_blocks <= kPrefetchMaxBlocks;
+  const bool prefetch = !kDyn && RA_CUDA_L2_PREFETCH > 0 && p.split_blocks <= kPrefetchMaxBlocks;
   /* RA_CUDA_TMA_HINT (ptx.cuh): which loads carry an L2 eviction priority, and which */
   const bool q_hint = (RA_CUDA_TMA_HINT & 1) && p.num_splits == 1;
   const bool kv_hint = ((RA_CUDA_TMA_HINT & 1) && p.num_m_blocks == 1) || ((RA_CUDA_TMA_HINT & 4) && p.num_m_blocks > 1);
