@@ -108,7 +108,9 @@ struct Smem : OStaging<P::kOStaging> {
   uint64_t k_full[P::kStages], k_empty[P::kStages];
   uint64_t v_full[P::kStages], v_empty[P::kStages];
   int merge_flag[2]; /* split.cuh's merge_if_last, one per consumer warpgroup */
-  int tile_id[P::kQStages]; /* RA_CUDA_DYN_SCHED: the tile whose Q is in stage s (num_tiles: none) */
+  int tile_id[P::kQStages]; /* RA_CUDA_DYN_SCHED: the tile whose Q is in stage s (num_tiles: none);
+                             * accessed as shared (st_tile_id, ld_tile_id): a generic access through
+                             * the aligned base leaves the shared window (ST.E, LD.E.STRONG.SYS) */
 };
 template <class P>
 constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the base to 1024 */
@@ -170,6 +172,17 @@ __device__ __forceinline__ void prefetch_tile(const FwdParams& p, int tile) {
   }
 }
 
+/* The next tile's number beside its Q stage: written before the stage's arrive (release), read
+ * after its wait (acquire); asm volatile with a memory clobber keeps each on its side. */
+__device__ __forceinline__ void st_tile_id(int* slot, int tile) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_u32(slot)), "r"(tile) : "memory");
+}
+__device__ __forceinline__ int ld_tile_id(int* slot) {
+  int tile;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(tile) : "r"(smem_u32(slot)) : "memory");
+  return tile;
+}
+
 /* kDyn: the dynamic scheduler's instantiation (tile_scheduler.cuh), launched only with
  * p.tile_counter set; the static one keeps the code it had before the scheduler existed. */
 template <class P, bool kDyn = false>
@@ -212,7 +225,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     const KeyRange kr = key_range(p, t.split);
     const int qs = tq % kQStages;
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
-    if constexpr (dyn) sm.tile_id[qs] = tile; /* published by the arrive below (release) */
+    if constexpr (dyn) st_tile_id(&sm.tile_id[qs], tile); /* published by the arrive below (release) */
     mbar_arrive_expect_tx(&sm.q_full[qs], kTileBytes);
     load(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, t.m * kBlockM, t.h, t.b, q_hint, q_policy);
     load(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, t.m * kBlockM, t.h, t.b, q_hint, q_policy);
@@ -237,7 +250,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     /* the consumers learn there is no next tile from a Q stage that carries no bytes */
     const int qs = tq % kQStages;
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
-    sm.tile_id[qs] = p.num_tiles;
+    st_tile_id(&sm.tile_id[qs], p.num_tiles);
     mbar_arrive(&sm.q_full[qs]);
     /* every CTA has taken its last tile before it counts itself done: the last one resets. The
      * fences (release, acquire: split.cuh's pattern) order each CTA's last take before its count
@@ -371,7 +384,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
   auto resolve_next = [&](int tq_n) -> bool {
     if constexpr (dyn) {
       mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
-      next = *reinterpret_cast<volatile int*>(&sm.tile_id[tq_n % kQStages]);
+      next = ld_tile_id(&sm.tile_id[tq_n % kQStages]);
     } else {
       next = tile + (int)gridDim.x;
     }
