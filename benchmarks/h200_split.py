@@ -34,9 +34,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cuda_tail_plan
 import h200_op
 
 from regress import numerics as nm
@@ -153,6 +155,59 @@ def forced_split(name: str) -> bool:
     return re.fullmatch(r"s\d+", name) is not None
 
 
+# Shapes where a tail-split build (-DRA_CUDA_TAIL_SPLIT=1, cuda_tail_plan.py's rule) cuts the last
+# round's tiles (13-53 GFLOP each: the fp64 comparison runs on the host): (4,100,65,1000) 400 tiles,
+# the last 4 in 4 parts of 2 key blocks, the last part's last block partial, warpgroup 1 one row;
+# (2,100,130,1000) the same plan, the last head's second query block with one warpgroup idle (rows
+# past seqlen_q); (1,200,100,2000) 200 tiles, the last 68 in 3 parts (6, 6, 4 blocks);
+# (4,100,65,4000) 8 parts of 4 blocks.
+TAIL_SHAPES = [
+    Shape(4, 100, 65, 1000),
+    Shape(2, 100, 130, 1000),
+    Shape(1, 200, 100, 2000),
+    Shape(4, 100, 65, 4000),
+]
+TAIL_EDGE = (Shape(2, 100, 130, 1000), "posinf_last@last")
+
+
+def tail_forced(name: str) -> int | None:
+    """None: not a tail-split build; 0: by the rule; N > 1: N parts (RA_CUDA_TAIL_SPLIT=N)."""
+    flags = {**LIBS, **CHECK_ONLY}.get(name, ())
+    for f in flags:
+        m = re.fullmatch(r"-DRA_CUDA_TAIL_SPLIT=(\d+)", f)
+        if m and int(m.group(1)) > 0:
+            return int(m.group(1)) if int(m.group(1)) > 1 else 0
+    return None
+
+
+def tail_rows(name: str, s: Shape) -> np.ndarray | None:
+    """[B, H, Sq] True on the rows that build `name` computes in parts (its plan's last tiles, tiles
+    numbered query block fastest); None where it computes every tile whole, as the default does."""
+    forced = tail_forced(name)
+    if forced is None:
+        return None
+    plan = cuda_tail_plan.shape_plan(s.b, s.h, s.sq, s.sk, forced=forced)
+    if not plan.splits:
+        return None
+    mb = -(-s.sq // cuda_tail_plan.BLOCK_M)
+    tile = np.arange(s.b * s.h * mb).reshape(s.b, s.h, mb)
+    rows = np.repeat(tile, cuda_tail_plan.BLOCK_M, axis=2)[:, :, : s.sq]
+    return rows >= s.b * s.h * mb - plan.tail
+
+
+def same_bits_outside_tail(
+    name: str, s: Shape, layout: str, a: torch.Tensor, b: torch.Tensor
+) -> tuple[int, int | None]:
+    """(elements that differ where `name` computes whole tiles, elements that differ on its split
+    tiles or None if it splits none): the default's bits are owed on the first, only the ULP
+    contract (checked elsewhere) on the second."""
+    d = reference.to_bhsd_bits(a, layout) != reference.to_bhsd_bits(b, layout)  # type: ignore[arg-type]
+    tail = tail_rows(name, s)
+    if tail is None:
+        return int(d.sum()), None
+    return int(d[~tail].sum()), int(d[tail].sum())
+
+
 def say(msg: str) -> None:
     print(msg, flush=True)
     LOG.append(msg)
@@ -175,21 +230,27 @@ def build_libs() -> dict[str, KernelLibrary]:
 # --- checks ------------------------------------------------------------------------------------
 
 
+EDGE_KINDS = ("neginf_split0", "neginf_all", "posinf_last", "nan_last")
+
+
 def edge_inputs(s: Shape, layout: str, kind: str, seed: int) -> tuple[torch.Tensor, ...]:
-    """The split's own non-finite cases, on head 0 of batch 0 (built in BHSD, then laid out):
+    """The split's own non-finite cases, on head 0 of batch 0, or with "@last" on the last head of
+    the last batch (a tail split's tiles) (built in BHSD, then laid out):
     neginf_split0: every key of the first half scores -Inf (q[..., 0] > 0, k[j, 0] = -Inf), so
     split 0's partials are all 0 with max -Inf; neginf_all: every key -Inf (the row is 0/0 = NaN);
     posinf_last / nan_last: the last key scores +Inf / NaN (a late split poisons the row)."""
+    kind, _, where = kind.partition("@")
+    b, h = (-1, -1) if where == "last" else (0, 0)
     q, k, v = make_inputs(s, "bhsd", seed=seed, device="cuda")
-    q[0, 0, :, 0] = q[0, 0, :, 0].abs() + 0.5
+    q[b, h, :, 0] = q[b, h, :, 0].abs() + 0.5
     if kind == "neginf_split0":
-        k[0, 0, : s.sk // 2, 0] = -math.inf
+        k[b, h, : s.sk // 2, 0] = -math.inf
     elif kind == "neginf_all":
-        k[0, 0, :, 0] = -math.inf
+        k[b, h, :, 0] = -math.inf
     elif kind == "posinf_last":
-        k[0, 0, -1, 0] = math.inf
+        k[b, h, -1, 0] = math.inf
     elif kind == "nan_last":
-        k[0, 0, -1, 3] = math.nan
+        k[b, h, -1, 3] = math.nan
     if layout == "bshd":
         q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     return q, k, v
@@ -252,11 +313,15 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
             (Shape(4, 16, 200, 2100), kind)
             for kind in ("neginf_split0", "neginf_all", "posinf_last", "nan_last")
         ),
+        # the tail split's tiles (TAIL_SHAPES), its non-finite edges on the last head (a split tile)
+        *((s, "realistic") for s in TAIL_SHAPES),
+        *((Shape(2, 100, 130, 1000), f"{kind}@last") for kind in EDGE_KINDS),
+        (Shape(1, 200, 100, 2000), "nan_last@last"),
     ]
     for s, kind in cases:
         for layout in LAYOUTS:
             seed = zlib.crc32(f"{s.dims()}{kind}{layout}".encode())
-            if kind in ("neginf_split0", "neginf_all", "posinf_last", "nan_last"):
+            if kind.partition("@")[0] in EDGE_KINDS:
                 q, k, v = edge_inputs(s, layout, kind, seed)
             else:
                 q, k, v = make_inputs(s, layout, seed=seed, device="cuda", kind=kind)
@@ -326,7 +391,7 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
         (Shape(2, 16, 1000, 2049), "nan_last"),
     ):
         for layout in LAYOUTS:
-            if kind in ("nan_last", "neginf_split0"):
+            if kind.partition("@")[0] in EDGE_KINDS:
                 q, k, v = edge_inputs(s, layout, kind, 13)
             else:
                 q, k, v = make_inputs(s, layout, seed=13, device="cuda")
@@ -354,9 +419,12 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
                         if s in LONG_CHECK and d == 0:
                             fails.append(f"{other} = new at {s.dims()} {layout} {mode}: long path not taken")
                         continue
+                    # a tail-split build owes the default's bits on the tiles it computes whole
+                    d, _ = same_bits_outside_tail(other, s, layout, a, b)
                     out["bits"][f"new={key}"] = d
                     if d:
                         fails.append(f"new != {other} at {s.dims()} {kind} {layout} {mode}: {d} elements")
+    check_tail(libs, out)
     check_drills(libs, fails)
     check_determinism(libs, out)
     out["graph"] = check_graph(libs, fails)
@@ -370,6 +438,34 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
     for f in fails[:20]:
         say(f"  FAIL {f}")
     return out
+
+
+def check_tail(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> None:
+    """Each tail-split build on TAIL_SHAPES (and their edge inputs), every layout and mode: the tiles
+    it computes whole are the default's bits; where its plan splits, the split tiles differ from the
+    default somewhere (a different summation order: the plan the mirror predicts did run) and the
+    ULP checks above hold them to the contract."""
+    fails: list[str] = out["failures"]
+    for name in (n for n in libs if tail_forced(n) is not None):
+        for s, kind in (*((s, "realistic") for s in TAIL_SHAPES), TAIL_EDGE):
+            for layout in LAYOUTS:
+                if kind == "realistic":
+                    q, k, v = make_inputs(s, layout, seed=17, device="cuda")
+                else:
+                    q, k, v = edge_inputs(s, layout, kind, 17)
+                for mode in MODES:
+                    a = libs["new"].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                    b = libs[name].forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+                    whole, split = same_bits_outside_tail(name, s, layout, a, b)
+                    key = f"{name}:{s.dims()}:{kind}:{layout}:{mode}"
+                    out["bits"][f"tail-whole:{key}"] = whole
+                    if whole:
+                        fails.append(f"tail {key}: {whole} elements of whole tiles differ from new")
+                    if split is not None:
+                        out["bits"][f"tail-split:{key}"] = split
+                        if kind == "realistic" and not split:
+                            fails.append(f"tail {key}: the split tiles equal new's bits (no split ran?)")
+    say(f"tail split checked: {sum(f.startswith('tail ') for f in fails)} failed")
 
 
 def check_drills(libs: dict[str, KernelLibrary], fails: list[str]) -> None:
@@ -410,6 +506,7 @@ def check_determinism(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> No
             Shape(67, 5, 200, 128),
             Shape(4, 16, 200, 2100),  # the long-key kernel, where built
             Shape(3, 16, 1000, 2049),
+            *TAIL_SHAPES[:2],  # the tail split's merge by the last part, whichever CTA that is
         ):
             for layout in LAYOUTS:
                 q, k, v = make_inputs(s, layout, seed=2, device="cuda")
@@ -438,9 +535,10 @@ def check_graph(libs: dict[str, KernelLibrary], fails: list[str]) -> dict[str, A
         if name in libs:
             fns[name] = lambda q, k, v, lib=libs[name]: lib.forward(q, k, v, layout="bhsd", rounding="rtne")
     # (67,5,200,128): the tile counter's reset between replays (one key block a tile); (4,16,200,2100):
-    # the long-key kernel's tensor maps, encoded at capture
+    # the long-key kernel's tensor maps, encoded at capture; (1,200,100,2000): the tail split's
+    # counters, reset by the last part, across replays
     shapes = (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(1, 32, 1, 8192), Shape(67, 5, 200, 128))
-    for s in (*shapes, Shape(4, 16, 200, 2100)):
+    for s in (*shapes, Shape(4, 16, 200, 2100), Shape(1, 200, 100, 2000)):
         for name, f in fns.items():
             q, k, v = make_inputs(s, "bhsd", seed=3, device="cuda")
             first = f(q, k, v)

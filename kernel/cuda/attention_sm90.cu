@@ -53,6 +53,7 @@
 #include "mainloop_sm80.cuh"
 #include "mainloop_sm90.cuh"
 #include "params.cuh"
+#include "tail_plan.h"
 
 #ifndef RA_CUDA_FORCE_MMA_SYNC
 #define RA_CUDA_FORCE_MMA_SYNC 0
@@ -68,6 +69,15 @@
 #ifndef RA_CUDA_SPLIT
 #define RA_CUDA_SPLIT -1
 #endif
+/* Split of the last partial round's tiles over keys (tail_plan.h; attn_fwd_sm90_tail): 1 = by
+ * tail_plan.h's rule, N > 1 = N parts wherever there is a tail (measurement builds), 0 = never (the
+ * default: no such kernel is built). Only launches that split_rule leaves unsplit, with seqlen_q >
+ * 64 (not decode), seqlen_k > 256 (not the next-Q-K^T kernel) and no ping-pong. */
+#ifndef RA_CUDA_TAIL_SPLIT
+#define RA_CUDA_TAIL_SPLIT 0
+#endif
+static_assert(RA_CUDA_TAIL_SPLIT == 0 || RA_CUDA_TILE_ORDER == 0, "the tail split keeps the cyclic tile order");
+static_assert(RA_CUDA_TAIL_SPLIT == 0 || RA_CUDA_LONG_BLOCK_N == 0, "the tail split plans the main plan's key blocks");
 /* K/V stages of the decode plan (mainloop_sm90.cuh), taken when seqlen_q <= 64 and the next tile's
  * Q K^T is not overlapped (seqlen_k > 256): 3, or 0 = never (the main plan's 2 stages everywhere). */
 #ifndef RA_CUDA_DECODE_STAGES
@@ -112,7 +122,7 @@ namespace ra_cuda {
 
 /* kMerge: the decode split's merge in the kernel (split.cuh's merge_if_last); only launches with
  * p.merge_in_kernel take this instantiation. */
-template <int kRound, Layout L, bool kPP, bool kNQK, class Plan, bool kMerge, bool kDyn>
+template <int kRound, Layout L, bool kPP, bool kNQK, class Plan, bool kMerge, bool kDyn, bool kTail>
 __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
   extern __shared__ uint8_t smem_raw[];
   sm90::Smem<Plan>& sm =
@@ -128,17 +138,17 @@ __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) sm90::produce<Plan, kDyn>(p, sm);
+    if (threadIdx.x == 0) sm90::produce<Plan, kDyn, kTail>(p, sm);
   } else {
     setmaxnreg_inc<232>();
-    sm90::consume<kRound, L, kPP, kNQK, kMerge, Plan, kDyn>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+    sm90::consume<kRound, L, kPP, kNQK, kMerge, Plan, kDyn, kTail>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
   }
 }
 
 template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode, bool kMerge = false, bool kDyn = false>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  fwd_sm90<kRound, L, kPP, kNQK, std::conditional_t<kDecode, sm90::DecodePlan, sm90::MainPlan>, kMerge, kDyn>(p);
+  fwd_sm90<kRound, L, kPP, kNQK, std::conditional_t<kDecode, sm90::DecodePlan, sm90::MainPlan>, kMerge, kDyn, false>(p);
 #endif
 }
 
@@ -148,7 +158,17 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
 template <int kRound, Layout L>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_long(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  fwd_sm90<kRound, L, false, false, sm90::LongPlan, false, false>(p);
+  fwd_sm90<kRound, L, false, false, sm90::LongPlan, false, false, false>(p);
+#endif
+}
+
+/* RA_CUDA_TAIL_SPLIT: the main plan's kernel over tail_coord's work items (whole tiles, then the
+ * tail's parts, merged by the last part of each), no ping-pong, the next tile's Q K^T after the
+ * epilogue. Its own instantiation, built only with the flag, so no other launch's code changes. */
+template <int kRound, Layout L>
+__global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_tail(const __grid_constant__ FwdParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  fwd_sm90<kRound, L, false, false, sm90::MainPlan, false, false, true>(p);
 #endif
 }
 
@@ -410,7 +430,8 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
     constexpr bool PP = decltype(pp_c)::value;
     constexpr bool NQK = decltype(nqk_c)::value;
     /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans, 12 in-kernel
-     * merges, 6 short plans (54 + inst), 6 long-key kernels (64 + inst), 6 dynamic schedulers (70 + inst) */
+     * merges, 6 short plans (54 + inst), 6 long-key kernels (64 + inst), 6 dynamic schedulers (70 + inst), 6 tail
+     * splits (76 + inst) */
     const unsigned inst = (unsigned)(R * 2 + (L == Layout::kPacked ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
@@ -453,6 +474,32 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
         const int waves = (p.num_tiles + dev.sm_count - 1) / dev.sm_count;
         grid = (p.num_tiles + waves - 1) / waves;
       }
+      if constexpr (RA_CUDA_TAIL_SPLIT != 0 && !NQK && !PP) {
+        /* the tail split (tail_plan.h), where nothing above split the launch; its partials are the
+         * tail's rows only, its counters merge_if_last's */
+        const TailPlan tp = p.num_splits == 1 && p.seqlen_q > kDecodeMaxRows
+                                ? tail_split_plan(tiles, p.num_n_blocks, dev.sm_count,
+                                                  RA_CUDA_TAIL_SPLIT > 1 ? RA_CUDA_TAIL_SPLIT : 0)
+                                : TailPlan{0, 0, 0};
+        if (tp.splits > 1) {
+          const size_t rows = (size_t)tp.tail * tp.splits * sm90::kBlockM;
+          const size_t floats = rows * (kHeadDim + 2);
+          const size_t counters = (size_t)tp.tail * 2;
+          const WorkspacePtrs ws = (floats + counters) * sizeof(float) <= kMaxWorkspaceBytes
+                                       ? split_workspace(dev_id, stream, floats * sizeof(float), counters)
+                                       : WorkspacePtrs{nullptr, nullptr};
+          if (ws.floats) {
+            p.tail_first = (int)(tiles - tp.tail);
+            p.tail_splits = tp.splits;
+            p.tail_blocks = tp.blocks;
+            p.part_o = ws.floats;
+            p.part_ml = ws.floats + rows * kHeadDim;
+            p.part_cnt = ws.counters;
+            p.num_tiles = p.tail_first + (int)(tp.tail * tp.splits);
+            grid = dev.sm_count; /* tail_first is a multiple of it: the whole tiles fill whole rounds */
+          }
+        }
+      }
       bool launched = false;
       if constexpr (RA_CUDA_DECODE_STAGES == 3 && !NQK) {
         launched = p.seqlen_q <= kDecodeMaxRows;
@@ -490,6 +537,16 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           auto kernel = attn_fwd_sm90<R, L, false, true, false, false, true>;
           constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
           e = ensure_smem_attr(kernel, dev, 70 + inst, bytes);
+          if (e != cudaSuccess) return;
+          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
+        }
+      }
+      if constexpr (RA_CUDA_TAIL_SPLIT != 0 && !NQK && !PP) {
+        if (!launched && p.tail_splits > 1) {
+          launched = true;
+          auto kernel = attn_fwd_sm90_tail<R, L>;
+          constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
+          e = ensure_smem_attr(kernel, dev, 76 + inst, bytes);
           if (e != cudaSuccess) return;
           kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
         }
@@ -558,10 +615,12 @@ extern "C" const char* ra_backend_name(void) { return "cuda"; }
 #define RA_XSTR_(x) #x
 #define RA_XSTR(x) RA_XSTR_(x)
 
+static_assert(kTailMaxSplits == 64 && kTailMinGainPerMille == 5, "ra_build_info states the tail rule's constants");
+
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

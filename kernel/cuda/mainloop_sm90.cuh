@@ -143,6 +143,13 @@ __device__ __forceinline__ KeyRange key_range(const FwdParams& p, int split) {
   r.end = min(r.begin + p.split_blocks, p.num_n_blocks);
   return r;
 }
+/* The tail split's (tile_scheduler.cuh's tail_coord): part -1 is a whole tile. */
+__device__ __forceinline__ KeyRange tail_key_range(const FwdParams& p, int part) {
+  KeyRange r;
+  r.begin = part < 0 ? 0 : part * p.tail_blocks;
+  r.end = part < 0 ? p.num_n_blocks : min(r.begin + p.tail_blocks, p.num_n_blocks);
+  return r;
+}
 
 /* One elected thread. Stage s of the K/V ring is used by key blocks kv = s, s + 2, ... counted over
  * all tiles of this CTA; the producer waits for the previous use to be released (parity flipped:
@@ -184,8 +191,9 @@ __device__ __forceinline__ int ld_tile_id(int* slot) {
 }
 
 /* kDyn: the dynamic scheduler's instantiation (tile_scheduler.cuh), launched only with
- * p.tile_counter set; the static one keeps the code it had before the scheduler existed. */
-template <class P, bool kDyn = false>
+ * p.tile_counter set; the static one keeps the code it had before the scheduler existed. kTail:
+ * the tail split's (RA_CUDA_TAIL_SPLIT), the same loop over tail_coord's work items. */
+template <class P, bool kDyn = false, bool kTail = false>
 __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
@@ -193,7 +201,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   constexpr uint32_t kKVBytes = kBN * 256; /* one K or V block: 2 d-halves of kBN rows x 128 B */
   int kv = 0;
   int tq = 0;
-  const bool prefetch = !kDyn && RA_CUDA_L2_PREFETCH > 0 && p.split_blocks <= kPrefetchMaxBlocks;
+  const bool prefetch = !kDyn && !kTail && RA_CUDA_L2_PREFETCH > 0 && p.split_blocks <= kPrefetchMaxBlocks;
   /* RA_CUDA_TMA_HINT (ptx.cuh): which loads carry an L2 eviction priority, and which */
   const bool q_hint = (RA_CUDA_TMA_HINT & 1) && p.num_splits == 1;
   const bool kv_hint = ((RA_CUDA_TMA_HINT & 1) && p.num_m_blocks == 1) || ((RA_CUDA_TMA_HINT & 4) && p.num_m_blocks > 1);
@@ -221,8 +229,9 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     }
     /* RA_CUDA_DYN_SCHED 2: the next tile's number is asked for first, used after this tile's loads */
     const int fetched = RA_CUDA_DYN_SCHED == 2 && dyn ? atomicAdd(&p.tile_counter[0], 1) : 0;
-    const TileCoord t = tile_coord(p, tile);
-    const KeyRange kr = key_range(p, t.split);
+    int part, tail_tile;
+    const TileCoord t = kTail ? tail_coord(p, tile, part, tail_tile) : tile_coord(p, tile);
+    const KeyRange kr = kTail ? tail_key_range(p, part) : key_range(p, t.split);
     const int qs = tq % kQStages;
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
     if constexpr (dyn) st_tile_id(&sm.tile_id[qs], tile); /* published by the arrive below (release) */
@@ -342,7 +351,7 @@ __device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg)
   return !kPP && m_block * kBlockM + wg * 64 >= p.seqlen_q;
 }
 
-template <int kRound, Layout L, bool kPP, bool kNQK, bool kMerge, class P, bool kDyn = false>
+template <int kRound, Layout L, bool kPP, bool kNQK, bool kMerge, class P, bool kDyn = false, bool kTail = false>
 __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg, int tid) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
@@ -400,8 +409,9 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     wgmma_wait<0>();
   }
   for (; tile < p.num_tiles; tile = next, ++tq) {
-    const TileCoord t = tile_coord(p, tile);
-    const KeyRange kr = key_range(p, t.split);
+    int part, tail_tile; /* kTail: which part of which tail tile (part -1: a whole tile) */
+    const TileCoord t = kTail ? tail_coord(p, tile, part, tail_tile) : tile_coord(p, tile);
+    const KeyRange kr = kTail ? tail_key_range(p, part) : key_range(p, t.split);
     const int nb = kr.end - kr.begin;                        /* this tile's key blocks */
     const bool tail = any_tail && kr.end == p.num_n_blocks; /* its last block is partial */
     const int qs = tq % kQStages;
@@ -518,10 +528,21 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
     const int64_t os = seq_stride<L>(p.o_stride);
     const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
+    /* kTail: a tail part stores its partials, and the last part of its tile to get here replaces o
+     * and sfm.l by the merged ones and stores O as a whole tile does (split.cuh) */
+    bool store_o = true;
+    if constexpr (kTail) {
+      if (part >= 0) {
+        store_tail_partial(p, o, sfm, tail_tile, part, row_in_tile, qc);
+        store_o = tail_merge_if_last(p, o, sfm, tail_tile, row_in_tile, qc, wg, tid, &sm.merge_flag[wg]);
+      }
+    }
     /* the long plan is launched unsplit only (attention_sm90.cu): no partials in its code */
-    if (kBN == kBlockN && p.num_splits > 1) {
+    if (!kTail && kBN == kBlockN && p.num_splits > 1) {
       store_partial(p, o, sfm, t, row0, qc); /* split.cuh: the last split's warpgroup or a second launch rounds */
       if constexpr (kMerge) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
+    } else if (!store_o) {
+      /* a tail part whose tile another part merges */
     } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {
       const int row1 = row0 + 8;
       uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;

@@ -52,6 +52,14 @@ struct FwdParams {
   int merge_in_kernel; /* 1: the last split's warpgroup merges (few rows); 0: attn_merge_splits does */
   float scale_log2; /* softmax scale * log2(e) */
   int nondet_flip;  /* RA_INJECT_NONDET: flip bit 0 of O[0,0,0,0] on this launch */
+  /* RA_CUDA_TAIL_SPLIT (attention_sm90.cu's tail_split_plan; only its own kernel reads them): work
+   * items [0, tail_first) are whole tiles, as unsplit; item tail_first + j * tail_splits + i is part
+   * i of tail tile j (tile tail_first + j), key blocks [i * tail_blocks, min((i + 1) * tail_blocks,
+   * num_n_blocks)); its fp32 partials go to part_o / part_ml laid out [j][i][128 rows], and part_cnt
+   * holds [j][2 warpgroups] (split.cuh's tail_merge_if_last). */
+  int tail_first;
+  int tail_splits;
+  int tail_blocks;
 };
 
 template <Layout L>

@@ -24,6 +24,10 @@
  * c_i = 2^(Inf - Inf) = NaN; an all -Inf row has every c_i = 1 and l = 0, so 0 * (1/0) = NaN.
  * The fire drills act here as in the epilogue: round_pack applies RA_INJECT_ULP, and NONDET flips
  * bit 0 of O[0,0,0,0].
+ * The tail split (-DRA_CUDA_TAIL_SPLIT, tail_plan.h) cuts only the last partial round's tiles, in
+ * its own kernel: store_tail_partial writes their partials compactly ([tail tile][part][128 rows]),
+ * and the last part of a tile to finish merges them by the same formula into its registers
+ * (tail_merge_if_last), which the ordinary epilogue then rounds and stores.
  */
 #pragma once
 #include "epilogue.cuh"
@@ -127,6 +131,95 @@ __device__ __forceinline__ void merge_if_last(const FwdParams& p, const TileCoor
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
   const int row = t.m * 128 + wg * 64 + (tid >> 5); /* seqlen_q <= 4: rows 0-3, one per warp */
   if (row < p.seqlen_q) merge_row<kRound>(p, bh, row, tid & 31);
+}
+
+/* merge_if_last's arrival (the same fences, barriers and counter; it stays inline there: calling
+ * this from merge_if_last changed the decode kernel's SASS, measured on the device as it is): true in every
+ * thread of warpgroup wg iff its part is the last of `parts` to count itself on *counter(), which
+ * it resets to 0. */
+template <class Counter>
+__device__ __forceinline__ bool last_to_arrive(int parts, int wg, int tid, int* flag, Counter counter) {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  named_bar_sync(3 + wg, 128);
+  const uint32_t flag_addr = smem_u32(flag);
+  if (tid == 0) {
+    int* cnt = counter();
+    const int last = atomicAdd(cnt, 1) == parts - 1;
+    if (last) atomicExch(cnt, 0); /* every part has arrived: ready for the next launch */
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_addr), "r"(last) : "memory");
+  }
+  named_bar_sync(3 + wg, 128);
+  int last;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_addr) : "memory");
+  if (!last) return false;
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  return true;
+}
+
+/* RA_CUDA_TAIL_SPLIT (tile_scheduler.cuh's tail_coord): the partials of the tail's tiles only,
+ * [tail tile][part][the tile's 128 rows], every row written (rows past seqlen_q too, so the merge
+ * reads no unwritten word; the epilogue clips them). */
+__device__ __forceinline__ int64_t tail_part_row(const FwdParams& p, int tail_tile, int part, int row) {
+  return ((int64_t)tail_tile * p.tail_splits + part) * 128 + row;
+}
+
+/* store_partial's layout and order, at the tail's rows: r0 = this thread's row in the tile. */
+template <class Softmax>
+__device__ __forceinline__ void store_tail_partial(const FwdParams& p, const float (&acc)[64], const Softmax& sfm,
+                                                   int tail_tile, int part, int r0, int qc) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = sfm.l[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1); /* the order of row_inverses (epilogue.cuh) */
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int64_t pr = tail_part_row(p, tail_tile, part, r0 + 8 * r);
+    float* po = p.part_o + pr * kHeadDim;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) st_global_f2(po + 8 * i + qc, acc[4 * i + 2 * r], acc[4 * i + 2 * r + 1]);
+    if (qc == 0) st_global_f2(p.part_ml + 2 * pr, sfm.m[r], l);
+  }
+}
+
+/* After store_tail_partial, in every thread of consumer warpgroup wg: false in all but the last of
+ * the tile's parts to get here (part_cnt [tail tile][wg], reset by it); that one merges its 64 rows
+ * as merge_row does (parts in index order, the same operations: bit-deterministic, and the same
+ * bits as attn_merge_splits from these partials), each thread its own accumulator elements, into
+ * acc, and sets sfm.l so that the epilogue's quad reduction (row_inverses) gives the merged row
+ * sum exactly (the row's sum in the quad's first thread, +0 in the others; x + 0 = x for every x
+ * but -0, and a row sum is never -0). The caller then stores O as for a whole tile: one rounding,
+ * in the epilogue, with its drills. No wgmma is in flight here (the tail kernel is not kNQK). */
+template <class Softmax>
+__device__ __forceinline__ bool tail_merge_if_last(const FwdParams& p, float (&acc)[64], Softmax& sfm, int tail_tile,
+                                                   int r0, int qc, int wg, int tid, int* flag) {
+  if (!last_to_arrive(p.tail_splits, wg, tid, flag, [&] { return p.part_cnt + (int64_t)tail_tile * 2 + wg; }))
+    return false;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  float mx[2] = {kNegInf, kNegInf};
+  for (int i = 0; i < p.tail_splits; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __ldcg(p.part_ml + 2 * tail_part_row(p, tail_tile, i, r0 + 8 * r)));
+  float l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < 64; ++j) acc[j] = 0.f;
+  for (int i = 0; i < p.tail_splits; ++i) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t pr = tail_part_row(p, tail_tile, i, r0 + 8 * r);
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(p.part_ml) + pr);
+      const float c = ml.x == kNegInf ? 1.f : ex2((ml.x - mx[r]) * p.scale_log2);
+      l[r] = fmaf(ml.y, c, l[r]);
+      const float* po = p.part_o + pr * kHeadDim;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const float2 o = __ldcg(reinterpret_cast<const float2*>(po + 8 * k + qc));
+        acc[4 * k + 2 * r] = fmaf(o.x, c, acc[4 * k + 2 * r]);
+        acc[4 * k + 2 * r + 1] = fmaf(o.y, c, acc[4 * k + 2 * r + 1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) sfm.l[r] = qc == 0 ? l[r] : 0.f;
+  return true;
 }
 
 constexpr int kMergeRowsPerBlock = 4; /* attn_merge_splits: one warp per row */

@@ -81,4 +81,20 @@ __device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int i) {
   return t;
 }
 
+/* RA_CUDA_TAIL_SPLIT's order (its own kernel, launched on one CTA per SM): items [0, tail_first)
+ * are the first tiles, whole, in the order above (tail_first is a multiple of the grid, so they are
+ * whole rounds); the last partial round's tiles come after them as tail_splits parts each, parts
+ * numbered fastest. part: -1 for a whole tile, else the part; tail_tile: j of tile tail_first + j. */
+__device__ __forceinline__ TileCoord tail_coord(const FwdParams& p, int i, int& part, int& tail_tile) {
+  part = -1;
+  tail_tile = 0;
+  if (i >= p.tail_first) {
+    const int j = i - p.tail_first;
+    tail_tile = j / p.tail_splits;
+    part = j - tail_tile * p.tail_splits;
+    i = p.tail_first + tail_tile;
+  }
+  return decode_tile(i, p.num_m_blocks, p.heads, 1);
+}
+
 }  // namespace ra_cuda
