@@ -20,13 +20,14 @@
 #ifndef RA_CUDA_TILE_ORDER
 #define RA_CUDA_TILE_ORDER 0
 #endif
-/* 1: unsplit launches hand tiles out by an atomic counter (FlashAttention-3's dynamic persistent
- * scheduler): a CTA's producer takes its next tile when it has issued the loads of this one and
- * tells the consumers through shared memory, so CTAs that get less bandwidth take fewer tiles and
- * all finish together (ncu, (256,32,128,128): SMs active 89.6 % of the launch against cuDNN's
- * 98.4 %). 0 (default): the static order above. Tiles are independent: the same bits. */
+/* 1 (default): unsplit launches within the two gates below hand tiles out by an atomic counter
+ * (FlashAttention-3's dynamic persistent scheduler; its own kernel, kDyn): a CTA's producer takes its
+ * next tile when it has issued the loads of this one and tells the consumers through shared memory,
+ * so CTAs that get less bandwidth take fewer tiles and all finish together (ncu, (256,32,128,128):
+ * SMs active 89.6 % of the launch against cuDNN's 98.4 %). 0: the static order above everywhere.
+ * Every launch outside the gates runs the static kernels. Tiles are independent: the same bits. */
 #ifndef RA_CUDA_DYN_SCHED
-#define RA_CUDA_DYN_SCHED 0
+#define RA_CUDA_DYN_SCHED 1
 #endif
 /* 1: the producer takes its next tile after issuing this one's loads; 2: it asks for it before
  * them, so the atomic's round trip overlaps the waits for free stages. RA_CUDA_DYN_MAX_BLOCKS: only

@@ -35,6 +35,11 @@ MERGES = MODES  # attn_merge_splits, one per rounding mode (the split over keys,
 IN_KERNEL_MERGES = MODES * LAYOUTS  # attn_fwd_sm90<..., kMerge = true>: decode's splits merged in the kernel
 # attn_fwd_sm90's kMerge in the mangled name (the argument before the last, kDyn: RA_CUDA_DYN_SCHED)
 IN_KERNEL_MERGE = re.compile(r"Lb[01]ELb[01]ELb[01]ELb1ELb[01]EE")
+# attn_fwd_sm90<..., kDyn = true>: the dynamic tile scheduler (RA_CUDA_DYN_SCHED=1, the default)
+DYN_KERNELS = MODES * LAYOUTS
+DYN_KERNEL = re.compile(r"Lb[01]ELb[01]ELb[01]ELb[01]ELb1EE")
+SM90 = MODES * LAYOUTS * SCHEDULES + IN_KERNEL_MERGES + DYN_KERNELS
+KERNELS = SM90 + MODES * LAYOUTS + MERGES  # + mma.sync, + attn_merge_splits
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
 
 INJECT = {"slowdown_pct": 25, "ulp": 1, "nondeterminism": 1}
@@ -84,8 +89,9 @@ def test_every_kernel_is_reported(built):
     sm90 = [k for k in found if "attn_fwd_sm90" in k]
     mma = [k for k in found if "attn_fwd_mma_sync" in k]
     merge = [k for k in found if "attn_merge_splits" in k]
-    assert len(sm90) == MODES * LAYOUTS * SCHEDULES + IN_KERNEL_MERGES, found.keys()
+    assert len(sm90) == SM90, found.keys()
     assert sum(1 for k in sm90 if IN_KERNEL_MERGE.search(k)) == IN_KERNEL_MERGES, found.keys()
+    assert sum(1 for k in sm90 if DYN_KERNEL.search(k)) == DYN_KERNELS, found.keys()
     assert len(mma) == MODES * LAYOUTS, found.keys()
     assert len(merge) == MERGES, found.keys()
     assert len(found) == len(sm90) + len(mma) + len(merge), found.keys()
@@ -116,7 +122,7 @@ def test_wgmma_not_serialized(built):
 def test_inject_builds_compile(injected):
     """A fire-drill build with every fault on compiles every kernel, without spills."""
     found = kernels(injected[1])
-    assert len(found) == (SCHEDULES + 1) * MODES * LAYOUTS + IN_KERNEL_MERGES + MERGES, found.keys()
+    assert len(found) == KERNELS, found.keys()
     for name, r in found.items():
         assert r.get("spill_store_bytes") == 0 and r.get("stack_bytes") == 0, f"{name}: {r}"
 
@@ -193,7 +199,7 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             "provide them): SASS not checked"
         )
     funcs = _sass(built[0], cuobjdump, nvdisasm)
-    assert len(funcs) == (SCHEDULES + 1) * MODES * LAYOUTS + IN_KERNEL_MERGES + MERGES, list(funcs)
+    assert len(funcs) == KERNELS, list(funcs)
     for name, body in funcs.items():
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
         if "attn_fwd_sm90" in name:
@@ -207,13 +213,18 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             assert not re.search(r"\b(ST|LD)\.E\b", body), name
             # a split tile's partials: per row 16 float2 of O and one (max, sum), 2 rows a thread;
             # a second kernel merges them (no atomics here), except in the decode instantiation,
-            # where the last split's warpgroup counts arrivals and merges (+ its bf16 row store)
+            # where the last split's warpgroup counts arrivals and merges (+ its bf16 row store),
+            # and the dynamic scheduler's, whose producer takes tiles from a counter: 4 atomics
+            # (the next tile, its count of done CTAs, the last CTA's 2 resets)
             stores = len(re.findall(r"\bSTG\.E\.64\b", body))
+            atomics = len(re.findall(r"\bATOMG\b", body))
             if IN_KERNEL_MERGE.search(name):
-                assert stores == 35 and re.search(r"\bATOMG\b", body), (name, stores)
+                assert stores == 35 and atomics, (name, stores)
                 assert re.search(r"\bLDG\.E\.128\b", body), name
+            elif DYN_KERNEL.search(name):
+                assert stores == 34 and atomics == 4, (name, stores, atomics)
             else:
-                assert stores == 34 and not re.search(r"\bATOMG\b", body), (name, stores)
+                assert stores == 34 and not atomics, (name, stores)
         elif "attn_merge_splits" in name:
             # 16-byte partial loads, 8-byte bf16 stores, exp2 on the MUFU; global, never generic
             assert re.search(r"\bLDG\.E\.128\b", body) and re.search(r"\bSTG\.E\.64\b", body), name
