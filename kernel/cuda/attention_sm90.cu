@@ -74,10 +74,9 @@
  * default: no such kernel is built). Only launches that split_rule leaves unsplit, with seqlen_q >
  * 64 (not decode), seqlen_k > 256 (not the next-Q-K^T kernel) and no ping-pong. */
 #ifndef RA_CUDA_TAIL_SPLIT
-#define RA_CUDA_TAIL_SPLIT 0
+#define RA_CUDA_TAIL_SPLIT 1 /* the default since device calls 34-35 (docs/perf-notes.md v12) */
 #endif
 static_assert(RA_CUDA_TAIL_SPLIT == 0 || RA_CUDA_TILE_ORDER == 0, "the tail split keeps the cyclic tile order");
-static_assert(RA_CUDA_TAIL_SPLIT == 0 || RA_CUDA_LONG_BLOCK_N == 0, "the tail split plans the main plan's key blocks");
 /* K/V stages of the decode plan (mainloop_sm90.cuh), taken when seqlen_q <= 64 and the next tile's
  * Q K^T is not overlapped (seqlen_k > 256): 3, or 0 = never (the main plan's 2 stages everywhere). */
 #ifndef RA_CUDA_DECODE_STAGES
@@ -91,6 +90,19 @@ constexpr int kDecodeMaxRows = 64;
 #ifndef RA_CUDA_LONG_MIN_KEYS
 #define RA_CUDA_LONG_MIN_KEYS 2048
 #endif
+/* Which of those launches take it: 1 (the default) only where key blocks of N pad the keys less than
+ * blocks of 128 (ceil(Sk / N) N < ceil(Sk / 128) 128; a tie stays at 128), since that is where it
+ * was measured ahead (calls 33-34: +3.5 % at 4097 keys, +5.5 % at 2049) while at multiples of 128
+ * it was within -1 % .. +2.5 % and the tail split, which plans 128-key blocks, gains more there;
+ * 0: every launch of >= RA_CUDA_LONG_MIN_KEYS keys (the measurement builds of calls 33-34). */
+#ifndef RA_CUDA_LONG_RULE
+#define RA_CUDA_LONG_RULE 1
+#endif
+constexpr bool long_keys_pay(int seqlen_k) {
+  const int n = RA_CUDA_LONG_BLOCK_N > 0 ? RA_CUDA_LONG_BLOCK_N : 128;
+  return RA_CUDA_LONG_BLOCK_N != 0 && seqlen_k >= RA_CUDA_LONG_MIN_KEYS &&
+         (RA_CUDA_LONG_RULE == 0 || (seqlen_k + n - 1) / n * n < (seqlen_k + 127) / 128 * 128);
+}
 static_assert(RA_CUDA_LONG_BLOCK_N == 0 || RA_CUDA_LONG_MIN_KEYS > RA_CUDA_NEXT_QK_MAX_KEYS,
               "the long kernel has no next-Q-K^T overlap");
 /* The same 3-stage plan (1 Q buffer, 3 K/V stages, output stored from registers) for short keys,
@@ -477,7 +489,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
       if constexpr (RA_CUDA_TAIL_SPLIT != 0 && !NQK && !PP) {
         /* the tail split (tail_plan.h), where nothing above split the launch; its partials are the
          * tail's rows only, its counters merge_if_last's */
-        const TailPlan tp = p.num_splits == 1 && p.seqlen_q > kDecodeMaxRows
+        const TailPlan tp = p.num_splits == 1 && p.seqlen_q > kDecodeMaxRows && !long_keys_pay(p.seqlen_k)
                                 ? tail_split_plan(tiles, p.num_n_blocks, dev.sm_count,
                                                   RA_CUDA_TAIL_SPLIT > 1 ? RA_CUDA_TAIL_SPLIT : 0)
                                 : TailPlan{0, 0, 0};
@@ -553,7 +565,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
       }
       if constexpr (RA_CUDA_LONG_BLOCK_N != 0 && !NQK && !PP) {
         if (!launched && p.num_splits == 1 && !p.merge_in_kernel && !p.tile_counter &&
-            p.seqlen_k >= RA_CUDA_LONG_MIN_KEYS && p.seqlen_q > kDecodeMaxRows) {
+            long_keys_pay(p.seqlen_k) && p.seqlen_q > kDecodeMaxRows) {
           /* the same tiles over key blocks of N: K and V's tensor maps with boxes of N rows */
           constexpr int N = sm90::LongPlan::kBlockN;
           FwdParams lp = p;
@@ -620,7 +632,7 @@ static_assert(kTailMaxSplits == 64 && kTailMinGainPerMille == 5, "ra_build_info 
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"long_rule\":" RA_XSTR(RA_CUDA_LONG_RULE) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

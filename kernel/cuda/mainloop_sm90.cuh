@@ -86,7 +86,7 @@ using DecodePlan = Plan<1, 3, false>;
  * bought its gain where a tile has 1-2 key blocks, not at >= 12. Registers per consumer thread: S
  * N / 2 fp32, P N / 4 bf16x2, O 64: 184 / 196 / 208 of the 232. */
 #ifndef RA_CUDA_LONG_BLOCK_N
-#define RA_CUDA_LONG_BLOCK_N 0
+#define RA_CUDA_LONG_BLOCK_N 160 /* the default since device calls 33-35 (docs/perf-notes.md v12) */
 #endif
 constexpr int kLongBlockN = RA_CUDA_LONG_BLOCK_N > 0 ? RA_CUDA_LONG_BLOCK_N : 176;
 constexpr bool kLongStaging = (RA_CUDA_EPILOGUE >= 1) && 32 * 1024 + 4 * kLongBlockN * 256 + 32 * 1024 + 2048 <= 227 * 1024;

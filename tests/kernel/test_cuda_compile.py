@@ -38,7 +38,11 @@ IN_KERNEL_MERGE = re.compile(r"Lb[01]ELb[01]ELb[01]ELb1ELb[01]EE")
 # attn_fwd_sm90<..., kDyn = true>: the dynamic tile scheduler (RA_CUDA_DYN_SCHED=1, the default)
 DYN_KERNELS = MODES * LAYOUTS
 DYN_KERNEL = re.compile(r"Lb[01]ELb[01]ELb[01]ELb[01]ELb1EE")
-SM90 = MODES * LAYOUTS * SCHEDULES + IN_KERNEL_MERGES + DYN_KERNELS
+# attn_fwd_sm90_long (RA_CUDA_LONG_BLOCK_N=160, the default: long keys in blocks of 160) and
+# attn_fwd_sm90_tail (RA_CUDA_TAIL_SPLIT=1, the default: the last partial round split over keys)
+LONG_KERNELS = TAIL_KERNELS = MODES * LAYOUTS
+LONG_N_DEFAULT = 160
+SM90 = MODES * LAYOUTS * SCHEDULES + IN_KERNEL_MERGES + DYN_KERNELS + LONG_KERNELS + TAIL_KERNELS
 KERNELS = SM90 + MODES * LAYOUTS + MERGES  # + mma.sync, + attn_merge_splits
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
 
@@ -92,6 +96,8 @@ def test_every_kernel_is_reported(built):
     assert len(sm90) == SM90, found.keys()
     assert sum(1 for k in sm90 if IN_KERNEL_MERGE.search(k)) == IN_KERNEL_MERGES, found.keys()
     assert sum(1 for k in sm90 if DYN_KERNEL.search(k)) == DYN_KERNELS, found.keys()
+    assert sum(1 for k in sm90 if "attn_fwd_sm90_long" in k) == LONG_KERNELS, found.keys()
+    assert sum(1 for k in sm90 if "attn_fwd_sm90_tail" in k) == TAIL_KERNELS, found.keys()
     assert len(mma) == MODES * LAYOUTS, found.keys()
     assert len(merge) == MERGES, found.keys()
     assert len(found) == len(sm90) + len(mma) + len(merge), found.keys()
@@ -202,7 +208,25 @@ def test_sass_tensor_cores_and_no_local_memory(built):
     assert len(funcs) == KERNELS, list(funcs)
     for name, body in funcs.items():
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
-        if "attn_fwd_sm90" in name:
+        if "attn_fwd_sm90_long" in name:
+            # Q K^T over key blocks of 160: 8 k-steps at its 4 sites; P V: 160 / 16 k-steps at 2 sites;
+            # the main plan's staged TMA-store epilogue; unsplit only: no partials, no atomics
+            assert len(re.findall(rf"\bHGMMA\.64x{LONG_N_DEFAULT}x16\.F32\.BF16\b", body)) == 32, name
+            assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 2 * LONG_N_DEFAULT // 16, name
+            assert len(re.findall(r"\bSTSM\.16\.M88\.4\b", body)) == 8, name
+            assert len(re.findall(r"\bUTMASTG\.4D\b", body)) == 2, name
+            assert not re.search(r"\b(ST|LD)\.E\b|\bATOMG\b|\bSTG\.E\.64\b", body), name
+        elif "attn_fwd_sm90_tail" in name:
+            # the main plan's tile code; a tail part's partials (34 8-byte stores), the last part's
+            # merge of them (34 8-byte loads) and its arrival count and reset (2 atomics)
+            assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 48, name
+            assert len(re.findall(r"\bSTSM\.16\.M88\.4\b", body)) == 8, name
+            assert len(re.findall(r"\bUTMASTG\.4D\b", body)) == 2, name
+            assert len(re.findall(r"\bSTG\.E\.64\b", body)) == 34, name
+            assert len(re.findall(r"\bLDG\.E\.64\b", body)) == 34, name
+            assert len(re.findall(r"\bATOMG\b", body)) == 2, name
+            assert not re.search(r"\b(ST|LD)\.E\b", body), name
+        elif "attn_fwd_sm90" in name:
             # 8 k-steps x (Q K^T of the first tile, of an idle warpgroup's next tile, of the key
             # loop and of the next tile beside the last P V; P V of the key loop and of the last block)
             assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 48, name
@@ -245,20 +269,20 @@ def long_built(tmp_path_factory):
 
 
 def test_long_block_build(built, long_built):
-    """The long-key ablation adds one kernel per (mode, layout), each without spills or serialised
-    wgmma, and leaves every other kernel as the default build compiles it (its SASS: the host
-    takes the new kernel only for long unsplit launches, so every other launch runs the default code)."""
+    """The long-key ablation of 176 keys a block (FlashAttention-3's, no staging) changes only the
+    long-key kernels (one per mode and layout), each without spills or serialised wgmma, and leaves
+    every other kernel as the default build compiles it (its SASS)."""
     found = kernels(long_built[1])
     long = [k for k in found if "attn_fwd_sm90_long" in k]
     assert len(long) == MODES * LAYOUTS, found.keys()
-    assert set(found) - set(long) == set(kernels(built[1]))
+    assert set(found) == set(kernels(built[1]))
     for name in long:
         r = found[name]
         assert r["registers"] <= 168 and r.get("stack_bytes") == 0, f"{name}: {r}"
         assert r.get("spill_store_bytes") == 0 and r.get("spill_load_bytes") == 0, f"{name}: {r}"
     assert "serialized" not in long_built[1] and "(C7517)" not in long_built[1], long_built[1]
     assert _build_info(long_built[0])["long_block_n"] == LONG_N
-    assert _build_info(built[0])["long_block_n"] == 0
+    assert _build_info(built[0])["long_block_n"] == LONG_N_DEFAULT
     cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
         pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
@@ -267,7 +291,9 @@ def test_long_block_build(built, long_built):
     def words(body: str) -> str:  # the dump's column padding follows its longest line
         return " ".join(body.split())
 
-    assert {n: words(b) for n, b in lb.items() if n in clean} == {n: words(b) for n, b in clean.items()}
+    assert {n: words(b) for n, b in lb.items() if n not in long} == {
+        n: words(b) for n, b in clean.items() if n not in long
+    }
     for name in long:
         body = lb[name]
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
