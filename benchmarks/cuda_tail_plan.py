@@ -1,14 +1,23 @@
-"""RA_CUDA_TAIL_SPLIT's rule, kernel/cuda/tail_plan.h's tail_split_plan in Python (the same integers;
-the cost model is stated there): h200_split.py uses it to know which tiles a tail-split build
-computes in parts, and tests/kernel/test_cuda_tail_plan.py checks it against the C++.
+"""Which code an sm_90a launch runs, in Python: kernel/cuda/tail_plan.h's tail_split_plan (the same
+integers; the cost model is stated there), attention_sm90.cu's split_rule and long_keys_pay, and
+launch()'s choice between them (launch_path) for a build's -D flags over the kernel's own defaults
+(build_settings reads them from the #define lines). h200_split.py uses it to know which kernels
+each build runs on a shape and which tiles it computes in parts; tests/kernel/test_cuda_tail_plan.py
+checks the rules against the C++.
 
   python benchmarks/cuda_tail_plan.py     the plan and the predicted machine fill per nightly family
 """
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
+KERNEL_CUDA = Path(__file__).resolve().parents[1] / "kernel" / "cuda"
 H200_SMS = 132
 BLOCK_M = 128  # query rows per tile
 BLOCK_N = 128  # keys per key block
@@ -50,9 +59,12 @@ def tail_split_plan(tiles: int, nb: int, sms: int, forced: int = 0) -> TailPlan:
     return plan if 1000 * (unsplit - best) >= MIN_GAIN_PER_MILLE * launch else NONE
 
 
-def split_rule(tiles: int, nb: int, sms: int) -> int:
-    """attention_sm90.cu's split_rule of the default build (RA_CUDA_SPLIT=-1): the uniform split over
-    keys it takes first; the tail split only acts where this gives 1."""
+def split_rule(tiles: int, nb: int, sms: int, split: int = -1) -> int:
+    """attention_sm90.cu's split_rule under RA_CUDA_SPLIT=`split` (-1, the default, or 0: by the
+    cost rule; N > 0: min(N, nb)): the uniform split over keys it takes first; the tail split and
+    the long-key kernel only act where this gives 1."""
+    if split > 0:
+        return min(split, nb)
 
     def cost(s: int) -> int:
         return -(-(tiles * s) // sms) * (-(-nb // s) + 1) + (3 if s > 1 else 0)
@@ -75,6 +87,142 @@ def shape_plan(b: int, h: int, sq: int, sk: int, sms: int = H200_SMS, forced: in
     if sq <= 64 or sk <= 256 or split_rule(tiles, nb, sms) > 1:
         return NONE
     return tail_split_plan(tiles, nb, sms, forced)
+
+
+def long_keys_pay(seqlen_k: int, block_n: int, min_keys: int, rule: int) -> bool:
+    """attention_sm90.cu's long_keys_pay for RA_CUDA_LONG_BLOCK_N=`block_n` (0: no long kernel),
+    RA_CUDA_LONG_MIN_KEYS=`min_keys` and RA_CUDA_LONG_RULE=`rule` (its divisions truncate as floor
+    division does here: the operands are positive)."""
+    n = block_n if block_n > 0 else BLOCK_N
+    return (
+        block_n != 0
+        and seqlen_k >= min_keys
+        and (rule == 0 or -(-seqlen_k // n) * n < -(-seqlen_k // BLOCK_N) * BLOCK_N)
+    )
+
+
+_DEFINE = re.compile(r"^#ifndef (RA_CUDA_\w+)\s*\n#define \1 (-?\d+)\b", re.MULTILINE)
+
+
+@functools.cache
+def kernel_defaults() -> dict[str, int]:
+    """Every integer RA_CUDA_* macro's default, from kernel/cuda's `#ifndef X` / `#define X value`
+    pairs (so the mirror cannot drift from the kernel), and kDecodeMaxRows as "DECODE_MAX_ROWS"."""
+    found: dict[str, int] = {}
+    for f in sorted(KERNEL_CUDA.glob("*.cu*")) + sorted(KERNEL_CUDA.glob("*.h")):
+        text = f.read_text()
+        for name, value in _DEFINE.findall(text):
+            found[name] = int(value)
+        m = re.search(r"constexpr int kDecodeMaxRows = (\d+);", text)
+        if m:
+            found["DECODE_MAX_ROWS"] = int(m.group(1))
+    return found
+
+
+# the macros build_settings reads: what decides between the uniform split, the long-key kernel and
+# the tail split (every other flag leaves that choice alone)
+_SETTINGS = {
+    "split": "RA_CUDA_SPLIT",
+    "tail": "RA_CUDA_TAIL_SPLIT",
+    "long_n": "RA_CUDA_LONG_BLOCK_N",
+    "long_rule": "RA_CUDA_LONG_RULE",
+    "long_min_keys": "RA_CUDA_LONG_MIN_KEYS",
+    "pingpong": "RA_CUDA_PINGPONG",
+    "next_qk": "RA_CUDA_NEXT_QK",
+    "next_qk_max_keys": "RA_CUDA_NEXT_QK_MAX_KEYS",
+    "merge_kernel": "RA_CUDA_MERGE_KERNEL",
+    "decode_stages": "RA_CUDA_DECODE_STAGES",
+}
+
+
+@dataclass(frozen=True)
+class Build:
+    """A build's effective launch settings (the macros of _SETTINGS, by field)."""
+
+    split: int  # -1 (or 0): split_rule's cost rule; 1: never; N > 1: N splits
+    tail: int  # 0: no tail split; 1 (or < 0): tail_plan.h's rule; N > 1: N parts
+    long_n: int  # keys per block of the long-key kernel; 0: none built
+    long_rule: int  # 1: only where its blocks pad the keys less than 128-key blocks; 0: always
+    long_min_keys: int
+    pingpong: int
+    next_qk: int
+    next_qk_max_keys: int
+    merge_kernel: int
+    decode_stages: int
+    decode_max_rows: int = 64
+
+    @property
+    def tail_mode(self) -> int | None:
+        """None: no tail split; 0: by the rule; N > 1: N parts (the `forced` of tail_split_plan)."""
+        return None if self.tail == 0 else (self.tail if self.tail > 1 else 0)
+
+    def long_settings(self) -> tuple[int, int, int]:
+        """(N, rule, minimum keys) of the long-key kernel; (0, 0, 0) where none is built."""
+        return (self.long_n, self.long_rule, self.long_min_keys) if self.long_n else (0, 0, 0)
+
+
+def build_settings(flags: Iterable[str]) -> Build:
+    """The settings a build's -D flags give, over the kernel's defaults (`-DX` alone is 1, as for
+    the preprocessor); a value that is not an integer for one of these macros is refused."""
+    defaults = kernel_defaults()
+    values = {field: defaults[macro] for field, macro in _SETTINGS.items()}
+    macros = {macro: field for field, macro in _SETTINGS.items()}
+    for flag in flags:
+        if not flag.startswith("-D"):
+            continue
+        name, eq, value = flag[2:].partition("=")
+        if name in macros:
+            if eq and not re.fullmatch(r"-?\d+", value):
+                raise ValueError(f"flag {flag}: {name} needs an integer value")
+            values[macros[name]] = int(value) if eq else 1
+    return Build(**values, decode_max_rows=defaults.get("DECODE_MAX_ROWS", 64))
+
+
+class LaunchPath(NamedTuple):
+    splits: int  # parts of the uniform split over keys (split_rule); 1: unsplit
+    long_n: int  # keys per block of the long-key kernel where it runs; 0: it does not
+    tail: TailPlan  # the tail split's plan where the tail kernel runs; NONE: it does not
+
+
+HEAD_DIM = 128  # params.cuh's kHeadDim
+MERGE_IN_KERNEL_MAX_ROWS = 4  # split.cuh's kMergeInKernelMaxRows
+MAX_WORKSPACE_BYTES = 512 << 20  # attention_sm90.cu's kMaxWorkspaceBytes
+PINGPONG_MAX_KEYS = 2048  # attention_sm90.cu's kPingPongMaxKeys
+LONG_N_UNSET = 176  # mainloop_sm90.cuh's kLongBlockN where RA_CUDA_LONG_BLOCK_N < 0
+
+
+def launch_path(build: Build, b: int, h: int, sq: int, sk: int, sms: int = H200_SMS) -> LaunchPath:
+    """attention_sm90.cu's launch() on the TMA path: the uniform split where split_rule asks for one
+    and its workspace fits; else, on launches of neither ping-pong nor the next-Q-K^T overlap with
+    more rows than decode, the long-key kernel where long_keys_pay, or else the tail split where
+    tail_split_plan plans one and its workspace fits (never both)."""
+    tiles, nb = b * h * -(-sq // BLOCK_M), -(-sk // BLOCK_N)
+    pp = build.pingpong == 1 or (build.pingpong == -1 and sk <= PINGPONG_MAX_KEYS)
+    nqk = build.next_qk == 1 or (build.next_qk == -1 and sk <= build.next_qk_max_keys)
+    splits = 1
+    want = split_rule(tiles, nb, sms, build.split)
+    if want > 1:
+        sb = -(-nb // want)
+        s = -(-nb // sb)
+        mik = (
+            not build.merge_kernel and build.decode_stages != 3 and not nqk and sq <= MERGE_IN_KERNEL_MAX_ROWS
+        )
+        floats = s * b * h * sq * (HEAD_DIM + 2)
+        if floats * 4 + (tiles * 2 if mik else 0) * 4 <= MAX_WORKSPACE_BYTES:
+            splits = s
+    if splits > 1 or pp or nqk or sq <= build.decode_max_rows:
+        return LaunchPath(splits, 0, NONE)
+    if long_keys_pay(sk, build.long_n, build.long_min_keys, build.long_rule):
+        return LaunchPath(1, build.long_n if build.long_n > 0 else LONG_N_UNSET, NONE)
+    mode = build.tail_mode
+    if mode is None:
+        return LaunchPath(1, 0, NONE)
+    plan = tail_split_plan(tiles, nb, sms, mode)
+    if plan.splits > 1:
+        rows = plan.tail * plan.splits * BLOCK_M
+        if (rows * (HEAD_DIM + 2) + plan.tail * 2) * 4 > MAX_WORKSPACE_BYTES:
+            plan = NONE
+    return LaunchPath(1, 0, plan if plan.splits > 1 else NONE)
 
 
 def fill(tiles: int, nb: int, sms: int, plan: TailPlan) -> tuple[float, float]:

@@ -1,10 +1,14 @@
 """RA_CUDA_TAIL_SPLIT's rule (kernel/cuda/tail_plan.h, what the sm_90a host code runs): built with the
 host compiler and run on a grid of launches, it gives the same plans as its Python mirror
 (benchmarks/cuda_tail_plan.py, what h200_split.py's checks use to find the split tiles), and on the
-nightly's families the plans docs/perf-notes.md states. No GPU, no nvcc."""
+nightly's families the plans docs/perf-notes.md states. The same for attention_sm90.cu's split_rule
+and long_keys_pay (their text cut out of the source and built on the host, under several values
+of their macros), and the mirror reads the macros' defaults from the kernel's #define lines. No
+GPU, no nvcc."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -86,34 +90,136 @@ FAMILY_PLANS = {
 }
 
 
-def test_split_rule_mirror_is_the_kernels(tmp_path):
-    """shape_plan leaves split_rule's launches alone through a mirror of it: the mirror against
-    attention_sm90.cu's own split_rule, its text cut out of the source and built on the host."""
-    if CXX is None:
-        pytest.skip("no host C++ compiler")
-    source = (ROOT / "kernel/cuda/attention_sm90.cu").read_text()
-    start = source.index("constexpr int kMaxSplits")
-    body = source[start : source.index("\n}\n", source.index("int split_rule(")) + 3]
-    src = tmp_path / "rule.cpp"
+SM90 = ROOT / "kernel/cuda/attention_sm90.cu"
+
+
+def _host_rule(tmp: Path, name: str, body: str, macros: dict[str, int], args: str, call: str):
+    """Build `body` (C++ cut out of the kernel's source) on the host under `macros`, with a main
+    that reads lines of `args` ints and prints `call`; returns a function of cases to output lines."""
+    src = tmp / f"{name}.cpp"
+    defines = "".join(f"#define {k} {v}\n" for k, v in macros.items())
+    n = len(args.split())
+    refs = ", ".join("&" + a for a in args.split())
     src.write_text(
         "#include <algorithm>\n#include <cstdint>\n#include <cstdio>\n#include <cstddef>\n"
-        "#define RA_CUDA_SPLIT -1\n" + body + "int main() {\n  long long t; int nb, sms;\n"
-        '  while (std::scanf("%lld %d %d", &t, &nb, &sms) == 3)\n'
-        '    std::printf("%d\\n", split_rule(t, nb, sms));\n}\n'
+        + defines
+        + body
+        + f"int main() {{\n  long long {', '.join(args.split())};\n"
+        + f'  while (std::scanf("{" ".join(["%lld"] * n)}", {refs}) == {n})\n'
+        + f'    std::printf("%d\\n", (int)({call}));\n}}\n'
     )
-    exe = tmp_path / "rule"
+    exe = tmp / name
     subprocess.run([CXX, "-x", "c++", "-std=c++17", "-O2", str(src), "-o", str(exe)], check=True)
+
+    def run(cases: list[tuple[int, ...]]) -> list[int]:
+        lines = "".join(" ".join(map(str, c)) + "\n" for c in cases)
+        out = subprocess.run([str(exe)], input=lines, capture_output=True, text=True).stdout.splitlines()
+        assert len(out) == len(cases), (len(out), len(cases))
+        return [int(x) for x in out]
+
+    return run
+
+
+def _cut(source: str, start: str, signature: str) -> str:
+    """The source from `start` to the closing brace of the function declared by `signature`."""
+    return source[source.index(start) : source.index("\n}\n", source.index(signature)) + 3]
+
+
+@pytest.mark.parametrize("split", [-1, 1, 4])
+def test_split_rule_mirror_is_the_kernels(tmp_path, split):
+    """shape_plan and launch_path leave split_rule's launches alone through a mirror of it: the
+    mirror against attention_sm90.cu's own split_rule, its text cut out of the source and built on
+    the host, by the rule (-1, the default), never (1: nosplit) and forced (4: s4)."""
+    if CXX is None:
+        pytest.skip("no host C++ compiler")
+    body = _cut(SM90.read_text(), "constexpr int kMaxSplits", "int split_rule(")
+    rule = _host_rule(tmp_path, "rule", body, {"RA_CUDA_SPLIT": split}, "t nb sms", "split_rule(t, nb, sms)")
     cases = [
         (t, n, 132)
         for t in (1, 8, 31, 32, 64, 100, 131, 133, 200, 256, 400, 512, 864, 2048, 4096)
         for n in (1, 2, 4, 8, 16, 32, 36, 64, 128, 256)
     ]
-    out = subprocess.run(
-        [str(exe)], input="".join(f"{t} {n} {c}\n" for t, n, c in cases), capture_output=True, text=True
-    ).stdout.splitlines()
-    assert len(out) == len(cases)
-    assert [int(x) for x in out] == [ctp.split_rule(*c) for c in cases]
-    assert sum(int(x) > 1 for x in out) > 10  # the grid reaches split launches
+    out = rule(cases)
+    assert out == [ctp.split_rule(*c, split=split) for c in cases]
+    assert sum(x > 1 for x in out) > (10 if split != 1 else -1)  # the grid reaches split launches
+
+
+# (RA_CUDA_LONG_BLOCK_N, RA_CUDA_LONG_MIN_KEYS, RA_CUDA_LONG_RULE): the default, the rule off
+# (calls 33-34's builds), no long kernel, other N and thresholds, a negative N (176-key kernel)
+LONG_SETTINGS = [
+    (160, 2048, 1),
+    (160, 2048, 0),
+    (0, 2048, 1),
+    (176, 2048, 1),
+    (192, 3000, 1),
+    (176, 1024, 0),
+    (-1, 2048, 1),
+    (-1, 2048, 0),
+]
+
+
+@pytest.mark.parametrize("n,min_keys,rule", LONG_SETTINGS)
+def test_long_keys_pay_mirror_is_the_kernels(tmp_path, n, min_keys, rule):
+    """cuda_tail_plan.long_keys_pay (what launch_path and h200_split's exemptions use) against
+    attention_sm90.cu's own, its text cut out of the source and built on the host under each
+    setting, on every key count around the threshold and the 128/160/176/192 boundaries."""
+    if CXX is None:
+        pytest.skip("no host C++ compiler")
+    body = _cut(SM90.read_text(), "constexpr bool long_keys_pay(", "constexpr bool long_keys_pay(")
+    macros = {"RA_CUDA_LONG_BLOCK_N": n, "RA_CUDA_LONG_MIN_KEYS": min_keys, "RA_CUDA_LONG_RULE": rule}
+    pay = _host_rule(tmp_path, "long", body, macros, "sk", "long_keys_pay((int)sk)")
+    keys = sorted(
+        {
+            *range(1, 5200, 7),
+            *(m * k + d for m in (128, 160, 176, 192) for k in range(1, 40) for d in (-1, 0, 1)),
+        }
+    )
+    cases = [(k,) for k in keys if k > 0]
+    out = pay(cases)
+    assert out == [int(ctp.long_keys_pay(k, n, min_keys, rule)) for (k,) in cases]
+    if n > 0 or (n < 0 and rule == 0):
+        assert 0 < sum(out) < len(out)  # the grid reaches both answers
+    else:  # no kernel, or a negative N under the rule: its 128-key comparison never pays
+        assert sum(out) == 0
+
+
+def test_launch_keeps_the_long_kernel_and_the_tail_split_exclusive():
+    """launch_path's order, pinned to launch()'s text: the tail split is planned only for unsplit,
+    non-decode launches that long_keys_pay refuses, and the long kernel taken only by unsplit
+    non-decode launches that it accepts, each only where neither ping-pong nor the next-Q-K^T
+    overlap runs."""
+    src = " ".join(SM90.read_text().split())
+    assert "if constexpr (RA_CUDA_TAIL_SPLIT != 0 && !NQK && !PP) { /* the tail split (tail_plan.h)" in src
+    assert (
+        "p.num_splits == 1 && p.seqlen_q > kDecodeMaxRows && !long_keys_pay(p.seqlen_k) ? tail_split_plan("
+        in src
+    )
+    assert "if constexpr (RA_CUDA_LONG_BLOCK_N != 0 && !NQK && !PP) {" in src
+    assert (
+        "p.num_splits == 1 && !p.merge_in_kernel && !p.tile_counter && long_keys_pay(p.seqlen_k) && "
+        "p.seqlen_q > kDecodeMaxRows" in src
+    )
+
+
+def test_defaults_are_read_from_every_define():
+    """kernel_defaults finds every `#ifndef RA_CUDA_X` guard of kernel/cuda (so a default that is not
+    an integer, or a guard written another way, is noticed here), and build_settings applies flags
+    over them: -DX=0 turns the tail split off (it is not "by the rule")."""
+    guards = set()
+    for f in (ROOT / "kernel/cuda").iterdir():
+        guards |= set(re.findall(r"^#ifndef (RA_CUDA_\w+)", f.read_text(), re.MULTILINE))
+    found = ctp.kernel_defaults()
+    assert guards and guards <= set(found)
+    default = ctp.build_settings(())
+    assert default.tail == found["RA_CUDA_TAIL_SPLIT"] and default.long_n == found["RA_CUDA_LONG_BLOCK_N"]
+    assert default.decode_max_rows == 64  # attention_sm90.cu's kDecodeMaxRows, as read
+    assert ctp.build_settings(["-DRA_CUDA_TAIL_SPLIT=0"]).tail_mode is None
+    assert ctp.build_settings(["-DRA_CUDA_TAIL_SPLIT=1"]).tail_mode == 0
+    assert ctp.build_settings(["-DRA_CUDA_TAIL_SPLIT=6"]).tail_mode == 6
+    assert ctp.build_settings(["-DRA_CUDA_LONG_BLOCK_N=0"]).long_settings() == (0, 0, 0)
+    assert ctp.build_settings(["-DRA_CUDA_LONG_RULE"]).long_rule == 1  # -DX alone is 1
+    with pytest.raises(ValueError, match="RA_CUDA_LONG_BLOCK_N needs an integer"):
+        ctp.build_settings(["-DRA_CUDA_LONG_BLOCK_N=big"])
 
 
 def test_the_nightly_families_plans(cpp_plan):
