@@ -70,9 +70,10 @@
 #define RA_CUDA_SPLIT -1
 #endif
 /* Split of the last partial round's tiles over keys (tail_plan.h; attn_fwd_sm90_tail): 1 = by
- * tail_plan.h's rule, N > 1 = N parts wherever there is a tail (measurement builds), 0 = never (the
- * default: no such kernel is built). Only launches that split_rule leaves unsplit, with seqlen_q >
- * 64 (not decode), seqlen_k > 256 (not the next-Q-K^T kernel) and no ping-pong. */
+ * tail_plan.h's rule (the default), N > 1 = N parts wherever there is a tail (measurement builds),
+ * 0 = never (no such kernel is built). Only launches that split_rule leaves unsplit and the long-key
+ * kernel does not take, with seqlen_q > 64 (not decode), seqlen_k > 256 (not the next-Q-K^T kernel)
+ * and no ping-pong. */
 #ifndef RA_CUDA_TAIL_SPLIT
 #define RA_CUDA_TAIL_SPLIT 1 /* the default since device calls 34-35 (docs/perf-notes.md v12) */
 #endif
@@ -83,7 +84,7 @@ static_assert(RA_CUDA_TAIL_SPLIT == 0 || RA_CUDA_TILE_ORDER == 0, "the tail spli
 #define RA_CUDA_DECODE_STAGES 0
 #endif
 constexpr int kDecodeMaxRows = 64;
-/* The long-key kernel (RA_CUDA_LONG_BLOCK_N = N > 0; 0, the default, builds none): taken by unsplit
+/* The long-key kernel (RA_CUDA_LONG_BLOCK_N = N > 0, 160 by default; 0 builds none): taken by unsplit
  * launches with seqlen_k >= RA_CUDA_LONG_MIN_KEYS and seqlen_q > kDecodeMaxRows that take neither
  * ping-pong nor the next-Q-K^T overlap (seqlen_k > kNextQKMaxKeys), nor the decode, merge-in-kernel
  * or dynamic scheduler kernels; every other launch runs the default code. */
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
 
 /* RA_CUDA_LONG_BLOCK_N: the long-key plan's kernel (key blocks of N keys, mainloop_sm90.cuh's
  * LongPlan), its own instantiation so that no other launch's code changes; unsplit, no ping-pong,
- * the next tile's Q K^T after the epilogue. Instantiated only when the flag is set. */
+ * the next tile's Q K^T after the epilogue. Not instantiated with RA_CUDA_LONG_BLOCK_N=0. */
 template <int kRound, Layout L>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_long(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_long(const __
 
 /* RA_CUDA_TAIL_SPLIT: the main plan's kernel over tail_coord's work items (whole tiles, then the
  * tail's parts, merged by the last part of each), no ping-pong, the next tile's Q K^T after the
- * epilogue. Its own instantiation, built only with the flag, so no other launch's code changes. */
+ * epilogue. Its own instantiation (none with RA_CUDA_TAIL_SPLIT=0), so no other launch's code changes. */
 template <int kRound, Layout L>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_tail(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
