@@ -251,3 +251,28 @@ def test_decode_short_keys_and_whole_rounds_are_never_split():
     assert ctp.tail_split_plan(132 * 16, 128, 132) == ctp.NONE  # no tail
     assert ctp.tail_split_plan(100, 128, 132) == ctp.NONE  # no whole round: split_rule's grids
     assert ctp.tail_split_plan(2048, 1, 132, forced=8) == ctp.NONE  # one key block: nothing to split
+
+
+def _constexpr(path: str, name: str) -> str:
+    """The initialiser text of `constexpr <type> name = ...;` in kernel/cuda/`path`."""
+    m = re.search(rf"constexpr [\w:]+ {name} = ([^;]+);", (ROOT / "kernel/cuda" / path).read_text())
+    assert m, f"{name} not found in {path}"
+    return m.group(1).strip()
+
+
+def test_mirror_constants_are_the_kernels():
+    """The constants cuda_tail_plan restates (launch_path's workspace caps and thresholds, the tail
+    rule's bounds, the tile sizes) are the kernel's own, read from its source, so a change on the C++
+    side fails here instead of silently moving the mirror's paths."""
+    assert int(_constexpr("tail_plan.h", "kTailMaxSplits")) == ctp.MAX_SPLITS
+    assert int(_constexpr("tail_plan.h", "kTailMinGainPerMille")) == ctp.MIN_GAIN_PER_MILLE
+    assert int(_constexpr("mainloop_sm90.cuh", "kBlockM")) == ctp.BLOCK_M
+    assert int(_constexpr("mainloop_sm90.cuh", "kBlockN")) == ctp.BLOCK_N
+    assert int(_constexpr("params.cuh", "kHeadDim")) == ctp.HEAD_DIM
+    assert int(_constexpr("split.cuh", "kMergeInKernelMaxRows")) == ctp.MERGE_IN_KERNEL_MAX_ROWS
+    assert int(_constexpr("attention_sm90.cu", "kPingPongMaxKeys")) == ctp.PINGPONG_MAX_KEYS
+    assert _constexpr("attention_sm90.cu", "kMaxWorkspaceBytes") == "size_t{512} << 20"
+    assert ctp.MAX_WORKSPACE_BYTES == 512 << 20
+    assert _constexpr("mainloop_sm90.cuh", "kLongBlockN") == (
+        f"RA_CUDA_LONG_BLOCK_N > 0 ? RA_CUDA_LONG_BLOCK_N : {ctp.LONG_N_UNSET}"
+    )
