@@ -80,13 +80,12 @@ def split_rule(tiles: int, nb: int, sms: int, split: int = -1) -> int:
 
 
 def shape_plan(b: int, h: int, sq: int, sk: int, sms: int = H200_SMS, forced: int = 0) -> TailPlan:
-    """The plan a tail-split build takes for (b, h, sq, sk): attention_sm90.cu's launch() asks for one
-    only where split_rule does not split and the launch is neither decode (sq <= 64) nor of short
-    keys (sk <= 256, the next-Q-K^T kernel)."""
-    tiles, nb = b * h * -(-sq // BLOCK_M), -(-sk // BLOCK_N)
-    if sq <= 64 or sk <= 256 or split_rule(tiles, nb, sms) > 1:
-        return NONE
-    return tail_split_plan(tiles, nb, sms, forced)
+    """The plan the default build (forced 0), or the default with RA_CUDA_TAIL_SPLIT=`forced`, takes
+    for (b, h, sq, sk): launch_path's, so NONE where split_rule splits, for decode (sq <= 64), short
+    keys (sk <= 256, the next-Q-K^T kernel) and where the long-key kernel runs instead."""
+    return launch_path(
+        build_settings([f"-DRA_CUDA_TAIL_SPLIT={forced if forced > 1 else 1}"]), b, h, sq, sk, sms
+    ).tail
 
 
 def long_keys_pay(seqlen_k: int, block_n: int, min_keys: int, rule: int) -> bool:

@@ -276,3 +276,17 @@ def test_mirror_constants_are_the_kernels():
     assert _constexpr("mainloop_sm90.cuh", "kLongBlockN") == (
         f"RA_CUDA_LONG_BLOCK_N > 0 ? RA_CUDA_LONG_BLOCK_N : {ctp.LONG_N_UNSET}"
     )
+
+
+def test_shape_plan_is_the_default_builds_path():
+    """shape_plan is what the default build runs: no tail plan where its long-key kernel takes the
+    launch (the nightly's (3,40,1000,2049): 2049 keys pad less in blocks of 160), and launch_path's
+    plan everywhere (it used to plan a tail split there, as for a build without the long kernel)."""
+    default = ctp.build_settings(())
+    assert ctp.launch_path(default, 3, 40, 1000, 2049).long_n == 160
+    assert ctp.shape_plan(3, 40, 1000, 2049) == ctp.NONE
+    assert ctp.shape_plan(4, 100, 65, 4000) == ctp.NONE  # 25 blocks of 160 against 32 of 128
+    assert ctp.shape_plan(4, 100, 65, 4096) == ctp.TailPlan(4, 8, 4)
+    assert ctp.shape_plan(4, 100, 65, 4096, forced=3) == ctp.TailPlan(4, 3, 11)
+    for shape in ctp.FAMILIES:
+        assert ctp.shape_plan(*shape) == ctp.launch_path(default, *shape).tail, shape
