@@ -93,8 +93,10 @@ constexpr int kDecodeMaxRows = 64;
 #endif
 /* Which of those launches take it: 1 (the default) only where key blocks of N pad the keys less than
  * blocks of 128 (ceil(Sk / N) N < ceil(Sk / 128) 128; a tie stays at 128), since that is where it
- * was measured ahead (calls 33-34: +3.5 % at 4097 keys, +5.5 % at 2049) while at multiples of 128
- * it was within -1 % .. +2.5 % and the tail split, which plans 128-key blocks, gains more there;
+ * was measured ahead (calls 33-34, benchmarks/results/h200-issue26-call14 and -call15, default / 160
+ * time: 1.020-1.041 at 4097 keys, 1.039-1.057 at 2049) while at multiples of 128 it was 0.982-1.030
+ * (1.007-1.069 at (1,32,16384,16384) in call 34 alone) and the tail split, which plans 128-key
+ * blocks, gains more there;
  * 0: every launch of >= RA_CUDA_LONG_MIN_KEYS keys (the measurement builds of calls 33-34). */
 #ifndef RA_CUDA_LONG_RULE
 #define RA_CUDA_LONG_RULE 1
