@@ -118,8 +118,8 @@ def kernel_defaults() -> dict[str, int]:
     return found
 
 
-# the macros build_settings reads: what decides between the uniform split, the long-key kernel and
-# the tail split (every other flag leaves that choice alone)
+# the macros build_settings reads: what decides between the uniform split, the long-key kernel, the
+# tail split and the short-key kernel (every other flag leaves that choice alone)
 _SETTINGS = {
     "split": "RA_CUDA_SPLIT",
     "tail": "RA_CUDA_TAIL_SPLIT",
@@ -131,6 +131,11 @@ _SETTINGS = {
     "next_qk_max_keys": "RA_CUDA_NEXT_QK_MAX_KEYS",
     "merge_kernel": "RA_CUDA_MERGE_KERNEL",
     "decode_stages": "RA_CUDA_DECODE_STAGES",
+    "short_n": "RA_CUDA_SHORT_BLOCK_N",
+    "short_stages": "RA_CUDA_SHORT_STAGES",
+    "dyn_sched": "RA_CUDA_DYN_SCHED",
+    "dyn_max_blocks": "RA_CUDA_DYN_MAX_BLOCKS",
+    "dyn_max_m_blocks": "RA_CUDA_DYN_MAX_M_BLOCKS",
 }
 
 
@@ -148,6 +153,11 @@ class Build:
     next_qk_max_keys: int
     merge_kernel: int
     decode_stages: int
+    short_n: int  # keys of the short-key kernel's one block; 0: none built
+    short_stages: int  # 3: the 3-stage short plan (which takes the dynamic scheduler's launches)
+    dyn_sched: int
+    dyn_max_blocks: int
+    dyn_max_m_blocks: int
     decode_max_rows: int = 64
 
     @property
@@ -181,6 +191,7 @@ class LaunchPath(NamedTuple):
     splits: int  # parts of the uniform split over keys (split_rule); 1: unsplit
     long_n: int  # keys per block of the long-key kernel where it runs; 0: it does not
     tail: TailPlan  # the tail split's plan where the tail kernel runs; NONE: it does not
+    short_n: int = 0  # keys of the short-key kernel's block where it runs (it owes the default's bits)
 
 
 HEAD_DIM = 128  # params.cuh's kHeadDim
@@ -194,7 +205,8 @@ def launch_path(build: Build, b: int, h: int, sq: int, sk: int, sms: int = H200_
     """attention_sm90.cu's launch() on the TMA path: the uniform split where split_rule asks for one
     and its workspace fits; else, on launches of neither ping-pong nor the next-Q-K^T overlap with
     more rows than decode, the long-key kernel where long_keys_pay, or else the tail split where
-    tail_split_plan plans one and its workspace fits (never both)."""
+    tail_split_plan plans one and its workspace fits (never both); on unsplit next-Q-K^T launches
+    without ping-pong off the dynamic scheduler, the short-key kernel where short_keys_pay."""
     tiles, nb = b * h * -(-sq // BLOCK_M), -(-sk // BLOCK_N)
     pp = build.pingpong == 1 or (build.pingpong == -1 and sk <= PINGPONG_MAX_KEYS)
     nqk = build.next_qk == 1 or (build.next_qk == -1 and sk <= build.next_qk_max_keys)
@@ -209,6 +221,14 @@ def launch_path(build: Build, b: int, h: int, sq: int, sk: int, sms: int = H200_
         floats = s * b * h * sq * (HEAD_DIM + 2)
         if floats * 4 + (tiles * 2 if mik else 0) * 4 <= MAX_WORKSPACE_BYTES:
             splits = s
+    if splits == 1 and nqk and not pp and build.short_stages != 3:
+        dyn = (
+            build.dyn_sched != 0
+            and nb <= build.dyn_max_blocks
+            and -(-sq // BLOCK_M) <= build.dyn_max_m_blocks
+        )
+        if not dyn and build.short_n != 0 and sk <= build.short_n:
+            return LaunchPath(1, 0, NONE, build.short_n)
     if splits > 1 or pp or nqk or sq <= build.decode_max_rows:
         return LaunchPath(splits, 0, NONE)
     if long_keys_pay(sk, build.long_n, build.long_min_keys, build.long_rule):

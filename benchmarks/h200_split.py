@@ -161,6 +161,15 @@ LONG_CHECK = [
 LONG_EDGE = Shape(4, 16, 200, 2070)
 
 
+# Shapes that take the short-key kernel (the default's, seqlen_k <= 80: one block of 80 keys, 3 Q
+# stages; one query block goes to the dynamic scheduler instead), which owes the 128-key kernel's
+# bits: exactly 80 keys with a last query block of 2 rows (warpgroup 2 idles); 17 keys over three
+# query blocks; one key; 77 keys, several Q-stage turns per CTA and a partial last query block. Its
+# non-finite inputs on SHORT_EDGE.
+SHORT_CHECK = [Shape(3, 5, 130, 80), Shape(2, 3, 300, 17), Shape(2, 6, 257, 1), Shape(4, 70, 333, 77)]
+SHORT_EDGE = Shape(5, 6, 190, 77)
+
+
 def forced_split(name: str) -> bool:
     """The measurement builds of N forced splits, s2 ... s16 (a prefix test also caught ss3: call 22)."""
     return re.fullmatch(r"s\d+", name) is not None
@@ -326,6 +335,9 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
         *((s, "realistic") for s in TAIL_SHAPES),
         *((Shape(2, 100, 130, 1000), f"{kind}@last") for kind in EDGE_KINDS),
         (Shape(1, 200, 100, 2000), "nan_last@last"),
+        # the short-key kernel's masking past seqlen_k inside its 80-key block, non-finite inputs in it
+        *((s, "realistic") for s in SHORT_CHECK),
+        *((SHORT_EDGE, kind) for kind in ("nan_q", "nan_k", "posinf_v", "neginf_k", "extreme_logits")),
     ]
     for s, kind in cases:
         for layout in LAYOUTS:
@@ -399,12 +411,14 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
         (Shape(8, 32, 64, 4096), "realistic"),  # long keys, decode rows: not the long kernel
         *((s, "realistic") for s in LONG_CHECK),  # the long kernel: exempt, checked against fp64
         (Shape(2, 16, 1000, 2049), "nan_last"),
+        *((s, "realistic") for s in SHORT_CHECK),  # the short kernel owes the 128-key kernel's bits
+        *((SHORT_EDGE, kind) for kind in ("nan_q", "nan_k", "posinf_v", "neginf_k")),
     ):
         for layout in LAYOUTS:
             if kind.partition("@")[0] in EDGE_KINDS:
                 q, k, v = edge_inputs(s, layout, kind, 13)
             else:
-                q, k, v = make_inputs(s, layout, seed=13, device="cuda")
+                q, k, v = make_inputs(s, layout, seed=13, device="cuda", kind=kind)
             others = [n for n in LIBS if n != "new" and not forced_split(n)]
             exempt = [n for n in others if other_kernel("new", n, s)]
             ref = reference.reference_attention(q, k, v, layout=layout) if exempt else None  # type: ignore[arg-type]
@@ -523,6 +537,7 @@ def check_determinism(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> No
             Shape(3, 16, 1000, 2049),
             *TAIL_SHAPES[:2],  # the tail split's merge by the last part, whichever CTA that is
             TAIL_SHAPES[4],  # the default's tail split at long keys
+            SHORT_CHECK[3],  # the short-key kernel's 3 Q stages
         ):
             for layout in LAYOUTS:
                 q, k, v = make_inputs(s, layout, seed=2, device="cuda")
@@ -554,7 +569,7 @@ def check_graph(libs: dict[str, KernelLibrary], fails: list[str]) -> dict[str, A
     # the long-key kernel's tensor maps, encoded at capture; (1,200,100,2000): the tail split's
     # counters, reset by the last part, across replays (the default, "op", takes both)
     shapes = (Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192), Shape(1, 32, 1, 8192), Shape(67, 5, 200, 128))
-    for s in (*shapes, LONG_EDGE, Shape(1, 200, 100, 2000)):
+    for s in (*shapes, LONG_EDGE, Shape(1, 200, 100, 2000), SHORT_CHECK[3]):
         for name, f in fns.items():
             q, k, v = make_inputs(s, "bhsd", seed=3, device="cuda")
             first = f(q, k, v)

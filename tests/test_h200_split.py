@@ -30,6 +30,7 @@ AB = {
     "t8": ("-DRA_CUDA_TAIL_SPLIT=8",),  # 8 tail parts
     "t3": ("-DRA_CUDA_TAIL_SPLIT=3",),  # 3 tail parts: the rule's plan at (1,200,100,2000)
     "lb176": ("-DRA_CUDA_LONG_BLOCK_N=176",),
+    "s80": ("-DRA_CUDA_SHORT_BLOCK_N=0",),  # no short-key kernel
 }
 
 
@@ -89,7 +90,15 @@ def test_the_check_shapes_take_the_paths_they_are_for():
     assert all(hs.tail_rows("old", s) is None for s in hs.TAIL_SHAPES)
     # decode rows, a key short of the threshold, short keys: neither
     for s in (Shape(8, 32, 64, 4096), Shape(4, 16, 256, 2047), Shape(2, 24, 4096, 77)):
-        assert hs.path("new", s) == hs.path("old", s) == (1, 0, ctp.NONE), s
+        assert hs.path("new", s)[:3] == hs.path("old", s)[:3] == (1, 0, ctp.NONE), s
+    # the short-key kernel: one block of 80 keys, where the dynamic scheduler does not run
+    assert (
+        hs.path("new", Shape(2, 24, 4096, 77)).short_n == hs.path("new", Shape(2, 40, 1024, 80)).short_n == 80
+    )
+    for s in (Shape(2, 24, 4096, 81), Shape(256, 32, 128, 77), Shape(1, 32, 1, 8192)):
+        assert hs.path("new", s).short_n == 0, s  # a key too many; the dynamic scheduler's; split decode
+    assert hs.path("old", Shape(256, 32, 128, 77)).short_n == 80  # no dynamic scheduler in "old"
+    assert hs.path("s80", Shape(2, 24, 4096, 77)).short_n == 0
     assert hs.path("new", Shape(1, 32, 1, 8192)).splits > 1  # decode: split_rule's
 
 

@@ -106,6 +106,14 @@ constexpr bool long_keys_pay(int seqlen_k) {
   return RA_CUDA_LONG_BLOCK_N != 0 && seqlen_k >= RA_CUDA_LONG_MIN_KEYS &&
          (RA_CUDA_LONG_RULE == 0 || (seqlen_k + n - 1) / n * n < (seqlen_k + 127) / 128 * 128);
 }
+/* The short-key kernel (RA_CUDA_SHORT_BLOCK_N = N > 0, 80 by default; 0 builds none): taken by
+ * unsplit launches of the next-Q-K^T schedule without ping-pong, off the dynamic scheduler, whose
+ * keys fit one block of N (a block of 128 would be mostly padding). */
+constexpr bool short_keys_pay(int seqlen_k) {
+  return RA_CUDA_SHORT_BLOCK_N != 0 && seqlen_k <= RA_CUDA_SHORT_BLOCK_N;
+}
+static_assert(RA_CUDA_SHORT_BLOCK_N >= 0 && RA_CUDA_SHORT_BLOCK_N <= RA_CUDA_NEXT_QK_MAX_KEYS,
+              "the short kernel is a next-Q-K^T kernel (0: none)");
 static_assert(RA_CUDA_LONG_BLOCK_N == 0 || RA_CUDA_LONG_MIN_KEYS > RA_CUDA_NEXT_QK_MAX_KEYS,
               "the long kernel has no next-Q-K^T overlap");
 /* The same 3-stage plan (1 Q buffer, 3 K/V stages, output stored from registers) for short keys,
@@ -174,6 +182,17 @@ template <int kRound, Layout L>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_long(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   fwd_sm90<kRound, L, false, false, sm90::LongPlan, false, false, false>(p);
+#endif
+}
+
+/* RA_CUDA_SHORT_BLOCK_N: the short-key plan's kernel (one key block of N keys, 3 Q stages:
+ * mainloop_sm90.cuh's ShortPlan), its own instantiation so that no other launch's code changes;
+ * unsplit, static order, no ping-pong, the next tile's Q K^T beside the last P.V. Not instantiated
+ * with RA_CUDA_SHORT_BLOCK_N=0. */
+template <int kRound, Layout L>
+__global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_short(const __grid_constant__ FwdParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  fwd_sm90<kRound, L, false, true, sm90::ShortPlan, false, false, false>(p);
 #endif
 }
 
@@ -333,6 +352,12 @@ ra_status device_error(cudaError_t e, const char* what, char* err, size_t err_le
   return ra_fail(err, err_len, RA_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* A plan as a value, for launch()'s generic lambda (std::type_identity is C++20) */
+template <class P>
+struct PlanTag {
+  using type = P;
+};
+
 /* `bit`: the instantiation's index, 0..127 (launch() numbers them) */
 template <class Kernel>
 cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_t bytes) {
@@ -446,7 +471,7 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
     constexpr bool NQK = decltype(nqk_c)::value;
     /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans, 12 in-kernel
      * merges, 6 short plans (54 + inst), 6 long-key kernels (64 + inst), 6 dynamic schedulers (70 + inst; built
-     * by default: RA_CUDA_DYN_SCHED=1), 6 tail splits (76 + inst) */
+     * by default: RA_CUDA_DYN_SCHED=1), 6 tail splits (76 + inst), 6 short-key kernels (82 + inst) */
     const unsigned inst = (unsigned)(R * 2 + (L == Layout::kPacked ? 1 : 0));
     if (use_tma) {
       p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
@@ -515,83 +540,56 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
           }
         }
       }
+      /* the first kernel below whose conditions hold takes the launch: `kernel` with plan Plan's
+       * shared memory (its attribute set once per device: instantiation `bit`) over `args` */
       bool launched = false;
+      auto run = [&](auto kernel, auto plan_c, unsigned bit, const FwdParams& args) {
+        using Plan = typename decltype(plan_c)::type;
+        constexpr size_t bytes = sm90::kSmemBytes<Plan>;
+        launched = true;
+        e = ensure_smem_attr(kernel, dev, bit, bytes);
+        if (e == cudaSuccess) kernel<<<grid, sm90::kThreads, bytes, stream>>>(args);
+      };
+      using MainC = PlanTag<sm90::MainPlan>;
+      /* the same tiles over key blocks of N: K and V's tensor maps with boxes of N rows */
+      auto over_blocks_of = [&](int N, FwdParams& args) {
+        args = p;
+        args.num_n_blocks = (p.seqlen_k + N - 1) / N;
+        args.split_blocks = args.num_n_blocks;
+        return encode_tma_cached(&args.tma_k, p.k, p.k_stride, p.seqlen_k, p.heads, p.batch, N) &&
+               encode_tma_cached(&args.tma_v, p.v, p.v_stride, p.seqlen_k, p.heads, p.batch, N);
+      };
       if constexpr (RA_CUDA_DECODE_STAGES == 3 && !NQK) {
-        launched = p.seqlen_q <= kDecodeMaxRows;
-        if (launched) {
-          auto kernel = attn_fwd_sm90<R, L, PP, false, true>;
-          constexpr size_t bytes = sm90::kSmemBytes<sm90::DecodePlan>;
-          e = ensure_smem_attr(kernel, dev, 30 + inst + (PP ? 6 : 0), bytes);
-          if (e != cudaSuccess) return;
-          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
-        }
+        if (p.seqlen_q <= kDecodeMaxRows)
+          run(attn_fwd_sm90<R, L, PP, false, true>, PlanTag<sm90::DecodePlan>{}, 30 + inst + (PP ? 6 : 0), p);
       }
       if constexpr (RA_CUDA_SHORT_STAGES == 3 && NQK && !PP) {
-        if (!launched && p.num_splits == 1) {
-          launched = true;
-          auto kernel = attn_fwd_sm90<R, L, false, true, true>;
-          constexpr size_t bytes = sm90::kSmemBytes<sm90::DecodePlan>;
-          e = ensure_smem_attr(kernel, dev, 54 + inst, bytes);
-          if (e != cudaSuccess) return;
-          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
-        }
+        if (!launched && p.num_splits == 1)
+          run(attn_fwd_sm90<R, L, false, true, true>, PlanTag<sm90::DecodePlan>{}, 54 + inst, p);
       }
       if constexpr (!RA_CUDA_MERGE_KERNEL && !NQK) {
-        if (!launched && p.merge_in_kernel) {
-          launched = true;
-          auto kernel = attn_fwd_sm90<R, L, PP, false, false, true>;
-          constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
-          e = ensure_smem_attr(kernel, dev, 42 + inst + (PP ? 6 : 0), bytes);
-          if (e != cudaSuccess) return;
-          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
-        }
+        if (!launched && p.merge_in_kernel) run(attn_fwd_sm90<R, L, PP, false, false, true>, MainC{}, 42 + inst + (PP ? 6 : 0), p);
       }
       if constexpr (RA_CUDA_DYN_SCHED != 0 && NQK && !PP) {
-        if (!launched && p.tile_counter) {
-          launched = true;
-          auto kernel = attn_fwd_sm90<R, L, false, true, false, false, true>;
-          constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
-          e = ensure_smem_attr(kernel, dev, 70 + inst, bytes);
-          if (e != cudaSuccess) return;
-          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
-        }
+        if (!launched && p.tile_counter) run(attn_fwd_sm90<R, L, false, true, false, false, true>, MainC{}, 70 + inst, p);
+      }
+      if constexpr (RA_CUDA_SHORT_BLOCK_N != 0 && NQK && !PP) {
+        FwdParams sp;
+        if (!launched && p.num_splits == 1 && !p.tile_counter && short_keys_pay(p.seqlen_k) &&
+            over_blocks_of(sm90::ShortPlan::kBlockN, sp))
+          run(attn_fwd_sm90_short<R, L>, PlanTag<sm90::ShortPlan>{}, 82 + inst, sp);
       }
       if constexpr (RA_CUDA_TAIL_SPLIT != 0 && !NQK && !PP) {
-        if (!launched && p.tail_splits > 1) {
-          launched = true;
-          auto kernel = attn_fwd_sm90_tail<R, L>;
-          constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
-          e = ensure_smem_attr(kernel, dev, 76 + inst, bytes);
-          if (e != cudaSuccess) return;
-          kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
-        }
+        if (!launched && p.tail_splits > 1) run(attn_fwd_sm90_tail<R, L>, MainC{}, 76 + inst, p);
       }
       if constexpr (RA_CUDA_LONG_BLOCK_N != 0 && !NQK && !PP) {
+        FwdParams lp;
         if (!launched && p.num_splits == 1 && !p.merge_in_kernel && !p.tile_counter &&
-            long_keys_pay(p.seqlen_k) && p.seqlen_q > kDecodeMaxRows) {
-          /* the same tiles over key blocks of N: K and V's tensor maps with boxes of N rows */
-          constexpr int N = sm90::LongPlan::kBlockN;
-          FwdParams lp = p;
-          lp.num_n_blocks = (p.seqlen_k + N - 1) / N;
-          lp.split_blocks = lp.num_n_blocks;
-          if (encode_tma_cached(&lp.tma_k, p.k, p.k_stride, p.seqlen_k, p.heads, p.batch, N) &&
-              encode_tma_cached(&lp.tma_v, p.v, p.v_stride, p.seqlen_k, p.heads, p.batch, N)) {
-            launched = true;
-            auto kernel = attn_fwd_sm90_long<R, L>;
-            constexpr size_t bytes = sm90::kSmemBytes<sm90::LongPlan>;
-            e = ensure_smem_attr(kernel, dev, 64 + inst, bytes);
-            if (e != cudaSuccess) return;
-            kernel<<<grid, sm90::kThreads, bytes, stream>>>(lp);
-          }
-        }
+            long_keys_pay(p.seqlen_k) && p.seqlen_q > kDecodeMaxRows && over_blocks_of(sm90::LongPlan::kBlockN, lp))
+          run(attn_fwd_sm90_long<R, L>, PlanTag<sm90::LongPlan>{}, 64 + inst, lp);
       }
-      if (!launched) {
-        auto kernel = attn_fwd_sm90<R, L, PP, NQK, false>;
-        constexpr size_t bytes = sm90::kSmemBytes<sm90::MainPlan>;
-        e = ensure_smem_attr(kernel, dev, inst + (PP ? 6 : 0) + (NQK ? 12 : 0), bytes);
-        if (e != cudaSuccess) return;
-        kernel<<<grid, sm90::kThreads, bytes, stream>>>(p);
-      }
+      if (!launched) run(attn_fwd_sm90<R, L, PP, NQK, false>, MainC{}, inst + (PP ? 6 : 0) + (NQK ? 12 : 0), p);
+      if (e != cudaSuccess) return;
       if (p.num_splits > 1 && !p.merge_in_kernel) {
         if ((e = cudaGetLastError()) != cudaSuccess) return;
         const int64_t rows = (int64_t)p.batch * p.heads * p.seqlen_q;
@@ -635,7 +633,7 @@ static_assert(kTailMaxSplits == 64 && kTailMinGainPerMille == 5, "ra_build_info 
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"long_rule\":" RA_XSTR(RA_CUDA_LONG_RULE) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"long_rule\":" RA_XSTR(RA_CUDA_LONG_RULE) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"short_block_n\":" RA_XSTR(RA_CUDA_SHORT_BLOCK_N) ",\"short_q_stages\":" RA_XSTR(RA_CUDA_SHORT_Q_STAGES) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

@@ -3,12 +3,14 @@
 Run from this folder: python3 gen_wgmma.py. The output is committed; edit this script, not it.
 Shapes: m64n128k16 for both products of the default kernel (S = Q K^T over 128 keys, O += P V over
 head_dim 128), and m64nNk16 for S = Q K^T over the long-key kernel's larger key block
-(RA_CUDA_LONG_BLOCK_N, mainloop_sm90.cuh), reached through wgmma_m64nNk16_ss<N>.
+(RA_CUDA_LONG_BLOCK_N, mainloop_sm90.cuh) and the short-key kernel's smaller one
+(RA_CUDA_SHORT_BLOCK_N), reached through wgmma_m64nNk16_ss<N>.
 """
 
 from pathlib import Path
 
 LONG_N = (160, 176, 192)  # the key blocks RA_CUDA_LONG_BLOCK_N may name (smem: mainloop_sm90.cuh)
+SHORT_N = (80,)  # the key blocks RA_CUDA_SHORT_BLOCK_N may name (seqlen_k <= N: one block a tile)
 
 
 QK = "Q K^T"
@@ -59,13 +61,13 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const uin
 def dispatch() -> str:
     lines = [
         "// S = Q K^T over a key block of N keys: m64nNk16_ss by N (the default kernel's 128, the long",
-        "// kernel's RA_CUDA_LONG_BLOCK_N).",
+        "// kernel's RA_CUDA_LONG_BLOCK_N, the short kernel's RA_CUDA_SHORT_BLOCK_N).",
         "template <int N>",
         "__device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 2], uint64_t desc_a, "
         "uint64_t desc_b,",
         "                                                  int accumulate) {",
     ]
-    for i, n in enumerate((128, *LONG_N)):
+    for i, n in enumerate((128, *LONG_N, *SHORT_N)):
         kw = "if" if i == 0 else "} else if"
         lines.append(f"  {kw} constexpr (N == {n}) {{")
         lines.append(f"    wgmma_m64n{n}k16_ss(d, desc_a, desc_b, accumulate);")
@@ -83,6 +85,10 @@ BODY = (
     + "".join(
         "\n" + ss(n, f"// m64n{n}k16, A and B from shared memory, both K-major (the long-key kernel's {QK}).")
         for n in LONG_N
+    )
+    + "".join(
+        "\n" + ss(n, f"// m64n{n}k16, A and B from shared memory, both K-major (the short kernel's {QK}).")
+        for n in SHORT_N
     )
     + "\n"
     + dispatch()

@@ -7,7 +7,8 @@
  *   o[warp][2][16 x 64]                 output staging of the epilogue, the TMA store's box (epilogue.cuh)
  *   k[stage][half][128 keys x 64]       B operand of S (K-major: keys are N, d is K)
  *   v[stage][half][128 keys x 64]       B operand of O += P V (MN-major: d is N, contiguous)
- * (the long-key plan: key blocks of RA_CUDA_LONG_BLOCK_N keys instead of 128, see LongPlan)
+ * (the long-key plan: key blocks of RA_CUDA_LONG_BLOCK_N keys instead of 128, see LongPlan; the
+ * short-key plan: one block of RA_CUDA_SHORT_BLOCK_N keys and 3 Q stages, see ShortPlan)
  * Barriers: q_full/q_empty[qstage], k_full/k_empty[stage], v_full/v_empty[stage]. "full" completes on
  * the TMA byte count; "empty" on one arrival from each of the 8 consumer warps.
  *
@@ -92,6 +93,26 @@ constexpr int kLongBlockN = RA_CUDA_LONG_BLOCK_N > 0 ? RA_CUDA_LONG_BLOCK_N : 17
 constexpr bool kLongStaging = (RA_CUDA_EPILOGUE >= 1) && 32 * 1024 + 4 * kLongBlockN * 256 + 32 * 1024 + 2048 <= 227 * 1024;
 using LongPlan = Plan<1, 2, kLongStaging, kLongBlockN>;
 
+/* The short-key plan (-DRA_CUDA_SHORT_BLOCK_N=N, 80 by default, 0 = none; attention_sm90.cu takes it
+ * for unsplit launches of the next-Q-K^T schedule with seqlen_k <= N, off the dynamic scheduler):
+ * one key block of N keys instead of 128, so a tile of text-encoder cross-attention (77 keys) does
+ * 80 / 128 of the Q K^T and P.V work and of the softmax, the rest of which was keys past seqlen_k.
+ * A K or V stage is N x 256 bytes (20 KB at 80), which frees the room for a third Q buffer
+ * (RA_CUDA_SHORT_Q_STAGES): Q 3 x 32 KB + K/V 2 x 2 x 20 KB + staging 32 KB = 208 KB, so the
+ * producer has the Q of the next two tiles in flight while one computes (such a tile is mostly its
+ * loads and its store). The scores past seqlen_k that it no longer computes were -Inf, their p
+ * exactly 0 and their V rows zero-filled: the row sums and P.V add the same non-zero terms in the
+ * same order, so its outputs owe the default kernel's bits. */
+#ifndef RA_CUDA_SHORT_BLOCK_N
+#define RA_CUDA_SHORT_BLOCK_N 80
+#endif
+#ifndef RA_CUDA_SHORT_Q_STAGES
+#define RA_CUDA_SHORT_Q_STAGES 3
+#endif
+constexpr int kShortBlockN = RA_CUDA_SHORT_BLOCK_N > 0 ? RA_CUDA_SHORT_BLOCK_N : 80;
+static_assert(kShortBlockN < kBlockN, "the short-key plan's block is smaller than the default's");
+using ShortPlan = Plan<RA_CUDA_SHORT_Q_STAGES, 2, (RA_CUDA_EPILOGUE >= 1), kShortBlockN>;
+
 template <bool kStaging>
 struct OStaging {
   alignas(1024) uint16_t o[kConsumerWarps][16 * 128]; /* per-warp output staging (epilogue.cuh) */
@@ -117,6 +138,7 @@ constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the bas
 static_assert(kSmemBytes<MainPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 static_assert(kSmemBytes<DecodePlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 static_assert(kSmemBytes<LongPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
+static_assert(kSmemBytes<ShortPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 
 template <class P>
 __device__ __forceinline__ void init_barriers(Smem<P>& sm) {

@@ -115,8 +115,24 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], uint64_t des
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+// m64n80k16, A and B from shared memory, both K-major (the short kernel's Q K^T).
+__device__ __forceinline__ void wgmma_m64n80k16_ss(float (&d)[40], uint64_t desc_a, uint64_t desc_b,
+                                                    int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, "
+      "%40, %41, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
 // S = Q K^T over a key block of N keys: m64nNk16_ss by N (the default kernel's 128, the long
-// kernel's RA_CUDA_LONG_BLOCK_N).
+// kernel's RA_CUDA_LONG_BLOCK_N, the short kernel's RA_CUDA_SHORT_BLOCK_N).
 template <int N>
 __device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                                   int accumulate) {
@@ -128,6 +144,8 @@ __device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 2], uint64_t de
     wgmma_m64n176k16_ss(d, desc_a, desc_b, accumulate);
   } else if constexpr (N == 192) {
     wgmma_m64n192k16_ss(d, desc_a, desc_b, accumulate);
+  } else if constexpr (N == 80) {
+    wgmma_m64n80k16_ss(d, desc_a, desc_b, accumulate);
   } else {
     static_assert(N == 128, "no m64nNk16 wrapper for this N: add it to gen_wgmma.py");
   }

@@ -40,9 +40,13 @@ DYN_KERNELS = MODES * LAYOUTS
 DYN_KERNEL = re.compile(r"Lb[01]ELb[01]ELb[01]ELb[01]ELb1EE")
 # attn_fwd_sm90_long (RA_CUDA_LONG_BLOCK_N=160, the default: long keys in blocks of 160) and
 # attn_fwd_sm90_tail (RA_CUDA_TAIL_SPLIT=1, the default: the last partial round split over keys)
-LONG_KERNELS = TAIL_KERNELS = MODES * LAYOUTS
+# attn_fwd_sm90_short (RA_CUDA_SHORT_BLOCK_N=80, the default: seqlen_k <= 80 in one block of 80)
+LONG_KERNELS = TAIL_KERNELS = SHORT_KERNELS = MODES * LAYOUTS
 LONG_N_DEFAULT = 160
-SM90 = MODES * LAYOUTS * SCHEDULES + IN_KERNEL_MERGES + DYN_KERNELS + LONG_KERNELS + TAIL_KERNELS
+SHORT_N_DEFAULT = 80
+SM90 = (
+    MODES * LAYOUTS * SCHEDULES + IN_KERNEL_MERGES + DYN_KERNELS + LONG_KERNELS + TAIL_KERNELS + SHORT_KERNELS
+)
 KERNELS = SM90 + MODES * LAYOUTS + MERGES  # + mma.sync, + attn_merge_splits
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
 
@@ -98,6 +102,7 @@ def test_every_kernel_is_reported(built):
     assert sum(1 for k in sm90 if DYN_KERNEL.search(k)) == DYN_KERNELS, found.keys()
     assert sum(1 for k in sm90 if "attn_fwd_sm90_long" in k) == LONG_KERNELS, found.keys()
     assert sum(1 for k in sm90 if "attn_fwd_sm90_tail" in k) == TAIL_KERNELS, found.keys()
+    assert sum(1 for k in sm90 if "attn_fwd_sm90_short" in k) == SHORT_KERNELS, found.keys()
     assert len(mma) == MODES * LAYOUTS, found.keys()
     assert len(merge) == MERGES, found.keys()
     assert len(found) == len(sm90) + len(mma) + len(merge), found.keys()
@@ -213,6 +218,16 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             # the main plan's staged TMA-store epilogue; unsplit only: no partials, no atomics
             assert len(re.findall(rf"\bHGMMA\.64x{LONG_N_DEFAULT}x16\.F32\.BF16\b", body)) == 32, name
             assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 2 * LONG_N_DEFAULT // 16, name
+            assert len(re.findall(r"\bSTSM\.16\.M88\.4\b", body)) == 8, name
+            assert len(re.findall(r"\bUTMASTG\.4D\b", body)) == 2, name
+            assert not re.search(r"\b(ST|LD)\.E\b|\bATOMG\b|\bSTG\.E\.64\b", body), name
+        elif "attn_fwd_sm90_short" in name:
+            # Q K^T over one block of 80 keys: 8 k-steps at its 4 sites; P V: 80 / 16 k-steps at 2
+            # sites; the staged TMA-store epilogue; unsplit, static order: no partials, no atomics
+            assert len(re.findall(rf"\bHGMMA\.64x{SHORT_N_DEFAULT}x16\.F32\.BF16\b", body)) == 32, name
+            assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 2 * SHORT_N_DEFAULT // 16, (
+                name
+            )
             assert len(re.findall(r"\bSTSM\.16\.M88\.4\b", body)) == 8, name
             assert len(re.findall(r"\bUTMASTG\.4D\b", body)) == 2, name
             assert not re.search(r"\b(ST|LD)\.E\b|\bATOMG\b|\bSTG\.E\.64\b", body), name

@@ -290,3 +290,24 @@ def test_shape_plan_is_the_default_builds_path():
     assert ctp.shape_plan(4, 100, 65, 4096, forced=3) == ctp.TailPlan(4, 3, 11)
     for shape in ctp.FAMILIES:
         assert ctp.shape_plan(*shape) == ctp.launch_path(default, *shape).tail, shape
+
+
+@pytest.mark.parametrize("n", [80, 0])
+def test_short_keys_pay_mirror_is_the_kernels(tmp_path, n):
+    """launch_path's short-key kernel against attention_sm90.cu's short_keys_pay, its text cut out
+    of the source and built on the host, on every key count to 300, under the default block (80)
+    and none (0); and the conditions launch() adds, pinned to its text."""
+    if CXX is None:
+        pytest.skip("no host C++ compiler")
+    body = _cut(SM90.read_text(), "constexpr bool short_keys_pay(", "constexpr bool short_keys_pay(")
+    pay = _host_rule(tmp_path, "short", body, {"RA_CUDA_SHORT_BLOCK_N": n}, "sk", "short_keys_pay((int)sk)")
+    cases = [(k,) for k in range(1, 300)]
+    out = pay(cases)
+    build = ctp.build_settings([f"-DRA_CUDA_SHORT_BLOCK_N={n}", "-DRA_CUDA_DYN_SCHED=0"])
+    assert out == [int(ctp.launch_path(build, 2, 40, 1024, k).short_n == n != 0) for (k,) in cases]
+    assert sum(out) == (n if n else 0)
+    src = " ".join(SM90.read_text().split())
+    assert "if constexpr (RA_CUDA_SHORT_BLOCK_N != 0 && NQK && !PP) {" in src
+    assert "if (!launched && p.num_splits == 1 && !p.tile_counter && short_keys_pay(p.seqlen_k) &&" in src
+    # after the dynamic scheduler's branch, which takes its launches first
+    assert src.index("p.tile_counter) run(") < src.index("short_keys_pay(p.seqlen_k) &&")
