@@ -30,6 +30,9 @@
 #   H200_OVERHEAD="8,32,1,4096" BENCH_MAX=120 BENCH_RESERVE=60 CALL_S=215; `quick` is the landed
 #   default's quick CUDA nightly (h200_quick_and_swap.sh's first part). The short table printed last:
 #   h200_split.py summary (each build's ratio to cuDNN per mode, the range over a shape's repeats).
+# Calls 38-39 (docs/perf-notes.md v13): STEPS=bench COMPILE_TEST=1 with the short-key kernel's A/B
+#   (H200_LIBS="new=;s0=-DRA_CUDA_SHORT_BLOCK_N=0;q2=-DRA_CUDA_SHORT_Q_STAGES=2": s0 was then taken
+#   for a forced split, untimed; name it ns), then STEPS=nightly; each call.log has the full line.
 # STEPS may name `ceiling` (benchmarks/h200_ceiling.py measure, about 20 s; docs/perf-notes.md v9).
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
@@ -39,6 +42,7 @@ set -uo pipefail
 T0=$(date +%s)
 left() { echo $((${CALL_S:-585} - ($(date +%s) - T0))); }
 source benchmarks/device_env.sh
+rm -rf /tmp/bench  # a warm machine keeps the last call's: its table must not be printed as this one's
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 export H200_LIBS=${H200_LIBS:-"new=;mk1=-DRA_CUDA_MERGE_KERNEL=1"}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader

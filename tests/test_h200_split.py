@@ -30,7 +30,7 @@ AB = {
     "t8": ("-DRA_CUDA_TAIL_SPLIT=8",),  # 8 tail parts
     "t3": ("-DRA_CUDA_TAIL_SPLIT=3",),  # 3 tail parts: the rule's plan at (1,200,100,2000)
     "lb176": ("-DRA_CUDA_LONG_BLOCK_N=176",),
-    "s80": ("-DRA_CUDA_SHORT_BLOCK_N=0",),  # no short-key kernel
+    "ns": ("-DRA_CUDA_SHORT_BLOCK_N=0",),  # no short-key kernel
 }
 
 
@@ -98,7 +98,7 @@ def test_the_check_shapes_take_the_paths_they_are_for():
     for s in (Shape(2, 24, 4096, 81), Shape(256, 32, 128, 77), Shape(1, 32, 1, 8192)):
         assert hs.path("new", s).short_n == 0, s  # a key too many; the dynamic scheduler's; split decode
     assert hs.path("old", Shape(256, 32, 128, 77)).short_n == 80  # no dynamic scheduler in "old"
-    assert hs.path("s80", Shape(2, 24, 4096, 77)).short_n == 0
+    assert hs.path("ns", Shape(2, 24, 4096, 77)).short_n == 0
     assert hs.path("new", Shape(1, 32, 1, 8192)).splits > 1  # decode: split_rule's
 
 
@@ -150,3 +150,19 @@ def test_same_bits_outside_tail_counts_each_side(layout):
     assert hs.same_bits_outside_tail("new", "old", s, layout, a, b) == (1, 4)
     assert hs.same_bits_outside_tail("new", "lb0", s, layout, a, b) == (5, None)  # the same plan
     assert hs.same_bits_outside_tail("new", "lb0", s, layout, a, a) == (0, None)
+
+
+def test_forced_splits_are_two_or_more():
+    """s2 ... s16 are forced splits (timed on the decode and edge shapes only, no bits owed); s0 and
+    s1 name no split count (call 38's s0, the build without the short-key kernel, was left untimed
+    and unchecked as one)."""
+    assert [hs.forced_split(n) for n in ("s2", "s4", "s16")] == [True] * 3
+    assert not any(hs.forced_split(n) for n in ("s0", "s1", "ss3", "ns", "new", "q2"))
+
+
+def test_the_short_kernel_owes_the_128_key_kernels_bits():
+    """A build without the short-key kernel runs the 128-key kernel on SHORT_CHECK: not another
+    kernel in other_kernel's sense (no fp64 exemption), so every bit is compared."""
+    for s in (*hs.SHORT_CHECK, hs.SHORT_EDGE):
+        assert hs.path("new", s).short_n == 80 and hs.path("ns", s).short_n == 0, s
+        assert not hs.other_kernel("new", "ns", s), s

@@ -102,7 +102,8 @@ using LongPlan = Plan<1, 2, kLongStaging, kLongBlockN>;
  * producer has the Q of the next two tiles in flight while one computes (such a tile is mostly its
  * loads and its store). The scores past seqlen_k that it no longer computes were -Inf, their p
  * exactly 0 and their V rows zero-filled: the row sums and P.V add the same non-zero terms in the
- * same order, so its outputs owe the default kernel's bits. */
+ * same order, so its outputs should be the default kernel's bits (benchmarks/h200_split.py's
+ * SHORT_CHECK compares them; not yet run on a device: docs/perf-notes.md v13). */
 #ifndef RA_CUDA_SHORT_BLOCK_N
 #define RA_CUDA_SHORT_BLOCK_N 80
 #endif
