@@ -46,24 +46,34 @@ __device__ __forceinline__ void st_global_f2(float* ptr, float a, float b) {
   asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(a), "f"(b) : "memory");
 }
 
-/* The consumer's epilogue for a split tile: this thread's rows row0 and row0 + 8 (accumulator
- * layout of softmax.cuh), rows past seqlen_q not written. */
+/* A thread's partial row sum reduced over its quad, in the order of row_inverses (epilogue.cuh). */
+__device__ __forceinline__ float quad_row_sum(float l) {
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  return l + __shfl_xor_sync(0xffffffffu, l, 2);
+}
+
+/* This thread's part of accumulator row r (0: its first row, 1: the one 8 below; softmax.cuh's
+ * layout) at partial row pr: 16 float2 of O, and (max, sum) from the quad's first thread. */
+__device__ __forceinline__ void store_partial_row(const FwdParams& p, const float (&acc)[64], int r, int64_t pr,
+                                                  float m, float l, int qc) {
+  float* po = p.part_o + pr * kHeadDim;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) st_global_f2(po + 8 * i + qc, acc[4 * i + 2 * r], acc[4 * i + 2 * r + 1]);
+  if (qc == 0) st_global_f2(p.part_ml + 2 * pr, m, l);
+}
+
+/* The consumer's epilogue for a split tile: this thread's rows row0 and row0 + 8, rows past
+ * seqlen_q not written. */
 template <class Softmax>
 __device__ __forceinline__ void store_partial(const FwdParams& p, const float (&acc)[64], const Softmax& sfm,
                                               const TileCoord& t, int row0, int qc) {
   const int bh = t.b * p.heads + t.h;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = sfm.l[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1); /* the order of row_inverses (epilogue.cuh) */
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = quad_row_sum(sfm.l[r]);
     const int row = row0 + 8 * r;
     if (row >= p.seqlen_q) continue;
-    const int64_t pr = part_row(p, t.split, bh, row);
-    float* po = p.part_o + pr * kHeadDim;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) st_global_f2(po + 8 * i + qc, acc[4 * i + 2 * r], acc[4 * i + 2 * r + 1]);
-    if (qc == 0) st_global_f2(p.part_ml + 2 * pr, sfm.m[r], l);
+    store_partial_row(p, acc, r, part_row(p, t.split, bh, row), sfm.m[r], l, qc);
   }
 }
 
@@ -163,20 +173,14 @@ __device__ __forceinline__ int64_t tail_part_row(const FwdParams& p, int tail_ti
   return ((int64_t)tail_tile * p.tail_splits + part) * 128 + row;
 }
 
-/* store_partial's layout and order, at the tail's rows: r0 = this thread's row in the tile. */
+/* store_partial's layout and order, at the tail's rows (all of them): r0 = this thread's row in the tile. */
 template <class Softmax>
 __device__ __forceinline__ void store_tail_partial(const FwdParams& p, const float (&acc)[64], const Softmax& sfm,
                                                    int tail_tile, int part, int r0, int qc) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = sfm.l[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1); /* the order of row_inverses (epilogue.cuh) */
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int64_t pr = tail_part_row(p, tail_tile, part, r0 + 8 * r);
-    float* po = p.part_o + pr * kHeadDim;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) st_global_f2(po + 8 * i + qc, acc[4 * i + 2 * r], acc[4 * i + 2 * r + 1]);
-    if (qc == 0) st_global_f2(p.part_ml + 2 * pr, sfm.m[r], l);
+    const float l = quad_row_sum(sfm.l[r]);
+    store_partial_row(p, acc, r, tail_part_row(p, tail_tile, part, r0 + 8 * r), sfm.m[r], l, qc);
   }
 }
 
