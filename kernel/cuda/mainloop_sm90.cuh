@@ -74,7 +74,8 @@ struct Plan {
 using MainPlan = Plan<RA_CUDA_Q_STAGES, 2, (RA_CUDA_EPILOGUE >= 1)>;
 using DecodePlan = Plan<1, 3, false>;
 
-/* The long-key plan (-DRA_CUDA_LONG_BLOCK_N=N, 160 by default, 0 = none; attention_sm90.cu takes it for
+/* The long-key plan (-DRA_CUDA_LONG_BLOCK_N=N, 160 by default, 0 = none, < 0 = N of 176 that
+ * long_keys_pay takes only under RA_CUDA_LONG_RULE=0; attention_sm90.cu takes it for
  * unsplit launches with seqlen_k >= RA_CUDA_LONG_MIN_KEYS, under RA_CUDA_LONG_RULE): key blocks of N keys, as
  * FlashAttention-3's 128 x 176 tile for head_dim 128, so a tile pays its per-block costs (row max
  * and sum reductions, barrier waits, the wgmma issue and wait) 128 / N times as often per FLOP.
