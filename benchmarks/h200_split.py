@@ -168,6 +168,12 @@ LONG_EDGE = Shape(4, 16, 200, 2070)
 # non-finite inputs on SHORT_EDGE.
 SHORT_CHECK = [Shape(3, 5, 130, 80), Shape(2, 3, 300, 17), Shape(2, 6, 257, 1), Shape(4, 70, 333, 77)]
 SHORT_EDGE = Shape(5, 6, 190, 77)
+# Non-finite inputs at 77 keys (masked keys inside the short kernel's block) and at exactly 80 (none
+# masked in it, 48 in the 128-key kernel's); negzero_v (a V column of -0: that column of O is an
+# exact zero) at both, where the 128-key kernel's extra k-steps of +0 products could turn -0 into +0
+# at 80 keys (a multiple of 16: no +0 product in the short kernel's last k-step).
+SHORT_KINDS = ("nan_q", "nan_k", "posinf_v", "neginf_k", "negzero_v")
+SHORT_EDGES = [(s, kind) for s in (SHORT_EDGE, SHORT_CHECK[0]) for kind in SHORT_KINDS]
 
 
 def forced_split(name: str) -> bool:
@@ -256,7 +262,7 @@ def build_libs() -> dict[str, KernelLibrary]:
 # --- checks ------------------------------------------------------------------------------------
 
 
-EDGE_KINDS = ("neginf_split0", "neginf_all", "posinf_last", "nan_last")
+EDGE_KINDS = ("neginf_split0", "neginf_all", "posinf_last", "nan_last", "negzero_v")
 
 
 def edge_inputs(s: Shape, layout: str, kind: str, seed: int) -> tuple[torch.Tensor, ...]:
@@ -264,7 +270,9 @@ def edge_inputs(s: Shape, layout: str, kind: str, seed: int) -> tuple[torch.Tens
     the last batch (a tail split's tiles) (built in BHSD, then laid out):
     neginf_split0: every key of the first half scores -Inf (q[..., 0] > 0, k[j, 0] = -Inf), so
     split 0's partials are all 0 with max -Inf; neginf_all: every key -Inf (the row is 0/0 = NaN);
-    posinf_last / nan_last: the last key scores +Inf / NaN (a late split poisons the row)."""
+    posinf_last / nan_last: the last key scores +Inf / NaN (a late split poisons the row);
+    negzero_v: column 0 of V is -0 at every key (that output column is an exact zero, its sign the
+    question)."""
     kind, _, where = kind.partition("@")
     b, h = (-1, -1) if where == "last" else (0, 0)
     q, k, v = make_inputs(s, "bhsd", seed=seed, device="cuda")
@@ -277,9 +285,17 @@ def edge_inputs(s: Shape, layout: str, kind: str, seed: int) -> tuple[torch.Tens
         k[b, h, -1, 0] = math.inf
     elif kind == "nan_last":
         k[b, h, -1, 3] = math.nan
+    elif kind == "negzero_v":
+        v[b, h, :, 0] = -0.0
     if layout == "bshd":
         q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     return q, k, v
+
+
+def zero_sign_only(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Elements where two bf16 outputs differ and both are zeros (+0 against -0)."""
+    x, y = a.view(torch.int16), b.view(torch.int16)
+    return int(((x != y) & ((x & 0x7FFF) == 0) & ((y & 0x7FFF) == 0)).sum())
 
 
 def guarded_forward(
@@ -339,7 +355,8 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
         (Shape(1, 200, 100, 2000), "nan_last@last"),
         # the short-key kernel's masking past seqlen_k inside its 80-key block, non-finite inputs in it
         *((s, "realistic") for s in SHORT_CHECK),
-        *((SHORT_EDGE, kind) for kind in ("nan_q", "nan_k", "posinf_v", "neginf_k", "extreme_logits")),
+        *SHORT_EDGES,
+        (SHORT_EDGE, "extreme_logits"),
     ]
     for s, kind in cases:
         for layout in LAYOUTS:
@@ -414,7 +431,7 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
         *((s, "realistic") for s in LONG_CHECK),  # the long kernel: exempt, checked against fp64
         (Shape(2, 16, 1000, 2049), "nan_last"),
         *((s, "realistic") for s in SHORT_CHECK),  # the short kernel owes the 128-key kernel's bits
-        *((SHORT_EDGE, kind) for kind in ("nan_q", "nan_k", "posinf_v", "neginf_k")),
+        *SHORT_EDGES,
     ):
         for layout in LAYOUTS:
             if kind.partition("@")[0] in EDGE_KINDS:
@@ -449,7 +466,11 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
                     d, _ = same_bits_outside_tail("new", other, s, layout, a, b)
                     out["bits"][f"new={key}"] = d
                     if d:
-                        fails.append(f"new != {other} at {s.dims()} {kind} {layout} {mode}: {d} elements")
+                        zs = zero_sign_only(a, b)
+                        fails.append(
+                            f"new != {other} at {s.dims()} {kind} {layout} {mode}: {d} elements"
+                            + (f" ({zs} of them only in the sign of a zero)" if zs else "")
+                        )
     check_tail(libs, out)
     check_drills(libs, fails)
     check_determinism(libs, out)

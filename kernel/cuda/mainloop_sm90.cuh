@@ -1,7 +1,8 @@
 /*
  * mainloop_sm90.cuh — the sm_90a path: a TMA producer warp and two wgmma consumer warpgroups.
  *
- * Shared memory (one CTA per SM, 224 KB + barriers), every tile 128-byte swizzled by TMA and
+ * Shared memory (one CTA per SM, 224 KB + barriers in the main plan; the short-key plan's 208 KB
+ * with 3 Q stages: see ShortPlan), every tile 128-byte swizzled by TMA and
  * split in two d-halves of 64 columns (a 128-byte swizzle row holds 64 bf16):
  *   q[qstage][half][128 rows x 64]      Q tile, A operand of S = Q K^T (K-major); 2 stages
  *   o[warp][2][16 x 64]                 output staging of the epilogue, the TMA store's box (epilogue.cuh)
@@ -104,7 +105,9 @@ using LongPlan = Plan<1, 2, kLongStaging, kLongBlockN>;
  * loads and its store). The scores past seqlen_k that it no longer computes were -Inf, their p
  * exactly 0 and their V rows zero-filled: the row sums and P.V add the same non-zero terms in the
  * same order, so its outputs should be the default kernel's bits (benchmarks/h200_split.py's
- * SHORT_CHECK compares them; not yet run on a device: docs/perf-notes.md v13). */
+ * SHORT_CHECK compares them; not yet run on a device: docs/perf-notes.md v13), with one possible
+ * exception: where seqlen_k is a multiple of 16 and an output is an exact -0, the default kernel's
+ * k-steps past the keys add +0 products, which would make it +0 (SHORT_EDGES' negzero_v asks). */
 #ifndef RA_CUDA_SHORT_BLOCK_N
 #define RA_CUDA_SHORT_BLOCK_N 80
 #endif

@@ -298,6 +298,8 @@ def test_long_block_build(built, long_built):
     assert "serialized" not in long_built[1] and "(C7517)" not in long_built[1], long_built[1]
     assert _build_info(long_built[0])["long_block_n"] == LONG_N
     assert _build_info(built[0])["long_block_n"] == LONG_N_DEFAULT
+    assert _build_info(built[0])["short_block_n"] == SHORT_N_DEFAULT
+    assert _build_info(built[0])["short_q_stages"] == 3
     cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
         pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")

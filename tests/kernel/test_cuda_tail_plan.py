@@ -301,13 +301,21 @@ def test_short_keys_pay_mirror_is_the_kernels(tmp_path, n):
         pytest.skip("no host C++ compiler")
     body = _cut(SM90.read_text(), "constexpr bool short_keys_pay(", "constexpr bool short_keys_pay(")
     pay = _host_rule(tmp_path, "short", body, {"RA_CUDA_SHORT_BLOCK_N": n}, "sk", "short_keys_pay((int)sk)")
-    cases = [(k,) for k in range(1, 300)]
+    cases = [(k,) for k in range(1, 301)]
     out = pay(cases)
     build = ctp.build_settings([f"-DRA_CUDA_SHORT_BLOCK_N={n}", "-DRA_CUDA_DYN_SCHED=0"])
     assert out == [int(ctp.launch_path(build, 2, 40, 1024, k).short_n == n != 0) for (k,) in cases]
-    assert sum(out) == (n if n else 0)
+    assert sum(out) == n  # 1..80 keys, or none
     src = " ".join(SM90.read_text().split())
     assert "if constexpr (RA_CUDA_SHORT_BLOCK_N != 0 && NQK && !PP) {" in src
     assert "if (!launched && p.num_splits == 1 && !p.tile_counter && short_keys_pay(p.seqlen_k) &&" in src
-    # after the dynamic scheduler's branch, which takes its launches first
+    # after the dynamic scheduler's branch, which takes its launches first, under the gate the mirror
+    # restates (one query block a head, at most RA_CUDA_DYN_MAX_BLOCKS key blocks a tile)
     assert src.index("p.tile_counter) run(") < src.index("short_keys_pay(p.seqlen_k) &&")
+    assert (
+        "if (RA_CUDA_DYN_SCHED && RA_CUDA_SHORT_STAGES != 3 && NQK && !PP && p.num_splits == 1 && "
+        "p.num_n_blocks <= RA_CUDA_DYN_MAX_BLOCKS && p.num_m_blocks <= RA_CUDA_DYN_MAX_M_BLOCKS)" in src
+    )
+    default = ctp.build_settings([])
+    assert ctp.launch_path(default, 256, 32, 128, 77).short_n == 0  # one query block: the counter's
+    assert ctp.launch_path(default, 2, 40, 1024, 77).short_n == 80
