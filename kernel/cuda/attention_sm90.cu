@@ -389,6 +389,12 @@ Workspace g_ws[kMaxWorkspaces];
 int g_ws_used = 0;
 cudaStream_t g_zero_stream[kMaxDevices];
 
+/* The size a workspace part grows to: as it is if it holds `need`, else at least doubled, so a
+ * stream whose launches grow step by step reallocates O(log) times. */
+constexpr size_t workspace_grown(size_t have, size_t need) {
+  return have >= need ? have : std::max(need, 2 * have);
+}
+
 struct WorkspacePtrs {
   float* floats;
   int* counters;
@@ -410,8 +416,9 @@ WorkspacePtrs split_workspace(int dev, cudaStream_t stream, size_t floats_bytes,
     return WorkspacePtrs{static_cast<float*>(x.ptr), reinterpret_cast<int*>(static_cast<char*>(x.ptr) + x.floats_bytes)};
   };
   if (w->floats_bytes >= floats_bytes && w->counters >= counters) return ptrs(*w);
-  const size_t fb = std::max(floats_bytes, 2 * w->floats_bytes);
-  const size_t nc = std::max(counters, 2 * w->counters);
+  /* only the part that is short grows (a first counter request once doubled the partials too) */
+  const size_t fb = workspace_grown(w->floats_bytes, floats_bytes);
+  const size_t nc = workspace_grown(w->counters, counters);
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) return (void)cudaGetLastError(), none;
   void* ptr = nullptr;

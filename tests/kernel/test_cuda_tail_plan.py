@@ -319,3 +319,15 @@ def test_short_keys_pay_mirror_is_the_kernels(tmp_path, n):
     default = ctp.build_settings([])
     assert ctp.launch_path(default, 256, 32, 128, 77).short_n == 0  # one query block: the counter's
     assert ctp.launch_path(default, 2, 40, 1024, 77).short_n == 80
+
+
+def test_a_workspace_grows_only_the_short_part(tmp_path):
+    """attention_sm90.cu's workspace_grown, cut out and built on the host: a part that holds the
+    request keeps its size (a first counter request on a stream with partials once doubled them),
+    a short one grows to at least twice its size."""
+    if CXX is None:
+        pytest.skip("no host C++ compiler")
+    body = _cut(SM90.read_text(), "constexpr size_t workspace_grown(", "constexpr size_t workspace_grown(")
+    grown = _host_rule(tmp_path, "grown", body, {}, "have need", "workspace_grown(have, need)")
+    cases = [(0, 0), (0, 2), (100, 2), (100, 100), (100, 101), (100, 250), (1 << 20, 0)]
+    assert grown(cases) == [0, 2, 100, 100, 200, 250, 1 << 20]
