@@ -10,9 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from regress.results import CaseResult, CaseSpec
 from regress.site import build_site
+from regress.site.pages.run import kernel_table
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 
 PARAMS = {"b": 1, "h": 1, "sq": 64, "sk": 64, "d": 64, "layout": "bshd", "mode": "rtne"}
@@ -70,3 +73,23 @@ def test_site_renders_runs_with_unshowable_values(store: Store, tmp_path: Path, 
     assert blobs > 0
     assert (out / "run" / f"{bad}.html").is_file()
     assert all((out / "run" / f"{rid}.html").is_file() for rid in genuine)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(stats=_json, kernels=st.dictionaries(st.text(max_size=8), _json, max_size=5))
+def test_kernel_table_takes_any_stored_stats(stats: object, kernels: dict[str, object]) -> None:
+    """A build's `stats` is a free-form object in the bundle schema, so whatever a runner stored
+    there (the bundle fuzz stored kernels whose reports were floats) gives a table, never a raise:
+    rows only for the entries that are a kernel's report."""
+    for given_stats in (stats, {"kernels": kernels}, {"kernels": stats}):
+        table = kernel_table({"stats": given_stats})
+        assert set(table) == {"columns", "rows"}
+    rows = kernel_table({"stats": {"kernels": kernels}})["rows"]
+    assert [name for name, _ in rows] == sorted(n for n, r in kernels.items() if isinstance(r, dict))

@@ -138,9 +138,12 @@ KERNEL_COLUMNS = (
 
 
 def kernel_table(build: dict[str, Any] | None) -> dict[str, Any]:
-    """The build's per-kernel report as a table, columns named with their units."""
-    kernels = (build or {}).get("stats", {}).get("kernels")
-    if not isinstance(kernels, dict) or not kernels:
+    """The build's per-kernel report as a table, columns named with their units. `stats` is the
+    bundle's free-form object: only entries that are a kernel's report (an object) are rows."""
+    stats = (build or {}).get("stats")
+    found = stats.get("kernels") if isinstance(stats, dict) else None
+    kernels = {n: r for n, r in found.items() if isinstance(r, dict)} if isinstance(found, dict) else {}
+    if not kernels:
         return {"columns": [], "rows": []}
     present = [(k, label) for k, label in KERNEL_COLUMNS if any(k in v for v in kernels.values())]
     return {
