@@ -5,7 +5,6 @@ benchmark's JSON lines."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -167,11 +166,13 @@ def test_aiter_steady_state() -> None:
 
 @pytest.mark.slow
 def test_moonmath_steady_state() -> None:
-    src = os.environ.get("REGRESS_MOONMATH_SRC") or (
-        "/work/peers/moonmath" if Path("/work/peers/moonmath").is_dir() else ""
-    )
-    if not src:
-        pytest.skip("no MoonMath source (set REGRESS_MOONMATH_SRC to a checkout)")
+    # the product's own lookup ($REGRESS_MOONMATH_SRC), as test_moonmath.py's, not one machine's path
+    from regress.emu.peers import moonmath as peer
+
+    try:
+        src = peer.find_source()
+    except peer.MoonMathSourceMissing as exc:
+        pytest.skip(str(exc))
     from regress.emu.mi300x import MoonMathModel, Predictor
 
     model = MoonMathModel(src)
