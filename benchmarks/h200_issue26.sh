@@ -33,6 +33,9 @@
 # Calls 38-39 (docs/perf-notes.md v13): STEPS=bench COMPILE_TEST=1 with the short-key kernel's A/B
 #   (H200_LIBS="new=;s0=-DRA_CUDA_SHORT_BLOCK_N=0;q2=-DRA_CUDA_SHORT_Q_STAGES=2": s0 was then taken
 #   for a forced split, untimed; name it ns), then STEPS=nightly; each call.log has the full line.
+# Calls 40-42 (docs/perf-notes.md v14): STEPS=bench H200_LIBS="new=;ns=-DRA_CUDA_SHORT_BLOCK_N=0;pp=-DRA_CUDA_PINGPONG=-1",
+#   then the stream schedule's A/B (its code: results/h200-issue26-call22/stream.diff, not landed) and
+#   STEPS=profile with NCU_SECTIONS; each call.log has the full line.
 # STEPS may name `ceiling` (benchmarks/h200_ceiling.py measure, about 20 s; docs/perf-notes.md v9).
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
