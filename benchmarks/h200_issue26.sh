@@ -49,8 +49,13 @@ rm -rf /tmp/bench  # a warm machine keeps the last call's: its table must not be
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 export H200_LIBS=${H200_LIBS:-"new=;mk1=-DRA_CUDA_MERGE_KERNEL=1"}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
-python3 benchmarks/h200_split.py build >/tmp/prebuild.log 2>&1 &
-PREBUILD=$!
+if [ "${PREBUILD:-1}" = 1 ]; then  # PREBUILD=0: no bench this call (the nightly builds its own library)
+  python3 benchmarks/h200_split.py build >/tmp/prebuild.log 2>&1 &
+  PREBUILD=$!
+else
+  true &
+  PREBUILD=$!
+fi
 if [ "${COMPILE_TEST:-0}" = 1 ]; then  # the slow compile-only tests, SASS included (cuobjdump is here)
   python3 -m pytest tests/kernel/test_cuda_compile.py -m slow -q -x -p no:cacheprovider >"$OUT/compile-test.log" 2>&1 &
   CTEST=$!
@@ -115,12 +120,13 @@ quick() {  # the landed default's quick CUDA nightly (every suite, directed roun
 }
 
 ceiling() {  # the device's two sustained ceilings (GEMM, copy) in the nightly's round protocol
-  local S=$(date +%s) L=$(($(left) - 10))
+  local S=$(date +%s) L=$(($(left) - 10)) TAG=""
   [ "$L" -gt 150 ] && L=150
+  [ -e "$OUT/h200-ceiling.json" ] && TAG="-after"  # STEPS="ceiling nightly ceiling" brackets a nightly
   if [ "$L" -gt 30 ]; then
-    timeout "$L" python3 benchmarks/h200_ceiling.py measure --out "$OUT/h200-ceiling.json" >"$OUT/ceiling.log" 2>&1
-    echo "ceiling exit $? after $(($(date +%s) - S)) s (limit $L s)"
-    tail -6 "$OUT/ceiling.log"
+    timeout "$L" python3 benchmarks/h200_ceiling.py measure --out "$OUT/h200-ceiling$TAG.json" >"$OUT/ceiling$TAG.log" 2>&1
+    echo "ceiling$TAG exit $? after $(($(date +%s) - S)) s (limit $L s)"
+    tail -6 "$OUT/ceiling$TAG.log"
   else
     echo "ceiling skipped: $(left) s left"
   fi
