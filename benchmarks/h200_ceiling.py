@@ -11,7 +11,8 @@ copy (4 GiB, bytes read plus bytes written), each timed in the perf suite's roun
 timed, three calls a round behind the spin, each call about as long as one call of the nightly's
 longest case), so each runs about as long and as hot as a long nightly case: median rate over the
 calls. The product also as a short burst (3 warm-ups, 10 timed, one product a call, as KINDS.md
-records it). SM clock, power and throttle reasons before and after each (`regress.gpu_state`).
+records it). Beside them, not used as a ceiling: a read-only rate (a float32 sum over the copy's 4
+GiB source), which says how far a kernel that only reads (decode) may go past the copy's mix. SM clock, power and throttle reasons before and after each (`regress.gpu_state`).
 
 `report` (no GPU): per perf row of a nightly bundle, floor = max(FLOPs / GEMM rate, minimum bytes /
 copy rate); our and cuDNN's fraction of it; the ceiling ratio t_cuDNN / t_floor (the speedup over
@@ -55,6 +56,7 @@ GEMM_N = 8192
 GEMM_PER_CALL = 9
 COPY_BYTES = 4 << 30
 COPY_PER_CALL = 6  # ~12 ms a call at 4.3 TB/s (8.6 GB moved a copy)
+READ_PER_CALL = 12  # reductions of the copy's 4 GiB source a call: ~11 ms at 4.5 TB/s
 # The nightly times three calls a round (ours, SDPA cuDNN, SDPA flash).
 CALLS_PER_ROUND = 3
 BURST_WARM, BURST_ITERS = 3, 10  # KINDS.md's burst
@@ -192,6 +194,31 @@ def _measure(out: Path) -> dict[str, Any]:
     pieces = zip(pair[0].split(1 << 27), pair[1].split(1 << 27), strict=True)
     if not all(torch.equal(x, y) for x, y in pieces):
         raise Refused("the device-to-device copy's output differs from its input")
+
+    # (c) read: a sum over the same 4 GiB, bytes read only (a decode launch reads K and V and
+    # writes next to nothing: how far a read-only kernel may go past the copy's mix). A figure
+    # beside the ceilings, not one `report` divides by.
+    sums = [torch.empty((), device=dev, dtype=torch.float32) for _ in range(CALLS_PER_ROUND)]
+
+    def read(j: int) -> Callable[[int], object]:
+        def call(_: int) -> object:
+            for _k in range(READ_PER_CALL):
+                torch.sum(pair[0], dim=0, dtype=torch.float32, out=sums[j])
+            return sums[j]
+
+        return call
+
+    read_sustained = _timed(
+        [(f"read:{j}", read(j)) for j in range(CALLS_PER_ROUND)],
+        warm,
+        iters,
+        READ_PER_CALL * float(COPY_BYTES),
+        1e12,
+    )
+    exact = math.fsum(float(c.double().sum()) for c in pair[0].split(1 << 27))
+    read_err = abs(float(sums[0]) - exact) / max(1.0, math.sqrt(COPY_BYTES / 2))
+    if not read_err < 1e-2:  # randn: the sum's size is about sqrt(n); fp32 accumulation errs far less
+        raise Refused(f"the read's sum is wrong: {float(sums[0])!r} against {exact!r} in float64")
     pair.clear()
     torch.cuda.empty_cache()
 
@@ -213,12 +240,17 @@ def _measure(out: Path) -> dict[str, Any]:
                 f"dst.copy_(src), {COPY_BYTES} bytes (bf16 randn), bytes read + written = "
                 f"{2 * COPY_BYTES} a copy; {COPY_PER_CALL} copies a call; checked equal"
             ),
+            "read": (
+                f"torch.sum(src, dtype=float32, out=), the copy's {COPY_BYTES}-byte source, bytes read "
+                f"= {COPY_BYTES} a sum; {READ_PER_CALL} sums a call; checked against float64"
+            ),
             "device_state": "regress.gpu_state.device_state (nvidia-smi) before and after each",
         },
         "figures": {
             "gemm_burst_tflops": burst,
             "gemm_sustained_tflops": sustained,
             "copy_sustained_tbps": copy_sustained,
+            "read_sustained_tbps": read_sustained,
             "gemm_check_rel_err": gemm_err,
         },
         # What `report` divides by: the sustained figures, timed as the nightly's cases are.
@@ -509,7 +541,8 @@ def cli() -> None:
     help="Where the JSON goes (written only when every measurement succeeded).",
 )
 def measure(out: Path) -> None:
-    """Measure the two ceilings on the GPU in the nightly's sustained way (about 15 s)."""
+    """Measure the two ceilings on the GPU in the nightly's sustained way, and beside them a
+    read-only rate (about 20 s)."""
     if not out.parent.is_dir():
         raise Refused(f"--out {out}: no directory {out.parent}")
     try:
@@ -526,7 +559,8 @@ def measure(out: Path) -> None:
         f"{f['gemm_burst_tflops']['mean']:.0f}), sustained {f['gemm_sustained_tflops']['median']:.0f} "
         f"(first / last 10 rounds {f['gemm_sustained_tflops']['first_10_rounds_median']:.0f} / "
         f"{f['gemm_sustained_tflops']['last_10_rounds_median']:.0f}); copy sustained "
-        f"{f['copy_sustained_tbps']['median']:.3f} TB/s; {data['wall_s']:.1f} s; wrote {out}"
+        f"{f['copy_sustained_tbps']['median']:.3f} TB/s, read sustained "
+        f"{f['read_sustained_tbps']['median']:.3f} TB/s; {data['wall_s']:.1f} s; wrote {out}"
     )
     for name, fig in f.items():
         if isinstance(fig, dict):
