@@ -12,7 +12,8 @@ timed, three calls a round behind the spin, each call about as long as one call 
 longest case), so each runs about as long and as hot as a long nightly case: median rate over the
 calls. The product also as a short burst (3 warm-ups, 10 timed, one product a call, as KINDS.md
 records it). Beside them, not used as a ceiling: a read-only rate (a float32 sum over the copy's 4
-GiB source), which says how far a kernel that only reads (decode) may go past the copy's mix. SM clock, power and throttle reasons before and after each (`regress.gpu_state`).
+GiB source), which says how far a kernel that only reads (decode) may go past the copy's mix. SM
+clock, power and throttle reasons before and after each (`regress.gpu_state`).
 
 `report` (no GPU): per perf row of a nightly bundle, floor = max(FLOPs / GEMM rate, minimum bytes /
 copy rate); our and cuDNN's fraction of it; the ceiling ratio t_cuDNN / t_floor (the speedup over
