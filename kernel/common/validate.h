@@ -54,8 +54,15 @@ static inline ra_status ra_validate_params(const ra_attention_params* p, char* e
   if (p->batch < 1 || p->heads < 1 || p->seqlen_q < 1 || p->seqlen_k < 1)
     return ra_fail(err, err_len, RA_ERR_SHAPE, "shape B=%lld H=%lld Sq=%lld Sk=%lld: every size must be >= 1",
                    (long long)p->batch, (long long)p->heads, (long long)p->seqlen_q, (long long)p->seqlen_k);
-  if (p->seqlen_q > (1LL << 31) || p->seqlen_k > (1LL << 31) || p->batch * p->heads > (1LL << 31))
-    return ra_fail(err, err_len, RA_ERR_SHAPE, "shape too large for 32-bit grid indexing");
+  /* Each size, and batch x heads, must fit the backends' int indexing. Each size is bounded before
+   * the product is taken, so the product cannot wrap (B = H = 2^32 used to pass as 0). */
+  const long long kMaxIndex = 2147483647LL;
+  if (p->batch > kMaxIndex || p->heads > kMaxIndex || p->seqlen_q > kMaxIndex || p->seqlen_k > kMaxIndex ||
+      p->batch * p->heads > kMaxIndex)
+    return ra_fail(err, err_len, RA_ERR_SHAPE,
+                   "shape B=%lld H=%lld Sq=%lld Sk=%lld too large: each size and B*H must be < 2^31 (32-bit "
+                   "grid indexing)",
+                   (long long)p->batch, (long long)p->heads, (long long)p->seqlen_q, (long long)p->seqlen_k);
   if (p->rounding < RA_RTNE || p->rounding > RA_RTZ)
     return ra_fail(err, err_len, RA_ERR_ROUNDING, "rounding mode %d is not 0 (rtne), 1 (rtna) or 2 (rtz)",
                    (int)p->rounding);

@@ -312,6 +312,41 @@ def test_raw_abi_refusals(lib: KernelLibrary) -> None:
     assert fwd(None, err, 256) == 1
 
 
+# (B, H, Sq, Sk) past 32-bit indexing: B = H = 2^32 multiplied to 2^64, which wrapped to 0 and
+# passed (the CUDA host then divided by zero); B = 2^31 alone passed and became INT_MIN.
+TOO_LARGE = [
+    (1 << 32, 1 << 32, 1, 1),
+    (1 << 31, 1, 1, 1),
+    (1, 1 << 31, 1, 1),
+    (1 << 16, 1 << 15, 1, 1),
+    (1, 1, 1 << 31, 1),
+    (1, 1, 1, 1 << 31),
+    ((1 << 63) - 1, 2, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dims", TOO_LARGE)
+def test_validate_refuses_sizes_past_int_indexing(lib: KernelLibrary, dims: tuple[int, ...]) -> None:
+    # ra_validate reads no tensor memory, so a one-row tensor stands for any size
+    q = torch.zeros(1, 1, 1, 128, dtype=torch.bfloat16)
+    o = torch.empty_like(q)
+    err = ctypes.create_string_buffer(256)
+    p = _raw_params(q, o)
+    p.batch, p.heads, p.seqlen_q, p.seqlen_k = dims
+    assert lib.raw.ra_validate(ctypes.byref(p), err, 256) == 3
+    assert b"too large" in err.value and f"B={dims[0]} H={dims[1]}".encode() in err.value
+
+
+def test_validate_takes_the_largest_sizes_that_fit(lib: KernelLibrary) -> None:
+    q = torch.zeros(1, 1, 1, 128, dtype=torch.bfloat16)
+    o = torch.empty_like(q)
+    err = ctypes.create_string_buffer(256)
+    for dims in (((1 << 31) - 1, 1, (1 << 31) - 1, (1 << 31) - 1), (1 << 16, (1 << 15) - 1, 1, 1)):
+        p = _raw_params(q, o)
+        p.batch, p.heads, p.seqlen_q, p.seqlen_k = dims
+        assert lib.raw.ra_validate(ctypes.byref(p), err, 256) == 0, err.value
+
+
 def test_build_info(lib: KernelLibrary) -> None:
     info = lib.build_info()
     assert info["backend"] == "cpu" and info["abi"] == 1 and info["threads"] >= 1
