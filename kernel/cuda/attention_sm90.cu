@@ -466,9 +466,12 @@ int split_rule(int64_t tiles, int nb, int sms) {
 }
 
 /* One launch over rows [0, seqlen_q) of p. */
+constexpr int kMaxGridY = 65535; /* CUDA's limit on gridDim.y */
+
 ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int dev_id, DeviceInfo& dev,
                  cudaStream_t stream, char* err, size_t err_len) {
   cudaError_t e = cudaSuccess;
+  bool heads_refused = false;
   const bool pp = p.seqlen_k <= kPingPongMaxKeys;
   const bool nqk = p.seqlen_k <= sm90::kNextQKMaxKeys;
   dispatch(rounding, layout, pp, nqk, [&](auto round_c, auto layout_c, auto pp_c, auto nqk_c) {
@@ -612,11 +615,34 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
       auto kernel = attn_fwd_mma_sync<R, L>;
       e = ensure_smem_attr(kernel, dev, 24 + inst, sm80::kSmemBytes);
       if (e != cudaSuccess) return;
-      dim3 grid((unsigned)p.num_m_blocks, (unsigned)(p.batch * p.heads));
-      kernel<<<grid, sm80::kThreads, sm80::kSmemBytes, stream>>>(p);
+      /* (batch x head) is grid.y, at most kMaxGridY: more of them go in launches of whole batches,
+       * each over its batches' rows (any strides: the pointers move by whole batch strides) */
+      if (p.heads > kMaxGridY) {
+        heads_refused = true;
+        return;
+      }
+      const int per = kMaxGridY / p.heads;
+      for (int b0 = 0; b0 < p.batch; b0 += per) {
+        FwdParams c = p;
+        c.batch = std::min(per, p.batch - b0);
+        c.q = p.q + b0 * p.q_stride[0];
+        c.k = p.k + b0 * p.k_stride[0];
+        c.v = p.v + b0 * p.v_stride[0];
+        c.o = p.o + b0 * p.o_stride[0];
+        c.num_tiles = c.num_m_blocks * c.batch * c.heads;
+        c.nondet_flip = b0 == 0 ? p.nondet_flip : 0; /* the drill's one element, O[0,0,0,0] */
+        dim3 grid((unsigned)c.num_m_blocks, (unsigned)(c.batch * c.heads));
+        kernel<<<grid, sm80::kThreads, sm80::kSmemBytes, stream>>>(c);
+        if (b0 + per < p.batch && (e = cudaGetLastError()) != cudaSuccess) return;
+      }
     }
     e = cudaGetLastError();
   });
+  if (heads_refused)
+    return ra_fail(err, err_len, RA_ERR_SHAPE,
+                   "H=%d heads: the mma.sync path (taken where TMA refuses the strides) launches at most %d "
+                   "heads at a time",
+                   p.heads, kMaxGridY);
   if (e != cudaSuccess) return device_error(e, "kernel launch", err, err_len);
   return RA_OK;
 }
