@@ -119,8 +119,10 @@ def kernel_defaults() -> dict[str, int]:
 
 
 # the macros build_settings reads: what decides between the uniform split, the long-key kernel, the
-# tail split and the short-key kernel (every other flag leaves that choice alone)
+# tail split and the short-key kernel, and the fallback that takes every launch from all of them
+# (every other flag leaves that choice alone)
 _SETTINGS = {
+    "force_mma_sync": "RA_CUDA_FORCE_MMA_SYNC",
     "split": "RA_CUDA_SPLIT",
     "tail": "RA_CUDA_TAIL_SPLIT",
     "long_n": "RA_CUDA_LONG_BLOCK_N",
@@ -143,6 +145,7 @@ _SETTINGS = {
 class Build:
     """A build's effective launch settings (the macros of _SETTINGS, by field)."""
 
+    force_mma_sync: int  # 1: every launch on the mma.sync fallback (64 x 64 tiles), none on TMA
     split: int  # -1 (or 0): split_rule's cost rule; 1: never; N > 1: N splits
     tail: int  # 0: no tail split; 1 (or < 0): tail_plan.h's rule; N > 1: N parts
     long_n: int  # keys per block of the long-key kernel; 0: none built
@@ -192,6 +195,7 @@ class LaunchPath(NamedTuple):
     long_n: int  # keys per block of the long-key kernel where it runs; 0: it does not
     tail: TailPlan  # the tail split's plan where the tail kernel runs; NONE: it does not
     short_n: int = 0  # keys of the short-key kernel's block where it runs (it owes the default's bits)
+    mma_sync: bool = False  # the mma.sync fallback (64 x 64 tiles: another order, no bits owed)
 
 
 HEAD_DIM = 128  # params.cuh's kHeadDim
@@ -207,6 +211,8 @@ def launch_path(build: Build, b: int, h: int, sq: int, sk: int, sms: int = H200_
     more rows than decode, the long-key kernel where long_keys_pay, or else the tail split where
     tail_split_plan plans one and its workspace fits (never both); on unsplit next-Q-K^T launches
     without ping-pong off the dynamic scheduler, the short-key kernel where short_keys_pay."""
+    if build.force_mma_sync:  # launch()'s use_tma is false: nothing below is asked
+        return LaunchPath(1, 0, NONE, mma_sync=True)
     tiles, nb = b * h * -(-sq // BLOCK_M), -(-sk // BLOCK_N)
     pp = build.pingpong == 1 or (build.pingpong == -1 and sk <= PINGPONG_MAX_KEYS)
     nqk = build.next_qk == 1 or (build.next_qk == -1 and sk <= build.next_qk_max_keys)

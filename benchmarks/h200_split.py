@@ -32,7 +32,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import sys
 import time
 import traceback
@@ -80,6 +79,15 @@ if os.environ.get("H200_LIBS"):  # "new=;promo0=-DRA_CUDA_L2_PROMO=0" replaces t
         name: tuple(f for f in flags.split() if f)
         for name, _, flags in (item.partition("=") for item in os.environ["H200_LIBS"].split(";"))
     }
+    # a timed build under a check build's name would be built, checked and reported with the check
+    # build's flags (the two share one library dict)
+    _clash = sorted(n for n in LIBS if n in CHECK_ONLY and LIBS[n] != CHECK_ONLY[n])
+    if _clash:
+        _theirs = "; ".join(n + "=" + " ".join(CHECK_ONLY[n]) for n in _clash)
+        raise SystemExit(
+            f"H200_LIBS: {', '.join(_clash)}: the name of a check build with other flags "
+            f"({_theirs}): rename it"
+        )
 MODES = ROUNDING_MODES
 LAYOUTS = h200_op.LAYOUTS
 # The issue's shapes behind cuDNN (decode, short queries) and the two square families.
@@ -137,10 +145,12 @@ def long_differs(a: str, b: str, s: Shape) -> bool:
 
 def other_kernel(a: str, b: str, s: Shape) -> bool:
     """Builds `a` and `b` run `s` on different key-block boundaries throughout (another uniform
-    split, or long_differs): another online-softmax order everywhere, so no bits are owed; the fp64
+    split, the mma.sync fallback's 64 x 64 tiles, or long_differs): another online-softmax order
+    everywhere, so no bits are owed; the fp64
     reference decides instead. Builds whose long settings differ but that both take (or both leave)
     the long kernel on `s` run the same code there: every bit is owed."""
-    return path(a, s).splits != path(b, s).splits or long_differs(a, b, s)
+    pa, pb = path(a, s), path(b, s)
+    return pa.splits != pb.splits or pa.mma_sync != pb.mma_sync or long_differs(a, b, s)
 
 
 # Shapes that take the long-key kernel where it is built: under the default rule (RA_CUDA_LONG_RULE=1)
@@ -177,10 +187,10 @@ SHORT_EDGES = [(s, kind) for s in (SHORT_EDGE, SHORT_CHECK[0]) for kind in SHORT
 
 
 def forced_split(name: str) -> bool:
-    """The measurement builds of N forced splits, s2 ... s16 (a prefix test also caught ss3: call 22;
-    s0 and s1 are no split count: call 38's s0, a build without the short-key kernel, went untimed)."""
-    m = re.fullmatch(r"s(\d+)", name)
-    return m is not None and int(m.group(1)) >= 2
+    """The measurement builds of N >= 2 forced splits (-DRA_CUDA_SPLIT=N), by their flags, not their
+    names: a name test once caught ss3 (call 22) and s0 (call 38, a build without the short-key
+    kernel, which then went unchecked and untimed)."""
+    return name in {**LIBS, **CHECK_ONLY} and settings(name).split >= 2
 
 
 # Shapes where a tail-split build (the default, RA_CUDA_TAIL_SPLIT=1: cuda_tail_plan.py's rule) cuts

@@ -152,12 +152,53 @@ def test_same_bits_outside_tail_counts_each_side(layout):
     assert hs.same_bits_outside_tail("new", "lb0", s, layout, a, a) == (0, None)
 
 
-def test_forced_splits_are_two_or_more():
-    """s2 ... s16 are forced splits (timed on the decode and edge shapes only, no bits owed); s0 and
-    s1 name no split count (call 38's s0, the build without the short-key kernel, was left untimed
-    and unchecked as one)."""
-    assert [hs.forced_split(n) for n in ("s2", "s4", "s16")] == [True] * 3
-    assert not any(hs.forced_split(n) for n in ("s0", "s1", "ss3", "ns", "new", "q2"))
+def test_forced_splits_are_builds_of_two_or_more_splits(monkeypatch):
+    """A forced split (timed on the decode and edge shapes only, left out of the bit checks) is a
+    build of -DRA_CUDA_SPLIT=N, N >= 2, whatever its name: call 38's s0 (the build without the
+    short-key kernel) was taken for one by its name and went unchecked."""
+    libs = {
+        **AB,
+        "s2": ("-DRA_CUDA_SPLIT=2",),
+        "s16": ("-DRA_CUDA_SPLIT=16",),
+        "s0": ("-DRA_CUDA_SHORT_BLOCK_N=0",),
+        "s8": ("-DRA_CUDA_PINGPONG=-1",),  # a name that looks like a split count
+        "one": ("-DRA_CUDA_SPLIT=1",),
+        "many": ("-DRA_CUDA_SPLIT=3", "-DRA_CUDA_SHORT_BLOCK_N=0"),
+    }
+    monkeypatch.setattr(hs, "LIBS", libs)
+    assert [hs.forced_split(n) for n in ("s2", "s4", "s16", "many")] == [True] * 4  # s4: a check build
+    assert not any(hs.forced_split(n) for n in ("s0", "s8", "one", "nosplit", "ns", "new", "unknown"))
+
+
+def test_a_timed_build_under_a_check_builds_name_is_refused():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    code = "import h200_split"
+    for libs, ok in (("new=;s4=-DRA_CUDA_SPLIT=4", True), ("new=;nosplit=-DRA_CUDA_TAIL_SPLIT=0", False)):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT / "benchmarks",
+            env={**env, "H200_LIBS": libs},
+            capture_output=True,
+            text=True,
+        )
+        assert (out.returncode == 0) == ok, out.stderr
+        if not ok:
+            assert "H200_LIBS: nosplit: the name of a check build" in out.stderr
+            assert "nosplit=-DRA_CUDA_SPLIT=1" in out.stderr
+
+
+def test_the_mma_sync_fallback_owes_no_bits(monkeypatch):
+    """-DRA_CUDA_FORCE_MMA_SYNC=1 runs every launch on the 64 x 64 mma.sync tiles: the mirror must
+    not predict the TMA kernels' splits or tail plans for it, nor owe the default's bits."""
+    monkeypatch.setattr(hs, "LIBS", {**AB, "mma": ("-DRA_CUDA_FORCE_MMA_SYNC=1",)})
+    for s in (
+        Shape(4, 100, 65, 1000),
+        Shape(1, 32, 1, 8192),
+        Shape(2, 40, 1024, 77),
+        Shape(3, 16, 1000, 2049),
+    ):
+        assert hs.path("mma", s) == ctp.LaunchPath(1, 0, ctp.NONE, 0, True)
+        assert hs.other_kernel("new", "mma", s) and not hs.other_kernel("new", "ns", Shape(8, 4, 256, 256))
 
 
 def test_the_short_kernel_owes_the_128_key_kernels_bits():
