@@ -375,7 +375,8 @@ cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_
  * another thread) is not invalidated, and the counters of a new buffer are zeroed on a private
  * stream, waited for at once (each launch leaves them at 0 again). A graph replayed on another stream
  * than the one it was captured on, beside eager calls on that stream, would share their buffer: not
- * supported. nullptr (no split) when the table is full or a CUDA call fails. Layout: `floats` bytes
+ * supported; nor two graphs captured on one stream (torch.cuda.graph() captures every graph on one
+ * stream) replayed at once on two streams: their partials and counters would interleave. nullptr (no split) when the table is full or a CUDA call fails. Layout: `floats` bytes
  * of partials, then the counters. */
 struct Workspace {
   int dev;
