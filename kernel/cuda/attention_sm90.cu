@@ -253,10 +253,13 @@ struct DeviceInfo {
   int sm_count = 0;
   int major = 0;
   int minor = 0;
-  uint64_t attr_done[2] = {0, 0}; /* bit per kernel instantiation: smem attribute set on this device */
+  /* bit per kernel instantiation: smem attribute set on this device (atomic: any thread may launch) */
+  std::atomic<uint64_t> attr_done[2] = {0, 0};
+  std::atomic<bool> ready{false}; /* the three fields above are set (release) before it is read true */
 };
 constexpr int kMaxDevices = 64;
 DeviceInfo g_devices[kMaxDevices];
+std::mutex g_device_mutex; /* DeviceInfo's first fill */
 
 std::atomic<unsigned long long> g_launches{0};
 
@@ -362,9 +365,9 @@ struct PlanTag {
 template <class Kernel>
 cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_t bytes) {
   const uint64_t mask = uint64_t{1} << (bit & 63);
-  if (dev.attr_done[bit >> 6] & mask) return cudaSuccess;
+  if (dev.attr_done[bit >> 6].load(std::memory_order_acquire) & mask) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-  if (e == cudaSuccess) dev.attr_done[bit >> 6] |= mask;
+  if (e == cudaSuccess) dev.attr_done[bit >> 6].fetch_or(mask, std::memory_order_release);
   return e;
 }
 
@@ -680,15 +683,19 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   if (e != cudaSuccess) return device_error(e, "cudaGetDevice", err, err_len);
   if (dev_id < 0 || dev_id >= kMaxDevices) return ra_fail(err, err_len, RA_ERR_DEVICE, "device %d out of range", dev_id);
   DeviceInfo& dev = g_devices[dev_id];
-  if (dev.sm_count == 0) {
-    int sms = 0, major = 0, minor = 0;
-    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_id)) != cudaSuccess ||
-        (e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev_id)) != cudaSuccess ||
-        (e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev_id)) != cudaSuccess)
-      return device_error(e, "cudaDeviceGetAttribute", err, err_len);
-    dev.major = major;
-    dev.minor = minor;
-    dev.sm_count = sms;
+  if (!dev.ready.load(std::memory_order_acquire)) { /* first call on this device, maybe in two threads */
+    std::lock_guard<std::mutex> lock(g_device_mutex);
+    if (!dev.ready.load(std::memory_order_relaxed)) {
+      int sms = 0, major = 0, minor = 0;
+      if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_id)) != cudaSuccess ||
+          (e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev_id)) != cudaSuccess ||
+          (e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev_id)) != cudaSuccess)
+        return device_error(e, "cudaDeviceGetAttribute", err, err_len);
+      dev.major = major;
+      dev.minor = minor;
+      dev.sm_count = sms;
+      dev.ready.store(true, std::memory_order_release);
+    }
   }
   if (dev.major != 9 || dev.minor != 0)
     return ra_fail(err, err_len, RA_ERR_DEVICE, "this library is built for sm_90a; device %d is sm_%d%d", dev_id,
