@@ -146,9 +146,9 @@ def long_differs(a: str, b: str, s: Shape) -> bool:
 def other_kernel(a: str, b: str, s: Shape) -> bool:
     """Builds `a` and `b` run `s` on different key-block boundaries throughout (another uniform
     split, the mma.sync fallback's 64 x 64 tiles, or long_differs): another online-softmax order
-    everywhere, so no bits are owed; the fp64
-    reference decides instead. Builds whose long settings differ but that both take (or both leave)
-    the long kernel on `s` run the same code there: every bit is owed."""
+    everywhere, so no bits are owed; the fp64 reference decides instead. Builds whose long settings
+    differ but that both take (or both leave) the long kernel on `s` run the same code there: every
+    bit is owed."""
     pa, pb = path(a, s), path(b, s)
     return pa.splits != pb.splits or pa.mma_sync != pb.mma_sync or long_differs(a, b, s)
 

@@ -379,8 +379,9 @@ cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_
  * stream, waited for at once (each launch leaves them at 0 again). A graph replayed on another stream
  * than the one it was captured on, beside eager calls on that stream, would share their buffer: not
  * supported; nor two graphs captured on one stream (torch.cuda.graph() captures every graph on one
- * stream) replayed at once on two streams: their partials and counters would interleave. nullptr (no split) when the table is full or a CUDA call fails. Layout: `floats` bytes
- * of partials, then the counters. */
+ * stream) replayed at once on two streams: their partials and counters would interleave. nullptr
+ * (no split) when the table is full or a CUDA call fails. Layout: `floats` bytes of partials, then
+ * the counters. */
 struct Workspace {
   int dev;
   cudaStream_t stream;
@@ -469,9 +470,9 @@ int split_rule(int64_t tiles, int nb, int sms) {
   return 10 * best_cost <= 9 * cost(1) ? best : 1;
 }
 
-/* One launch over rows [0, seqlen_q) of p. */
 constexpr int kMaxGridY = 65535; /* CUDA's limit on gridDim.y */
 
+/* One launch over rows [0, seqlen_q) of p. */
 ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int dev_id, DeviceInfo& dev,
                  cudaStream_t stream, char* err, size_t err_len) {
   cudaError_t e = cudaSuccess;
