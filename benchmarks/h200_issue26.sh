@@ -36,6 +36,8 @@
 # Calls 40-42 (docs/perf-notes.md v14): STEPS=bench H200_LIBS="new=;ns=-DRA_CUDA_SHORT_BLOCK_N=0;pp=-DRA_CUDA_PINGPONG=-1",
 #   then the stream schedule's A/B (its code: results/h200-issue26-call22/stream.diff, not landed) and
 #   STEPS=profile with NCU_SECTIONS; each call.log has the full line.
+# STEPS may name `gputests` (pytest -m gpu on the fallback and quick-suite tests: the mma.sync
+#   fallback's batch chunking, written after the last device call of 2026-12-02, waits for it).
 # STEPS may name `ceiling` (benchmarks/h200_ceiling.py measure, about 20 s; docs/perf-notes.md v9).
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
@@ -117,6 +119,14 @@ quick() {  # the landed default's quick CUDA nightly (every suite, directed roun
   else
     echo "quick nightly skipped: $(left) s left"
   fi
+}
+
+gputests() {  # the GPU-marked tests (tests/kernel/test_cuda_fallback_gpu.py, the quick suites' test)
+  local S=$(date +%s) L=$(($(left) - 10))
+  [ "$L" -gt 300 ] && L=300
+  timeout "$L" python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernel/test_cuda_fallback_gpu.py \
+    tests/suites/test_suites_gpu.py >"$OUT/gputests.log" 2>&1
+  echo "gpu tests exit $? after $(($(date +%s) - S)) s (limit $L s): $(tail -1 "$OUT/gputests.log")"
 }
 
 ceiling() {  # the device's two sustained ceilings (GEMM, copy) in the nightly's round protocol
