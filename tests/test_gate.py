@@ -359,3 +359,70 @@ def test_alternated_runs_that_do_not_alternate_two_builds_are_refused(store: Sto
         gate_alternating(store, [runs[0], runs[2]])
     with pytest.raises(UserError, match="different builds"):
         gate_alternating(store, [runs[0], runs[1], runs[3], runs[2]])
+
+
+def _ab_perf(name: str, slowdown: float = 0.0, status: str = "pass", n: int = 60) -> CaseResult:
+    """A perf case of an A/B run: both builds timed in the same rounds (noise only adds time)."""
+    from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
+
+    base = 1.0 + 0.005 * np.abs(_rng.standard_normal(n))
+    cand = (1.0 + slowdown) * (1.0 + 0.005 * np.abs(_rng.standard_normal(n)))
+    if status != "pass":
+        return CaseResult(CaseSpec("perf", name, {"b": 1}), status, message=f"the case {status}")  # type: ignore[arg-type]
+    return CaseResult(
+        case=CaseSpec("perf", name, {"b": 1, "mode": "rtne"}),
+        status="pass",
+        metrics={"p50_ms": float(np.median(cand))},
+        samples={
+            "time_ms": cand.tolist(),
+            AB_BASELINE_SAMPLE: base.tolist(),
+            AB_CANDIDATE_SAMPLE: cand.tolist(),
+        },
+    )
+
+
+def test_an_ab_run_with_a_case_it_could_not_time_is_undecided_naming_it(store: Store) -> None:
+    """A/B gating counts what it did not see as the cross-night gate does: a timed-out case, a passed
+    case without both arms' samples, or an unfinished run is undecided (exit 2), never a pass."""
+    from regress.gate import gate_ab
+
+    clean = add_run(store, [_ab_perf(c) for c in CASES])
+    assert gate_ab(store, clean).exit_code == 0
+    hung = add_run(store, [_ab_perf(c, status="timeout" if c == CASES[3] else "pass") for c in CASES])
+    report = gate_ab(store, hung)
+    assert report.exit_code == 2, report.reasons
+    gap = [r for r in report.rows if r.status == "undecided"]
+    assert [r.case for r in gap] == [CASES[3]] and gap[0].note.startswith("timeout")
+    assert "1 case(s) could not be compared" in " ".join(report.reasons)
+    bare = [_ab_perf(c) for c in CASES]
+    bare[0].samples = {"time_ms": bare[0].samples["time_ms"]}  # one arm's samples lost
+    report = gate_ab(store, add_run(store, bare))
+    assert report.exit_code == 2 and [r.note for r in report.rows if r.case == CASES[0]] == ["no A/B samples"]
+    cut = add_run(store, [_ab_perf(c) for c in CASES[:6]], status="incomplete")
+    report = gate_ab(store, cut)
+    assert report.exit_code == 2 and f"run {cut} is incomplete" in report.reasons
+
+
+def test_an_ab_regression_stands_beside_a_case_it_could_not_time(store: Store) -> None:
+    from regress.gate import gate_ab
+
+    rows = [_ab_perf(c, slowdown=0.10) for c in CASES[:-1]] + [_ab_perf(CASES[-1], status="error")]
+    assert gate_ab(store, add_run(store, rows)).exit_code == 1
+
+
+@pytest.mark.slow  # ten alternated pairs written and gated
+def test_alternated_runs_with_a_case_missing_from_one_run_are_undecided(store: Store) -> None:
+    from regress.gate import gate_alternating
+
+    runs = _alternated(store, 10, 0.0)
+    assert gate_alternating(store, runs).exit_code == 0
+    runs = []
+    for i in range(10):
+        runs.append(add_run(store, [_perf(c, 1.0) for c in CASES]))
+        b = [_perf(c, 1.0) for c in CASES if not (i == 4 and c == CASES[2])]  # B4 lost a case
+        runs.append(add_run(store, b, drill=True))
+    report = gate_alternating(store, runs)
+    assert report.exit_code == 2, report.reasons
+    assert [(r.case, r.note) for r in report.rows if r.status == "undecided"] == [
+        (CASES[2], "not passed with samples in every run of both arms")
+    ]

@@ -290,6 +290,48 @@ def _ab_row(case: Case, j: CaseJudgement) -> GateRow:
     return row
 
 
+_UNCOMPARED = ("error", "timeout", "skip")
+
+
+def _contract_row(case: Case, res: Result) -> GateRow:
+    """An exact case the candidate fails: a regression whatever the timings say."""
+    return GateRow(case.suite, case.name, case.key, "x", "regression", "contract", note=res.message)
+
+
+def _ab_gaps(
+    runs: list[tuple[Run, list[tuple[Case, Result]]]], judged: set[str], absent: str
+) -> tuple[list[GateRow], list[str]]:
+    """What an A/B verdict did not see, as the cross-night gate counts it (docs/detection.md):
+    unfinished runs, and cases left out of the judgement, each a row marked undecided: a case of a
+    suite whose other cases were judged (its samples missing, or it errored, timed out or was
+    skipped; `absent` says why a passed one was not judged), and an exact case that did not run."""
+    reasons = [f"run {run.id} is {run.status}" for run, _ in runs if run.status not in FINISHED_STATES]
+    judged_suites = {case.suite for _, rows in runs for case, _ in rows if case.key in judged}
+    gaps: dict[str, GateRow] = {}
+    for _, rows in runs:
+        for case, res in rows:
+            if case.key in judged or case.key in gaps:
+                continue
+            if res.status in _UNCOMPARED and (is_exact(case.suite) or case.suite in judged_suites):
+                note = f"{res.status}: {res.message}"[:200]
+            elif res.status == "pass" and is_timed(case.suite) and case.suite in judged_suites:
+                note = absent
+            else:
+                continue
+            gaps[case.key] = GateRow(case.suite, case.name, case.key, "?", "undecided", "", note=note)
+    rows_out = list(gaps.values())
+    if rows_out:
+        reasons.append(f"{len(rows_out)} case(s) could not be compared (missing, errored or skipped)")
+    return rows_out, reasons
+
+
+def _ab_verdict(judged: str, failed: list[GateRow], gaps: list[GateRow], unfinished: bool) -> str:
+    """A regression found stands; otherwise anything unseen leaves the A/B verdict undecided."""
+    if failed or judged == "regression":
+        return "regression"
+    return "undecided" if gaps or unfinished else judged
+
+
 def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
     """The A/B verdict of one run that timed a baseline build beside its own in the same rounds."""
     rows_in = [(case, res) for res, case in queries.run_results_with_cases(session, run.id)]
@@ -304,12 +346,12 @@ def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
     rows = [_ab_row(by_key[j.key], j) for j in judged.cases]
     for case, res in rows_in:  # the candidate's own exact suites still count
         if is_exact(case.suite) and res.status == "fail":
-            rows.append(
-                GateRow(case.suite, case.name, case.key, "x", "regression", "contract", note=res.message)
-            )
+            rows.append(_contract_row(case, res))
     failed = [r for r in rows if r.mark == "x"]
-    verdict = "regression" if failed else judged.verdict
-    reasons = list(judged.reasons)
+    gaps, gap_reasons = _ab_gaps([(run, rows_in)], {j.key for j in judged.cases}, "no A/B samples")
+    rows += gaps
+    verdict = _ab_verdict(judged.verdict, failed, gaps, run.status not in FINISHED_STATES)
+    reasons = list(judged.reasons) + gap_reasons
     if failed:
         reasons.append(f"{len(failed)} case(s) of the candidate fail their exact contract")
     info = _run_info(session, run)
@@ -404,12 +446,13 @@ def gate_alternating(
     with store.transaction() as session:
         a_runs, b_runs = _alternating_arms(session, sels)
 
+        def results(run: Run) -> list[tuple[Case, Result]]:
+            return [(case, res) for res, case in queries.run_results_with_cases(session, run.id)]
+
+        every = {run.id: results(run) for run in (*a_runs, *b_runs)}
+
         def perf_rows(run: Run) -> list[tuple[Case, Result]]:
-            return [
-                (case, res)
-                for res, case in queries.run_results_with_cases(session, run.id)
-                if is_timed(case.suite)
-            ]
+            return [(case, res) for case, res in every[run.id] if is_timed(case.suite)]
 
         arms = [(perf_rows(a), perf_rows(b)) for a, b in zip(a_runs, b_runs, strict=True)]
         inputs = alternating_inputs(arms, cfg.pairwise.location_quantile)
@@ -420,15 +463,34 @@ def gate_alternating(
         rows = [_ab_row(by_key[j.key], j) for j in judged.cases]
         for row in rows:
             row.metric = "time_ms (A/B, alternated runs)"
+        for run in b_runs:  # the candidate arm's exact suites still count, as in ab_report
+            for case, res in every[run.id]:
+                if (
+                    is_exact(case.suite)
+                    and res.status == "fail"
+                    and case.key not in {r.case_key for r in rows}
+                ):
+                    rows.append(_contract_row(case, res))
+        failed = [r for r in rows if r.mark == "x"]
+        runs = [(run, every[run.id]) for run in (*a_runs, *b_runs)]
+        gaps, gap_reasons = _ab_gaps(
+            runs, {j.key for j in judged.cases}, "not passed with samples in every run of both arms"
+        )
+        rows += gaps
+        unfinished = any(run.status not in FINISHED_STATES for run, _ in runs)
+        verdict = _ab_verdict(judged.verdict, failed, gaps, unfinished)
         reasons = [
             f"A/B by {len(a_runs)} alternated pairs of runs (A {a_runs[0].id}…, B {b_runs[0].id}…)",
             *judged.reasons,
+            *gap_reasons,
         ]
+        if failed:
+            reasons.append(f"{len(failed)} case(s) of arm B fail their exact contract")
         report = GateReport(
             a_runs[0].id,
             b_runs[0].id,
-            judged.verdict,
-            VERDICT_EXIT[judged.verdict],
+            verdict,
+            VERDICT_EXIT[verdict],
             reasons,
             rows,
             baseline_info={**_run_info(session, a_runs[0]), "arm": "A", "runs": [r.id for r in a_runs]},
