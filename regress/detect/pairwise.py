@@ -132,8 +132,10 @@ def compare_samples(
     Cost: O((m + n) log(m + n)) for the rank test.
     """
     cfg = config or PairwiseConfig()
-    b = np.asarray([v for v in baseline if math.isfinite(v)], dtype=float)
-    c = np.asarray([v for v in candidate if math.isfinite(v)], dtype=float)
+    # Timings are durations: a non-positive one is no measurement (as power.py and paired.py drop
+    # them); kept, a baseline of zeros made any candidate an infinite slowdown.
+    b = np.asarray([v for v in baseline if math.isfinite(v) and v > 0], dtype=float)
+    c = np.asarray([v for v in candidate if math.isfinite(v) and v > 0], dtype=float)
     noise = historical_noise(history) if history is not None and len(history) >= cfg.min_history else None
     if pooled_noise is not None:
         # A floor for a case's own estimate, and the estimate itself when its history is too short

@@ -51,6 +51,14 @@ def test_too_few_samples_is_insufficient() -> None:
     assert compare_samples([], [1.0]).verdict == "insufficient"
 
 
+def test_non_positive_timings_are_no_measurement() -> None:
+    """A baseline of zero timings was an infinite slowdown of any candidate (exit 1, +inf %)."""
+    assert compare_samples([0.0] * 40, _samples(1.0, 0.01)).verdict == "insufficient"
+    assert compare_samples(_samples(1.0, 0.01), [-1.0] * 40).verdict == "insufficient"
+    mixed = compare_samples([0.0, -2.0, *_samples(1.0, 0.01)], _samples(1.0, 0.01, seed=1))
+    assert mixed.verdict == "same" and mixed.n_baseline == 100
+
+
 def test_identical_constant_samples() -> None:
     r = compare_samples([3.0] * 10, [3.0] * 10)
     assert r.verdict == "same" and r.p_value == 1.0
