@@ -188,6 +188,9 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
             get_suite(name)  # unknown suite names fail before anything is built or stored
         except KeyError as exc:
             raise UserError(str(exc.args[0])) from None
+    if twice := sorted({n for n in opts.suites if opts.suites.count(n) > 1}):
+        # a run holds one result per case: a suite run twice failed at the store, mid-run
+        raise UserError(f"--suites names {', '.join(twice)} twice: a run holds one result per case")
     pin, backend = _resolve_pin(opts, resolve_backend(opts.backend))
     _require_device(backend)
     if (runnable := suites_for(backend)) != DEFAULT_SUITES:

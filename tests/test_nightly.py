@@ -65,6 +65,37 @@ def test_unknown_suite_is_refused_before_anything_is_stored(
     assert not (tmp_path / "r.db").exists()
 
 
+def test_a_suite_named_twice_is_refused_before_anything_is_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--suites perf,perf` ran perf twice into one run: a traceback at the store's unique case key
+    and an incomplete run left behind."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    assert main(["nightly", "--backend", "cpu", "--suites", "perf,ulp,perf", "--db", db]) == 2
+    assert "--suites names perf twice" in capsys.readouterr().err
+    assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["nightly", "--backend", "cpu", "--case-timeout", "nan"], "--case-timeout"),
+        (["nightly", "--backend", "cpu", "--case-timeout", "inf"], "--case-timeout"),
+        (["gate", "--baseline", "a", "--candidate", "b", "--max-mde", "nan"], "--max-mde"),
+    ],
+)
+def test_non_finite_numbers_are_refused_where_a_range_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], option: str
+) -> None:
+    """nan passes every range check (its comparisons are false): --max-mde nan turned the gate's
+    power check off, --case-timeout nan the watchdog."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    assert main([*args, "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert option in err and "is not a finite number" in err
+    assert not (tmp_path / "r.db").exists()
+
+
 @pytest.mark.e2e
 def test_sharded_run_merges_two_workers_into_one_run(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'r.db'}"

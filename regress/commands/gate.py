@@ -42,7 +42,7 @@ from . import options
 )
 @click.option(
     "--max-mde",
-    type=click.FloatRange(0.001, 10.0),
+    type=options.FiniteFloatRange(0.001, 10.0),
     default=MAX_MDE,
     show_default=True,
     help="Largest per-case minimum detectable slowdown (0.15 = 15 %) a pass may have.",

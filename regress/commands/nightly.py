@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 @options.inject
 @click.option(
     "--case-timeout",
-    type=click.FloatRange(min=1),
+    type=options.FiniteFloatRange(min=1),
     default=DEFAULT_TIME_LIMIT_FLOOR_S,
     show_default=True,
     help="Watchdog floor in seconds: a case is stopped after max(this, 10x its measured time) and "

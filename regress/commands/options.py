@@ -7,6 +7,9 @@ SQLAlchemy for every `--help`.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import click
 
 from .. import backends
@@ -40,3 +43,16 @@ inject = click.option(
     "that query length spin forever, crash=SQ: they abort the worker, swap_rounding=A:B: modes A and B "
     "round with each other's rule); a nightly with one is a drill.",
 )
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf: every comparison with nan is false, so a plain
+    range let `--max-mde nan` switch the power check off and `--case-timeout nan` the watchdog."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        out = super().convert(value, param, ctx)
+        if not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
