@@ -49,7 +49,7 @@ class FiniteFloatRange(click.FloatRange):
     """click.FloatRange that also refuses nan and inf: every comparison with nan is false, so a plain
     range let `--max-mde nan` switch the power check off and `--case-timeout nan` the watchdog."""
 
-    name = "finite float range"
+    name = "float range"  # its metavar and messages stay those of the range it narrows
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         out = super().convert(value, param, ctx)
