@@ -217,7 +217,9 @@ def alembic_config(engine: Engine) -> Config:
         raise DatabaseError(f"migrations not found at {MIGRATIONS_DIR}")
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    # the option goes through configparser's interpolation: a "%" of the URL (a percent-encoded ":"
+    # or "@" of a SQLite path) must be "%%"
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
     return cfg
 
 
@@ -268,11 +270,27 @@ def current_revision(engine: Engine) -> str | None:
     return rows[0] if rows else None
 
 
+@contextmanager
+def _known_revisions(engine: Engine) -> Iterator[None]:
+    """Alembic's "Can't locate revision" (a database written by a newer regress, or a revision name
+    that does not exist) as one line naming both ends, not a traceback."""
+    from alembic.util.exc import CommandError
+
+    try:
+        yield
+    except CommandError as exc:
+        raise DatabaseError(
+            f"{engine.url.render_as_string()}: {exc} (this regress knows revisions up to "
+            f"{quick_head_revision() or head_revision(engine)}; a newer regress wrote it, or the revision "
+            "named does not exist)"
+        ) from None
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     from alembic import command
 
     cfg = alembic_config(engine)
-    with _reachable(engine), engine.begin() as conn:
+    with _reachable(engine), _known_revisions(engine), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
@@ -281,7 +299,7 @@ def downgrade(engine: Engine, revision: str) -> None:
     from alembic import command
 
     cfg = alembic_config(engine)
-    with _reachable(engine), engine.begin() as conn:
+    with _reachable(engine), _known_revisions(engine), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
 

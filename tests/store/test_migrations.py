@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
@@ -77,3 +78,38 @@ def test_quick_head_matches_alembic(tmp_path: Path) -> None:
     for name in ("a", "b"):  # two children of the head: two heads, so no quick answer
         (forked / f"fork_{name}.py").write_text(f'revision = "fork{name}"\ndown_revision = "{head}"\n')
     assert quick_head_revision(forked) is None
+
+
+def test_a_sqlite_path_with_url_escapes_is_one_database(tmp_path: Path) -> None:
+    """A ':', '%' or '@' in the SQLite path is percent-encoded in the URL, and Alembic's config read
+    the '%' as interpolation: every command on such a path ended in a traceback."""
+
+    from regress.cli import main
+
+    for folder in ("a:b", "50%", "at@x"):
+        (tmp_path / folder).mkdir()
+        db = f"sqlite:///{tmp_path / folder / 'r.db'}"
+        assert main(["db", "upgrade", "--db", db]) == 0, folder
+        assert current_revision(make_engine(db)) == head_revision(make_engine(db))
+
+
+def test_a_schema_this_regress_does_not_know_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database a newer regress upgraded (alembic_version at a revision this code lacks), or a
+    revision name that does not exist: one line, exit 2, not Alembic's traceback."""
+    from sqlalchemy import text
+
+    from regress.cli import main
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    upgrade(make_engine(db))
+    with make_engine(db).begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0999'"))
+    for args in (["runs", "list"], ["db", "upgrade"]):
+        assert main([*args, "--db", db]) == 2, args
+        err = capsys.readouterr().err
+        assert "0999" in err and "Traceback" not in err, err
+    fresh = f"sqlite:///{tmp_path / 'f.db'}"
+    assert main(["db", "upgrade", "--db", fresh, "--revision", "bogus"]) == 2
+    assert "bogus" in capsys.readouterr().err
