@@ -107,15 +107,24 @@ def load_pin(name_or_path: str, stacks_dir: Path | None = None) -> Pin:
     missing = [k for k in (*HASHED_KEYS, *PINNED_KEYS) if k not in expected]
     if missing:
         raise UserError(f"{path}: [expected] lacks {', '.join(missing)}")
-    if int(stack.get("schema_version", SCHEMA_VERSION)) != SCHEMA_VERSION:
-        raise UserError(f"{path}: pin schema_version {stack.get('schema_version')} is not {SCHEMA_VERSION}")
+    # every malformed value is a UserError naming the file: callers that skip a broken pin (the
+    # digest index of every import) catch only that
+    version = stack.get("schema_version", SCHEMA_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int) or version != SCHEMA_VERSION:
+        raise UserError(f"{path}: pin schema_version {version!r} is not {SCHEMA_VERSION}")
+    build, container = data.get("build", {}), data.get("container", {})
+    if not isinstance(build, dict) or not isinstance(container, dict):
+        raise UserError(f"{path}: [build] and [container] must be tables")
+    extra_flags = build.get("extra_flags", [])
+    if not isinstance(extra_flags, list):
+        raise UserError(f"{path}: [build] extra_flags must be a list of strings")
     return Pin(
         name=str(stack.get("name", path.stem)),
         path=path,
         backend=str(expected["backend"]),
         expected={k: str(v) for k, v in expected.items()},
-        extra_flags=[str(f) for f in data.get("build", {}).get("extra_flags", [])],
-        container={str(k): str(v) for k, v in data.get("container", {}).items()},
+        extra_flags=[str(f) for f in extra_flags],
+        container={str(k): str(v) for k, v in container.items()},
         description=str(stack.get("description", "")),
     )
 

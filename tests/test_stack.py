@@ -55,6 +55,30 @@ def test_unknown_and_broken_pins_are_clear_errors(
     assert "not valid TOML" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (("schema_version = 1", 'schema_version = "one"'), "schema_version 'one'"),
+        (("schema_version = 1", "schema_version = true"), "schema_version True"),
+        (("extra_flags = []", 'extra_flags = "-O0"'), "extra_flags must be a list"),
+        (("[stack]", 'container = ["x"]\n[stack]'), "must be tables"),
+    ],
+)
+def test_a_malformed_pin_is_a_clear_error_and_imports_go_on(
+    stacks_dir: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str], said: str
+) -> None:
+    """A pin with a value of the wrong type raised ValueError or AttributeError: `stack check` and
+    every `regress import` (which indexes the pins by digest and skips broken ones) crashed."""
+    assert main(["stack", "pin", "here", "--backend", "cpu"]) == 0
+    path = stacks_dir / "here.toml"
+    assert edit[0] in path.read_text()
+    path.write_text(path.read_text().replace(edit[0], edit[1], 1))
+    assert main(["stack", "check", "here"]) == 2
+    assert said in capsys.readouterr().err
+    bundle = next((Path(__file__).parent.parent / "benchmarks" / "results").glob("*.json"))
+    assert main(["import", str(bundle), "--db", f"sqlite:///{stacks_dir / 'r.db'}"]) == 0
+
+
 def test_shipped_pins_load() -> None:
     for name in ("cpu-local", "h200-cuda13.0", "mi300x-rocm6.4"):
         pin = load_pin(name)
