@@ -265,11 +265,26 @@ def import_files(
         try:
             bundle = read_bundle(path)
             pin = pin_for(bundle["stack"]["digest"])
-            with store.transaction() as session:
-                run_id, created = import_bundle(session, bundle, pin=pin, validated=True)
+            run_id, created = _store_bundle(store, bundle, pin)
         except (BundleError, BundleConflict) as exc:
             outcomes.append(ImportOutcome(path, "refused", reason=str(exc).removeprefix(f"{path}: ")))
             continue
         state = "stored" if created else "already stored"
         outcomes.append(ImportOutcome(path, state, run_id, len(bundle["results"])))
     return outcomes
+
+
+def _store_bundle(store: Store, bundle: dict[str, Any], pin: StackPin | None) -> tuple[str, bool]:
+    """One transaction; once more where another writer stored the same run between this one's
+    look-up and its insert (two imports of one bundle at once): the second look finds it, so the run
+    is "already stored" (or a conflict), not an IntegrityError that stops the remaining files."""
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        with store.transaction() as session:
+            return import_bundle(session, bundle, pin=pin, validated=True)
+    except IntegrityError:
+        with store.transaction() as session:
+            if session.get(Run, bundle["run"]["id"]) is None:
+                raise  # not that race: some other constraint
+            return import_bundle(session, bundle, pin=pin, validated=True)

@@ -55,6 +55,34 @@ def test_a_real_bundle_imported_again_is_already_stored(stored: Store) -> None:
     assert [o.state for o in outcomes] == ["already stored"] * len(BUNDLES), [o.line() for o in outcomes]
 
 
+def test_an_import_that_loses_the_race_to_another_is_already_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two imports of one bundle at once: both looked the run up before either stored it, and the
+    loser's insert raised IntegrityError (a traceback; its remaining files were never read). Here
+    the other importer's transaction commits inside the first look-up's."""
+    from sqlalchemy.exc import IntegrityError
+
+    from regress.store import transfer
+
+    store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    real, raced = transfer.import_bundle, []
+
+    def racing(session: Any, bundle: dict[str, Any], **kw: Any) -> tuple[str, bool]:
+        if not raced:  # the other importer wins between this one's look-up and its insert
+            raced.append(bundle["run"]["id"])
+            with store.transaction() as other:
+                real(other, bundle, **kw)
+            raise IntegrityError("INSERT INTO runs", {}, Exception("UNIQUE constraint failed: runs.id"))
+        return real(session, bundle, **kw)
+
+    monkeypatch.setattr(transfer, "import_bundle", racing)
+    outcomes = import_files(store, BUNDLES[:2], pin_for=pin_for_digest)
+    assert [o.state for o in outcomes] == ["already stored", "stored"], [o.line() for o in outcomes]
+    with store.reader() as session:
+        assert len(queries.list_runs(session, limit=10)) == 2
+
+
 def test_real_bundles_are_there() -> None:
     assert len(BUNDLES) >= 9  # the committed H200 runs; fewer means the proof below proves less
 
