@@ -154,6 +154,22 @@ def _exact_row(case: Case, b: Result, c: Result) -> GateRow:
     return row
 
 
+_UNCOMPARED = ("error", "timeout", "skip")  # statuses a gate cannot compare
+
+
+def _gap_row(case: Case, key: str, note: str) -> GateRow:
+    """A case the gate could not compare (missing, errored, timed out, skipped): undecided."""
+    return GateRow(case.suite, case.name, key, "?", "undecided", "", note=note)
+
+
+def _status_note(res: Result) -> str:
+    return f"{res.status}: {res.message}"[:200]
+
+
+def _gap_reason(n: int) -> str:
+    return f"{n} case(s) could not be compared (missing, errored or skipped)"
+
+
 def _table(
     cfg: GateConfig, session: Session, base: Run, cand: Run
 ) -> tuple[list[GateRow], Judgement, list[str]]:
@@ -171,13 +187,11 @@ def _table(
         case = (b_res.get(key) or c_res[key])[0]
         if key not in c_res or key not in b_res:
             side = "candidate" if key not in c_res else "baseline"
-            rows.append(GateRow(case.suite, case.name, key, "?", "undecided", "", note=f"missing in {side}"))
+            rows.append(_gap_row(case, key, f"missing in {side}"))
             continue
         (_, b), (_, c) = b_res[key], c_res[key]
-        if c.status in ("error", "timeout", "skip") or b.status in ("error", "timeout", "skip"):
-            what = c if c.status in ("error", "timeout", "skip") else b
-            note = f"{what.status}: {what.message}"[:200]
-            rows.append(GateRow(case.suite, case.name, key, "?", "undecided", "", note=note))
+        if c.status in _UNCOMPARED or b.status in _UNCOMPARED:
+            rows.append(_gap_row(case, key, _status_note(c if c.status in _UNCOMPARED else b)))
             continue
         if is_timed(case.suite):
             perf.append((len(rows), case))
@@ -206,7 +220,7 @@ def _verdict(rows: list[GateRow], judged: Judgement, blocked: bool) -> tuple[str
         reasons.append("no cases in common")
     missing = [r for r in rows if r.status == "undecided" and r.metric != "time_ms"]
     if missing:
-        reasons.append(f"{len(missing)} case(s) could not be compared (missing, errored or skipped)")
+        reasons.append(_gap_reason(len(missing)))
     if blocked:
         return "undecided", reasons
     if judged.verdict == "regression" or exact:
@@ -290,9 +304,6 @@ def _ab_row(case: Case, j: CaseJudgement) -> GateRow:
     return row
 
 
-_UNCOMPARED = ("error", "timeout", "skip")
-
-
 def _contract_row(case: Case, res: Result) -> GateRow:
     """An exact case the candidate fails: a regression whatever the timings say."""
     return GateRow(case.suite, case.name, case.key, "x", "regression", "contract", note=res.message)
@@ -313,15 +324,15 @@ def _ab_gaps(
             if case.key in judged or case.key in gaps:
                 continue
             if res.status in _UNCOMPARED and (is_exact(case.suite) or case.suite in judged_suites):
-                note = f"{res.status}: {res.message}"[:200]
+                note = _status_note(res)
             elif res.status == "pass" and is_timed(case.suite) and case.suite in judged_suites:
                 note = absent
             else:
                 continue
-            gaps[case.key] = GateRow(case.suite, case.name, case.key, "?", "undecided", "", note=note)
+            gaps[case.key] = _gap_row(case, case.key, note)
     rows_out = list(gaps.values())
     if rows_out:
-        reasons.append(f"{len(rows_out)} case(s) could not be compared (missing, errored or skipped)")
+        reasons.append(_gap_reason(len(rows_out)))
     return rows_out, reasons
 
 
