@@ -14,6 +14,7 @@ from regress import numerics as nm
 from regress import reference
 from regress.abi import KernelError
 from regress.build import build_kernel
+from regress.cases import Shape
 from regress.kernel import KernelLibrary, load_library
 from regress.metrics import load_contract
 from regress.suites.common import make_inputs
@@ -34,8 +35,6 @@ def fallback(gpu_device: str) -> KernelLibrary:
 def test_batches_past_the_grid_limit_equal_one_batch_at_a_time(fallback: KernelLibrary, layout: str) -> None:
     import torch
 
-    from regress.cases import Shape
-
     s = Shape(3, 30000, 3, 5)  # 90000 (batch, head) pairs: launches of 2 batches and of 1
     q, k, v = make_inputs(s, layout, seed=5, device="cuda")
     contract = load_contract()
@@ -50,8 +49,6 @@ def test_batches_past_the_grid_limit_equal_one_batch_at_a_time(fallback: KernelL
 
 
 def test_more_heads_than_the_grid_limit_are_refused(fallback: KernelLibrary) -> None:
-    from regress.cases import Shape
-
     q, k, v = make_inputs(Shape(1, 65536, 1, 1), "bhsd", seed=5, device="cuda")
     with pytest.raises(KernelError, match="65536 heads") as info:
         fallback.forward(q, k, v, layout="bhsd", rounding="rtne")  # type: ignore[arg-type]
