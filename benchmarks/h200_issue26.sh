@@ -124,7 +124,7 @@ quick() {  # the landed default's quick CUDA nightly (every suite, directed roun
 gputests() {  # the GPU-marked tests (tests/kernel/test_cuda_fallback_gpu.py, the quick suites' test)
   local S=$(date +%s) L=$(($(left) - 10))
   [ "$L" -gt 300 ] && L=300
-  timeout "$L" python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernel/test_cuda_fallback_gpu.py \
+  timeout "$L" python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernel/test_cuda_fallback_gpu.py tests/kernel/test_cuda_threads_gpu.py \
     tests/suites/test_suites_gpu.py >"$OUT/gputests.log" 2>&1
   echo "gpu tests exit $? after $(($(date +%s) - S)) s (limit $L s): $(tail -1 "$OUT/gputests.log")"
 }
