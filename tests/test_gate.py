@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 import pytest
 
@@ -426,3 +427,165 @@ def test_alternated_runs_with_a_case_missing_from_one_run_are_undecided(store: S
     assert [(r.case, r.note) for r in report.rows if r.status == "undecided"] == [
         (CASES[2], "not passed with samples in every run of both arms")
     ]
+
+
+def test_a_regression_on_an_unfinished_run_stands_and_names_the_run(store: Store) -> None:
+    """Precedence regression > unfinished > pass: an unfinished run made the cross-night gate
+    undecided even over the slowdown it had measured on the cases it finished (the A/B gate called
+    it). Different kernel sources still come first: the gate cannot blame the stack for them."""
+    runs = history(store)
+    slowed = CASES[:3]
+    cut = add_run(
+        store,
+        [_perf(c, 1.10 if c in slowed else 1.0) for c in CASES[:-2]],
+        stack="rocm-b",
+        status="incomplete",
+    )
+    report = gate(store, runs[-1], cut)
+    assert (report.verdict, report.exit_code) == ("regression", 1), report.reasons
+    assert sorted(r.case for r in report.regressions) == sorted(slowed)
+    assert f"candidate run {cut} is incomplete" in report.reasons
+    assert any("unfinished run finished" in r for r in report.reasons)
+
+    ulp_ok = _exact("ulp", "u1", "pass", scaled_ulp_max=0.5, scaled_ulp_limit=1.5)
+    ulp_bad = _exact("ulp", "u1", "fail", scaled_ulp_max=4.2, scaled_ulp_limit=1.5)
+    base = add_run(store, [ulp_ok])
+    assert gate(store, base, add_run(store, [ulp_bad], stack="rocm-b", status="incomplete")).exit_code == 1
+
+    clean = add_run(store, [_perf(c, 1.0) for c in CASES], stack="rocm-b", status="incomplete")
+    report = gate(store, runs[-1], clean)
+    assert (report.verdict, report.exit_code) == ("undecided", 2), report.reasons
+    assert f"candidate run {clean} is incomplete" in report.reasons
+
+    other = add_run(
+        store, [_perf(c, 1.10 if c in slowed else 1.0) for c in CASES], stack="rocm-b", source="src-2"
+    )
+    report = gate(store, runs[-1], other)
+    assert (report.verdict, report.exit_code) == ("undecided", 2)
+    assert "different kernel sources" in report.reasons[0]
+
+
+def test_both_gate_modes_rank_regression_over_unfinished_over_pass(store: Store) -> None:
+    """The same unfinished night judged cross-night and A/B: a regression it measured is 1 in both,
+    naming the unfinished run; the same night without the slowdown is 2 in both, never 0."""
+    from regress.gate import gate_ab
+
+    runs = history(store)
+    for slowdown, verdict in ((0.10, "regression"), (0.0, "undecided")):
+        night = [_ab_perf(c, slowdown=slowdown) for c in CASES[:-2]]
+        cut = add_run(store, night, stack="rocm-b", status="incomplete")
+        cross, ab = gate(store, runs[-1], cut), gate_ab(store, cut)
+        assert (cross.verdict, ab.verdict) == (verdict, verdict), (cross.reasons, ab.reasons)
+        assert f"candidate run {cut} is incomplete" in cross.reasons
+        assert f"run {cut} is incomplete" in ab.reasons
+        noted = [any("unfinished run finished" in r for r in x.reasons) for x in (cross, ab)]
+        assert noted == [verdict == "regression"] * 2
+
+
+def _cli_runs(store: Store) -> tuple[str, list[str], str]:
+    """A clean cross-night pair (that passes) and a clean A/B run, and the URL of their database."""
+    runs = history(store, nights=6)
+    ab_run = add_run(store, [_ab_perf(c) for c in CASES])
+    return store.engine.url.render_as_string(hide_password=False), runs, ab_run
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--alternating", "RUNS"],
+        ["--run", "AB"],
+        ["--baseline-stack", "rocm-a", "--candidate-stack", "rocm-b"],
+        ["--quick", "--iterations", "5"],
+        ["--run", "AB", "--alternating", "RUNS", "--quick"],
+    ],
+)
+def test_ab_only_options_without_ab_are_a_usage_error_naming_each(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    """`gate --baseline A --candidate B --alternating ...` ran the cross-night gate and ignored the
+    A/B options (exit 0 here, a decision stored); now exit 2 before the database is read."""
+    url, runs, ab_run = _cli_runs(store)
+    extra = [{"RUNS": ",".join(runs[:2]), "AB": ab_run}.get(x, x) for x in extra]
+    out_dir = tmp_path / "reports"
+    args = [
+        "gate",
+        "--db",
+        url,
+        "--report-dir",
+        str(out_dir),
+        "--baseline",
+        runs[-2],
+        "--candidate",
+        runs[-1],
+    ]
+    code = main([*args, *extra])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Usage: regress gate" in err
+    ab_only = ("--run", "--alternating", "--baseline-stack", "--candidate-stack", "--quick", "--iterations")
+    named = ", ".join(o for o in ab_only if o in extra)
+    assert err.rsplit("Error:", 1)[1].strip() == f"only with --ab (A/B mode): {named}"
+    assert not out_dir.exists()
+    with store.reader() as session:
+        assert session.query(GateDecision).count() == 0
+    assert main(args) == 0  # the same gate without them: defaults are never counted as given
+    absent = tmp_path / "absent.db"  # refused before the database is opened: none is created
+    assert main([*args[:2], f"sqlite:///{absent}", *args[3:], *extra]) == 2
+    assert "only with --ab" in capsys.readouterr().err and not absent.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "named", "why"),
+    [
+        (["--baseline", ""], ["--baseline"], "not with --ab"),
+        (
+            ["--baseline", "RUN", "--candidate", "RUN"],
+            ["--baseline", "--candidate"],
+            "not with --ab",
+        ),
+        (["--quick"], ["--quick"], "not a stored run"),
+        (["--iterations", "5"], ["--iterations"], "not a stored run"),
+    ],
+)
+def test_options_ab_would_ignore_are_a_usage_error_naming_each(
+    store: Store,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    named: list[str],
+    why: str,
+) -> None:
+    """With --ab: the cross-night selectors (an empty --baseline slipped past the old check and was
+    ignored), and --quick/--iterations beside a stored run (they shape a new run only), were
+    ignored; now exit 2, naming each, with nothing stored."""
+    url, runs, ab_run = _cli_runs(store)
+    extra = [runs[-1] if x == "RUN" else x for x in extra]
+    out_dir = tmp_path / "reports"
+    args = ["gate", "--ab", "--run", ab_run, "--db", url, "--report-dir", str(out_dir)]
+    code = main([*args, *extra])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Usage: regress gate" in err and why in err
+    message = err.rsplit("Error:", 1)[1].strip()
+    assert message.split(": ", 1)[1].split(";")[0] == ", ".join(named)
+    assert not out_dir.exists()
+    with store.reader() as session:
+        assert session.query(GateDecision).count() == 0
+    assert main(args) == 0
+
+
+def test_the_ab_only_options_are_the_ones_whose_help_says_with_ab() -> None:
+    """One list to refuse by, kept in step with the help that tells the user."""
+    from regress.commands.gate import AB_ONLY, STACKS_ONLY, gate_cmd
+
+    with_ab = {
+        p.name
+        for p in gate_cmd.params
+        if isinstance(p, click.Option) and (p.help or "").startswith("With --ab")
+    }
+    assert with_ab == set(AB_ONLY)
+    assert set(STACKS_ONLY) == {
+        p.name
+        for p in gate_cmd.params
+        if isinstance(p, click.Option) and "With --ab and stacks" in (p.help or "")
+    }

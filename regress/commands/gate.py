@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ..detect.config import MAX_MDE
 from . import options
@@ -81,13 +82,10 @@ def gate_cmd(
     from ..gate import GateConfig, gate, gate_ab, gate_alternating
     from ..store.repo import open_store
 
+    _refuse_ignored(ctx, ab)
     config = GateConfig(rule=dataclasses.replace(GateConfig().rule, max_mde=max_mde))
     config = dataclasses.replace(config, ab=dataclasses.replace(config.ab, max_mde=max_mde))
     if ab:
-        if baseline or candidate:
-            raise UserError(
-                "--ab takes --run, or --baseline-stack and --candidate-stack, not --baseline/--candidate"
-            )
         if alternating:
             if run_sel or baseline_stack or candidate_stack:
                 raise UserError("--alternating takes the runs themselves, not --run or stacks")
@@ -113,6 +111,44 @@ def gate_cmd(
         report = gate(store, baseline, candidate, config=config, report_dir=report_dir)
     _print(report, as_json)
     ctx.exit(report.exit_code)
+
+
+# Options one mode reads and the other would ignore (by parameter name). A given option that the
+# chosen mode ignores is refused, not dropped: `gate --baseline A --candidate B --alternating ...`
+# used to run the cross-night gate and answer for a comparison the user did not ask for.
+AB_ONLY = ("run_sel", "alternating", "baseline_stack", "candidate_stack", "quick", "iterations")
+CROSS_NIGHT_ONLY = ("baseline", "candidate")
+STACKS_ONLY = ("quick", "iterations")  # they shape the run --ab with stacks times now
+
+
+def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among `names` that the user passed (command line or environment, not a default),
+    spelled as on the command line."""
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    spelled = {p.name: p.opts[0] for p in ctx.command.params}
+    return [spelled[n] for n in names if ctx.get_parameter_source(n) in given]
+
+
+def _refuse_ignored(ctx: click.Context, ab: bool) -> None:
+    """A usage error (exit 2, before the database is opened) naming each given option the chosen
+    mode would ignore."""
+    if not ab:
+        if extra := _given(ctx, AB_ONLY):
+            raise click.UsageError(f"only with --ab (A/B mode): {', '.join(extra)}", ctx=ctx)
+        return
+    if extra := _given(ctx, CROSS_NIGHT_ONLY):
+        raise click.UsageError(
+            f"not with --ab (cross-night only): {', '.join(extra)}; --ab takes --run, --alternating, "
+            "or --baseline-stack and --candidate-stack",
+            ctx=ctx,
+        )
+    stacks = _given(ctx, ("baseline_stack", "candidate_stack"))
+    if not stacks and (extra := _given(ctx, STACKS_ONLY)):
+        raise click.UsageError(
+            "only with --ab and --baseline-stack/--candidate-stack (a new A/B run), not a stored "
+            f"run: {', '.join(extra)}",
+            ctx=ctx,
+        )
 
 
 def _print(report: object, as_json: bool) -> None:

@@ -207,8 +207,27 @@ def _table(
     return rows, judged, ev.reasons
 
 
-def _verdict(rows: list[GateRow], judged: Judgement, blocked: bool) -> tuple[str, list[str]]:
-    """The verdict and its reasons in words: the perf rule's, then the exact gates' and the gaps."""
+def _unfinished(runs: list[tuple[str, Run]]) -> list[str]:
+    """A reason per run that did not finish (still running, or incomplete: killed or reaped)."""
+    return [f"{label} {run.id} is {run.status}" for label, run in runs if run.status not in FINISHED_STATES]
+
+
+def _decide(regressed: bool, unfinished: bool, unseen: bool) -> tuple[str, list[str]]:
+    """The one precedence of every gate mode: regression > unfinished > pass. An unfinished run
+    cannot take back a slowdown or a contract failure measured on the cases it did finish; without
+    one, what the run did not finish (or anything else unseen) leaves the verdict undecided."""
+    if regressed:
+        note = ["the regression was measured on the cases the unfinished run finished"] if unfinished else []
+        return "regression", note
+    return ("undecided" if unfinished or unseen else "pass"), []
+
+
+def _verdict(
+    rows: list[GateRow], judged: Judgement, blocked: bool, unfinished: bool
+) -> tuple[str, list[str]]:
+    """The verdict and its reasons in words: the perf rule's, then the exact gates' and the gaps.
+    `blocked` (different or missing kernel sources) is undecided ahead of everything: the gate
+    cannot attribute a difference to the stack; `unfinished` ranks below a regression found."""
     reasons = list(judged.reasons)
     exact = [r for r in rows if r.status == "regression" and r.metric != "time_ms"]
     if exact:
@@ -223,11 +242,9 @@ def _verdict(rows: list[GateRow], judged: Judgement, blocked: bool) -> tuple[str
         reasons.append(_gap_reason(len(missing)))
     if blocked:
         return "undecided", reasons
-    if judged.verdict == "regression" or exact:
-        return "regression", reasons
-    if not rows or missing or judged.verdict == "undecided":
-        return "undecided", reasons
-    return "pass", reasons
+    unseen = not rows or bool(missing) or judged.verdict == "undecided"
+    verdict, notes = _decide(judged.verdict == "regression" or bool(exact), unfinished, unseen)
+    return verdict, reasons + notes
 
 
 def _build_report(cfg: GateConfig, session: Session, base: Run, cand: Run, gating: bool) -> GateReport:
@@ -250,12 +267,10 @@ def _build_report(cfg: GateConfig, session: Session, base: Run, cand: Run, gatin
                 f"{cand.source_hash[:12]}): a gate compares stacks, not kernels"
             )
             blocked = True
-    for run, side in ((base, "baseline"), (cand, "candidate")):
-        if gating and run.status not in FINISHED_STATES:
-            report.reasons.append(f"{side} run {run.id} is {run.status}")
-            blocked = True
+    unfinished = _unfinished([("baseline run", base), ("candidate run", cand)]) if gating else []
+    report.reasons += unfinished
     rows, judged, notes = _table(cfg, session, base, cand)
-    verdict, reasons = _verdict(rows, judged, blocked)
+    verdict, reasons = _verdict(rows, judged, blocked, bool(unfinished))
     report.rows, report.reasons, report.aggregate = rows, report.reasons + reasons + notes, judged.aggregate
     rule = cfg.rule
     report.power = {
@@ -312,11 +327,10 @@ def _contract_row(case: Case, res: Result) -> GateRow:
 def _ab_gaps(
     runs: list[tuple[Run, list[tuple[Case, Result]]]], judged: set[str], absent: str
 ) -> tuple[list[GateRow], list[str]]:
-    """What an A/B verdict did not see, as the cross-night gate counts it (docs/detection.md):
-    unfinished runs, and cases left out of the judgement, each a row marked undecided: a case of a
-    suite whose other cases were judged (its samples missing, or it errored, timed out or was
-    skipped; `absent` says why a passed one was not judged), and an exact case that did not run."""
-    reasons = [f"run {run.id} is {run.status}" for run, _ in runs if run.status not in FINISHED_STATES]
+    """What an A/B verdict did not see, as the cross-night gate counts it (docs/detection.md): cases
+    left out of the judgement, each a row marked undecided: a case of a suite whose other cases were
+    judged (its samples missing, or it errored, timed out or was skipped; `absent` says why a passed
+    one was not judged), and an exact case that did not run. Unfinished runs: `_unfinished`."""
     judged_suites = {case.suite for _, rows in runs for case, _ in rows if case.key in judged}
     gaps: dict[str, GateRow] = {}
     for _, rows in runs:
@@ -331,16 +345,15 @@ def _ab_gaps(
                 continue
             gaps[case.key] = _gap_row(case, case.key, note)
     rows_out = list(gaps.values())
-    if rows_out:
-        reasons.append(_gap_reason(len(rows_out)))
-    return rows_out, reasons
+    return rows_out, [_gap_reason(len(rows_out))] if rows_out else []
 
 
-def _ab_verdict(judged: str, failed: list[GateRow], gaps: list[GateRow], unfinished: bool) -> str:
-    """A regression found stands; otherwise anything unseen leaves the A/B verdict undecided."""
-    if failed or judged == "regression":
-        return "regression"
-    return "undecided" if gaps or unfinished else judged
+def _ab_verdict(
+    judged: str, failed: list[GateRow], gaps: list[GateRow], unfinished: bool
+) -> tuple[str, list[str]]:
+    """The cross-night gate's precedence (`_decide`): a regression found stands, even on an
+    unfinished run; otherwise anything unseen leaves the A/B verdict undecided."""
+    return _decide(bool(failed) or judged == "regression", unfinished, bool(gaps) or judged == "undecided")
 
 
 def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
@@ -361,10 +374,12 @@ def ab_report(cfg: GateConfig, session: Session, run: Run) -> GateReport:
     failed = [r for r in rows if r.mark == "x"]
     gaps, gap_reasons = _ab_gaps([(run, rows_in)], {j.key for j in judged.cases}, "no A/B samples")
     rows += gaps
-    verdict = _ab_verdict(judged.verdict, failed, gaps, run.status not in FINISHED_STATES)
-    reasons = list(judged.reasons) + gap_reasons
+    unfinished = _unfinished([("run", run)])
+    verdict, notes = _ab_verdict(judged.verdict, failed, gaps, bool(unfinished))
+    reasons = [*judged.reasons, *unfinished, *gap_reasons]
     if failed:
         reasons.append(f"{len(failed)} case(s) of the candidate fail their exact contract")
+    reasons += notes
     info = _run_info(session, run)
     metrics = next((res.metrics for c, res in rows_in if is_timed(c.suite)), {})
     report = GateReport(
@@ -488,15 +503,17 @@ def gate_alternating(
             runs, {j.key for j in judged.cases}, "not passed with samples in every run of both arms"
         )
         rows += gaps
-        unfinished = any(run.status not in FINISHED_STATES for run, _ in runs)
-        verdict = _ab_verdict(judged.verdict, failed, gaps, unfinished)
+        unfinished = _unfinished([("run", run) for run, _ in runs])
+        verdict, notes = _ab_verdict(judged.verdict, failed, gaps, bool(unfinished))
         reasons = [
             f"A/B by {len(a_runs)} alternated pairs of runs (A {a_runs[0].id}…, B {b_runs[0].id}…)",
             *judged.reasons,
+            *unfinished,
             *gap_reasons,
         ]
         if failed:
             reasons.append(f"{len(failed)} case(s) of arm B fail their exact contract")
+        reasons += notes
         report = GateReport(
             a_runs[0].id,
             b_runs[0].id,
