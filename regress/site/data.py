@@ -4,7 +4,7 @@ columnar result table, with an on-disk cache.
 Why a cache: a year of nightly history is ~330k results with their samples; decoding them takes
 seconds, while a new night adds only ~1k. Completed runs never change, so the table of every result
 (one row each: run, case, status, headline value, p5/p95 band, speedup, TFLOP/s) is kept under
-<out>/.regress-site/ and only runs whose (result count, max result id) changed are read again.
+<out>/.regress-site/ and only runs whose `RunRow.fingerprint` changed are read again.
 The cache holds numbers only (numpy .npz without pickles, plus JSON), never code.
 """
 
@@ -70,10 +70,15 @@ class RunRow:
     build_id: int | None
     n_results: int = 0
     max_result: int = 0
+    stored_at: datetime | None = None
 
     @property
     def fingerprint(self) -> list[Any]:
-        return [self.status, self.n_results, self.max_result]
+        """What tells the cache and the pages that a run's results changed (JSON, for the cache).
+        stored_at: a run deleted and stored again under its id, with as many results, has the
+        deleted results' ids on SQLite, so the count and largest id alone matched the old run."""
+        stored = self.stored_at.isoformat() if self.stored_at else None
+        return [self.status, self.n_results, self.max_result, stored]
 
 
 @dataclass
@@ -164,6 +169,7 @@ def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], 
                 build_id=r.build_id,
                 n_results=n,
                 max_result=mx,
+                stored_at=r.stored_at,
             )
         cases = {
             r.id: CaseRow(

@@ -151,7 +151,8 @@ def stacks(conn: Connection) -> Sequence[Row[Any]]:
 
 
 def result_counts(conn: Connection) -> dict[str, tuple[int, int]]:
-    """run id -> (number of results, largest result id): what tells the site cache a run changed."""
+    """run id -> (number of results, largest result id): with the run's status and stored_at, what
+    tells the site cache a run changed."""
     q = select(Result.run_id, func.count().label("n"), func.max(Result.id).label("max_id")).group_by(
         Result.run_id
     )
@@ -178,6 +179,7 @@ def runs(conn: Connection) -> Sequence[Row[Any]]:
             Run.exit_code,
             Run.runner,
             Run.build_id,
+            Run.stored_at,
         ).order_by(Run.started_at, Run.id)
     ).all()
 

@@ -43,9 +43,12 @@ class Run(Base):
     origin: Mapped[str] = NotNull(String(16), default="local")
     started_at: Mapped[datetime] = NotNull(default=utcnow)
     finished_at: Mapped[datetime | None] = Nullable()
+    # When this database wrote the row (NULL for rows from before migration 0003): a run deleted and
+    # stored again under its id gets a new one, which the site's change check needs (RunRow.fingerprint).
+    stored_at: Mapped[datetime | None] = Nullable(default=utcnow)
 
     def to_bundle(self) -> dict[str, Any]:
-        """The bundle's `run` section (pid and origin are this database's, not the run's)."""
+        """The bundle's `run` section (pid, origin and stored_at are this database's, not the run's)."""
         return {
             "id": self.id,
             "status": self.status,

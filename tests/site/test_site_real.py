@@ -109,6 +109,31 @@ def test_mutated_bundle_without_summary_still_shows_a_geomean(tmp_path: Path) ->
     site.store.engine.dispose()
 
 
+def test_a_run_deleted_and_stored_again_with_other_numbers_is_shown_anew(tmp_path: Path) -> None:
+    """A run deleted (`regress runs delete`) and imported again under its id, with as many results
+    but another p50: SQLite gave the new results the deleted ones' ids, so the site's change check
+    (status, result count, largest result id) matched and the incremental render kept the old
+    numbers on the run and case pages."""
+    from regress.cli import main
+
+    bundle = json.loads(next(p for p in BUNDLES if p.name.startswith("h200-shard-gpus0-")).read_text())
+    site = render(tmp_path, [bundle])
+    run_id = bundle["run"]["id"]
+    perf = next(r for r in bundle["results"] if r["suite"] == "perf" and r["status"] == "pass")
+    run_page, case_page = site.out / "run" / f"{run_id}.html", site.out / "case" / f"{perf['case_key']}.html"
+    assert "9.87654" not in run_page.read_text() + case_page.read_text()
+
+    assert main(["runs", "delete", run_id, "--yes", "--db", str(site.store.engine.url)]) == 0
+    changed = copy.deepcopy(bundle)
+    next(r for r in changed["results"] if r["case_key"] == perf["case_key"])["metrics"]["p50_ms"] = 9.87654321
+    with site.store.transaction() as session:
+        import_bundle(session, changed, pin=pin_for_digest(changed["stack"]["digest"]))
+    report = build_site(site.store, site.out)
+    assert report.reloaded_runs == 1 and not report.full_reload
+    assert "9.87654" in run_page.read_text() and "9.87654" in case_page.read_text()
+    site.store.engine.dispose()
+
+
 # --- in Chromium ----------------------------------------------------------------------------------
 
 
