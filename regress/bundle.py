@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator, FormatChecker, ValidationError, val
 from jsonschema.exceptions import best_match
 
 from .errors import UserError
-from .results import CaseResult, CaseSpec
+from .results import CaseResult, CaseSpec, stored_series
 
 BUNDLE_SCHEMA = "regress.bundle"
 BUNDLE_VERSION = 1
@@ -30,7 +30,7 @@ SCHEMA_FILE = Path(__file__).with_name("schemas") / "bundle.schema.json"
 # Deeper than any real bundle (free-form objects sit 3 levels down and nest a few more); checked
 # before anything else walks the document, so a 100,000-deep array is one error, not a crash.
 MAX_DEPTH = 24
-# Integers stored in JSON columns are compared as floats (idempotency) and summed by readers.
+# Integers stored in JSON columns are compared exactly (idempotency) and summed by readers.
 JSON_INT_RANGE = (-(2**63), 2**63 - 1)
 # Every float, anywhere: readers square and sum them (variance, geomean, chart scales); 1.7e308
 # was finite yet became Infinity in the site's JSON, which JSON.parse refuses.
@@ -430,12 +430,15 @@ def run_fields(run: dict[str, Any]) -> dict[str, Any]:
 
 def canonical(bundle: dict[str, Any]) -> dict[str, Any]:
     """A validated bundle as the store holds it: optional fields with their stored defaults,
-    timestamps as naive UTC, numbers as floats, results in case-key order. The runner (the token's)
-    and the stack name (the pins') are the server's to set, so they are left out. Two bundles are
-    the same run exactly when their canonical forms are equal (idempotent upload)."""
+    timestamps as naive UTC, raw samples as floats, numbers `normalised`, results in case-key order.
+    The runner (the token's) and the stack name (the pins') are the server's to set, so they are left
+    out. Two bundles are the same run exactly when their canonical forms are equal (idempotent upload)."""
     build = bundle.get("build")
     run = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in run_fields(bundle["run"]).items()}
-    results = [CaseResult.from_dict(r).to_dict() for r in bundle["results"]]
+    results = [
+        {**res, "samples": {name: stored_series(v) for name, v in res["samples"].items()}}
+        for res in (CaseResult.from_dict(r).to_dict() for r in bundle["results"])
+    ]
     return normalised(
         {
             "schema": bundle["schema"],
@@ -479,13 +482,19 @@ def first_difference(a: Any, b: Any, where: tuple[str | int, ...] = ()) -> str |
 
 
 def normalised(value: Any) -> Any:
-    """`value` with every number as a float: 3 and 3.0 are the same measurement (idempotency)."""
+    """`value` with every integer that a float equals as that float: 3 and 3.0 are the same
+    measurement (idempotency). An integer no float equals (2**53 + 1) stays itself: as a float it
+    was 2**53, so two bundles that differed only there compared equal."""
     if isinstance(value, dict):
         return {k: normalised(v) for k, v in value.items()}
     if isinstance(value, list):
         return [normalised(v) for v in value]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            as_float = float(value)
+        except OverflowError:  # past 1e308: no float is near it
+            return value
+        return as_float if as_float == value else value  # int == float compares exactly in Python
     return value
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -26,6 +27,12 @@ AB_CANDIDATE_SAMPLE = "ab:candidate:time_ms"
 REGRESSION_STATES: tuple[str, ...] = ("open", "acknowledged", "resolved")
 # AITER's how_v3_bf16_cvt numbering, also the C ABI's ra_rounding.
 ROUNDING_CODE: dict[str, int] = {"rtne": 0, "rtna": 1, "rtz": 2}
+
+
+def stored_series(values: Iterable[float]) -> list[float]:
+    """A raw sample series as the store keeps it: every value a float (an integer past 2**53 reads back
+    as the float nearest it). Every writer stores this, and a re-import compares a bundle with it."""
+    return [float(v) for v in values]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ..metrics import headline_value
-from ..results import CaseResult, CaseSpec
+from ..results import CaseResult, CaseSpec, stored_series
 from .case import Case
 from .result import Result, Sample
 from .run import Run
@@ -129,9 +129,7 @@ class PreparedResults:
             self.rows.append(
                 (run_id, r.case.key, r.status, value, _dumps(r.metrics), _dumps(r.device), r.message)
             )
-            self.samples.append(
-                [(name, _dumps([float(v) for v in values])) for name, values in r.samples.items()]
-            )
+            self.samples.append([(name, _dumps(stored_series(values))) for name, values in r.samples.items()])
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -188,7 +186,7 @@ def add_results(session: Session, prepared: PreparedResults, case_ids: dict[str,
         ]
         ids = list(session.scalars(stmt, rows))
         samples = [
-            {"result_id": id_, "name": name, "values": [float(v) for v in values]}
+            {"result_id": id_, "name": name, "values": stored_series(values)}
             for id_, r in zip(ids, prepared.results, strict=True)
             for name, values in r.samples.items()
         ]

@@ -8,7 +8,7 @@ from sqlalchemy import Float, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, relationship
 
 from ..metrics import headline_value
-from ..results import CaseResult
+from ..results import CaseResult, stored_series
 from .base import Base, NotNull, Nullable
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Result(Base):
             message=result.message,
         )
         row.samples = [
-            Sample(name=name, values=[float(v) for v in values]) for name, values in result.samples.items()
+            Sample(name=name, values=stored_series(values)) for name, values in result.samples.items()
         ]
         return row
 

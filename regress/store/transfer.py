@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..results import CaseResult
+from ..results import CaseResult, stored_series
 from ..stack_keys import HASHED_KEYS, PINNED_KEYS, stack_digest
 from .build import BUILD_FACTS, Build
 from .bulk import ensure_cases, prepare_results, write_runs
@@ -217,7 +217,8 @@ def import_bundle(
 def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
     """What must match for two bundles to be 'the same run': identity and every result's numbers.
 
-    Numbers compare as floats (a resent 3 is the stored 3.0); call only on a validated bundle.
+    Numbers compare by value (`bundle.normalised`: a resent 3 is the stored 3.0, 2**53 + 1 is not
+    2**53), raw samples as the store keeps them; call only on a validated bundle.
     """
     from ..bundle import normalised
 
@@ -228,7 +229,7 @@ def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
             r["name"],
             r["status"],
             json.dumps(normalised(r["params"]), sort_keys=True),
-            json.dumps(normalised(r["samples"]), sort_keys=True),
+            json.dumps(normalised({k: stored_series(v) for k, v in r["samples"].items()}), sort_keys=True),
             json.dumps(normalised(r["metrics"]), sort_keys=True),
         )
         for r in bundle["results"]

@@ -16,12 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from regress.pins import pin_for_digest
 from regress.stack_keys import HASHED_KEYS, PINNED_KEYS
 from regress.store import queries
+from regress.store.base import new_run_id
 from regress.store.repo import Store, open_store
-from regress.store.transfer import bundle_fingerprint, export_bundle, import_files
+from regress.store.transfer import (
+    BundleConflict,
+    bundle_fingerprint,
+    export_bundle,
+    import_bundle,
+    import_files,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
@@ -131,3 +140,65 @@ def test_an_unpinned_import_keeps_the_uploaded_keys_and_no_name(tmp_path: Path) 
     assert exported["stack"]["name"] is None
     assert exported["stack"]["keys"] == bundle["stack"]["keys"]
     store.engine.dispose()
+
+
+# --- integers past 2**53 ---------------------------------------------------------------------------
+
+INT64 = st.integers(min_value=-(2**63) + 2, max_value=2**63 - 3)  # a + delta stays a 64-bit integer
+
+
+def _one_perf_result(value: int, sample: int) -> dict[str, Any]:
+    """The smallest real bundle cut to one perf result, with `value` in a metric of its own and
+    `sample` as its first raw timing."""
+    bundle = json.loads(min(BUNDLES, key=lambda p: p.stat().st_size).read_text())
+    perf = copy.deepcopy(next(r for r in bundle["results"] if r["suite"] == "perf"))
+    perf["metrics"]["cycles"] = value
+    perf["samples"]["time_ms"][0] = sample
+    return {**bundle, "results": [perf]}
+
+
+def test_integers_one_float_apart_are_a_conflict_on_import(tmp_path: Path) -> None:
+    """2**53 and 2**53 + 1 are the same float: the re-import compared every number as a float, so a
+    bundle that differed only there was "already stored" and its value silently dropped."""
+    paths = []
+    for name, value in (("a", 2**53), ("same", 2**53), ("b", 2**53 + 1)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(_one_perf_result(value, 2**53 + 1)))
+    store = open_store(f"sqlite:///{tmp_path / 'ints.db'}")
+    outcomes = import_files(store, paths, pin_for=pin_for_digest)
+    states = [o.state for o in outcomes]
+    assert states == ["stored", "already stored", "refused"], [o.line() for o in outcomes]
+    assert "already stored with different content" in outcomes[2].reason
+    assert outcomes[2].reason.endswith("metrics.cycles)")  # the first difference, named
+    with store.reader() as session:
+        stored = export_bundle(session, outcomes[0].run_id or "")
+    assert stored["results"][0]["metrics"]["cycles"] == 2**53
+    store.engine.dispose()
+
+
+def test_a_reimport_is_already_stored_exactly_when_its_integers_are_equal(tmp_path: Path) -> None:
+    """Over 64-bit integers and their neighbours: the same value again is "already stored" (raw
+    samples too, which the store keeps as floats), any other is a conflict."""
+    store = open_store(f"sqlite:///{tmp_path / 'ints.db'}")
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(value=INT64, delta=st.integers(min_value=-2, max_value=2))
+    @example(value=2**53, delta=1)
+    @example(value=2**53 + 1, delta=0)  # a sample no float equals: stored rounded, still the same run
+    @example(value=2**63 - 3, delta=-1)
+    def check(value: int, delta: int) -> None:
+        first, second = _one_perf_result(value, value), _one_perf_result(value + delta, value)
+        first["run"]["id"] = second["run"]["id"] = new_run_id()
+        with store.transaction() as session:
+            assert import_bundle(session, first, pin=None)[1]
+        with store.transaction() as session:
+            if delta == 0:
+                assert import_bundle(session, second, pin=None) == (first["run"]["id"], False)
+            else:
+                with pytest.raises(BundleConflict, match=r"metrics\.cycles"):
+                    import_bundle(session, second, pin=None)
+
+    try:
+        check()
+    finally:
+        store.engine.dispose()
