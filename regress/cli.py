@@ -30,6 +30,20 @@ def _register() -> None:
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         for command in getattr(module, "COMMANDS", []):
             cli.add_command(command)
+            _utf8_strings(command)
+
+
+def _utf8_strings(command: click.Command) -> None:
+    """Every plain string parameter of every command (run ids, names, notes, URLs) takes
+    options.TEXT, so a non-UTF-8 one is one line and exit 2, whichever command it was given to."""
+    from .commands.options import TEXT
+
+    for param in command.params:
+        if type(param.type) is click.types.StringParamType:
+            param.type = TEXT
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _utf8_strings(sub)
 
 
 _register()

@@ -79,7 +79,13 @@ def _is_number(text: str) -> bool:
 
 
 @click.command("detect")
-@click.option("--csv", "csv_path", required=True, help="Time-ordered CSV with a header row ('-' for stdin).")
+@click.option(
+    "--csv",
+    "csv_path",
+    required=True,
+    type=click.Path(dir_okay=False, allow_dash=True),  # a path: any bytes, unlike the text options
+    help="Time-ordered CSV with a header row ('-' for stdin).",
+)
 @click.option("--column", help="The value column (default: 'value', else the first numeric column).")
 @click.option(
     "--samples-column",

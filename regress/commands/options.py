@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from .. import backends
+from ..errors import UserError
 from ..suite_facts import suites_for
 
 db = click.option(
@@ -56,3 +57,30 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(out):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return out
+
+
+class Utf8Text(click.types.StringParamType):
+    """A string parameter that must be UTF-8: run ids, names, notes and URLs are stored, written
+    and printed as UTF-8. Python hands each non-UTF-8 byte of argv over as a lone surrogate, which
+    ended in a UnicodeEncodeError traceback wherever the text was first encoded (a query's
+    parameter, a file); here it is one line and exit 2, before the command runs. regress.cli gives
+    every plain string parameter this type; paths keep click.Path, which takes any bytes."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                shown = repr(text.encode("utf-8", "surrogateescape"))  # the bytes as given
+            except UnicodeEncodeError:  # a surrogate that no byte decodes to (a caller's own str)
+                shown = ascii(text)
+            where = param.get_error_hint(ctx) if param is not None else "an argument"
+            raise UserError(f"{where} is not UTF-8 text: {shown[:80]}") from None
+        return text
+
+    def __repr__(self) -> str:
+        return "UTF8_TEXT"
+
+
+TEXT = Utf8Text()
