@@ -27,8 +27,9 @@ _SCRIPT = textwrap.dedent(
     from regress.suites.common import make_inputs
 
     lib = load_library(sys.argv[1])
-    # Three shapes that take different kernels (short keys, 128-key blocks, decode's split), so the
-    # threads also race on different smem-attribute bits.
+    # Three shapes that take different launches (benchmarks/cuda_tail_plan.py's launch_path): the
+    # short-key kernel, a split in 4 with the merge kernel, decode's split in 8 merged in the kernel;
+    # so the threads also race on different smem-attribute bits and on the split workspaces.
     shapes = [Shape(2, 4, 200, 77), Shape(1, 8, 300, 1000), Shape(2, 8, 1, 4096)]
     inputs = [make_inputs(s, "bhsd", seed=i, device="cuda") for i, s in enumerate(shapes)]
     streams = [torch.cuda.Stream() for _ in range(8)]
