@@ -47,6 +47,18 @@ PUBLISHED: dict[tuple[int, int, int], dict[str, tuple[float, float]]] = {
 # The only rows the fitted parameters may see (issue 21): AITER, RTNE.
 FIT_ROWS = ((2, 24, 8192), (2, 24, 32768), (1, 16, 131072))
 KERNELS = ("aiter", "moonmath", "ours")
+# Constants a time is divided by (timing.launch_time, the replay's LDS cost) or a count of CUs: not 0.
+POSITIVE = frozenset(
+    {"cus", "clock_ghz", "clock_eff", "hbm_tb_s", "l2_bytes_per_clk_xcd", "xcds", "lds_bytes_per_clk"}
+)
+
+
+def shape_arg(text: str) -> Shape:
+    """Shape.parse for argparse: its reason in the usage error, not "invalid parse value"."""
+    try:
+        return Shape.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def published(kernel: str, shape: Shape, mode: str) -> float | None:
@@ -65,7 +77,17 @@ def is_fit_row(kernel: str, shape: Shape, mode: str) -> bool:
     )
 
 
-def build_models(args: argparse.Namespace) -> dict[str, KernelModel]:
+def build_models(args: argparse.Namespace, cus: int = int(C["cus"])) -> dict[str, KernelModel]:
+    from regress.emu.codeobject import CodeObjectError
+    from regress.emu.peers.aiter import PeerUnavailable
+
+    try:
+        return _build_models(args, cus)
+    except (CodeObjectError, PeerUnavailable) as e:  # a bad --code-object / --aiter-wheel: one line
+        raise SystemExit(f"mi300x_model: {e}") from None
+
+
+def _build_models(args: argparse.Namespace, cus: int) -> dict[str, KernelModel]:
     models: dict[str, KernelModel] = {}
     for name in args.kernels:
         if name == "ours":
@@ -74,7 +96,7 @@ def build_models(args: argparse.Namespace) -> dict[str, KernelModel]:
                 from regress.build import build_kernel
 
                 path = build_kernel("hip-emu").path
-            models["ours"] = Ours(path)
+            models["ours"] = Ours(path, cus=cus)
         elif name == "aiter":
             from regress.emu.mi300x import AiterModel
 
@@ -267,7 +289,10 @@ BUCKETS = (
 
 def markdown(path: Path) -> str:
     """The tables of docs/hip-gfx942.md from a committed results file (all predicted)."""
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    try:
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"mi300x_model --markdown {path}: not a results file ({e})") from None
     by = {(tuple(r["shape"]), r["mode"], r["kernel"]): r for r in rows if "predicted_ms" in r}
     out = [
         "| B,H,S | mode | AITER pred / pub ms | err | MoonMath pred / pub ms | err | "
@@ -329,9 +354,7 @@ def markdown(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kernels", type=lambda s: s.split(","), default=list(KERNELS))
-    ap.add_argument(
-        "--shapes", nargs="+", type=Shape.parse, help="B,H,Sq,Sk[,Hkv] (default: the 9 published)"
-    )
+    ap.add_argument("--shapes", nargs="+", type=shape_arg, help="B,H,Sq,Sk[,Hkv] (default: the 9 published)")
     ap.add_argument("--modes", type=lambda s: s.split(","), default=list(ROUNDING_MODES))
     ap.add_argument("--moonmath-src", type=Path)
     ap.add_argument("--aiter-wheel", type=Path)
@@ -361,16 +384,24 @@ def main(argv: list[str] | None = None) -> int:
         name, _, value = item.partition("=")
         if name not in C:
             ap.error(f"--set {item}: no model constant {name!r} (regress/emu/cdna3.py)")
+        if name in timing.NOT_PARAMS:  # it would be recorded in the summary and change nothing
+            ap.error(f"--set {item}: the model reads {name!r} once, not per parameter set")
         try:
             params[name] = float(value)
         except ValueError:
             ap.error(f"--set {item}: {value!r} is not a number")
+        if not (math.isfinite(params[name]) and params[name] >= 0):
+            ap.error(f"--set {item}: a model constant is a finite number >= 0")
+        if params[name] == 0 and name in POSITIVE:
+            ap.error(f"--set {item}: {name} divides a time, it must be > 0")
+        if name == "cus" and not (params[name] >= 1 and params[name].is_integer()):
+            ap.error(f"--set {item}: cus counts CUs, a whole number >= 1")
     if args.fit:  # only AITER's rows are fitted: the other kernels are not built
         args.kernels = ["aiter"]
         others = {k: v for k, v in params.items() if k not in FITTED}
         print(json.dumps({"fitted": fit(build_models(args), others), "set": others}))
         return 0
-    models = build_models(args)
+    models = build_models(args, int((C | params)["cus"]))
     shapes = args.shapes or [Shape(b, h, s, s, h) for b, h, s in PUBLISHED]
     t0 = time.monotonic()
     preds, predictor = predict_all(models, shapes, args.modes, params)

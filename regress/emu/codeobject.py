@@ -331,6 +331,19 @@ class CodeObject:
     @classmethod
     def load(cls, path: str | Path) -> CodeObject:
         path = Path(path)
+        try:
+            return cls._load(path)
+        except CodeObjectError as exc:
+            msg = str(exc)
+            raise CodeObjectError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
+        except OSError as exc:  # missing, a directory, unreadable: one line, not a traceback
+            raise CodeObjectError(f"{path}: cannot read the code object: {exc.strerror or exc}") from None
+        except (struct.error, IndexError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            # A truncated or corrupt ELF: its offsets point past the bytes or at garbage.
+            raise CodeObjectError(f"{path}: not a well-formed ELF code object ({exc})") from None
+
+    @classmethod
+    def _load(cls, path: Path) -> CodeObject:
         data = path.read_bytes()
         sections = _sections(data)
         symbols = _symbols(data, sections)
@@ -389,9 +402,11 @@ def _disassemble(path: Path) -> list[tuple[str, int, tuple[int, ...]]]:
     exe = shutil.which(OBJDUMP)
     if exe is None:
         raise CodeObjectError(f"{OBJDUMP} not found on PATH (Debian package llvm-19)")
-    out = subprocess.run(
-        [exe, "-d", "--mcpu=gfx942", str(path)], capture_output=True, text=True, check=True
-    ).stdout
+    done = subprocess.run([exe, "-d", "--mcpu=gfx942", str(path)], capture_output=True, text=True)
+    if done.returncode:
+        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise CodeObjectError(f"{OBJDUMP} cannot disassemble it: {tail}")
+    out = done.stdout
     lines: list[tuple[str, int, tuple[int, ...]]] = []
     for line in out.splitlines():
         if m := _LINE.match(line):

@@ -10,6 +10,7 @@ own memory. The device code is the code object's, unchanged.
 from __future__ import annotations
 
 import json
+import math
 import struct
 import threading
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import torch
 
 from regress.abi import KernelError, bhsd_strides, check_call
 from regress.emu import EMU_VERSION
-from regress.emu.codeobject import CodeObject
+from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.machine import Launch, Memory, Trace
 from regress.results import ROUNDING_CODE
 
@@ -66,6 +67,21 @@ def tail_split_plan(wgs: int, n_tiles: int, cus: int) -> SplitPlan:
     return plan
 
 
+def _f32(x: float) -> float:
+    """`x` as a C float: rounded to nearest, inf past the float range (as the C cast; "<f" would raise)."""
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def effective_scale(scale: float | None) -> float:
+    """ra_effective_scale (kernel/common/validate.h): the scale as the params' float, 1/sqrt(128) unless
+    that float is positive and below 3.0e38f (a tiny scale rounds to 0, a huge one to inf: both default)."""
+    f = 0.0 if scale is None else _f32(scale)
+    return f if 0.0 < f < _f32(3.0e38) else _f32(HEAD_DIM**-0.5)
+
+
 def kernel_name(rounding: int, packed: bool) -> str:
     return f"ra_attn_fwd_gfx942_{ROUNDING_NAMES[rounding]}_{'packed' if packed else 'strided'}"
 
@@ -81,6 +97,16 @@ class EmuLibrary:
         # The emulated device's CU count: what the host part's split rule reads from the device.
         self.cus = cus
         self.code = CodeObject.load(self.path)
+        missing = [
+            kernel_name(r, packed)
+            for r in ROUNDING_NAMES
+            for packed in (True, False)
+            if kernel_name(r, packed) not in self.code.kernels
+        ]
+        if missing:  # another kernel's code object (a peer's, a test's): say so now, not at a launch
+            raise CodeObjectError(
+                f"{self.path}: not our attention code object: it lacks {', '.join(missing)}"
+            )
         self.strict = strict
         self._launches = 0
         self._lock = threading.Lock()
@@ -130,6 +156,12 @@ class EmuLibrary:
         )
         if d != HEAD_DIM:
             raise KernelError(f"hip-emu kernel refused the call: head_dim {d} is not supported (only 128)", 3)
+        if min(b, h, sq, sk) < 1:  # ra_validate_params (kernel/common/validate.h) refuses these too
+            raise KernelError(
+                f"hip-emu kernel refused the call: shape B={b} H={h} Sq={sq} Sk={sk}: "
+                "every size must be >= 1",
+                3,
+            )
         tensors = {"q": q, "k": k, "v": v, "o": out}
         strides = {n: bhsd_strides(t, layout) for n, t in tensors.items()}  # type: ignore[arg-type]
         for n, st in strides.items():
@@ -139,8 +171,7 @@ class EmuLibrary:
                 )
 
         code = ROUNDING_CODE[rounding]
-        eff_scale = struct.unpack("<f", struct.pack("<f", HEAD_DIM**-0.5 if scale is None else scale))[0]
-        scale_log2e = float(eff_scale * LOG2E)
+        scale_log2e = float(effective_scale(scale) * LOG2E)
         packed = all(st[2] == HEAD_DIM for st in strides.values())
         kernel = self.code.kernels[kernel_name(code, packed)]
         lay = "packed" if packed else "strided"

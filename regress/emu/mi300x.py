@@ -218,8 +218,9 @@ class Ours:
 
     name = "ours"
 
-    def __init__(self, code_object: str | Path, layout: str = "bshd") -> None:
-        self.lib = EmuLibrary(code_object)
+    def __init__(self, code_object: str | Path, layout: str = "bshd", cus: int = int(C["cus"])) -> None:
+        # cus: the device's CU count its host part's split rule reads (a --set cus sensitivity too)
+        self.lib = EmuLibrary(code_object, cus=cus)
         self.layout = layout
 
     def _record(self, mode: str, n: int, rising: bool = False) -> tuple[Kernel, list[list[RecordT]]]:
@@ -264,7 +265,7 @@ class Ours:
         # the dense grid's full rounds (its tail blocks return at once: not counted), the split parts
         # (the dense kernel's tile loop with an fp32 epilogue: timed with its steady state over a
         # part's key tiles, MoonMath's split rule), the merge (its HBM bound, MoonMath's merge rule).
-        plan = tail_split_plan(wgs, tiles, int(C["cus"])) if self.lib.has_tail_split else None
+        plan = tail_split_plan(wgs, tiles, self.lib.cus) if self.lib.has_tail_split else None
         if not plan or not plan.tail:
             return [main]
         dense = wgs - plan.tail

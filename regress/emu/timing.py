@@ -150,6 +150,26 @@ class Occupancy:
     limit: str  # "vgpr", "lds" or "slots"
 
 
+# Constants read from C once (at import, or for the occupancy a recording is made with, which is cached
+# across parameter sets), never from a `params` set: a sensitivity run cannot change them.
+NOT_PARAMS = frozenset(
+    {
+        "simds",
+        "waves_per_simd_max",
+        "vgprs_per_lane",
+        "vgpr_granule",
+        "sgprs_per_simd",
+        "sgpr_granule",
+        "lds_bytes",
+        "fetch_window_bytes",
+        "mfma_16x16x16_bf16_passes",
+        "mfma_32x32x8_bf16_passes",
+        "mfma_valu_read_extra_ws",
+        "mall_tb_s",
+    }
+)
+
+
 def occupancy(kernel: Kernel, block: int) -> Occupancy:
     kd = kernel.descriptor
     granule = int(C["vgpr_granule"])
