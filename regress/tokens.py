@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,12 +45,33 @@ def create_token(store: Store, runner: str, stacks: list[str] | None = None) -> 
     if not runner or len(runner) > 128:
         raise ValueError("runner name must be 1-128 characters")
     if stacks is not None:
-        stacks = sorted({s.strip() for s in stacks if s.strip()})
-        if not stacks:
-            raise ValueError("--stacks needs at least one stack name or digest")
+        stacks = _allowed_stacks(stacks)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with store.transaction() as session:
         return _info(add_runner_token(session, runner, hash_token(token), stacks)), token
+
+
+def _allowed_stacks(stacks: list[str]) -> list[str]:
+    """The --stacks entries, each a pin name or a digest (lower-cased, as bundles carry it). A typo
+    made a token that every upload answered 403, with nothing to say why until the first night."""
+    from .pins import known_stacks
+
+    wanted = {s.strip() for s in stacks if s.strip()}
+    if not wanted:
+        raise ValueError("--stacks needs at least one stack name or digest")
+    known = set(known_stacks())
+    out = set()
+    for entry in wanted:
+        if re.fullmatch(r"[0-9a-fA-F]{64}", entry):
+            out.add(entry.lower())
+        elif entry in known:
+            out.add(entry)
+        else:
+            raise ValueError(
+                f"--stacks: {entry!r} is neither a pinned stack ({', '.join(sorted(known)) or 'none'}) "
+                "nor a stack digest (64 hex)"
+            )
+    return sorted(out)
 
 
 def may_upload_onto(token: RunnerToken, digest: str) -> bool:

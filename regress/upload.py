@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import requests
@@ -121,6 +122,33 @@ class _Unreachable(Exception):
         self.network = network  # no HTTP answer at all (refused, timed out), not a 5xx
 
 
+def check_token(token: str) -> str:
+    """The token, stripped; ValueError (never naming the token: it is a secret) unless it can be
+    sent. A token read from a file or secret store often ends in a newline, which requests refused
+    with a traceback that printed the whole token."""
+    token = token.strip()
+    if not token:
+        raise ValueError(f"no upload token: set {ENV_TOKEN} (from `regress token create RUNNER`)")
+    if not (token.isascii() and token.isprintable()) or " " in token:
+        raise ValueError(
+            f"{ENV_TOKEN} holds a space, a control or a non-ASCII character, which no token has: "
+            "copy it again from `regress token create RUNNER`"
+        )
+    return token
+
+
+def check_url(url: str) -> str:
+    """The service URL; ValueError unless it is http(s)://HOST[:PORT] (requests raised a traceback)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"service URL {url!r} is not a URL: {exc}") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"service URL {url!r} must be http://HOST[:PORT] or https://HOST[:PORT]")
+    return url
+
+
 class UploadClient:
     def __init__(
         self,
@@ -131,10 +159,8 @@ class UploadClient:
         session: requests.Session | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        token = token or os.environ.get(ENV_TOKEN, "")
-        if not token:
-            raise ValueError(f"no upload token: set {ENV_TOKEN} (from `regress token create RUNNER`)")
-        self.endpoint = url.rstrip("/") + RUNS_PATH
+        token = check_token(token or os.environ.get(ENV_TOKEN, ""))
+        self.endpoint = check_url(url).rstrip("/") + RUNS_PATH
         self.policy = policy or RetryPolicy()
         import requests  # here, not at module top: `regress --help` need not pay for it
 
@@ -155,8 +181,14 @@ class UploadClient:
         for attempt in range(attempts):
             retry_after = None
             try:
+                # No redirects: requests turns a POST answered 301/302 (an http:// URL behind an
+                # https proxy) into a GET of the run list, whose 200 the spool took for "stored".
                 resp = self.session.post(
-                    self.endpoint, data=payload, headers=headers, timeout=self.policy.timeout_s
+                    self.endpoint,
+                    data=payload,
+                    headers=headers,
+                    timeout=self.policy.timeout_s,
+                    allow_redirects=False,
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
                 last, network = f"{type(exc).__name__}: {exc}", True
@@ -172,9 +204,11 @@ class UploadClient:
 
 def _error_text(resp: requests.Response) -> str:
     try:
-        return str(resp.json().get("error", resp.text))[:500]
+        doc = resp.json()
     except ValueError:
         return resp.text[:500]
+    # A proxy's JSON need not be an object: .get on a list raised AttributeError.
+    return str(doc.get("error", resp.text) if isinstance(doc, dict) else doc)[:500]
 
 
 @contextmanager
@@ -244,6 +278,8 @@ def _send_spooled(
         _retry_file(spooled).unlink(missing_ok=True)
         return UploadOutcome(origin, run_id, "stored" if code == 201 else "duplicate", code)
     message = _error_text(resp)
+    if 300 <= code < 400:
+        message = f"the service redirects to {resp.headers.get('Location')!r}: pass that as the URL"
     if is_rejection(code):
         _reject(spool_dir, spooled, f"HTTP {code}: {message}")
         return UploadOutcome(origin, run_id, "rejected", code, message)

@@ -7,6 +7,8 @@ For production run it under gunicorn (`pip install 'regress[serve]'`):
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from ..errors import UserError
@@ -27,12 +29,19 @@ def serve(host: str, port: int, db_url: str | None, max_bundle_mb: float | None)
     """Serve the results API (POST/GET /api/v1/runs, /api/v1/series, /healthz) until interrupted."""
     from werkzeug.serving import run_simple
 
-    from ..server import create_app
+    from ..server.app import create_app, max_bundle_bytes
     from ..store.db import DatabaseError
 
-    config: dict[str, object] = {"DATABASE_URL": db_url}
-    if max_bundle_mb is not None:
-        config["MAX_CONTENT_LENGTH"] = int(max_bundle_mb * 1024 * 1024)
+    if max_bundle_mb is None:
+        try:
+            limit = max_bundle_bytes()
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+    elif math.isfinite(max_bundle_mb) and max_bundle_mb * 1024 * 1024 >= 1:
+        limit = int(max_bundle_mb * 1024 * 1024)
+    else:  # nan and inf raised from int(); 0 or less served a 413 to every upload
+        raise UserError(f"--max-bundle-mb must be a positive number, not {max_bundle_mb}")
+    config: dict[str, object] = {"DATABASE_URL": db_url, "MAX_CONTENT_LENGTH": limit}
     try:
         app = create_app(config)
     except DatabaseError as exc:

@@ -65,7 +65,10 @@ def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url:
         raise UserError("give exactly one of --id N or --runner NAME (see `regress token list`)")
     from ..tokens import revoke_tokens
 
-    revoked = revoke_tokens(_store(db_url), token_id=token_id, runner=runner)
+    # No token has an id past the column's integer range; the query raised OverflowError (SQLite)
+    # or DataError (PostgreSQL) for one.
+    out_of_range = token_id is not None and not 1 <= token_id < 2**31
+    revoked = [] if out_of_range else revoke_tokens(_store(db_url), token_id=token_id, runner=runner)
     if not revoked:
         which = f"id {token_id}" if token_id is not None else f"runner {runner!r}"
         raise UserError(f"no live token with {which} (see `regress token list`)")

@@ -12,6 +12,8 @@ from ..upload import (
     ENV_SPOOL,
     ENV_TOKEN,
     UploadReport,
+    check_token,
+    check_url,
     default_spool_dir,
     flush_spool,
     spool_bundle,
@@ -63,9 +65,11 @@ def upload(
         raise UserError("nothing to do: name bundle files, --run stored runs, or --flush the spool")
     if not url:
         raise UserError("no service URL: pass --url or set REGRESS_URL")
-    token = os.environ.get(ENV_TOKEN, "")
-    if not token:
-        raise UserError(f"no upload token: set {ENV_TOKEN} (from `regress token create RUNNER`)")
+    try:  # before anything is spooled: a bad token or URL is one line, not a traceback
+        token = check_token(os.environ.get(ENV_TOKEN, ""))
+        check_url(url)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
     spool = spool_dir or default_spool_dir()
     report = UploadReport()
     if flush:

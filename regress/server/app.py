@@ -27,13 +27,24 @@ RETRY_AFTER_S = 5  # what a client waits after a 503: a database restart takes a
 UNAVAILABLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
 
 
+def max_bundle_bytes() -> int:
+    """$REGRESS_MAX_BUNDLE_BYTES, else 64 MiB. ValueError naming the variable unless a positive
+    integer: int() raised a bare traceback for "64MB", and 0 answered 413 to every upload."""
+    raw = os.environ.get(ENV_MAX_BYTES, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BUNDLE_BYTES
+    if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
+        raise ValueError(f"${ENV_MAX_BYTES} must be a positive number of bytes, not {raw!r}")
+    return int(raw)
+
+
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Builds the service. `config` overrides: DATABASE_URL (default $REGRESS_DATABASE_URL),
     MAX_CONTENT_LENGTH (bytes; default $REGRESS_MAX_BUNDLE_BYTES or 64 MiB), AUTO_UPGRADE (True)."""
     app = Flask(__name__)
     app.config.update(
         DATABASE_URL=None,
-        MAX_CONTENT_LENGTH=int(os.environ.get(ENV_MAX_BYTES, DEFAULT_MAX_BUNDLE_BYTES)),
+        MAX_CONTENT_LENGTH=None if config and "MAX_CONTENT_LENGTH" in config else max_bundle_bytes(),
         AUTO_UPGRADE=True,
         JSON_SORT_KEYS=False,
         INGEST_ROW_BY_ROW=os.environ.get(ENV_ROW_BY_ROW, "") not in ("", "0"),

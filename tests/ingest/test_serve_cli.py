@@ -46,3 +46,30 @@ def test_regress_serve_process(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_serve_refuses_a_limit_that_is_no_size(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # nan and inf raised a traceback from int(); 0 and -1 served, answering 413 to every upload.
+    from regress.cli import main
+
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    assert main(["serve", "--port", str(free_port()), "--db", db, "--max-bundle-mb", value]) == 2
+    assert "--max-bundle-mb must be a positive number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["64MB", "0", "-5"])
+def test_serve_refuses_a_bad_limit_variable(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from regress.cli import main
+    from regress.server import create_app
+
+    monkeypatch.setenv("REGRESS_MAX_BUNDLE_BYTES", value)
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    assert main(["serve", "--port", str(free_port()), "--db", db]) == 2
+    assert "$REGRESS_MAX_BUNDLE_BYTES must be a positive number of bytes" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="REGRESS_MAX_BUNDLE_BYTES"):  # gunicorn's create_app()
+        create_app({"DATABASE_URL": db})

@@ -24,3 +24,30 @@ def test_token_revoke_by_id_or_runner(db_url: str, capsys: pytest.CaptureFixture
     assert main(["token", "revoke", "--id", str(alpha.id), "--db", db_url]) == 0
     assert {t.id for t in list_tokens(store) if t.revoked_at is not None} == {one.id, alpha.id}
     store.engine.dispose()
+
+
+def test_token_revoke_id_past_the_integer_range(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # The lookup raised OverflowError (SQLite) or DataError (PostgreSQL): a traceback, not a line.
+    assert main(["token", "revoke", "--id", str(2**64), "--db", db_url]) == 2
+    assert "no live token with id" in capsys.readouterr().err
+
+
+def test_token_stacks_must_name_a_pin_or_a_digest(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from regress.pins import load_pin
+    from regress.store import RunnerToken
+    from regress.store.repo import open_store
+    from regress.tokens import may_upload_onto
+
+    # A typo made a token that every upload answered 403.
+    assert main(["token", "create", "h200-01", "--stacks", "h200-cuda13", "--db", db_url]) == 2
+    err = capsys.readouterr().err
+    assert "'h200-cuda13' is neither a pinned stack" in err and "h200-cuda13.0" in err
+    digest = load_pin("h200-cuda13.0").digest
+    store = open_store(db_url)
+    try:
+        create_token(store, "h200-01", [digest.upper()])  # bundles carry the digest lower-case
+        with store.reader() as session:
+            [row] = session.query(RunnerToken).all()
+            assert row.stacks == [digest] and may_upload_onto(row, digest)
+    finally:
+        store.engine.dispose()
