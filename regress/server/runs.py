@@ -220,12 +220,18 @@ def _read_json() -> Any:
         raise ApiError(400, "body is not a bundle: JSON nested too deep") from exc
 
 
-def _store_bundle(
-    session: Session, bundle: dict[str, Any], token: RunnerToken, pin: StackPin | None
-) -> tuple[str, bool]:
+def _check_owner(session: Session, bundle: dict[str, Any], token: RunnerToken) -> None:
+    """403 where the run id is another runner's: asked before the shared rows are written (else a
+    refused upload left its build and stack rows behind), and again in the run's own transaction."""
     existing = queries.run_by_id(session, bundle["run"]["id"])
     if existing is not None and existing.runner != token.runner:
         raise ApiError(403, f"run {existing.id} belongs to another runner")
+
+
+def _store_bundle(
+    session: Session, bundle: dict[str, Any], token: RunnerToken, pin: StackPin | None
+) -> tuple[str, bool]:
+    _check_owner(session, bundle, token)
     row_by_row = bool(current_app.config.get("INGEST_ROW_BY_ROW"))
     run_id, created = import_bundle(
         session, bundle, pin=pin, runner=token.runner, row_by_row=row_by_row, validated=True
@@ -269,6 +275,8 @@ def upload() -> Any:
     _check_clock(bundle["run"])
     pin = pin_for_digest(digest)  # the stack's name is its pin's, never the uploader's
     store = store_ext.store
+    with store.reader() as session:
+        _check_owner(session, bundle, token)
     for attempt in range(WRITE_ATTEMPTS):
         try:
             if not current_app.config.get("INGEST_ROW_BY_ROW"):

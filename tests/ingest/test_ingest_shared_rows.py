@@ -118,3 +118,29 @@ def test_token_stacks_limit_where_a_runner_uploads(service: Service, db_url: str
     assert main(["token", "create", "h200-01", "--stacks", "h200-cuda13.0", "--db", db_url]) == 0
     allowed = capsys.readouterr().out.strip()
     assert post(service, undrifted(), allowed).status_code == 201
+
+
+def test_a_run_of_another_runner_is_403_before_any_shared_row_is_written(service: Service) -> None:
+    """The owner check comes before the shared rows' transaction: a token posting another runner's
+    run id with a build of its own is refused without leaving it behind (the build row used to be
+    committed first, then the 403 came)."""
+    from sqlalchemy import func, select
+
+    from regress.store import Build, Case, Stack
+
+    owned = next(b for b in real_bundles() if b.get("build"))
+    assert post(service, owned, service.token("h200-01")).status_code == 201
+
+    def counts() -> tuple[int, ...]:
+        with service.store.reader() as session:
+            return tuple(
+                int(session.scalar(select(func.count()).select_from(t)) or 0) for t in (Build, Case, Stack)
+            )
+
+    before = counts()
+    taken = copy.deepcopy(owned)
+    taken["run"]["runner"] = None
+    taken["build"]["artifact_hash"] = "f" * 64  # a build no one stored
+    resp = post(service, taken, service.token("intruder"))
+    assert resp.status_code == 403 and "belongs to another runner" in resp.json()["error"], resp.text
+    assert counts() == before
