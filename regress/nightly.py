@@ -198,8 +198,14 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
             opts.suites = runnable
         elif timed := [s for s in opts.suites if s not in runnable]:
             raise UserError(f"{backend} runs {' and '.join(runnable)} only, not {', '.join(timed)}")
-    if opts.upload and not os.environ.get("REGRESS_TOKEN"):
-        raise UserError("--upload needs the runner's token in $REGRESS_TOKEN (`regress token create RUNNER`)")
+    if opts.upload:  # before anything runs: a token or URL that cannot be sent is found now, not after
+        from .upload import ENV_TOKEN, check_token, check_url
+
+        try:
+            check_token(os.environ.get(ENV_TOKEN, ""))
+            check_url(opts.upload)
+        except ValueError as exc:
+            raise UserError(f"--upload: {exc}") from exc
     device = BACKENDS[backend].device
     gpus = parse_gpus(opts.gpus, device)
     # Workers start first: their interpreter, torch and device context come up while this process

@@ -4,6 +4,7 @@ Each leaves the bundle spooled or refuses with one line; none loses a bundle or 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,8 @@ from regress.bundle import write_bundle
 from regress.cli import main
 from regress.store import Run
 from regress.upload import spooled_files, upload_bundles
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _front(app: Any) -> Iterator[str]:
@@ -120,3 +123,30 @@ def test_bad_service_url_is_one_line(
     path = write_bundle(make_bundle(), tmp_path / "out")
     assert main(["upload", str(path), "--url", url]) == 2
     assert "service URL" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("token", "url", "says"),
+    [
+        ("rgr_\u201cquoted\u201d", "http://127.0.0.1:9", "non-ASCII"),
+        ("rgr_fine", "127.0.0.1:9", "must be http://HOST"),
+    ],
+)
+def test_nightly_upload_refuses_an_unsendable_token_or_url_before_it_runs(
+    tmp_path: Path, token: str, url: str, says: str
+) -> None:
+    """`regress nightly --upload` checks the token and the URL as `regress upload` does, before
+    anything runs: it used to run every suite, store the run and then end in a traceback."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "n.db"
+    env = {**os.environ, "REGRESS_TOKEN": token, "REGRESS_SPOOL_DIR": str(tmp_path / "spool")}
+    cmd = [sys.executable, "-m", "regress", "nightly", "--backend", "cpu", "--quick", "--upload", url]
+    cmd += ["--db", f"sqlite:///{db}", "--out", str(tmp_path / "out")]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [x for x in done.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "quoted" not in done.stderr  # the token is a secret: never printed
+    assert not db.exists() and not (tmp_path / "out").exists()
