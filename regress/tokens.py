@@ -32,10 +32,12 @@ class TokenInfo:
     created_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
+    stacks: tuple[str, ...] | None = None  # the only stacks it may upload onto; None: any
 
 
 def _info(row: RunnerToken) -> TokenInfo:
-    return TokenInfo(row.id, row.runner, row.created_at, row.revoked_at, row.last_used_at)
+    stacks = tuple(row.stacks) if row.stacks is not None else None
+    return TokenInfo(row.id, row.runner, row.created_at, row.revoked_at, row.last_used_at, stacks)
 
 
 def create_token(store: Store, runner: str, stacks: list[str] | None = None) -> tuple[TokenInfo, str]:

@@ -80,16 +80,18 @@ def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url:
 @token_group.command("list")
 @options.db
 def list_(db_url: str | None) -> None:
-    """List tokens: id, runner, created, last used, revoked. Never the token itself."""
+    """List tokens: id, runner, created, last used, revoked, the stacks it may upload onto (any:
+    no limit). Never the token itself."""
     from ..tokens import list_tokens
 
     rows = list_tokens(_store(db_url))
-    click.echo(f"{'id':>4}  {'runner':<24} {'created':<19}  {'last used':<19}  revoked")
+    click.echo(f"{'id':>4}  {'runner':<24} {'created':<19}  {'last used':<19}  {'revoked':<19}  stacks")
     for t in rows:
         click.echo(
             f"{t.id:>4}  {t.runner:<24} {t.created_at:%Y-%m-%d %H:%M:%S}  "
             f"{f'{t.last_used_at:%Y-%m-%d %H:%M:%S}' if t.last_used_at else '-':<19}  "
-            f"{f'{t.revoked_at:%Y-%m-%d %H:%M:%S}' if t.revoked_at else '-'}"
+            f"{f'{t.revoked_at:%Y-%m-%d %H:%M:%S}' if t.revoked_at else '-':<19}  "
+            f"{','.join(t.stacks) if t.stacks is not None else 'any'}"
         )
 
 

@@ -51,3 +51,17 @@ def test_token_stacks_must_name_a_pin_or_a_digest(db_url: str, capsys: pytest.Ca
             assert row.stacks == [digest] and may_upload_onto(row, digest)
     finally:
         store.engine.dispose()
+
+
+def test_token_list_shows_the_stacks_a_token_may_upload_onto(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An operator can see what a token is limited to (the list showed no stacks at all)."""
+    assert main(["token", "create", "h200-01", "--stacks", "h200-cuda13.0", "--db", db_url]) == 0
+    assert main(["token", "create", "anywhere", "--db", db_url]) == 0
+    capsys.readouterr()
+    assert main(["token", "list", "--db", db_url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-1] == "stacks"
+    rows = {line.split()[1]: line.split()[-1] for line in lines[1:]}
+    assert rows == {"h200-01": "h200-cuda13.0", "anywhere": "any"}
