@@ -55,10 +55,17 @@ POSITIVE = frozenset(
 
 def shape_arg(text: str) -> Shape:
     """Shape.parse for argparse: its reason in the usage error, not "invalid parse value"."""
+    from regress.emu.mi300x import MAX_SAMPLED_KEYS
+
     try:
-        return Shape.parse(text)
+        shape = Shape.parse(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if shape.sk > MAX_SAMPLED_KEYS:  # refused now, not after the other rows' predictions
+        raise argparse.ArgumentTypeError(
+            f"Sk={shape.sk:,}: the model samples at most {MAX_SAMPLED_KEYS:,} keys"
+        )
+    return shape
 
 
 def published(kernel: str, shape: Shape, mode: str) -> float | None:

@@ -97,6 +97,10 @@ def sample_qkv(
     return q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
 
 
+# Keys the rise-rate sample may hold (~6 GiB at 2**21): 16x the longest published row (131072).
+MAX_SAMPLED_KEYS = 2**21
+
+
 @functools.cache
 def rise_rate(tiles: int, group_rows: int = 16, block: int = 64) -> float:
     """Share of key tiles 2..`tiles` on which some row of a `group_rows`-row group sees a block max at
@@ -105,8 +109,13 @@ def rise_rate(tiles: int, group_rows: int = 16, block: int = 64) -> float:
     exp(N(0, 0.6)) x sqrt(D)). Sampled: one 384-row query block against `tiles` x `block` keys."""
     if tiles < 2:
         return 0.0
-    g = torch.Generator().manual_seed(42)
     rows, s = 384, tiles * block
+    if s > MAX_SAMPLED_KEYS:  # the sample is dense: 384 x s scores and s x 128 keys in fp32
+        raise ValueError(
+            f"the rise-rate sample holds every key: {s:,} keys would need about "
+            f"{(rows + 3 * HEAD_DIM) * s * 4 / 2**30:.0f} GiB; the model takes at most {MAX_SAMPLED_KEYS:,}"
+        )
+    g = torch.Generator().manual_seed(42)
     q = torch.randn((rows, HEAD_DIM), generator=g).to(torch.bfloat16).float()
     kd = torch.randn((s, HEAD_DIM), generator=g)
     kd = kd / kd.norm(dim=-1, keepdim=True)

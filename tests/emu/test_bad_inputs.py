@@ -165,6 +165,7 @@ def _model() -> ModuleType:
         (["--set", "mfma_16x16x16_bf16_passes=8"], "once, not per parameter set"),
         (["--shapes", "0,1,256,256"], "positive sizes"),
         (["--shapes", "1,3,256,256,2"], "not a multiple of Hkv"),
+        (["--shapes", "1,1,256,8388608"], "samples at most 2,097,152 keys"),  # ~24 GiB: it was OOM
     ],
 )
 def test_bad_model_options_are_usage_errors(
@@ -190,3 +191,10 @@ def test_a_bad_code_object_wheel_or_results_file_is_one_line(tmp_path: Path) -> 
             _model().main(argv)
         msg = str(e.value.code)
         assert msg.startswith("mi300x_model") and says in msg and "\n" not in msg, msg
+
+
+def test_the_rise_rate_sample_refuses_more_keys_than_it_may_hold() -> None:
+    from regress.emu.mi300x import MAX_SAMPLED_KEYS, rise_rate
+
+    with pytest.raises(ValueError, match="at most 2,097,152"):
+        rise_rate(MAX_SAMPLED_KEYS // 64 + 1)
