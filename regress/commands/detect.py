@@ -28,7 +28,7 @@ def _number(text: str, where: str) -> float:
 
 
 def read_series(
-    text: str, column: str | None, samples_column: str | None
+    text: str, column: str | None, samples_column: str | None, label_column: str | None = None
 ) -> tuple[str, list[float], list[list[float]] | None, list[dict[str, str]]]:
     """(value column, values, samples or None, rows) from CSV text with a header row.
 
@@ -38,8 +38,11 @@ def read_series(
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
         raise UserError("the CSV has no header row")
-    rows = list(reader)
     names = [n for n in reader.fieldnames if n]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # DictReader keeps the last of equal names: which one was meant is unknowable
+        raise UserError(f"the CSV header names {', '.join(map(repr, twice))} more than once")
+    rows = list(reader)
     if column is None:
         if "value" in names:
             column = "value"
@@ -54,8 +57,9 @@ def read_series(
             column = numeric[0]
     if column not in names:
         raise UserError(f"no column {column!r}; the CSV has {names}")
-    if samples_column is not None and samples_column not in names:
-        raise UserError(f"no column {samples_column!r}; the CSV has {names}")
+    for named in (samples_column, label_column):
+        if named is not None and named not in names:
+            raise UserError(f"no column {named!r}; the CSV has {names}")
     values = [_number(r.get(column) or "", f"row {i + 2}, column {column}") for i, r in enumerate(rows)]
     samples = None
     if samples_column is not None:
@@ -114,14 +118,23 @@ def detect_cmd(
     --lower-is-worse a drop is "slower"), the relative magnitude, the p-value and the means before
     and after. A one-row outlier that returns is not a change point.
     """
+    if alpha is not None and not 0.0 < alpha <= 1.0:  # `not` so that nan is refused too
+        raise UserError(f"--alpha must be in (0, 1], not {alpha}")
+    if min_change is not None and not 0.0 <= min_change < math.inf:
+        raise UserError(f"--min-change must be a finite number >= 0, not {min_change}")
     if csv_path == "-":
-        text = sys.stdin.read()
+        data = sys.stdin.buffer.read()
     else:
         path = Path(csv_path)
         if not path.is_file():
             raise UserError(f"no such file: {csv_path}")
-        text = path.read_text()
-    name, values, samples, rows = read_series(text, column, samples_column)
+        data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")  # -sig: a spreadsheet's byte-order mark is not in the header
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start]
+        raise UserError(f"the CSV is not UTF-8 text (byte {exc.start} is {bad:#04x})") from exc
+    name, values, samples, rows = read_series(text, column, samples_column, label_column)
     cfg = ChangePointConfig(higher_is_worse=not lower_is_worse)
     if alpha is not None:
         cfg = replace(cfg, alpha=alpha)

@@ -99,7 +99,8 @@ def _best_split(csum: np.ndarray, a: int, b: int, m: int, sigma: float) -> tuple
     n1, n2 = t - a, b - t
     left = (csum[t] - csum[a]) / n1
     right = (csum[b] - csum[t]) / n2
-    z = np.abs(left - right) / (sigma * np.sqrt(1.0 / n1 + 1.0 / n2))
+    with np.errstate(over="ignore"):  # a step far above a tiny sigma: z = inf, p = 0, as meant
+        z = np.abs(left - right) / (sigma * np.sqrt(1.0 / n1 + 1.0 / n2))
     i = int(np.argmax(z))
     return int(t[i]), float(z[i])
 
@@ -137,7 +138,9 @@ class _Series:
         cfg = self.cfg
         if p >= cfg.alpha or before == 0.0:
             return False
-        if abs(after - before) / abs(before) < cfg.min_relative_change:
+        rel = abs(after - before) / abs(before)
+        # A step from next to zero has no finite relative size, as one from zero (refused above).
+        if not math.isfinite(rel) or rel < cfg.min_relative_change:
             return False
         if self.samples is not None:
             w = cfg.sample_window
@@ -229,6 +232,11 @@ def detect_change_points(
         sample_arrays = [s[np.isfinite(s)] for s in sample_arrays]
         if cfg.sample_location == "iqm":
             x = interquartile_mean(sample_arrays, x)
+    # Scaled by a power of two to |x| < 1: exact, so nothing else changes, but the prefix sums of
+    # values near the float maximum no longer overflow into inf (a wrong index, an Infinity mean).
+    amax = float(np.max(np.abs(x)))
+    exp = math.frexp(amax)[1] if math.isfinite(amax) else 0
+    x = np.ldexp(x, -exp)
     series = _Series(x, sample_arrays, cfg)
 
     # Split step: binary segmentation, each segment tested with Bonferroni over its candidate splits.
@@ -270,8 +278,8 @@ def detect_change_points(
                 direction="slower" if slower else "faster",
                 magnitude=(after - before) / abs(before),
                 p_value=p,
-                before_mean=before,
-                after_mean=after,
+                before_mean=math.ldexp(before, exp),
+                after_mean=math.ldexp(after, exp),
             )
         )
     return out

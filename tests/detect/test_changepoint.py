@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from regress.detect import ChangePoint, ChangePointConfig, detect_change_points
 
@@ -136,3 +140,25 @@ def test_interquartile_mean_location_from_samples() -> None:
     cps = detect_change_points(values, samples=nights, config=cfg)
     assert [c.index for c in cps] == [60]
     assert cps[0].magnitude == pytest.approx(0.05, abs=0.005)
+
+
+def test_values_near_the_float_maximum_give_the_true_step() -> None:
+    # The prefix sums overflowed: the step was put a night early and its mean printed as inf.
+    found = detect_change_points([1.0, 1.0, 1.0, 1e308, 1e308, 1e308])
+    assert [(c.index, c.before_mean, c.after_mean) for c in found] == [(3, 1.0, 1e308)]
+    found = detect_change_points([-1e308] * 3 + [1e308] * 4)
+    assert [(c.index, c.before_mean, c.after_mean) for c in found] == [(3, -1e308, 1e308)]
+
+
+# Runs of equal values (steps), of any float: the extremes are where the sums overflowed.
+_LEVELS = st.lists(st.tuples(st.floats(), st.integers(1, 4)), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LEVELS)
+def test_any_series_gives_finite_change_points_at_its_rows(levels: list[tuple[float, int]]) -> None:
+    values = [v for v, n in levels for _ in range(n)]
+    for cp in detect_change_points(values):
+        assert 0 < cp.index < len(values) and math.isfinite(values[cp.index])
+        numbers = (cp.magnitude, cp.p_value, cp.before_mean, cp.after_mean)
+        assert all(math.isfinite(v) for v in numbers), cp
