@@ -18,7 +18,8 @@ def regressions() -> None:
 
 @regressions.command("list")
 @click.option("--state", type=click.Choice(REGRESSION_STATES), help="Only this state.")
-@click.option("--limit", default=200, show_default=True)
+# At least 1: SQLite read -1 as "no limit" and PostgreSQL refused it; at most a 64-bit integer.
+@click.option("--limit", type=click.IntRange(1, 2**63 - 1), default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @options.db
 def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -> None:

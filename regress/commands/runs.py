@@ -21,7 +21,8 @@ def runs() -> None:
 
 @runs.command("list")
 @options.db
-@click.option("--limit", default=30, show_default=True)
+# At least 1: SQLite read -1 as "no limit" and PostgreSQL refused it; at most a 64-bit integer.
+@click.option("--limit", type=click.IntRange(1, 2**63 - 1), default=30, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
     """Newest runs first (a run whose process died shows as incomplete)."""
