@@ -37,8 +37,8 @@ def serve(host: str, port: int, db_url: str | None, max_bundle_mb: float | None)
             limit = max_bundle_bytes()
         except ValueError as exc:
             raise UserError(str(exc)) from exc
-    elif math.isfinite(max_bundle_mb) and max_bundle_mb * 1024 * 1024 >= 1:
-        limit = int(max_bundle_mb * 1024 * 1024)
+    elif math.isfinite(max_bundle_mb) and (limit_bytes := max_bundle_mb * 1024 * 1024) >= 1:
+        limit = int(limit_bytes)
     else:  # nan and inf raised from int(); 0 or less served a 413 to every upload
         raise UserError(f"--max-bundle-mb must be a positive number, not {max_bundle_mb}")
     config: dict[str, object] = {"DATABASE_URL": db_url, "MAX_CONTENT_LENGTH": limit}

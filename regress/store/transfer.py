@@ -229,7 +229,7 @@ def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
             r["name"],
             r["status"],
             json.dumps(normalised(r["params"]), sort_keys=True),
-            json.dumps(normalised({k: stored_series(v) for k, v in r["samples"].items()}), sort_keys=True),
+            json.dumps({k: stored_series(v) for k, v in r["samples"].items()}, sort_keys=True),
             json.dumps(normalised(r["metrics"]), sort_keys=True),
         )
         for r in bundle["results"]
