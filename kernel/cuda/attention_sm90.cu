@@ -7,12 +7,16 @@
  *   warpgroup 0 (producer, 40 regs)      warpgroups 1, 2 (consumers, 232 regs, 64 query rows each)
  *   -------------------------------      ---------------------------------------------------------
  *   TMA Q tile  -> smem q[t%2] [q_full]   wait q_full (2 Q buffers: the next tile's Q loads early)
- *   for each key block n:                 for each key block n:
- *     TMA K_n -> smem k[n%2] [k_full]       wgmma  S = Q K_n^T            (smem x smem, async)
- *     TMA V_n -> smem v[n%2] [v_full]       wgmma  O += P_{n-1} V_{n-1}   (regs x smem, async)
- *     (waits k_empty / v_empty before        wait S -> release k[n%2]; online softmax (exp2, MUFU)
- *      reusing a stage)                      wait P.V -> release v; rescale O; P_n = bf16(S)
- *                                          (seqlen_k <= 256: the next tile's S = Q K_0^T issued here)
+ *   for each key block n:                 block 0: max, exp2 of its first half (S_0 is ready)
+ *     TMA K_n -> smem k[n%2] [k_full]     for each key block n (the split P.V, RA_CUDA_SPLIT_PV):
+ *     TMA V_n -> smem v[n%2] [v_full]       wgmma  O += P_n V_n, first half of the keys (async)
+ *     (waits k_empty / v_empty before        exp2 of the second half beside it (MUFU)
+ *      reusing a stage)                      wgmma  S = Q K_{n+1}^T; O += P_n V_n, second half
+ *                                            wait S -> release k; max, exp2 of its first half beside
+ *                                            the second half's product; wait P.V -> release v;
+ *                                            rescale O
+ *                                          (seqlen_k <= 256: the next tile's S = Q K_0^T issued
+ *                                           beside the last block's second half)
  *                                          O /= l, round (rtne|rtna|rtz; cvt.rn/rz.bf16x2) -> stmatrix
  *                                          into per-warp swizzled smem -> TMA stores (rows past
  *                                          seqlen_q clipped), running while the next tile computes
@@ -671,7 +675,7 @@ static_assert(kTailMaxSplits == 64 && kTailMinGainPerMille == 5, "ra_build_info 
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"long_rule\":" RA_XSTR(RA_CUDA_LONG_RULE) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"short_block_n\":" RA_XSTR(RA_CUDA_SHORT_BLOCK_N) ",\"short_q_stages\":" RA_XSTR(RA_CUDA_SHORT_Q_STAGES) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"long_rule\":" RA_XSTR(RA_CUDA_LONG_RULE) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"short_block_n\":" RA_XSTR(RA_CUDA_SHORT_BLOCK_N) ",\"short_q_stages\":" RA_XSTR(RA_CUDA_SHORT_Q_STAGES) ",\"exp_poly\":" RA_XSTR(RA_CUDA_EXP_POLY) ",\"ablate\":" RA_XSTR(RA_CUDA_ABLATE) ",\"split_pv\":" RA_XSTR(RA_CUDA_SPLIT_PV) ",\"rescale_skip\":" RA_XSTR(RA_CUDA_RESCALE_SKIP) ",\"tree_max\":" RA_XSTR(RA_CUDA_TREE_MAX) ",\"early_frags\":" RA_XSTR(RA_CUDA_EARLY_FRAGS) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

@@ -14,9 +14,12 @@
  * the TMA byte count; "empty" on one arrival from each of the 8 consumer warps.
  *
  * Consumer warpgroup w owns query rows 64w..64w+63 of the tile; per key block n it overlaps the
- * softmax of block n with the P.V product of block n-1 (FlashAttention-3's intra-warpgroup
- * pipelining): issue S_n = Q K_n^T, issue O += P_{n-1} V_{n-1}, wait S_n, softmax (MUFU while the
- * tensor cores run P.V), wait P.V, rescale O, P_n = bf16(S_n).
+ * softmax of block n with P.V products (FlashAttention-3's intra-warpgroup pipelining, with each
+ * block's P.V in two halves of its keys: RA_CUDA_SPLIT_PV below): issue O += P_n V_n over the first
+ * half, the second half's exponentials beside it, issue S_{n+1} = Q K_{n+1}^T and P_n V_n's second
+ * half, wait S_{n+1}, its max and first-half exponentials beside the second half's product, wait
+ * P.V, rescale O. (RA_CUDA_SPLIT_PV=0, v4-v14: issue S_n and P_{n-1} V_{n-1}, wait S_n, the whole
+ * softmax, wait P.V, rescale O, P_n = bf16(S_n).)
  */
 #pragma once
 #include "drill.cuh"
@@ -335,6 +338,19 @@ __device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[kBN
   }
 }
 
+/* k-steps [J0, J1) of O += P V (gemm_pv's, in the same order): the split P.V issues a block's
+ * product in two commit groups, the first while the second half's exponentials run. */
+template <int kBN, int J0, int J1>
+__device__ __forceinline__ void gemm_pv_range(float (&o)[64], const uint32_t (&pf)[kBN / 4], uint32_t v_addr,
+                                              int accumulate) {
+  const uint64_t dv = make_desc_sw128(v_addr, kBN * 128, 1024);
+#pragma unroll
+  for (int j = J0; j < J1; ++j) {
+    const uint32_t a[4] = {pf[4 * j + 0], pf[4 * j + 1], pf[4 * j + 2], pf[4 * j + 3]};
+    wgmma_m64n128k16_rs_tb(o, a, dv + j * (2048 >> 4), j > J0 || accumulate);
+  }
+}
+
 /* Scores (accumulator layout) -> bf16 A fragments of the P.V product: k-step j takes n8-tiles 2j
  * (a0: row r, a1: row r + 8) and 2j + 1 (a2, a3). */
 template <int kBN>
@@ -346,6 +362,37 @@ __device__ __forceinline__ void scores_to_frags(const float (&s)[kBN / 2], uint3
     pf[4 * j + 2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
     pf[4 * j + 3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
   }
+}
+
+/* scores_to_frags for k-steps [J0, J1) only. */
+template <int kBN, int J0, int J1>
+__device__ __forceinline__ void scores_to_frags_range(const float (&s)[kBN / 2], uint32_t (&pf)[kBN / 4]) {
+#pragma unroll
+  for (int j = J0; j < J1; ++j) {
+    pf[4 * j + 0] = pack_bf16x2(s[8 * j + 0], s[8 * j + 1]);
+    pf[4 * j + 1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
+    pf[4 * j + 2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
+    pf[4 * j + 3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
+  }
+}
+
+/* 1 (default): with the split P.V, the next block's first-half fragments are packed before the
+ * wait for the second half's product, so after it only the rescale stands before the next issue;
+ * 0: after it (the same bits). */
+#ifndef RA_CUDA_EARLY_FRAGS
+#define RA_CUDA_EARLY_FRAGS 1
+#endif
+/* 1: rescale_unless_one's test; 0 (default): O *= corr on every block. The vote and branch cost
+ * more than the 64 multiplies they skip: 0.7-2.0 % slower at 1024-16384 keys (device call 52). */
+#ifndef RA_CUDA_RESCALE_SKIP
+#define RA_CUDA_RESCALE_SKIP 0
+#endif
+/* O *= corr, but not where every row of the warp keeps its max (corr exactly 1: the product would
+ * be O itself, so the bits are the same either way), which after a row's first few key blocks is
+ * the usual case: the multiplies sit between one block's P.V and the next one's issue, where the
+ * tensor cores wait (RA_CUDA_RESCALE_SKIP). */
+__device__ __forceinline__ void rescale_unless_one(float (&o)[64], const float (&corr)[2]) {
+  if (!RA_CUDA_RESCALE_SKIP || !__all_sync(0xffffffffu, corr[0] == 1.f && corr[1] == 1.f)) rescale_rows<16>(o, corr);
 }
 
 /* Each warp releases a stage once its own wgmmas that read it have completed (wait_group is
@@ -369,6 +416,22 @@ __device__ __forceinline__ void warp_release(uint64_t* bar, int lane) {
 #endif
 constexpr int kNextQKMaxKeys = RA_CUDA_NEXT_QK_MAX_KEYS;
 
+/* The split P.V (docs/perf-notes.md v15): a block's P.V is issued in two halves of its k-steps, the
+ * first as soon as the first half of the block's exponentials is done, so the second half's run
+ * beside it on the MUFU while the tensor cores multiply, instead of all of them in front of the
+ * product: a tile's first block, whose softmax had no product beside it at all, now has half of
+ * one; every later block's first-half exponentials run beside the previous block's second-half
+ * product. The same arithmetic in the same order (the row sums' chains, the k-steps into O, the
+ * rescales), so the bits are the unsplit schedule's. The loop's back edge is where no wgmma is in
+ * flight (after the wait for the previous second half), which ptxas needs not to serialise them.
+ * 1 (default since device calls 51-53: 1.030 / 1.033 / 1.031x the speed of 0 over the 30 nightly
+ * families, rtne / rtna / rtz; the nightly from 1.050 / 1.047 / 1.049x cuDNN to 1.081 / 1.078 /
+ * 1.080x, 1.089 / 1.086 / 1.089x with RA_CUDA_EARLY_FRAGS), 0 = one P.V per block after the whole
+ * softmax (v4-v14). Not with ping-pong. */
+#ifndef RA_CUDA_SPLIT_PV
+#define RA_CUDA_SPLIT_PV 1
+#endif
+
 /* A warpgroup whose 64 query rows all lie past seqlen_q (decode: seqlen_q <= 64 leaves warpgroup 2
  * with no row) skips the tile's softmax, P.V products, epilogue and every Q K^T but the first
  * (issued before the tile's rows were known), and only releases the stages it would have read, so
@@ -389,6 +452,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
   const int row_in_tile = wg * 64 + warp * 16 + (lane >> 2);
   const int last_valid = p.seqlen_k - (p.num_n_blocks - 1) * kBN; /* keys in the last block, 1..kBN */
   const bool any_tail = last_valid < kBN;
+  constexpr bool kSplitPV = RA_CUDA_SPLIT_PV && !kPP;
   /* 64 rows of 128 B into each d-half of Q stage qs */
   auto q_addr_of = [&](int qs) { return smem_u32(&sm.q[qs][0][0]) + wg * 64 * 128; };
 
@@ -477,77 +541,175 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     OnlineSoftmax<kBN / 8> sfm;
     sfm.init();
     if (nb == 1) warp_release(&sm.q_empty[qs], lane);
-    if (nb == 1 && tail)
-      sfm.template step<true, true>(s, p.scale_log2, last_valid, qc, corr);
-    else
-      sfm.template step<true, false>(s, p.scale_log2, kBN, qc, corr);
-    scores_to_frags<kBN>(s, pf);
-
-    for (int n = 1; n < nb; ++n) {
-      const int kc = kv + n;
-      const int kp = kc - 1;
-      const int sc = kc % kStages;
-      const int sp = kp % kStages;
-      mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
-      mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
-      turn_begin<kPP>(wg);
-      wgmma_fence();
-      gemm_qk<kBN>(s, q_addr, smem_u32(&sm.k[sc][0][0]));
-      wgmma_commit();
-      gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
-      wgmma_commit();
-      turn_end<kPP>(wg);
-
-      wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
-      fence_regs(s);
-      warp_release(&sm.k_empty[sc], lane);
-      if (n == nb - 1) warp_release(&sm.q_empty[qs], lane);
-      if (n == nb - 1 && tail)
-        sfm.template step<false, true>(s, p.scale_log2, last_valid, qc, corr);
+    if constexpr (kSplitPV) {
+      /* block n's softmax is begin (max, corr), exps over [0, kH), then in the loop: O rescaled,
+       * P.V over the first k-steps issued, exps over [kH, kNT) beside it, S_{n+1} and the second
+       * k-steps issued, block n + 1's begin and first exps beside those, and the wait for them all */
+      constexpr int kNT = kBN / 8;  /* column tiles of 8 keys */
+      constexpr int kH = 2 * (kNT / 4); /* the first half's column tiles: whole k-steps (16 keys) */
+      constexpr bool kEarlyFrags = RA_CUDA_EARLY_FRAGS;
+      float ms[2], sum[2];
+      if (nb == 1 && tail)
+        sfm.template begin<true, true>(s, p.scale_log2, last_valid, qc, corr, ms, sum);
       else
-        sfm.template step<false, false>(s, p.scale_log2, kBN, qc, corr);
-
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(s);
-      warp_release(&sm.v_empty[sp], lane);
-      rescale_rows<16>(o, corr);
-      scores_to_frags<kBN>(s, pf);
-    }
-
-    /* the last block's P.V, then the next tile's S = Q K_0^T in the same turn (a discarded one after
-     * the last tile: see issue_qk0) */
-    {
-      const int kl = kv + nb - 1;
-      const int sl = kl % kStages;
-      /* kDyn: the next tile is known only from shared memory, and a wait on it between the wgmmas
-       * below made ptxas serialise them (C7520, call 31's build): resolved before they issue */
-      bool dyn_next = false;
-      if constexpr (kNQK && dyn) {
-        dyn_next = resolve_next(tq + 1);
-        if (dyn_next) wait_qk0(tq + 1, kv + nb);
-      }
-      mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
-      turn_begin<kPP>(wg);
-      wgmma_fence();
-      gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
-      wgmma_commit();
-      if constexpr (kNQK) {
-        /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
-        bool has_next = dyn_next;
-        if constexpr (!dyn) {
-          has_next = resolve_next(tq + 1);
-          if (has_next) wait_qk0(tq + 1, kv + nb);
+        sfm.template begin<true, false>(s, p.scale_log2, kBN, qc, corr, ms, sum);
+      sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+      scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+      /* blocks 0 .. nb - 2: each ends with no wgmma in flight */
+      for (int n = 0; n < nb - 1; ++n) {
+        const int kc = kv + n;
+        const int sc = kc % kStages;
+        const int kn = kc + 1;
+        const int sn = kn % kStages;
+        if (!kEarlyFrags && n > 0) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+        mbar_wait(&sm.v_full[sc], (kc / kStages) & 1);
+        wgmma_fence();
+        gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), n > 0);
+        wgmma_commit();
+        sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
+        sfm.end(n == 0, corr, sum);
+        scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
+        mbar_wait(&sm.k_full[sn], (kn / kStages) & 1);
+        wgmma_fence();
+        gemm_qk<kBN>(s, q_addr, smem_u32(&sm.k[sn][0][0]));
+        wgmma_commit();
+        gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), 1);
+        wgmma_commit();
+        wgmma_wait<1>(); /* S_{n+1} is ready (and P_n's first half done); its second half may run */
+        fence_regs(s);
+        warp_release(&sm.k_empty[sn], lane);
+        if (n + 1 == nb - 1) warp_release(&sm.q_empty[qs], lane);
+        /* the first-half exponentials inside each arm: after the arms, in the block of the wait
+         * below, ptxas scheduled them past the wait, out from beside the product */
+        /* kEarlyFrags: and their bf16 fragments, which no wgmma in flight reads (P_n's first half
+         * is done; its second half reads the other registers) */
+        if (n + 1 == nb - 1 && tail) {
+          sfm.template begin<false, true>(s, p.scale_log2, last_valid, qc, corr, ms, sum);
+          sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+          if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+        } else {
+          sfm.template begin<false, false>(s, p.scale_log2, kBN, qc, corr, ms, sum);
+          sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+          if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
         }
-        issue_qk0(has_next ? tq + 1 : tq, has_next ? kv + nb : kv);
-      }
-      turn_end<kPP>(wg);
-      if constexpr (kNQK)
-        wgmma_wait<1>(); /* P.V done; the next S may still run */
-      else
         wgmma_wait<0>();
-      fence_regs(o);
-      warp_release(&sm.v_empty[sl], lane);
+        fence_regs(o);
+        fence_regs(s);
+        warp_release(&sm.v_empty[sc], lane);
+        rescale_unless_one(o, corr);
+      }
+      /* the last block: its two halves, then the next tile's S = Q K_0^T in the same turn (a
+       * discarded one after the last tile: see issue_qk0) */
+      {
+        const int kl = kv + nb - 1;
+        const int sl = kl % kStages;
+        /* kDyn: the next tile is known only from shared memory, and a wait on it between the wgmmas
+         * below made ptxas serialise them (C7520, call 31's build): resolved before they issue */
+        bool dyn_next = false;
+        if constexpr (kNQK && dyn) {
+          dyn_next = resolve_next(tq + 1);
+          if (dyn_next) wait_qk0(tq + 1, kv + nb);
+        }
+        if (!kEarlyFrags && nb > 1) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+        mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+        wgmma_fence();
+        gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
+        wgmma_commit();
+        sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
+        sfm.end(nb == 1, corr, sum);
+        scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
+        wgmma_fence();
+        gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), 1);
+        wgmma_commit();
+        if constexpr (kNQK) {
+          /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
+          bool has_next = dyn_next;
+          if constexpr (!dyn) {
+            has_next = resolve_next(tq + 1);
+            if (has_next) wait_qk0(tq + 1, kv + nb);
+          }
+          issue_qk0(has_next ? tq + 1 : tq, has_next ? kv + nb : kv);
+        }
+        if constexpr (kNQK)
+          wgmma_wait<1>(); /* P.V done; the next S may still run */
+        else
+          wgmma_wait<0>();
+        fence_regs(o);
+        warp_release(&sm.v_empty[sl], lane);
+      }
+    } else {
+      if (nb == 1 && tail)
+        sfm.template step<true, true>(s, p.scale_log2, last_valid, qc, corr);
+      else
+        sfm.template step<true, false>(s, p.scale_log2, kBN, qc, corr);
+      scores_to_frags<kBN>(s, pf);
+
+      for (int n = 1; n < nb; ++n) {
+        const int kc = kv + n;
+        const int kp = kc - 1;
+        const int sc = kc % kStages;
+        const int sp = kp % kStages;
+        mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
+        mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
+        turn_begin<kPP>(wg);
+        wgmma_fence();
+        gemm_qk<kBN>(s, q_addr, smem_u32(&sm.k[sc][0][0]));
+        wgmma_commit();
+        gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
+        wgmma_commit();
+        turn_end<kPP>(wg);
+
+        wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
+        fence_regs(s);
+        warp_release(&sm.k_empty[sc], lane);
+        if (n == nb - 1) warp_release(&sm.q_empty[qs], lane);
+        if (n == nb - 1 && tail)
+          sfm.template step<false, true>(s, p.scale_log2, last_valid, qc, corr);
+        else
+          sfm.template step<false, false>(s, p.scale_log2, kBN, qc, corr);
+
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(s);
+        warp_release(&sm.v_empty[sp], lane);
+        rescale_unless_one(o, corr);
+        scores_to_frags<kBN>(s, pf);
+      }
+
+      /* the last block's P.V, then the next tile's S = Q K_0^T in the same turn (a discarded one after
+       * the last tile: see issue_qk0) */
+      {
+        const int kl = kv + nb - 1;
+        const int sl = kl % kStages;
+        /* kDyn: the next tile is known only from shared memory, and a wait on it between the wgmmas
+         * below made ptxas serialise them (C7520, call 31's build): resolved before they issue */
+        bool dyn_next = false;
+        if constexpr (kNQK && dyn) {
+          dyn_next = resolve_next(tq + 1);
+          if (dyn_next) wait_qk0(tq + 1, kv + nb);
+        }
+        mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+        turn_begin<kPP>(wg);
+        wgmma_fence();
+        gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
+        wgmma_commit();
+        if constexpr (kNQK) {
+          /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
+          bool has_next = dyn_next;
+          if constexpr (!dyn) {
+            has_next = resolve_next(tq + 1);
+            if (has_next) wait_qk0(tq + 1, kv + nb);
+          }
+          issue_qk0(has_next ? tq + 1 : tq, has_next ? kv + nb : kv);
+        }
+        turn_end<kPP>(wg);
+        if constexpr (kNQK)
+          wgmma_wait<1>(); /* P.V done; the next S may still run */
+        else
+          wgmma_wait<0>();
+        fence_regs(o);
+        warp_release(&sm.v_empty[sl], lane);
+      }
     }
     kv += nb;
 
@@ -577,7 +739,8 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
       store_rows<16, kRound, (kBN != kBlockN)>(o, sfm.l, out0, out1, qc, flip0); /* the long plan: cvt rounding */
     } else {
 #if RA_CUDA_EPILOGUE == 2
-      store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
+      if constexpr ((RA_CUDA_ABLATE & 2) == 0) /* measurement: no output store */
+        store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
 #elif RA_CUDA_EPILOGUE == 1
       store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane,
                               flip0);

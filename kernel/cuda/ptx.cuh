@@ -23,6 +23,30 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+/* 2^x on the FMA and ALU pipes instead of the MUFU (-DRA_CUDA_EXP_POLY=k: every k-th column tile of
+ * the softmax takes it, so the quarter-rate MUFU and the full-rate FMA pipe share the exponentials;
+ * FlashAttention-4's emulated exp2). x = n + f, n = round(x), f in [-0.5, 0.5]; 2^f by a degree-4
+ * polynomial with constant term exactly 1 (relative error 3.2e-6, under 1/80 of a bf16 ulp; 2^0 = 1
+ * and integer x give exact powers of two, as ex2.approx does, so uniform scores stay exact); 2^n by
+ * its exponent bits. The IEEE cases match ex2 above: NaN -> NaN (the clamps propagate it), -Inf and
+ * x < -126.5 -> +0 (n = -127 gives the bit pattern 0, and mul.ftz flushes), x >= 127.5 -> +Inf. */
+__device__ __forceinline__ float ex2_poly(float x) {
+  float xc;
+  asm("max.NaN.f32 %0, %1, 0fC2FE0000;" : "=f"(xc) : "f"(x)); /* -127 */
+  asm("min.NaN.f32 %0, %0, 0f43000000;" : "+f"(xc));          /* 128 */
+  const float t = xc + 12582912.f;                               /* 1.5 * 2^23: round to an integer */
+  const float f = xc - (t - 12582912.f);
+  float q = fmaf(0.009588480927050114f, f, 0.055919747799634933f);
+  q = fmaf(q, f, 0.24024052917957306f);
+  q = fmaf(q, f, 0.6931222677230835f);
+  q = fmaf(q, f, 1.0f);
+  /* t's low 9 bits hold n (two's complement): (n + 127) << 23 is 2^n, 0 at n = -127, Inf at 128 */
+  const float scale = __uint_as_float((__float_as_uint(t) << 23) + 0x3F800000u);
+  float y;
+  asm("mul.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(q), "f"(scale));
+  return y;
+}
+
 /* Two fp32 -> bf16x2 (round to nearest even; NaN stays NaN), lo in the low half. */
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t r;

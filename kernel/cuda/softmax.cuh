@@ -20,6 +20,24 @@
 #pragma once
 #include "ptx.cuh"
 
+/* Every k-th column tile's exponentials on the FMA pipe (ptx.cuh's ex2_poly), the rest on the MUFU;
+ * 0 = all on the MUFU (default). Measured slower for k = 8, 4, 2 (-1, -5, -13 %, device call 49):
+ * on this kernel the MUFU is not the limit, the issue slots and the FMA pipe are. */
+#ifndef RA_CUDA_EXP_POLY
+#define RA_CUDA_EXP_POLY 0
+#endif
+/* 1: the row max as a tree of fmaxf (5 dependent steps at 128 keys), 0 (default): as a chain (16);
+ * the same value either way. The tree measured up to 2.6 % slower (device call 52,
+ * docs/perf-notes.md v15): the chain is not the critical path. */
+#ifndef RA_CUDA_TREE_MAX
+#define RA_CUDA_TREE_MAX 0
+#endif
+/* Measurement builds only (wrong outputs; never a default): bit 1 = no exponential (p = x), bit 4 =
+ * no softmax at all (P = S, l = 1). Where a tile's time goes, by what is left out (METHOD.md). */
+#ifndef RA_CUDA_ABLATE
+#define RA_CUDA_ABLATE 0
+#endif
+
 namespace ra_cuda {
 
 template <int NT>
@@ -32,28 +50,23 @@ struct OnlineSoftmax {
     l[0] = l[1] = 0.f;
   }
 
-  /* Scores -> probabilities in place. kFirst: no earlier state (corr unused). kMask: columns
-   * >= valid_cols are keys past seqlen_k and become -Inf. corr[r] is the factor the caller must
-   * apply to its output accumulator rows before adding this block's P.V. */
+  /* Scores -> probabilities in place: begin(), exps() over every column tile, end(). kFirst: no
+   * earlier state (corr unused). kMask: columns >= valid_cols are keys past seqlen_k and become -Inf.
+   * corr[r] is the factor the caller must apply to its output accumulator rows before adding this
+   * block's P.V. */
   template <bool kFirst, bool kMask>
   __device__ __forceinline__ void step(float (&s)[NT * 4], float scale_log2, int valid_cols, int qc,
                                        float (&corr)[2]) {
     const float kNegInf = -__int_as_float(0x7f800000);
-    if (kMask) {
-#pragma unroll
-      for (int i = 0; i < NT; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-          if (8 * i + qc + j >= valid_cols) {
-            s[4 * i + j] = kNegInf;
-            s[4 * i + 2 + j] = kNegInf;
-          }
+    if constexpr ((RA_CUDA_ABLATE & 4) != 0) {
+      l[0] = l[1] = 1.f;
+      corr[0] = corr[1] = 1.f;
+      return;
     }
+    if (kMask) mask(s, valid_cols, qc);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = kFirst ? kNegInf : m[r];
-#pragma unroll
-      for (int i = 0; i < NT; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+      float mx = row_max<kFirst>(s, r);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_use = (mx == kNegInf) ? 0.f : mx;
@@ -65,12 +78,121 @@ struct OnlineSoftmax {
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const float p = ex2(fmaf(s[4 * i + 2 * r + j], scale_log2, -ms));
+          const float p = exp2_of(fmaf(s[4 * i + 2 * r + j], scale_log2, -ms), i);
           s[4 * i + 2 * r + j] = p;
           sum += p;
         }
       l[r] = kFirst ? sum : fmaf(l[r], corr[r], sum);
     }
+  }
+
+  /* Columns >= valid_cols (keys past seqlen_k) become -Inf. */
+  __device__ __forceinline__ void mask(float (&s)[NT * 4], int valid_cols, int qc) {
+    const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if (8 * i + qc + j >= valid_cols) {
+          s[4 * i + j] = kNegInf;
+          s[4 * i + 2 + j] = kNegInf;
+        }
+  }
+
+  /* This thread's max of row r over the block (and, unless kFirst, the running max); -Inf over
+   * NaNs alone. */
+  template <bool kFirst>
+  __device__ __forceinline__ float row_max(const float (&s)[NT * 4], int r) const {
+    const float kNegInf = -__int_as_float(0x7f800000);
+    if constexpr (RA_CUDA_TREE_MAX) {
+      /* a tree: 5 dependent steps instead of 16 (the same value: the max of the non-NaN scores,
+       * which no order changes; a NaN is dropped by the last fmaxf, as by the chain's first) */
+      float v[NT];
+#pragma unroll
+      for (int i = 0; i < NT; ++i) v[i] = fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
+#pragma unroll
+      for (int w = 1; w < NT; w *= 2)
+#pragma unroll
+        for (int i = 0; i + w < NT; i += 2 * w) v[i] = fmaxf(v[i], v[i + w]);
+      return fmaxf(kFirst ? kNegInf : m[r], v[0]);
+    } else {
+      float mx = kFirst ? kNegInf : m[r];
+#pragma unroll
+      for (int i = 0; i < NT; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+      return mx;
+    }
+  }
+
+  /* 2^x of column tile i: the MUFU, or the FMA pipe's polynomial (RA_CUDA_EXP_POLY), or, in the
+   * ablation, nothing */
+  __device__ __forceinline__ static float exp2_of(float x, int i) {
+    return (RA_CUDA_ABLATE & 1)                                                  ? x
+           : (RA_CUDA_EXP_POLY > 0 && i % RA_CUDA_EXP_POLY == RA_CUDA_EXP_POLY - 1) ? ex2_poly(x)
+                                                                                 : ex2(x);
+  }
+
+  /* The block's new row maxima (m), the caller's corr, and ms = the max the exponentials subtract
+   * (scaled); sum starts at 0. The caller then takes exps() over the column tiles in order, in as
+   * many calls as it likes (each row's sum is one chain in column order either way, so the bits do
+   * not depend on the calls), and end(). */
+  template <bool kFirst, bool kMask>
+  __device__ __forceinline__ void begin(float (&s)[NT * 4], float scale_log2, int valid_cols, int qc,
+                                        float (&corr)[2], float (&ms)[2], float (&sum)[2]) {
+    const float kNegInf = -__int_as_float(0x7f800000);
+    if constexpr ((RA_CUDA_ABLATE & 4) != 0) {
+      corr[0] = corr[1] = 1.f;
+      ms[0] = ms[1] = 0.f;
+      return;
+    }
+    if (kMask) mask(s, valid_cols, qc);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max<kFirst>(s, r);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_use = (mx == kNegInf) ? 0.f : mx;
+      ms[r] = m_use * scale_log2;
+      if (!kFirst) corr[r] = ex2((m[r] - m_use) * scale_log2);
+      m[r] = mx;
+      sum[r] = 0.f;
+    }
+  }
+
+  /* p = 2^(s * scale - ms) on column tiles [I0, I1), added to each row's sum in column order. */
+  template <int I0, int I1>
+  __device__ __forceinline__ void exps(float (&s)[NT * 4], float scale_log2, const float (&ms)[2],
+                                       float (&sum)[2]) {
+    if constexpr ((RA_CUDA_ABLATE & 4) != 0) return;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int i = I0; i < I1; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float p = exp2_of(fmaf(s[4 * i + 2 * r + j], scale_log2, -ms[r]), i);
+          s[4 * i + 2 * r + j] = p;
+          sum[r] += p;
+        }
+  }
+
+  /* end() with kFirst known at run time only (the split P.V's loop): the same bits */
+  __device__ __forceinline__ void end(bool first, const float (&corr)[2], const float (&sum)[2]) {
+    if constexpr ((RA_CUDA_ABLATE & 4) != 0) {
+      l[0] = l[1] = 1.f;
+      return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = first ? sum[r] : fmaf(l[r], corr[r], sum[r]);
+  }
+
+  template <bool kFirst>
+  __device__ __forceinline__ void end(const float (&corr)[2], const float (&sum)[2]) {
+    if constexpr ((RA_CUDA_ABLATE & 4) != 0) {
+      l[0] = l[1] = 1.f;
+      return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = kFirst ? sum[r] : fmaf(l[r], corr[r], sum[r]);
   }
 };
 
