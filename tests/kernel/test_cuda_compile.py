@@ -336,3 +336,44 @@ def _sass(lib: Path, cuobjdump: str, nvdisasm: str) -> dict[str, str]:
         elif cur is not None:
             cur.append(re.sub(r"/\*[0-9a-f]{4,}\*/", "", line).strip())
     return {name: "\n".join(lines) for name, lines in funcs.items()}
+
+
+def _overlap_segments(body: str) -> list[tuple[int, int]]:
+    """(exponentials between a wait that leaves one wgmma group in flight and the next wait for all,
+    exponentials after that wait before the next wgmma issue), per such wait in the key loop."""
+    ins = body.splitlines()
+    out = []
+    for i, line in enumerate(ins):
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" not in line:
+            continue
+        j = next((k for k in range(i + 1, len(ins)) if "WARPGROUP.DEPBAR" in ins[k]), None)
+        if j is None or "0x0" not in ins[j]:
+            continue
+        k = next((k for k in range(j + 1, len(ins)) if "WARPGROUP.ARRIVE" in ins[k]), len(ins))
+        out.append((sum("MUFU.EX2" in x for x in ins[i:j]), sum("MUFU.EX2" in x for x in ins[j:k])))
+    return out
+
+
+def test_softmax_runs_beside_the_products(built):
+    """The overlap the key loop exists for is the compiler's to keep: between the wait for S (one
+    product still in flight) and the wait for that product, the block's exponentials; after the
+    wait, none before the next issue. ptxas once scheduled the split P.V's first-half exponentials
+    past the wait (docs/perf-notes.md v15): such a build gives the same bits, so no numerical check
+    can tell that the overlap is gone. A toolchain that does it again fails here."""
+    cuobjdump = find_tool("cuobjdump")
+    nvdisasm = find_tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    funcs = _sass(built[0], cuobjdump, nvdisasm)
+    checked = 0
+    for name, body in funcs.items():
+        if "attn_fwd_sm90" not in name:
+            continue
+        segs = _overlap_segments(body)
+        loop = [s for s in segs if s[0] > 0]
+        assert loop, f"{name}: no exponentials beside an in-flight product: {segs}"
+        for inside, after in loop:
+            # at least one row pair's first half of column tiles (16 at the 80-key block)
+            assert inside >= 16 and after == 0, f"{name}: {inside} exponentials beside, {after} after"
+        checked += 1
+    assert checked == SM90, checked
