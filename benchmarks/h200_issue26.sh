@@ -36,6 +36,13 @@
 # Calls 40-42 (docs/perf-notes.md v14): STEPS=bench H200_LIBS="new=;ns=-DRA_CUDA_SHORT_BLOCK_N=0;pp=-DRA_CUDA_PINGPONG=-1",
 #   then the stream schedule's A/B (its code: results/h200-issue26-call22/stream.diff, not landed) and
 #   STEPS=profile with NCU_SECTIONS; each call.log has the full line.
+# Calls 49-54 (docs/perf-notes.md v15): the ablations and ncu stall sampling (BENCH_SKIP=check,overhead
+#   H200_CHECKS=0 H200_TIME_MODES=rtne NCU_SOURCE=1 H200_NCU_LIBS=1), the split P.V's A/B with the full
+#   check, then STEPS="nightly bench" / "bench nightly" with BENCH_SKIP=check (the `bits` part: the timed
+#   builds' bit equality alone); each call.log has the full line.
+# BENCH_SKIP="check,overhead" leaves parts of h200_split.py out; H200_CHECKS=0 also skips the check builds.
+# NCU_SOURCE=1 writes every collected metric (ncu-raw.csv) and the stall samples per SASS line
+#   (ncu-source.csv.gz; collect them with NCU_SECTIONS="... WarpStateStats SourceCounters").
 # STEPS may name `gputests` (pytest -m gpu on the fallback and quick-suite tests: the mma.sync
 #   fallback's batch chunking, written after the last device call of 2026-12-02, waits for it).
 # STEPS may name `ceiling` (benchmarks/h200_ceiling.py measure, about 20 s; docs/perf-notes.md v9).
@@ -83,7 +90,8 @@ bench() {  # (2) the timed builds beside the default
   if [ "$B" -gt 60 ]; then
     mkdir -p /tmp/bench
     H200_SHAPES=${H200_SHAPES:-targets,edges} H200_OVERHEAD=${H200_OVERHEAD:-"1,32,1,8192;8,32,1,4096"} \
-      timeout "$B" python3 benchmarks/h200_split.py all --out /tmp/bench >"$OUT/bench.log" 2>&1
+      timeout "$B" python3 benchmarks/h200_split.py all --out /tmp/bench ${BENCH_SKIP:+--skip "$BENCH_SKIP"} \
+        >"$OUT/bench.log" 2>&1
     echo "bench exit $? (limit $B s)"
     cp /tmp/bench/results.json "$OUT/bench-results.json" 2>/dev/null
   else
@@ -101,6 +109,11 @@ profile() {  # (3) ncu on the weakest shapes: the first three timed builds and c
         echo --section "$x"; done) -f -o /tmp/prof python3 benchmarks/h200_split.py ncu-target >/tmp/ncu.log 2>&1
     echo "ncu exit $? (limit $N s)"
     "$NCU" -i /tmp/prof.ncu-rep --page details >"$OUT/ncu.txt" 2>&1
+    if [ "${NCU_SOURCE:-0}" = 1 ]; then  # every metric collected, and the stall samples per SASS line
+      "$NCU" -i /tmp/prof.ncu-rep --page raw --csv >"$OUT/ncu-raw.csv" 2>&1
+      "$NCU" -i /tmp/prof.ncu-rep --page source --csv --print-source sass >"$OUT/ncu-source.csv" 2>&1
+      gzip -f "$OUT/ncu-source.csv"
+    fi
     grep -E "^  [a-z_A-Z].*\(|^ +(Duration|DRAM Throughput|L2 Hit Rate)" "$OUT/ncu.txt" | sed -E 's/ +/ /g' | cut -c1-110
   else
     echo "ncu skipped: $(left) s left"

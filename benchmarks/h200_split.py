@@ -74,6 +74,8 @@ CHECK_ONLY: dict[str, tuple[str, ...]] = {
     "cvt0s4": ("-DRA_CUDA_CVT_ROUND=0", "-DRA_CUDA_SPLIT=4"),
     "mk1s4": ("-DRA_CUDA_MERGE_KERNEL=1", "-DRA_CUDA_SPLIT=4"),  # decode merged by the 2nd launch: same bits
 }
+if os.environ.get("H200_CHECKS") == "0":  # a timing-only call (--skip check): no check builds either
+    CHECK_ONLY = {}
 if os.environ.get("H200_LIBS"):  # "new=;promo0=-DRA_CUDA_L2_PROMO=0" replaces the timed set
     LIBS = {
         name: tuple(f for f in flags.split() if f)
@@ -89,6 +91,8 @@ if os.environ.get("H200_LIBS"):  # "new=;promo0=-DRA_CUDA_L2_PROMO=0" replaces t
             f"({_theirs}): rename it"
         )
 MODES = ROUNDING_MODES
+# H200_TIME_MODES="rtne": the sweep times only these modes of each build (the checks keep all three)
+TIME_MODES = tuple(os.environ["H200_TIME_MODES"].split(",")) if os.environ.get("H200_TIME_MODES") else MODES
 LAYOUTS = h200_op.LAYOUTS
 # The issue's shapes behind cuDNN (decode, short queries) and the two square families.
 TARGETS = [
@@ -143,14 +147,33 @@ def long_differs(a: str, b: str, s: Shape) -> bool:
     return path(a, s).long_n != path(b, s).long_n
 
 
+# Flags that change the arithmetic itself (which exponentials take the polynomial, ablations that
+# leave work out): no bits are owed between builds whose values differ.
+NUMERICS_FLAGS = ("RA_CUDA_EXP_POLY", "RA_CUDA_ABLATE")
+
+
+def numerics_of(name: str) -> dict[str, str]:
+    flags = {**LIBS, **CHECK_ONLY}[name]
+    return {
+        macro: value
+        for macro, _, value in (f[2:].partition("=") for f in flags if f.startswith("-D"))
+        if macro in NUMERICS_FLAGS
+    }
+
+
 def other_kernel(a: str, b: str, s: Shape) -> bool:
     """Builds `a` and `b` run `s` on different key-block boundaries throughout (another uniform
-    split, the mma.sync fallback's 64 x 64 tiles, or long_differs): another online-softmax order
-    everywhere, so no bits are owed; the fp64 reference decides instead. Builds whose long settings
-    differ but that both take (or both leave) the long kernel on `s` run the same code there: every
-    bit is owed."""
+    split, the mma.sync fallback's 64 x 64 tiles, or long_differs), or with other arithmetic
+    (NUMERICS_FLAGS): another online-softmax order or other rounding everywhere, so no bits are
+    owed; the fp64 reference decides instead. Builds whose long settings differ but that both take
+    (or both leave) the long kernel on `s` run the same code there: every bit is owed."""
     pa, pb = path(a, s), path(b, s)
-    return pa.splits != pb.splits or pa.mma_sync != pb.mma_sync or long_differs(a, b, s)
+    return (
+        pa.splits != pb.splits
+        or pa.mma_sync != pb.mma_sync
+        or long_differs(a, b, s)
+        or numerics_of(a) != numerics_of(b)
+    )
 
 
 # Shapes that take the long-key kernel where it is built: under the default rule (RA_CUDA_LONG_RULE=1)
@@ -418,6 +441,27 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
                     out["bits"][f"s4={other}:{s.dims()}:{kind}:{layout}:{mode}"] = d
                     if d:
                         fails.append(f"s4 != {other} at {s.dims()} {kind} {layout} {mode}: {d} elements")
+    check_same_function(libs, out, contract)
+    check_tail(libs, out)
+    check_drills(libs, fails)
+    check_determinism(libs, out)
+    out["graph"] = check_graph(libs, fails)
+    say(
+        f"checks: {len(out['ulp'])} ULP, {len(out['bits'])} bit-equality "
+        f"({len(out.get('bits_exempt', {}))} exempt: other kernels, checked against fp64), "
+        f"{len(out['determinism'])} determinism, "
+        f"{len(fails)} failed; max scaled ULP "
+        + ", ".join(f"{m} {max(v for k, v in out['ulp'].items() if k.endswith(m)):.2f}" for m in MODES)
+    )
+    for f in fails[:20]:
+        say(f"  FAIL {f}")
+    return out
+
+
+def check_same_function(libs: dict[str, KernelLibrary], out: dict[str, Any], contract: Any) -> None:
+    """The timed builds against the default, each shape into a poisoned buffer (part of check(); alone
+    as the `bits` part of a short call, for schedule changes that owe the default's bits)."""
+    fails: list[str] = out["failures"]
     # Every timed build computes the same function as the default, bit for bit (the merge in the
     # kernel or by the second launch, an L2 prefetch): decode splits, short and odd shapes; where it
     # runs other kernels than the default (other_kernel: the long-key kernel in one of them), against
@@ -481,20 +525,6 @@ def check(libs: dict[str, KernelLibrary]) -> dict[str, Any]:
                             f"new != {other} at {s.dims()} {kind} {layout} {mode}: {d} elements"
                             + (f" ({zs} of them only in the sign of a zero)" if zs else "")
                         )
-    check_tail(libs, out)
-    check_drills(libs, fails)
-    check_determinism(libs, out)
-    out["graph"] = check_graph(libs, fails)
-    say(
-        f"checks: {len(out['ulp'])} ULP, {len(out['bits'])} bit-equality "
-        f"({len(out.get('bits_exempt', {}))} exempt: other kernels, checked against fp64), "
-        f"{len(out['determinism'])} determinism, "
-        f"{len(fails)} failed; max scaled ULP "
-        + ", ".join(f"{m} {max(v for k, v in out['ulp'].items() if k.endswith(m)):.2f}" for m in MODES)
-    )
-    for f in fails[:20]:
-        say(f"  FAIL {f}")
-    return out
 
 
 def check_tail(libs: dict[str, KernelLibrary], out: dict[str, Any]) -> None:
@@ -637,7 +667,7 @@ def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
                     continue
                 if forced_split(lname) and (s in SQUARES or s in REGULAR or layout == "bshd"):
                     continue  # the forced splits are timed where the rule decides, BHSD only
-                for mode in MODES if not forced_split(lname) else ("rtne",):
+                for mode in TIME_MODES if not forced_split(lname) else ("rtne",):
                     fns[f"{lname}:{mode}"] = lambda t, lib=lib, mode=mode, layout=layout: lib.forward(
                         *t, layout=layout, rounding=mode
                     )
@@ -658,7 +688,8 @@ def sweep(libs: dict[str, KernelLibrary]) -> list[dict[str, Any]]:
 
 def ncu_target() -> None:
     """H200_NCU_SHAPES="1,32,1,8192;256,32,128,128" replaces the two decode shapes."""
-    libs = {n: load_library(build_kernel("cuda", extra_flags=f).path) for n, f in list(LIBS.items())[:3]}
+    count = int(os.environ.get("H200_NCU_LIBS", "3"))  # the first N timed builds
+    libs = {n: load_library(build_kernel("cuda", extra_flags=f).path) for n, f in list(LIBS.items())[:count]}
     cudnn = {b.name: b for b in available_baselines("cuda")}.get("sdpa_cudnn")
     shapes = [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
     if os.environ.get("H200_NCU_SHAPES"):
@@ -766,13 +797,21 @@ def main() -> int:
     libs = build_libs()
     h200_op.LIBS = {n: f for n, f in LIBS.items() if n != "s16"}  # overhead() times these
     h200_op.OVERHEAD = OVERHEAD
+
+    def bits_only() -> dict[str, Any]:
+        out: dict[str, Any] = {"ulp": {}, "bits": {}, "failures": []}
+        check_same_function(libs, out, load_contract())
+        say(f"bits: {len(out['bits'])} bit-equality, {len(out['failures'])} failed {out['failures'][:5]}")
+        return out
+
     for part, fn in (
         ("check", lambda: check(libs)),
+        ("bits", bits_only),
         ("sweep", lambda: sweep(libs)),
         ("overhead", lambda: h200_op.overhead(libs)),
     ):
-        if part in a.skip.split(","):
-            continue
+        if part in a.skip.split(",") or (part == "bits" and "check" not in a.skip.split(",")):
+            continue  # the full check holds the bit comparison
         t0 = time.perf_counter()
         try:
             res[part] = fn()
