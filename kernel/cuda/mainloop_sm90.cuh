@@ -490,6 +490,16 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     }
     return next < p.num_tiles;
   };
+  /* Beside the last block's P.V: the next tile's S = Q K_0^T (a discarded one after the last tile:
+   * see issue_qk0), once its Q and K_0 are there (usually already); kDyn resolved the tile before. */
+  auto issue_next_qk0 = [&](bool dyn_next, int tq_now, int kv_now, int nb_now) {
+    bool has_next = dyn_next;
+    if constexpr (!dyn) {
+      has_next = resolve_next(tq_now + 1);
+      if (has_next) wait_qk0(tq_now + 1, kv_now + nb_now);
+    }
+    issue_qk0(has_next ? tq_now + 1 : tq_now, has_next ? kv_now + nb_now : kv_now);
+  };
   if (wg == 1) turn_end<kPP>(wg); /* warpgroup 0 goes first */
   if ((int)blockIdx.x < p.num_tiles) {
     wait_qk0(0, 0);
@@ -621,15 +631,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
         wgmma_fence();
         gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), 1);
         wgmma_commit();
-        if constexpr (kNQK) {
-          /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
-          bool has_next = dyn_next;
-          if constexpr (!dyn) {
-            has_next = resolve_next(tq + 1);
-            if (has_next) wait_qk0(tq + 1, kv + nb);
-          }
-          issue_qk0(has_next ? tq + 1 : tq, has_next ? kv + nb : kv);
-        }
+        if constexpr (kNQK) issue_next_qk0(dyn_next, tq, kv, nb); /* P.V runs meanwhile */
         if constexpr (kNQK)
           wgmma_wait<1>(); /* P.V done; the next S may still run */
         else
@@ -693,15 +695,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
         wgmma_fence();
         gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
         wgmma_commit();
-        if constexpr (kNQK) {
-          /* P.V runs while we wait for the next tile's Q and K_0 (usually already there) */
-          bool has_next = dyn_next;
-          if constexpr (!dyn) {
-            has_next = resolve_next(tq + 1);
-            if (has_next) wait_qk0(tq + 1, kv + nb);
-          }
-          issue_qk0(has_next ? tq + 1 : tq, has_next ? kv + nb : kv);
-        }
+        if constexpr (kNQK) issue_next_qk0(dyn_next, tq, kv, nb); /* P.V runs meanwhile */
         turn_end<kPP>(wg);
         if constexpr (kNQK)
           wgmma_wait<1>(); /* P.V done; the next S may still run */

@@ -53,7 +53,9 @@ struct OnlineSoftmax {
   /* Scores -> probabilities in place: begin(), exps() over every column tile, end(). kFirst: no
    * earlier state (corr unused). kMask: columns >= valid_cols are keys past seqlen_k and become -Inf.
    * corr[r] is the factor the caller must apply to its output accumulator rows before adding this
-   * block's P.V. */
+   * block's P.V. Written out, not composed of begin(): composed (or with a shared per-row helper),
+   * ptxas schedules both kernels differently (1,160 and 6,288 SASS lines), and neither was timed;
+   * as written, each is the SASS the device measured (v14's and v15's). */
   template <bool kFirst, bool kMask>
   __device__ __forceinline__ void step(float (&s)[NT * 4], float scale_log2, int valid_cols, int qc,
                                        float (&corr)[2]) {
