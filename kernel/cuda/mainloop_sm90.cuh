@@ -322,23 +322,7 @@ __device__ __forceinline__ void gemm_qk(float (&s)[kBN / 2], uint32_t q_addr, ui
   }
 }
 
-/* O(64 x 128) += P(64 x kBN keys, registers) V(kBN keys x 128 d): kBN / 16 k-steps of 16 keys. V
- * is MN-major: LBO = a d-half (kBN x 128 B: 16 KB at 128 keys) to the second d-half (next 64
- * columns of N), SBO = 1024 to the next 8 keys; a k-step of 16 keys is 2048 bytes. accumulate = 0
- * on a tile's first block: O = P V, so O is never zeroed by ordinary instructions (which, while the
- * next tile's S = Q K^T is in flight, would make ptxas serialise the wgmmas: C7515). */
-template <int kBN>
-__device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[kBN / 4], uint32_t v_addr,
-                                        int accumulate) {
-  const uint64_t dv = make_desc_sw128(v_addr, kBN * 128, 1024);
-#pragma unroll
-  for (int j = 0; j < kBN / 16; ++j) {
-    const uint32_t a[4] = {pf[4 * j + 0], pf[4 * j + 1], pf[4 * j + 2], pf[4 * j + 3]};
-    wgmma_m64n128k16_rs_tb(o, a, dv + j * (2048 >> 4), j > 0 || accumulate);
-  }
-}
-
-/* k-steps [J0, J1) of O += P V (gemm_pv's, in the same order): the split P.V issues a block's
+/* k-steps [J0, J1) of O += P V (gemm_pv below is all of them): the split P.V issues a block's
  * product in two commit groups, the first while the second half's exponentials run. */
 template <int kBN, int J0, int J1>
 __device__ __forceinline__ void gemm_pv_range(float (&o)[64], const uint32_t (&pf)[kBN / 4], uint32_t v_addr,
@@ -351,20 +335,20 @@ __device__ __forceinline__ void gemm_pv_range(float (&o)[64], const uint32_t (&p
   }
 }
 
-/* Scores (accumulator layout) -> bf16 A fragments of the P.V product: k-step j takes n8-tiles 2j
- * (a0: row r, a1: row r + 8) and 2j + 1 (a2, a3). */
+/* O(64 x 128) += P(64 x kBN keys, registers) V(kBN keys x 128 d): kBN / 16 k-steps of 16 keys. V
+ * is MN-major: LBO = a d-half (kBN x 128 B: 16 KB at 128 keys) to the second d-half (next 64
+ * columns of N), SBO = 1024 to the next 8 keys; a k-step of 16 keys is 2048 bytes. accumulate = 0
+ * on a tile's first block: O = P V, so O is never zeroed by ordinary instructions (which, while the
+ * next tile's S = Q K^T is in flight, would make ptxas serialise the wgmmas: C7515). */
 template <int kBN>
-__device__ __forceinline__ void scores_to_frags(const float (&s)[kBN / 2], uint32_t (&pf)[kBN / 4]) {
-#pragma unroll
-  for (int j = 0; j < kBN / 16; ++j) {
-    pf[4 * j + 0] = pack_bf16x2(s[8 * j + 0], s[8 * j + 1]);
-    pf[4 * j + 1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
-    pf[4 * j + 2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
-    pf[4 * j + 3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
-  }
+__device__ __forceinline__ void gemm_pv(float (&o)[64], const uint32_t (&pf)[kBN / 4], uint32_t v_addr,
+                                        int accumulate) {
+  gemm_pv_range<kBN, 0, kBN / 16>(o, pf, v_addr, accumulate);
 }
 
-/* scores_to_frags for k-steps [J0, J1) only. */
+/* Scores (accumulator layout) -> bf16 A fragments of the P.V product: k-step j takes n8-tiles 2j
+ * (a0: row r, a1: row r + 8) and 2j + 1 (a2, a3). Here k-steps [J0, J1) only;
+ * scores_to_frags below takes them all. */
 template <int kBN, int J0, int J1>
 __device__ __forceinline__ void scores_to_frags_range(const float (&s)[kBN / 2], uint32_t (&pf)[kBN / 4]) {
 #pragma unroll
@@ -376,12 +360,11 @@ __device__ __forceinline__ void scores_to_frags_range(const float (&s)[kBN / 2],
   }
 }
 
-/* 1 (default): with the split P.V, the next block's first-half fragments are packed before the
- * wait for the second half's product, so after it only the rescale stands before the next issue;
- * 0: after it (the same bits). */
-#ifndef RA_CUDA_EARLY_FRAGS
-#define RA_CUDA_EARLY_FRAGS 1
-#endif
+template <int kBN>
+__device__ __forceinline__ void scores_to_frags(const float (&s)[kBN / 2], uint32_t (&pf)[kBN / 4]) {
+  scores_to_frags_range<kBN, 0, kBN / 16>(s, pf);
+}
+
 /* 1: rescale_unless_one's test; 0 (default): O *= corr on every block. The vote and branch cost
  * more than the 64 multiplies they skip: 0.7-2.0 % slower at 1024-16384 keys (device call 52). */
 #ifndef RA_CUDA_RESCALE_SKIP
@@ -430,6 +413,12 @@ constexpr int kNextQKMaxKeys = RA_CUDA_NEXT_QK_MAX_KEYS;
  * softmax (v4-v14). Not with ping-pong. */
 #ifndef RA_CUDA_SPLIT_PV
 #define RA_CUDA_SPLIT_PV 1
+#endif
+/* 1 (default): with the split P.V, the next block's first-half fragments are packed before the
+ * wait for the second half's product, so after it only the rescale stands before the next issue;
+ * 0: after it (the same bits). */
+#ifndef RA_CUDA_EARLY_FRAGS
+#define RA_CUDA_EARLY_FRAGS 1
 #endif
 
 /* A warpgroup whose 64 query rows all lie past seqlen_q (decode: seqlen_q <= 64 leaves warpgroup 2
@@ -609,7 +598,8 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
         rescale_unless_one(o, corr);
       }
       /* the last block: its two halves, then the next tile's S = Q K_0^T in the same turn (a
-       * discarded one after the last tile: see issue_qk0) */
+       * discarded one after the last tile: see issue_qk0). Its first half repeats the loop's: as
+       * one lambda for both, ptxas scheduled the kernel differently (15,974 SASS lines), untimed */
       {
         const int kl = kv + nb - 1;
         const int sl = kl % kStages;

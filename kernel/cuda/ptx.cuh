@@ -26,7 +26,7 @@ __device__ __forceinline__ float ex2(float x) {
 /* 2^x on the FMA and ALU pipes instead of the MUFU (-DRA_CUDA_EXP_POLY=k: every k-th column tile of
  * the softmax takes it, so the quarter-rate MUFU and the full-rate FMA pipe share the exponentials;
  * FlashAttention-4's emulated exp2). x = n + f, n = round(x), f in [-0.5, 0.5]; 2^f by a degree-4
- * polynomial with constant term exactly 1 (relative error 3.2e-6, under 1/80 of a bf16 ulp; 2^0 = 1
+ * polynomial with constant term exactly 1 (relative error 3.1e-6, under 1/80 of a bf16 ulp; 2^0 = 1
  * and integer x give exact powers of two, as ex2.approx does, so uniform scores stay exact); 2^n by
  * its exponent bits. The IEEE cases match ex2 above: NaN -> NaN (the clamps propagate it), -Inf and
  * x < -126.5 -> +0 (n = -127 gives the bit pattern 0, and mul.ftz flushes), x >= 127.5 -> +Inf. */

@@ -21,8 +21,9 @@
 #include "ptx.cuh"
 
 /* Every k-th column tile's exponentials on the FMA pipe (ptx.cuh's ex2_poly), the rest on the MUFU;
- * 0 = all on the MUFU (default). Measured slower for k = 8, 4, 2 (-1, -5, -13 %, device call 49):
- * on this kernel the MUFU is not the limit, the issue slots and the FMA pipe are. */
+ * 0 = all on the MUFU (default). k = 8, 4, 2 took 0.955-0.994x, 0.884-0.996x, 0.815-0.973x the
+ * default's speed (device call 49; k = 8 1.017-1.027x on the two 77-key shapes only): on this kernel
+ * the MUFU is not the limit, the issue slots and the FMA pipe are. */
 #ifndef RA_CUDA_EXP_POLY
 #define RA_CUDA_EXP_POLY 0
 #endif
