@@ -51,8 +51,9 @@ struct OnlineSoftmax {
     l[0] = l[1] = 0.f;
   }
 
-  /* Scores -> probabilities in place: begin(), exps() over every column tile, end(). kFirst: no
-   * earlier state (corr unused). kMask: columns >= valid_cols are keys past seqlen_k and become -Inf.
+  /* Scores -> probabilities in place (what begin(), exps() over every column tile and end() do).
+   * kFirst: no earlier state (corr unused). kMask: columns >= valid_cols are keys past seqlen_k and
+   * become -Inf.
    * corr[r] is the factor the caller must apply to its output accumulator rows before adding this
    * block's P.V. Written out, not composed of begin(): composed (or with a shared per-row helper),
    * ptxas schedules both kernels differently (1,160 and 6,288 SASS lines), and neither was timed;
@@ -178,7 +179,8 @@ struct OnlineSoftmax {
         }
   }
 
-  /* end() with kFirst known at run time only (the split P.V's loop): the same bits */
+  /* The row sums: this block's, or (unless first, the tile's block 0) the running ones rescaled
+   * by corr plus this block's, as step() does. */
   __device__ __forceinline__ void end(bool first, const float (&corr)[2], const float (&sum)[2]) {
     if constexpr ((RA_CUDA_ABLATE & 4) != 0) {
       l[0] = l[1] = 1.f;
@@ -186,16 +188,6 @@ struct OnlineSoftmax {
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = first ? sum[r] : fmaf(l[r], corr[r], sum[r]);
-  }
-
-  template <bool kFirst>
-  __device__ __forceinline__ void end(const float (&corr)[2], const float (&sum)[2]) {
-    if constexpr ((RA_CUDA_ABLATE & 4) != 0) {
-      l[0] = l[1] = 1.f;
-      return;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = kFirst ? sum[r] : fmaf(l[r], corr[r], sum[r]);
   }
 };
 
