@@ -45,6 +45,8 @@
 #   (ncu-source.csv.gz; collect them with NCU_SECTIONS="... WarpStateStats SourceCounters").
 # STEPS may name `gputests` (pytest -m gpu on the fallback and quick-suite tests: the mma.sync
 #   fallback's batch chunking, written after the last device call of 2026-12-02, waits for it).
+# STEPS may name `floor` (benchmarks/h200_byte_floor.py: the byte-bound families' time against a kernel
+#   that only moves their bytes, cuDNN and ours in the same rounds; docs/perf-notes.md v16).
 # STEPS may name `ceiling` (benchmarks/h200_ceiling.py measure, about 20 s; docs/perf-notes.md v9).
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
@@ -155,6 +157,18 @@ ceiling() {  # the device's two sustained ceilings (GEMM, copy) in the nightly's
   fi
 }
 
+floor() {  # the byte-bound families beside a kernel that only moves their bytes (h200_byte_floor.py)
+  local S=$(date +%s) L=$(($(left) - 10))
+  if [ "$L" -gt 60 ]; then
+    mkdir -p "$OUT/floor"
+    timeout "$L" python3 benchmarks/h200_byte_floor.py --out "$OUT/floor" >"$OUT/floor.log" 2>&1
+    echo "floor exit $? after $(($(date +%s) - S)) s (limit $L s)"
+    rm -f "$OUT/floor/byte_floor.so"
+  else
+    echo "floor skipped: $(left) s left"
+  fi
+}
+
 wait "$PREBUILD"  # the bench's builds are in the cache before anything is timed
 echo "prebuild exit $? after $(($(date +%s) - T0)) s ($(tail -1 /tmp/prebuild.log))"
 if [ -n "${CTEST:-}" ]; then
@@ -166,6 +180,8 @@ nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw,clocks_throttle_reas
 echo "== call wall $(($(date +%s) - T0)) s =="
 grep -E "built|checks|FAIL|failed|graph:|\[" "$OUT/bench.log" 2>/dev/null | cut -c1-300 | head -20
 cat /tmp/bench/table.txt 2>/dev/null
+grep -E "^floor checks" "$OUT/floor.log" 2>/dev/null
+cat "$OUT/floor/floor.txt" 2>/dev/null
 grep -A4 "geomean vs" "$OUT/perf_table.txt" 2>/dev/null
 grep -E "below|^suites" "$OUT/perf_table.txt" 2>/dev/null
 if [ -s /tmp/bench/results.json ]; then

@@ -1,0 +1,248 @@
+"""How close the byte-bound families run to this GPU's byte floor (issue 26's last bar), timed in
+the same rounds as our kernel and cuDNN (one device call: STEPS=floor in h200_issue26.sh).
+
+    python3 benchmarks/h200_byte_floor.py --out DIR     # on the device: floor.json + floor.txt
+
+The floor is byte_floor.cu: a kernel that moves exactly a shape's minimum bytes (`Shape.min_bytes`:
+Q, K and V read once, O written once) as contiguous streams, with no attention arithmetic; six
+launch configurations, the fastest of a row taken. Every function of a (shape, layout) is timed in
+h200_op.time_shape's interleaved rounds (order reversed every other round, a GPU spin before each
+call, input sets rotated past the L2, median). A row reports each kernel's time as a fraction of the
+floor's (1.000 = at the floor) and ours against cuDNN per mode. Where both sit at the floor, neither
+can lead the other by more than the floor leaves, whatever the kernel does.
+
+H200_FLOOR_SHAPES="B,H,Sq,Sk;..." replaces the shapes, H200_FLOOR_REPEATS (2) the repeats of each,
+H200_FLOOR_BUDGET_S (1.0) the timing budget of one (shape, layout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import h200_op
+
+from regress.baselines import available_baselines
+from regress.build import build_kernel
+from regress.cases import Shape
+from regress.gpu_state import device_state
+from regress.kernel import load_library
+from regress.results import ROUNDING_MODES
+from regress.suites.common import make_inputs
+
+HERE = Path(__file__).resolve().parent
+# The nightly's families whose minimum bytes bind (docs/perf-notes.md v9's report): decode, short
+# queries over long keys, and the 128-square tiles.
+SHAPES = [
+    Shape(1, 32, 1, 8192),
+    Shape(8, 32, 1, 4096),
+    Shape(16, 32, 1, 2048),
+    Shape(32, 32, 1, 8192),
+    Shape(4, 32, 16, 8192),
+    Shape(4, 32, 64, 8192),
+    Shape(256, 32, 128, 128),
+]
+LAYOUTS = ("bhsd", "bshd")
+BASELINE = "sdpa_cudnn"
+CHECK_SHAPES = [Shape(2, 4, 64, 300), Shape(1, 2, 300, 64), Shape(2, 4, 1, 8192)]
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def shapes_from_env() -> list[Shape]:
+    spec = os.environ.get("H200_FLOOR_SHAPES", "")
+    if not spec:
+        return SHAPES
+    return [Shape(*(int(x) for x in item.split(","))) for item in spec.split(";") if item]
+
+
+class ByteFloor:
+    """byte_floor.cu, built with nvcc for this GPU and called through ctypes on torch's stream."""
+
+    def __init__(self, build_dir: Path) -> None:
+        so = build_dir / "byte_floor.so"
+        cmd = [
+            "nvcc",
+            "-O3",
+            "-std=c++17",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-arch=sm_90",
+            str(HERE / "byte_floor.cu"),
+            "-o",
+            str(so),
+        ]
+        subprocess.run(cmd, check=True)
+        self.lib = ctypes.CDLL(str(so))
+        self.lib.byte_floor_name.restype = ctypes.c_char_p
+        self.lib.byte_floor_launch.argtypes = [
+            ctypes.c_int,
+            *[ctypes.c_void_p] * 4,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+        ]
+        self.configs = [self.lib.byte_floor_name(i).decode() for i in range(self.lib.byte_floor_configs())]
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+    def __call__(
+        self, config: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
+    ) -> None:
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+            if not t.is_contiguous():
+                raise ValueError(f"byte floor: {name} is not contiguous")
+        if k.nbytes != v.nbytes or o.nbytes < q.nbytes:
+            raise ValueError(
+                f"byte floor: K {k.nbytes} and V {v.nbytes} bytes differ, or O is smaller than Q"
+            )
+        rc = self.lib.byte_floor_launch(
+            config,
+            q.data_ptr(),
+            k.data_ptr(),
+            v.data_ptr(),
+            o.data_ptr(),
+            q.nbytes,
+            k.nbytes,
+            self.sink.data_ptr(),
+            self.sms,
+            torch.cuda.current_stream().cuda_stream,
+        )
+        if rc:
+            raise RuntimeError(f"byte_floor_launch({self.configs[config]}) returned {rc}")
+
+
+def check_floor(floor: ByteFloor) -> list[str]:
+    """Every configuration's output equals q ^ k ^ v word for word (K and V zero past their end):
+    the floor kernel reads what it claims to and writes every word of O."""
+    fails = []
+    for s in CHECK_SHAPES:
+        q, k, v = (t.view(torch.int16).flatten() for t in make_inputs(s, "bhsd", seed=5, device="cuda"))
+        n = min(q.numel(), k.numel())
+        want = q.clone()
+        want[:n] ^= k[:n] ^ v[:n]
+        for c, name in enumerate(floor.configs):
+            o = torch.full_like(q, -1)
+            floor(c, q, k, v, o)
+            if not torch.equal(o, want):
+                fails.append(f"{name} {s.dims()}: {(o != want).sum().item()} of {o.numel()} words wrong")
+    return fails
+
+
+def time_rows(floor: ByteFloor, shapes: list[Shape], repeats: int, budget_s: float) -> list[dict[str, Any]]:
+    lib = load_library(build_kernel("cuda").path)
+    cudnn = {b.name: b for b in available_baselines("cuda")}.get(BASELINE)
+    rows = []
+    for rep in range(repeats):
+        for s in shapes:
+            for layout in LAYOUTS:
+                out = torch.empty(s.b * s.h * s.sq * s.d, dtype=torch.bfloat16, device="cuda")
+                fns: dict[str, Any] = {
+                    f"ours:{m}": (lambda t, m=m, layout=layout: lib.forward(*t, layout=layout, rounding=m))
+                    for m in ROUNDING_MODES
+                }
+                if cudnn is not None:
+                    fns[BASELINE] = lambda t, layout=layout: cudnn(*t, layout=layout, rounding="rtne")
+                for c, name in enumerate(floor.configs):
+                    fns[f"floor:{name}"] = lambda t, c=c, out=out: floor(c, *t, out)
+                ms = h200_op.time_shape(s, layout, fns, budget_s)
+                floor_ms = {k: v for k, v in ms.items() if k.startswith("floor:")}
+                best = min(floor_ms, key=lambda k: floor_ms[k])
+                row = {
+                    "shape": s.dims(),
+                    "layout": layout,
+                    "repeat": rep,
+                    "bytes": s.min_bytes,
+                    "ms": ms,
+                    "floor_ms": ms[best],
+                    "floor_config": best.removeprefix("floor:"),
+                }
+                rows.append(row)
+                rate = s.min_bytes / ms[best] / 1e9
+                fractions = " ".join(
+                    f"{k}={ms[best] / v:.4f}" for k, v in ms.items() if not k.startswith("floor:")
+                )
+                say(f"{s.dims():>16} {layout} #{rep}: floor {rate:.3f} TB/s ({best}); {fractions}")
+                del out
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| shape | layout | # | floor TB/s (config) | ours ÷ floor, rtne / rtna / rtz | cuDNN ÷ floor "
+        "| ours vs cuDNN, rtne / rtna / rtz |"
+    )
+    lines = [
+        "Each kernel's rate as a fraction of the floor's (floor time / kernel time: 1.000 = at the floor)",
+        "",
+        head,
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ms, f = r["ms"], r["floor_ms"]
+        ours = " / ".join(f"{f / ms[f'ours:{m}']:.3f}" for m in ROUNDING_MODES)
+        cud = ms.get(BASELINE)
+        vs = " / ".join(f"{cud / ms[f'ours:{m}']:.3f}" for m in ROUNDING_MODES) if cud else "-"
+        rate = f"{r['bytes'] / f / 1e9:.3f} ({r['floor_config']})"
+        cud_fraction = f"{f / cud:.3f}" if cud else "-"
+        lines.append(
+            f"| {r['shape']} | {r['layout']} | {r['repeat']} | {rate} | {ours} | {cud_fraction} | {vs} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        say("h200_byte_floor: no CUDA GPU here (torch.cuda.is_available() is False); run it on the device")
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    floor = ByteFloor(args.out)
+    fails = check_floor(floor)
+    say(
+        f"floor checks: {len(CHECK_SHAPES) * len(floor.configs)} cases, {len(fails)} failed "
+        + "; ".join(fails)
+    )
+    if fails:
+        return 1
+    before = device_state("cuda")
+    rows = time_rows(
+        floor,
+        shapes_from_env(),
+        int(os.environ.get("H200_FLOOR_REPEATS", "2")),
+        float(os.environ.get("H200_FLOOR_BUDGET_S", "1.0")),
+    )
+    res = {
+        "schema": "h200-byte-floor/1",
+        "configs": floor.configs,
+        "rows": rows,
+        "device": {"before": before, "after": device_state("cuda")},
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    (args.out / "floor.json").write_text(json.dumps(res, indent=1))
+    text = table(rows)
+    (args.out / "floor.txt").write_text(text + "\n")
+    say(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
