@@ -13,6 +13,15 @@ can lead the other by more than the floor leaves, whatever the kernel does.
 
 H200_FLOOR_SHAPES="B,H,Sq,Sk;..." replaces the shapes, H200_FLOOR_REPEATS (2) the repeats of each,
 H200_FLOOR_BUDGET_S (1.0) the timing budget of one (shape, layout).
+
+    python3 benchmarks/h200_byte_floor.py --trace --out DIR     # trace.json + trace.txt
+
+--trace: where one launch's time goes, per CTA, in a -DRA_CUDA_TRACE=1 build (kernel/cuda/trace.cuh:
+the global timer at each CTA's entry and exit, the SM clock at its phases), on H200_TRACE_SHAPES
+(BHSD), each launch behind the same GPU spin as the timed rounds and timed by CUDA events too; per
+shape the medians over H200_TRACE_LAUNCHES (5) launches: event time, the CTAs' span, their start and
+end skew, and per CTA (median) the prologue, the wait for the first data, the stream of loads and
+the drain after the last load was issued.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import argparse
 import ctypes
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -206,14 +216,125 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+TRACE_SHAPES = [
+    Shape(8, 32, 1, 4096),
+    Shape(4, 32, 64, 8192),
+    Shape(32, 32, 1, 8192),
+    Shape(256, 32, 128, 128),
+]
+TRACE_EVENTS = 8  # kernel/cuda/trace.cuh's kTraceEvents, in its order:
+ENTRY_NS, ENTRY, READY, FIRST_DATA, LAST_ISSUE, EXIT, EXIT_NS, SM = range(TRACE_EVENTS)
+TRACE_CTAS = 1024
+
+
+def launch_rows(raw: list[int]) -> list[list[int]]:
+    """The rows of the last launch in a trace buffer: CTAs that entered within 50 us of the last
+    entry and exited after entering (a row past this launch's grid is an older launch's, or zero)."""
+    rows = [raw[i : i + TRACE_EVENTS] for i in range(0, len(raw) - TRACE_EVENTS + 1, TRACE_EVENTS)]
+    last = max((r[ENTRY_NS] for r in rows), default=0)
+    return [r for r in rows if r[ENTRY_NS] and last - r[ENTRY_NS] < 50_000 and r[EXIT_NS] >= r[ENTRY_NS]]
+
+
+def phases(rows: list[list[int]], event_ms: float) -> dict[str, float]:
+    """A launch's phases from its CTAs' rows (kernel/cuda/trace.cuh), in us: the CTAs' span and
+    their start and end skew from the global timer; per CTA (median over CTAs) its time, prologue,
+    wait for the first data, load-issuing stretch and drain from its SM clock, each CTA's cycles
+    converted at its own clock rate (cycles between entry and exit over ns between them)."""
+    if not rows:
+        raise ValueError("no CTA rows: the launch wrote no trace")
+
+    def ghz(r: list[int]) -> float:
+        return (r[EXIT] - r[ENTRY]) / max(r[EXIT_NS] - r[ENTRY_NS], 1)
+
+    def us(r: list[int], a: int, b: int) -> float:
+        return (r[b] - r[a]) / ghz(r) / 1e3
+
+    med = statistics.median
+    return {
+        "event_us": event_ms * 1e3,
+        "ctas": len(rows),
+        "sms": len({r[SM] for r in rows}),
+        "span_us": (max(r[EXIT_NS] for r in rows) - min(r[ENTRY_NS] for r in rows)) / 1e3,
+        "start_skew_us": (max(r[ENTRY_NS] for r in rows) - min(r[ENTRY_NS] for r in rows)) / 1e3,
+        "end_skew_us": (max(r[EXIT_NS] for r in rows) - min(r[EXIT_NS] for r in rows)) / 1e3,
+        "cta_us": med((r[EXIT_NS] - r[ENTRY_NS]) / 1e3 for r in rows),
+        "prologue_us": med(us(r, ENTRY, READY) for r in rows),
+        "first_data_us": med(us(r, READY, FIRST_DATA) for r in rows),
+        "loads_us": med(us(r, READY, LAST_ISSUE) for r in rows),
+        "drain_us": med(us(r, LAST_ISSUE, EXIT) for r in rows),
+        "sm_ghz": med(ghz(r) for r in rows),
+    }
+
+
+def trace_launch(lib: Any, read: Any, inp: tuple[torch.Tensor, ...]) -> tuple[float, list[list[int]]]:
+    """One launch behind the rounds' spin, timed by events: (ms, its CTAs' trace rows)."""
+    from regress.suites.timing import Timer
+
+    timer = Timer(gpu=True)
+    timer.prime(h200_op.SPIN_CYCLES)
+    timer.time("ours", lambda: lib.forward(*inp, layout="bhsd", rounding="rtne"))
+    event_ms = timer.samples()["ours"][0]
+    buf = (ctypes.c_ulonglong * (TRACE_CTAS * TRACE_EVENTS))()
+    rc = read(buf, TRACE_CTAS)
+    if rc:
+        raise RuntimeError(f"ra_cuda_trace_read returned {rc}")
+    return event_ms, launch_rows(list(buf))
+
+
+def trace(out: Path) -> int:
+    lib = load_library(build_kernel("cuda", extra_flags=("-DRA_CUDA_TRACE=1",)).path)
+    read = getattr(lib.raw, "ra_cuda_trace_read", None)
+    if read is None:
+        say("the trace build exports no ra_cuda_trace_read: was -DRA_CUDA_TRACE=1 applied?")
+        return 1
+    read.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int]
+    spec = os.environ.get("H200_TRACE_SHAPES", "")
+    shapes = [Shape(*(int(x) for x in i.split(","))) for i in spec.split(";") if i] if spec else TRACE_SHAPES
+    launches = int(os.environ.get("H200_TRACE_LAUNCHES", "5"))
+    res: dict[str, Any] = {"schema": "h200-trace/1", "shapes": {}}
+    lines = [
+        "| shape (BHSD, rtne) | event µs | CTAs span | start skew | end skew | CTA median | prologue "
+        "| first data | loads issued | drain | SMs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in shapes:
+        sets = [make_inputs(s, "bhsd", seed=i, device="cuda") for i in range(h200_op.n_sets(s))]
+        for i in range(3):
+            lib.forward(*sets[i % len(sets)], layout="bhsd", rounding="rtne")
+        raw = [trace_launch(lib, read, sets[i % len(sets)]) for i in range(launches)]
+        runs = [phases(rows, ms) for ms, rows in raw]
+        agg = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        res["shapes"][s.dims()] = {
+            "launches": [
+                {"event_ms": ms, "rows": rows, "phases": ph} for (ms, rows), ph in zip(raw, runs, strict=True)
+            ],
+            "median": agg,
+        }
+        lines.append(
+            f"| {s.dims()} | {agg['event_us']:.1f} | {agg['span_us']:.1f} | {agg['start_skew_us']:.1f} "
+            f"| {agg['end_skew_us']:.1f} | {agg['cta_us']:.1f} | {agg['prologue_us']:.2f} "
+            f"| {agg['first_data_us']:.2f} "
+            f"| {agg['loads_us']:.1f} | {agg['drain_us']:.2f} | {agg['sms']:.0f} of {agg['ctas']:.0f} CTAs |"
+        )
+        del sets
+    (out / "trace.json").write_text(json.dumps(res, indent=1))
+    text = "\n".join(lines)
+    (out / "trace.txt").write_text(text + "\n")
+    say(text)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--trace", action="store_true", help="per-CTA phases of a -DRA_CUDA_TRACE=1 build")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         say("h200_byte_floor: no CUDA GPU here (torch.cuda.is_available() is False); run it on the device")
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.trace:
+        return trace(args.out)
     t0 = time.perf_counter()
     floor = ByteFloor(args.out)
     fails = check_floor(floor)

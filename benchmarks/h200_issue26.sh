@@ -45,8 +45,11 @@
 #   (ncu-source.csv.gz; collect them with NCU_SECTIONS="... WarpStateStats SourceCounters").
 # STEPS may name `gputests` (pytest -m gpu on the fallback and quick-suite tests: the mma.sync
 #   fallback's batch chunking, written after the last device call of 2026-12-02, waits for it).
+# STEPS may name `perf` (the perf suite alone, full set; repeated, each run its own bundle: the run-to-run
+#   spread of the family ratios, benchmarks/family_spread.py).
 # STEPS may name `floor` (benchmarks/h200_byte_floor.py: the byte-bound families' time against a kernel
 #   that only moves their bytes, cuDNN and ours in the same rounds; docs/perf-notes.md v16).
+# STEPS may name `trace` (h200_byte_floor.py --trace: per-CTA phases of a -DRA_CUDA_TRACE=1 build).
 # STEPS may name `ceiling` (benchmarks/h200_ceiling.py measure, about 20 s; docs/perf-notes.md v9).
 # NCU_SECTIONS="SpeedOfLight ComputeWorkloadAnalysis ..." replaces the profile's ncu sections.
 # Needs the carried wheels (benchmarks/device_env.sh):
@@ -157,6 +160,25 @@ ceiling() {  # the device's two sustained ceilings (GEMM, copy) in the nightly's
   fi
 }
 
+perf() {  # the perf suite alone, the full set (STEPS="perf perf": repeats, each its own bundle and table)
+  local S=$(date +%s) L=$(($(left) - 10)) N
+  N=$(ls -d /tmp/perf-* 2>/dev/null | wc -l)
+  if [ "$L" -gt 200 ]; then
+    [ "$L" -gt 300 ] && L=300
+    timeout "$L" python3 -m regress nightly --backend cuda --stack h200-cuda13.0 --allow-drift --suites perf \
+      --deadline $((L - 15)) --db "sqlite:////tmp/perf.db" --out "/tmp/perf-$N" --trigger device-perf \
+      --runner h200-lent >"$OUT/perf-$N.log" 2>&1
+    echo "perf run $N exit $? after $(($(date +%s) - S)) s (limit $L s)"
+    for b in /tmp/perf-"$N"/bundles/*.json; do
+      cp "$b" "$OUT/"
+      python3 benchmarks/perf_table.py "$b" >"$OUT/perf_table-$N.txt" 2>&1
+    done
+    grep -E "below" "$OUT/perf_table-$N.txt"
+  else
+    echo "perf run skipped: $(left) s left"
+  fi
+}
+
 floor() {  # the byte-bound families beside a kernel that only moves their bytes (h200_byte_floor.py)
   local S=$(date +%s) L=$(($(left) - 10))
   if [ "$L" -gt 60 ]; then
@@ -166,6 +188,17 @@ floor() {  # the byte-bound families beside a kernel that only moves their bytes
     rm -f "$OUT/floor/byte_floor.so"
   else
     echo "floor skipped: $(left) s left"
+  fi
+}
+
+trace() {  # per-CTA phases of one launch, a -DRA_CUDA_TRACE=1 build (h200_byte_floor.py --trace)
+  local S=$(date +%s) L=$(($(left) - 10))
+  if [ "$L" -gt 60 ]; then
+    mkdir -p "$OUT/trace"
+    timeout "$L" python3 benchmarks/h200_byte_floor.py --trace --out "$OUT/trace" >"$OUT/trace.log" 2>&1
+    echo "trace exit $? after $(($(date +%s) - S)) s (limit $L s)"
+  else
+    echo "trace skipped: $(left) s left"
   fi
 }
 
@@ -182,6 +215,7 @@ grep -E "built|checks|FAIL|failed|graph:|\[" "$OUT/bench.log" 2>/dev/null | cut 
 cat /tmp/bench/table.txt 2>/dev/null
 grep -E "^floor checks" "$OUT/floor.log" 2>/dev/null
 cat "$OUT/floor/floor.txt" 2>/dev/null
+cat "$OUT/trace/trace.txt" 2>/dev/null || tail -5 "$OUT/trace.log" 2>/dev/null
 grep -A4 "geomean vs" "$OUT/perf_table.txt" 2>/dev/null
 grep -E "below|^suites" "$OUT/perf_table.txt" 2>/dev/null
 if [ -s /tmp/bench/results.json ]; then

@@ -155,6 +155,7 @@ __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
   sm90::Smem<Plan>& sm =
       *reinterpret_cast<sm90::Smem<Plan>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+  if (RA_CUDA_TRACE && threadIdx.x == 0) trace(kTraceEntryNs), trace(kTraceEntry);
   if (threadIdx.x == 0) {
     sm90::init_barriers(sm);
     tma_prefetch_desc(&p.tma_q);
@@ -165,10 +166,15 @@ __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) sm90::produce<Plan, kDyn, kTail>(p, sm);
+    if (threadIdx.x == 0) {
+      if (RA_CUDA_TRACE) trace(kTraceReady);
+      sm90::produce<Plan, kDyn, kTail>(p, sm);
+      if (RA_CUDA_TRACE) trace(kTraceLastIssue);
+    }
   } else {
     setmaxnreg_inc<232>();
     sm90::consume<kRound, L, kPP, kNQK, kMerge, Plan, kDyn, kTail>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+    if (RA_CUDA_TRACE && threadIdx.x == 128) trace(kTraceExit), trace(kTraceExitNs);
   }
 }
 
@@ -667,6 +673,17 @@ extern "C" ra_status ra_validate(const ra_attention_params* params, char* err, s
 
 extern "C" const char* ra_backend_name(void) { return "cuda"; }
 
+#if RA_CUDA_TRACE
+/* Trace builds only (trace.cuh; not part of the ABI, so the default library does not export it):
+ * copies the last launch's per-CTA rows (kTraceEvents values each, the first `ctas` CTAs) into
+ * `out`; 0 on success, else the CUDA error. */
+extern "C" int ra_cuda_trace_read(unsigned long long* out, int ctas) {
+  const size_t n = (size_t)std::min(std::max(ctas, 0), ra_cuda::kTraceCtas);
+  const cudaError_t e = cudaMemcpyFromSymbol(out, ra_cuda::g_ra_trace, sizeof(unsigned long long) * ra_cuda::kTraceEvents * n);
+  return (int)e;
+}
+#endif
+
 #define RA_XSTR_(x) #x
 #define RA_XSTR(x) RA_XSTR_(x)
 
@@ -675,7 +692,7 @@ static_assert(kTailMaxSplits == 64 && kTailMinGainPerMille == 5, "ra_build_info 
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"long_rule\":" RA_XSTR(RA_CUDA_LONG_RULE) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"short_block_n\":" RA_XSTR(RA_CUDA_SHORT_BLOCK_N) ",\"short_q_stages\":" RA_XSTR(RA_CUDA_SHORT_Q_STAGES) ",\"exp_poly\":" RA_XSTR(RA_CUDA_EXP_POLY) ",\"ablate\":" RA_XSTR(RA_CUDA_ABLATE) ",\"split_pv\":" RA_XSTR(RA_CUDA_SPLIT_PV) ",\"rescale_skip\":" RA_XSTR(RA_CUDA_RESCALE_SKIP) ",\"tree_max\":" RA_XSTR(RA_CUDA_TREE_MAX) ",\"early_frags\":" RA_XSTR(RA_CUDA_EARLY_FRAGS) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"long_rule\":" RA_XSTR(RA_CUDA_LONG_RULE) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"short_block_n\":" RA_XSTR(RA_CUDA_SHORT_BLOCK_N) ",\"short_q_stages\":" RA_XSTR(RA_CUDA_SHORT_Q_STAGES) ",\"exp_poly\":" RA_XSTR(RA_CUDA_EXP_POLY) ",\"ablate\":" RA_XSTR(RA_CUDA_ABLATE) ",\"split_pv\":" RA_XSTR(RA_CUDA_SPLIT_PV) ",\"rescale_skip\":" RA_XSTR(RA_CUDA_RESCALE_SKIP) ",\"tree_max\":" RA_XSTR(RA_CUDA_TREE_MAX) ",\"early_frags\":" RA_XSTR(RA_CUDA_EARLY_FRAGS) ",\"trace\":" RA_XSTR(RA_CUDA_TRACE) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {

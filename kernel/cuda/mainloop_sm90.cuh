@@ -23,6 +23,7 @@
  */
 #pragma once
 #include "drill.cuh"
+#include "trace.cuh"
 #include "epilogue.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
@@ -492,6 +493,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
   if (wg == 1) turn_end<kPP>(wg); /* warpgroup 0 goes first */
   if ((int)blockIdx.x < p.num_tiles) {
     wait_qk0(0, 0);
+    if (RA_CUDA_TRACE && wg == 0 && tid == 0) trace(kTraceFirstData);
     turn_begin<kPP>(wg);
     wgmma_fence();
     issue_qk0(0, 0);

@@ -377,3 +377,35 @@ def test_softmax_runs_beside_the_products(built):
             assert inside >= 16 and after == 0, f"{name}: {inside} exponentials beside, {after} after"
         checked += 1
     assert checked == SM90, checked
+
+
+@pytest.fixture(scope="module")
+def trace_built(tmp_path_factory):
+    art = build_kernel(
+        "cuda", extra_flags=("-DRA_CUDA_TRACE=1",), cache_dir=tmp_path_factory.mktemp("cuda-trace")
+    )
+    return art.path, (art.path.parent / "build.log").read_text()
+
+
+def test_trace_build(built, trace_built):
+    """-DRA_CUDA_TRACE=1 (trace.cuh; benchmarks/h200_byte_floor.py --trace) adds its reader to the
+    library's exports and its clock reads to every kernel, without spills or serialised wgmma; the
+    default build exports exactly the ABI (test_exports_exactly_the_abi) and says trace 0."""
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm is not installed: cannot list the library's dynamic symbols")
+    out = subprocess.run(
+        [nm, "-D", "--defined-only", str(trace_built[0])], capture_output=True, text=True, check=True
+    )
+    ra = {
+        line.split()[-1]
+        for line in out.stdout.splitlines()
+        if line.split() and line.split()[-1].startswith("ra_")
+    }
+    assert ra == ABI_SYMBOLS | {"ra_cuda_trace_read"}
+    found = kernels(trace_built[1])
+    assert set(found) == set(kernels(built[1]))
+    for name, r in found.items():
+        assert r.get("spill_store_bytes") == 0 and r.get("stack_bytes") == 0, f"{name}: {r}"
+    assert "serialized" not in trace_built[1] and "(C7517)" not in trace_built[1]
+    assert _build_info(trace_built[0])["trace"] == 1 and _build_info(built[0])["trace"] == 0
