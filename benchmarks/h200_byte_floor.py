@@ -30,7 +30,6 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -48,6 +47,7 @@ from regress.cases import Shape
 from regress.gpu_state import device_state
 from regress.kernel import load_library
 from regress.results import ROUNDING_MODES
+from regress.stats import median
 from regress.suites.common import make_inputs
 
 HERE = Path(__file__).resolve().parent
@@ -62,7 +62,7 @@ SHAPES = [
     Shape(4, 32, 64, 8192),
     Shape(256, 32, 128, 128),
 ]
-LAYOUTS = ("bhsd", "bshd")
+LAYOUTS = h200_op.LAYOUTS  # regress.results' layouts, BHSD first (the committed tables' order)
 BASELINE = "sdpa_cudnn"
 CHECK_SHAPES = [Shape(2, 4, 64, 300), Shape(1, 2, 300, 64), Shape(2, 4, 1, 8192)]
 
@@ -249,7 +249,6 @@ def phases(rows: list[list[int]], event_ms: float) -> dict[str, float]:
     def us(r: list[int], a: int, b: int) -> float:
         return (r[b] - r[a]) / ghz(r) / 1e3
 
-    med = statistics.median
     return {
         "event_us": event_ms * 1e3,
         "ctas": len(rows),
@@ -257,12 +256,12 @@ def phases(rows: list[list[int]], event_ms: float) -> dict[str, float]:
         "span_us": (max(r[EXIT_NS] for r in rows) - min(r[ENTRY_NS] for r in rows)) / 1e3,
         "start_skew_us": (max(r[ENTRY_NS] for r in rows) - min(r[ENTRY_NS] for r in rows)) / 1e3,
         "end_skew_us": (max(r[EXIT_NS] for r in rows) - min(r[EXIT_NS] for r in rows)) / 1e3,
-        "cta_us": med((r[EXIT_NS] - r[ENTRY_NS]) / 1e3 for r in rows),
-        "prologue_us": med(us(r, ENTRY, READY) for r in rows),
-        "first_data_us": med(us(r, READY, FIRST_DATA) for r in rows),
-        "loads_us": med(us(r, READY, LAST_ISSUE) for r in rows),
-        "drain_us": med(us(r, LAST_ISSUE, EXIT) for r in rows),
-        "sm_ghz": med(ghz(r) for r in rows),
+        "cta_us": median([(r[EXIT_NS] - r[ENTRY_NS]) / 1e3 for r in rows]),
+        "prologue_us": median([us(r, ENTRY, READY) for r in rows]),
+        "first_data_us": median([us(r, READY, FIRST_DATA) for r in rows]),
+        "loads_us": median([us(r, READY, LAST_ISSUE) for r in rows]),
+        "drain_us": median([us(r, LAST_ISSUE, EXIT) for r in rows]),
+        "sm_ghz": median([ghz(r) for r in rows]),
     }
 
 
@@ -303,7 +302,7 @@ def trace(out: Path) -> int:
             lib.forward(*sets[i % len(sets)], layout="bhsd", rounding="rtne")
         raw = [trace_launch(lib, read, sets[i % len(sets)]) for i in range(launches)]
         runs = [phases(rows, ms) for ms, rows in raw]
-        agg = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        agg = {k: median([r[k] for r in runs]) for k in runs[0]}
         res["shapes"][s.dims()] = {
             "launches": [
                 {"event_ms": ms, "rows": rows, "phases": ph} for (ms, rows), ph in zip(raw, runs, strict=True)

@@ -74,6 +74,23 @@ def test_trace_phases_by_hand() -> None:
         floor.phases(floor.launch_rows([0] * floor.TRACE_EVENTS * 4), 0.1)
 
 
+def test_the_committed_trace_is_its_cta_rows() -> None:
+    """Every launch's phases in call 63's trace follow from its CTAs' rows, and the table's medians
+    from the launches."""
+    doc = json.loads((RESULTS / "h200-issue26-call37/trace.json").read_text())
+    table = (RESULTS / "h200-issue26-call37/trace.txt").read_text()
+    assert len(doc["shapes"]) == 7
+    for shape, v in doc["shapes"].items():
+        for launch in v["launches"]:
+            assert len(launch["rows"]) in (128, 132)
+            assert floor.phases(launch["rows"], launch["event_ms"]) == pytest.approx(
+                launch["phases"], rel=1e-12
+            )
+        for key, value in v["median"].items():
+            assert value == pytest.approx(median([launch["phases"][key] for launch in v["launches"]]))
+        assert f"| {shape} | {v['median']['event_us']:.1f} | {v['median']['span_us']:.1f} |" in table
+
+
 def _lower_p50_ratio(bundle: dict[str, Any], fam: str, mode: str) -> float:
     """cuDNN's p50 over ours from the raw per-call samples, the lower of the two layouts."""
     ratios = []
