@@ -78,35 +78,30 @@ def shapes_from_env() -> list[Shape]:
     return [Shape(*(int(x) for x in item.split(","))) for item in spec.split(";") if item]
 
 
+def build_floor(build_dir: Path) -> ctypes.CDLL:
+    """byte_floor.cu built with nvcc into `build_dir` and loaded, its functions' types declared."""
+    so = build_dir / "byte_floor.so"
+    cmd = ["nvcc", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90"]
+    subprocess.run([*cmd, str(HERE / "byte_floor.cu"), "-o", str(so)], check=True)
+    lib = ctypes.CDLL(str(so))
+    lib.byte_floor_name.restype = ctypes.c_char_p
+    lib.byte_floor_launch.argtypes = [
+        ctypes.c_int,
+        *[ctypes.c_void_p] * 4,  # q, k, v, o
+        ctypes.c_size_t,  # q's bytes (and o's)
+        ctypes.c_size_t,  # k's bytes (and v's)
+        ctypes.c_void_p,  # sink
+        ctypes.c_int,  # SMs
+        ctypes.c_void_p,  # stream
+    ]
+    return lib
+
+
 class ByteFloor:
-    """byte_floor.cu, built with nvcc for this GPU and called through ctypes on torch's stream."""
+    """byte_floor.cu, built for this GPU and called through ctypes on torch's stream."""
 
     def __init__(self, build_dir: Path) -> None:
-        so = build_dir / "byte_floor.so"
-        cmd = [
-            "nvcc",
-            "-O3",
-            "-std=c++17",
-            "-shared",
-            "-Xcompiler",
-            "-fPIC",
-            "-arch=sm_90",
-            str(HERE / "byte_floor.cu"),
-            "-o",
-            str(so),
-        ]
-        subprocess.run(cmd, check=True)
-        self.lib = ctypes.CDLL(str(so))
-        self.lib.byte_floor_name.restype = ctypes.c_char_p
-        self.lib.byte_floor_launch.argtypes = [
-            ctypes.c_int,
-            *[ctypes.c_void_p] * 4,
-            ctypes.c_size_t,
-            ctypes.c_size_t,
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_void_p,
-        ]
+        self.lib = build_floor(build_dir)
         self.configs = [self.lib.byte_floor_name(i).decode() for i in range(self.lib.byte_floor_configs())]
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.sink = torch.zeros(1, dtype=torch.int32, device="cuda")

@@ -4,7 +4,6 @@ spread against the bundles' raw samples; byte_floor.cu builds where nvcc is."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 import subprocess
@@ -129,27 +128,14 @@ def test_family_spread_refuses_unreadable_bundles(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: byte_floor.cu not compiled")
 def test_byte_floor_builds_and_refuses_bad_arguments(tmp_path: Path) -> None:
-    so = tmp_path / "byte_floor.so"
-    cmd = ["nvcc", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90"]
-    subprocess.run([*cmd, str(ROOT / "benchmarks/byte_floor.cu"), "-o", str(so)], check=True)
     try:
-        lib = ctypes.CDLL(str(so))
+        lib = floor.build_floor(tmp_path)
     except OSError as exc:  # the CUDA runtime the library links is not loadable here
         pytest.skip(f"byte_floor.so does not load on this machine: {exc}")
-    lib.byte_floor_name.restype = ctypes.c_char_p
     n = lib.byte_floor_configs()
     assert n == 6 and len({lib.byte_floor_name(i) for i in range(n)}) == n
     assert lib.byte_floor_name(n) is None
     launch = lib.byte_floor_launch
-    launch.argtypes = [
-        ctypes.c_int,
-        *[ctypes.c_void_p] * 4,
-        ctypes.c_size_t,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-        ctypes.c_int,
-        ctypes.c_void_p,
-    ]
     # refused before any CUDA call: an unknown configuration, a size or pointer off 16 bytes
     assert launch(n, 16, 16, 16, 16, 16, 16, 0, 132, None) == -1
     assert launch(0, 16, 16, 16, 16, 24, 16, 0, 132, None) == -1

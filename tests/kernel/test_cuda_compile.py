@@ -186,18 +186,21 @@ def test_rounding_swap_is_in_the_device_code(built, swapped):
     assert len(moved) == 2 * len(clean) // MODES, moved
 
 
-def test_exports_exactly_the_abi(built):
+def _exported_ra(lib: Path) -> set[str]:
+    """The library's defined dynamic symbols that start with ra_ (nm -D)."""
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("nm is not installed: cannot list the library's dynamic symbols")
-    out = subprocess.run(
-        [nm, "-D", "--defined-only", str(built[0])], capture_output=True, text=True, check=True
-    )
-    ra = {
+    out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
+    return {
         line.split()[-1]
         for line in out.stdout.splitlines()
         if line.split() and line.split()[-1].startswith("ra_")
     }
+
+
+def test_exports_exactly_the_abi(built):
+    ra = _exported_ra(built[0])
     assert ra == ABI_SYMBOLS
 
 
@@ -391,18 +394,7 @@ def test_trace_build(built, trace_built):
     """-DRA_CUDA_TRACE=1 (trace.cuh; benchmarks/h200_byte_floor.py --trace) adds its reader to the
     library's exports and its clock reads to every kernel, without spills or serialised wgmma; the
     default build exports exactly the ABI (test_exports_exactly_the_abi) and says trace 0."""
-    nm = shutil.which("nm")
-    if nm is None:
-        pytest.skip("nm is not installed: cannot list the library's dynamic symbols")
-    out = subprocess.run(
-        [nm, "-D", "--defined-only", str(trace_built[0])], capture_output=True, text=True, check=True
-    )
-    ra = {
-        line.split()[-1]
-        for line in out.stdout.splitlines()
-        if line.split() and line.split()[-1].startswith("ra_")
-    }
-    assert ra == ABI_SYMBOLS | {"ra_cuda_trace_read"}
+    assert _exported_ra(trace_built[0]) == ABI_SYMBOLS | {"ra_cuda_trace_read"}
     found = kernels(trace_built[1])
     assert set(found) == set(kernels(built[1]))
     for name, r in found.items():
