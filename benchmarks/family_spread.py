@@ -29,11 +29,11 @@ def spread(bundles: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]
     rows = []
     for fam in fams:
         for mode in ROUNDING_MODES:
-            per_run = [low.get((fam, mode)) for low in lows]
-            if any(r is None for r in per_run):
+            timed = [low[(fam, mode)] for low in lows if (fam, mode) in low]
+            if len(timed) < len(lows):  # not in every bundle
                 continue
-            ratios = [speedup(r, baseline) for r in per_run if r is not None]
-            values = [x for x in ratios if x is not None]
+            # lower_layout keeps only rows that have a speedup, so none is dropped here
+            values = [x for r in timed if (x := speedup(r, baseline)) is not None]
             rows.append(
                 {
                     "family": fam,

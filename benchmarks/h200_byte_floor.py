@@ -71,13 +71,6 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def shapes_from_env() -> list[Shape]:
-    spec = os.environ.get("H200_FLOOR_SHAPES", "")
-    if not spec:
-        return SHAPES
-    return [Shape(*(int(x) for x in item.split(","))) for item in spec.split(";") if item]
-
-
 def build_floor(build_dir: Path) -> ctypes.CDLL:
     """byte_floor.cu built with nvcc into `build_dir` and loaded, its functions' types declared."""
     so = build_dir / "byte_floor.so"
@@ -282,8 +275,7 @@ def trace(out: Path) -> int:
         say("the trace build exports no ra_cuda_trace_read: was -DRA_CUDA_TRACE=1 applied?")
         return 1
     read.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int]
-    spec = os.environ.get("H200_TRACE_SHAPES", "")
-    shapes = [Shape(*(int(x) for x in i.split(","))) for i in spec.split(";") if i] if spec else TRACE_SHAPES
+    shapes = h200_op.shapes_env("H200_TRACE_SHAPES", TRACE_SHAPES)
     launches = int(os.environ.get("H200_TRACE_LAUNCHES", "5"))
     res: dict[str, Any] = {"schema": "h200-trace/1", "shapes": {}}
     lines = [
@@ -341,7 +333,7 @@ def main() -> int:
     before = device_state("cuda")
     rows = time_rows(
         floor,
-        shapes_from_env(),
+        h200_op.shapes_env("H200_FLOOR_SHAPES", SHAPES),
         int(os.environ.get("H200_FLOOR_REPEATS", "2")),
         float(os.environ.get("H200_FLOOR_BUDGET_S", "1.0")),
     )

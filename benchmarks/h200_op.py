@@ -70,6 +70,13 @@ OVERHEAD = [Shape(8, 32, 1, 4096), Shape(2, 40, 1024, 77)]
 LOG: list[str] = []
 
 
+def shapes_env(var: str, default: list[Shape]) -> list[Shape]:
+    """The shapes an environment variable lists ("B,H,Sq,Sk;B,H,Sq,Sk"), else `default`: the
+    device scripts' one reader of H200_*SHAPES* lists."""
+    spec = os.environ.get(var)
+    return [Shape(*map(int, d.split(","))) for d in spec.split(";")] if spec else default
+
+
 def say(msg: str) -> None:
     print(msg, flush=True)
     LOG.append(msg)
@@ -471,8 +478,7 @@ def ncu_target() -> None:
         Shape(64, 16, 256, 256),
         Shape(256, 32, 128, 128),
     ]
-    if os.environ.get("H200_NCU_SHAPES"):  # "2,24,4096,77;64,16,256,256"
-        shapes = [Shape(*map(int, x.split(","))) for x in os.environ["H200_NCU_SHAPES"].split(";")]
+    shapes = shapes_env("H200_NCU_SHAPES", shapes)  # "2,24,4096,77;64,16,256,256"
     for s, layout, mode in [(sh, "bhsd", "rtne") for sh in shapes]:
         q, k, v = make_inputs(s, layout, seed=0, device="cuda")
         for name, lib in libs.items():

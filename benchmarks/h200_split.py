@@ -124,10 +124,10 @@ if os.environ.get("H200_SHAPES"):  # "targets,squares": a shorter call
     )
 if os.environ.get("H200_SHAPE_LIST"):  # "256,32,128,128;8,32,1,4096": exactly these, timed as REGULAR
     TARGETS, EDGES, SQUARES = [], [], []
-    REGULAR = [Shape(*map(int, d.split(","))) for d in os.environ["H200_SHAPE_LIST"].split(";")]
-OVERHEAD = [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
-if os.environ.get("H200_OVERHEAD"):  # "1,32,1,8192;8,32,1,4096"
-    OVERHEAD = [Shape(*map(int, d.split(","))) for d in os.environ["H200_OVERHEAD"].split(";")]
+    REGULAR = h200_op.shapes_env("H200_SHAPE_LIST", REGULAR)
+OVERHEAD = h200_op.shapes_env(
+    "H200_OVERHEAD", [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
+)  # "1,32,1,8192;..."
 LOG: list[str] = []
 
 
@@ -691,9 +691,7 @@ def ncu_target() -> None:
     count = int(os.environ.get("H200_NCU_LIBS", "3"))  # the first N timed builds
     libs = {n: load_library(build_kernel("cuda", extra_flags=f).path) for n, f in list(LIBS.items())[:count]}
     cudnn = {b.name: b for b in available_baselines("cuda")}.get("sdpa_cudnn")
-    shapes = [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
-    if os.environ.get("H200_NCU_SHAPES"):
-        shapes = [Shape(*map(int, d.split(","))) for d in os.environ["H200_NCU_SHAPES"].split(";")]
+    shapes = h200_op.shapes_env("H200_NCU_SHAPES", [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)])
     for s in shapes:
         q, k, v = make_inputs(s, "bhsd", seed=0, device="cuda")
         for name, lib in libs.items():
