@@ -70,6 +70,47 @@ ra_status ra_attention_fwd(const ra_attention_params* params, char* err, size_t 
 /* Checks the parameters only (shared by all backends; see kernel/common/validate.h). */
 ra_status ra_validate(const ra_attention_params* params, char* err, size_t err_len);
 
+/* ---- The launch plan: which kernels run for a shape (issue 37) ----
+ * Each GPU backend has one pure host planner (no device calls, buildable host-only with the system
+ * C++ compiler); its launch code, the emulator, the benchmarks and the service all ask it, so the
+ * rule that picks a kernel exists once. Device facts are passed in, never probed by the planner. */
+#define RA_PLAN_KIND_LEN 32
+
+typedef struct {
+  int32_t compute_units;       /* SMs (CUDA) or CUs (HIP) of the device that will run the launch */
+  int64_t max_workspace_bytes; /* the most scratch the launch may allocate; <= 0: the backend's default */
+} ra_device_facts;
+
+typedef enum {
+  RA_MERGE_NONE = 0,   /* no key split: the kernel rounds its own output */
+  RA_MERGE_KERNEL = 1, /* the last part of each split tile merges inside the kernel */
+  RA_MERGE_LAUNCH = 2  /* a separate merge launch rounds the partials */
+} ra_merge;
+
+typedef struct {
+  char kind[RA_PLAN_KIND_LEN]; /* the kernel that runs, a stable name ("sm90_main", "gfx942_tail_split", ...) */
+  int32_t kind_id;             /* the backend's enum value of `kind` */
+  int32_t threads;             /* per block (CUDA) or workgroup (HIP) */
+  int64_t grid[3];             /* blocks or workgroups launched, x y z */
+  int64_t tiles;               /* (batch, head, query block) tiles of the unsplit launch */
+  int32_t block_q;             /* query rows per tile */
+  int32_t block_k;             /* keys per key block */
+  int32_t key_blocks;          /* key blocks per tile */
+  int32_t splits;              /* key splits of every tile (1: none) */
+  int64_t split_tiles;         /* tiles cut by the tail split (0: none) */
+  int32_t tail_splits;         /* parts per tail tile (0: no tail split) */
+  int32_t blocks_per_split;    /* key blocks per part (split or tail split); the last may have fewer */
+  int32_t merge;               /* ra_merge */
+  int32_t dynamic_scheduler;   /* 1: CTAs take tiles from a counter instead of a static order */
+  int64_t shared_bytes;        /* dynamic shared memory (LDS) per block */
+  int64_t workspace_bytes;     /* scratch the launch allocates (partials, counters) */
+} ra_launch_plan;
+
+/* The plan for `params` on a device with `device`'s facts: validates `params` exactly as
+ * ra_attention_fwd does, touches no memory behind its pointers and no device. */
+ra_status ra_plan_launch(const ra_attention_params* params, const ra_device_facts* device, ra_launch_plan* plan,
+                         char* err, size_t err_len);
+
 /* "cpu", "cuda" or "hip". */
 const char* ra_backend_name(void);
 
