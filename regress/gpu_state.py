@@ -102,6 +102,8 @@ def rocm_state(index: int = 0) -> dict[str, Any]:
         data = json.loads(out)
     except json.JSONDecodeError:
         return {}
+    if not isinstance(data, dict):  # another tool version's shape: fewer keys, never a raise
+        return {}
     cards = [v for k, v in data.items() if k.startswith("card") and isinstance(v, dict)]
     if not cards:
         return {}
