@@ -73,17 +73,21 @@ def test_bf16_to_f32_is_exact(mode):
 
 
 def test_mfma_sums_exactly_then_rounds_once():
-    """16 products of 1 and one of 2^-24: an exact fp64 sum rounds once (1 + 2^-24 -> tie -> 16);
-    the model's summation order (exact, then one rounding) is what the docstring states."""
+    """A row 0 = (2^24, 1, -2^24, 0, ...) against a column of ones: the exact sum is 1. Summed in fp32
+    in k order (or pairwise) the 1 is lost at 2^24 (2^24 + 1 ties to 2^24) and the result is 0, so
+    the model's stated order (exact in fp64, then one rounding) is what this checks."""
+    big, one, neg_big = 0x4B80, 0x3F80, 0xCB80  # bf16 bits of 2^24, 1, -2^24
     a = np.zeros((64, 2), np.uint32)
     b = np.zeros((64, 2), np.uint32)
-    one = 0x3F80
-    # A row 0 = all ones (lanes i = 0, every g, both registers, both halves)
-    for g in range(4):
-        a[16 * g + 0] = [one | one << 16, one | one << 16]
-        b[16 * g + 0] = [one | one << 16, one | one << 16]  # B column 0 = all ones
+    # lane 0 holds A[0][0..3] (register e // 2, half e % 2) and B[0..3][0]
+    a[0] = [big | one << 16, neg_big]
+    b[0] = [one | one << 16, one | one << 16]
     c = np.zeros((64, 4), np.float32)
-    c[0, 0] = 2.0**-20
+    terms = [np.float32(2.0**24), np.float32(1.0), np.float32(-(2.0**24))]
+    sequential = np.float32(0.0)
+    for t in terms:
+        sequential = np.float32(sequential + t)
+    assert sequential == 0.0  # the order this test must tell apart
     d = fp.mfma_f32_16x16x16_bf16(a, b, c)
-    assert d[0, 0] == np.float32(16 + 2.0**-20)
-    assert d[1, 0] == 0.0
+    assert d[0, 0] == 1.0
+    assert (d[1:, 0] == 0.0).all() and (d[:, 1:] == 0.0).all()
