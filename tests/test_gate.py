@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -285,7 +286,17 @@ def test_cli_exit_codes(store: Store, tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_gate_config_floor_is_documented_default() -> None:
-    assert GateConfig().pairwise.min_effect == 0.05
+    """docs/detection.md's RuleConfig table states the gate's floor, noise k, alpha and location:
+    read the row and hold the code's defaults to it (a changed default or a stale doc fails)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "detection.md").read_text(encoding="utf-8")
+    row = re.search(r"^\| per-case floor / noise k / rank-test alpha / location \| ([^|]+)\|", doc, re.M)
+    assert row, "docs/detection.md lost the RuleConfig row of floor, noise k, alpha and location"
+    floor, noise_k, alpha, location = (part.strip() for part in row.group(1).split(" / "))
+    cfg = GateConfig().pairwise
+    assert float(floor.rstrip(" %")) / 100 == pytest.approx(cfg.min_effect)
+    assert float(noise_k) == cfg.noise_k
+    assert float(alpha) == cfg.alpha
+    assert {"lower quartile": 0.25, "median": 0.5}[location] == cfg.location_quantile
 
 
 def _with_control(result: CaseResult, control_level: float) -> CaseResult:
