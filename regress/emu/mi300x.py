@@ -153,7 +153,8 @@ class Predictor:
         self._records: dict[tuple[str, str, int], tuple[Kernel, list[list[RecordT]]]] = {}
 
     def _key(self) -> tuple[tuple[str, float], ...]:
-        return tuple(sorted(self.params.items()))
+        # only what the replay reads: a sweep of the clock parameters reuses the steady states
+        return tuple(sorted((k, v) for k, v in self.params.items() if k in timing.REPLAY_PARAMS))
 
     def steady(self, model: str, launch: Launch) -> SteadyState:
         k = (model, launch.key, self._key())
@@ -459,3 +460,26 @@ class MoonMathModel:
                 )
             )
         return out
+
+
+# --- uncertainty bands (pure) -----------------------------------------------------------------------
+
+
+def band(by_reading: dict[str, float], point: str = "point") -> tuple[float, float, float]:
+    """(point, low, high) of one predicted quantity over the model's readings (each reading a full
+    parameter set: a co-issue rule, latencies, clock parameters); the point reading must be there."""
+    if point not in by_reading:
+        raise ValueError(f"no {point!r} reading among {sorted(by_reading)}")
+    vals = list(by_reading.values())
+    return by_reading[point], min(vals), max(vals)
+
+
+def ratio_band(
+    num: dict[str, float], den: dict[str, float], point: str = "point"
+) -> tuple[float, float, float]:
+    """The band of num / den computed per reading: the same reading for numerator and denominator
+    (a reading that slows both moves the ratio little), never from the bands of the parts."""
+    common = num.keys() & den.keys()
+    if point not in common:
+        raise ValueError(f"the {point!r} reading is missing from the numerator or the denominator")
+    return band({r: num[r] / den[r] for r in common}, point)

@@ -199,3 +199,83 @@ def test_the_benchmark_prints_one_line_per_row_and_a_summary(capsys: pytest.Capt
     assert row["predicted_ms"] > 0 and row["bound"] == "compute" and 0 < row["mfma_busy"] < 1
     with pytest.raises(SystemExit):
         mi300x_model.main(["--kernels", "ours", "--set", "nonsense=1"])
+
+
+# --- the uncertainty band (pure parts; the committed table as real input) ---------------------------
+
+COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks/results/mi300x-model"
+
+
+def _committed_rows() -> tuple[list[dict[str, object]], dict[str, object]]:
+    from regress.site import predicted
+
+    path = predicted.latest_file(COMMITTED)
+    assert path is not None and path.name.startswith("predicted-v2"), path
+    table = predicted.load(path)
+    assert table is not None and table["summary"] is not None
+    return table["rows"], table["summary"]
+
+
+def test_every_committed_prediction_has_a_band_that_holds_its_point() -> None:
+    rows, summary = _committed_rows()
+    assert len(rows) == 81 and summary["predicted"] is True
+    for r in rows:
+        assert r["low_ms"] <= r["predicted_ms"] <= r["high_ms"], r
+        assert r["low_ms"] < r["high_ms"], r  # the readings do move every row
+    ours = [r for r in rows if r["kernel"] == "ours"]
+    for r in ours:
+        for peer in ("aiter", "moonmath"):
+            p, lo, hi = r[f"vs_{peer}"]
+            assert lo <= p <= hi
+
+
+def test_a_ratio_band_is_computed_per_reading_not_from_the_parts_bands() -> None:
+    from regress.emu.mi300x import band, ratio_band
+
+    # a reading that slows both kernels alike leaves the ratio where it was
+    num = {"point": 2.0, "slow": 4.0, "fast": 1.0}
+    den = {"point": 1.0, "slow": 2.0, "fast": 0.5}
+    assert ratio_band(num, den) == (2.0, 2.0, 2.0)
+    (_, nlo, nhi), (_, dlo, dhi) = band(num), band(den)
+    assert (nlo / dhi, nhi / dlo) == (0.5, 8.0)  # what the parts' bands would have said
+    with pytest.raises(ValueError, match="point"):
+        ratio_band({"a": 1.0}, {"a": 1.0})
+
+
+def test_the_committed_ratio_bands_are_per_reading() -> None:
+    """Ours vs a peer on the committed rows: inside the parts' band and strictly narrower than it (no
+    reading is at once the slowest for one kernel and the fastest for the other)."""
+    rows, _ = _committed_rows()
+    by = {(tuple(r["shape"]), r["mode"], r["kernel"]): r for r in rows}
+    narrower = 0
+    for (sh, m, k), r in by.items():
+        if k != "ours":
+            continue
+        for peer in ("aiter", "moonmath"):
+            o = by[(sh, m, peer)]
+            _, lo, hi = r[f"vs_{peer}"]
+            parts_lo, parts_hi = o["low_ms"] / r["high_ms"], o["high_ms"] / r["low_ms"]
+            assert parts_lo - 1e-3 <= lo and hi <= parts_hi + 1e-3
+            narrower += (hi - lo) < (parts_hi - parts_lo) - 1e-3
+    assert narrower == 2 * 27  # from the parts, each band would be exactly the parts' band
+
+
+def test_the_committed_summary_is_what_the_rows_give() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import mi300x_model
+
+    rows, summ = _committed_rows()
+    again = mi300x_model.summary(rows, summ["params"], 0.0)  # type: ignore[arg-type]
+    for key in (
+        "aiter_median_abs_err",
+        "moonmath_median_abs_err",
+        "aiter_validation_rows",
+        "moonmath_validation_rows",
+        "speedup_within_0.05",
+        "ranked_correctly",
+        "aiter_spread_within_0.04",
+    ):
+        assert again[key] == summ[key], key
+    # 48 of the 54 published times validate: the six fit rows (RTNE, both peers, 3 shapes) excluded
+    assert summ["aiter_validation_rows"] + summ["moonmath_validation_rows"] == 48
+    assert sum(bool(r.get("fit_row")) for r in rows) == 6
