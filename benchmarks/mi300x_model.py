@@ -82,7 +82,7 @@ def shape_arg(text: str) -> Shape:
 
 
 def published(kernel: str, shape: Shape, mode: str) -> float | None:
-    if kernel == "ours" or shape.sq != shape.sk or shape.hkv != shape.h or shape.d != 128:
+    if kernel == "ours" or not shape.plain or shape.sq != shape.sk or shape.hkv != shape.h or shape.d != 128:
         return None
     row = PUBLISHED.get((shape.b, shape.h, shape.sq), {}).get(mode)
     return None if row is None else row[0 if kernel == "moonmath" else 1]
@@ -135,6 +135,16 @@ def _build_models(args: argparse.Namespace, cus: int) -> dict[str, KernelModel]:
     return models
 
 
+def _mask_fields(s: Shape) -> dict[str, object]:
+    """The causal flag and the varlen lengths of a row's shape (absent for a plain dense batch)."""
+    out: dict[str, object] = {}
+    if s.causal:
+        out["causal"] = True
+    if s.lens:
+        out["lens"] = list(s.lens)
+    return out
+
+
 def row(p: Prediction) -> dict[str, object]:
     s = p.shape
     pub = published(p.kernel, s, p.mode)
@@ -158,6 +168,7 @@ def row(p: Prediction) -> dict[str, object]:
     }
     if s.hkv != s.h:
         out["hkv"] = s.hkv
+    out |= _mask_fields(s)
     if pub is not None:
         out["fit_row"] = is_fit_row(p.kernel, s, p.mode)
     return out
@@ -281,7 +292,7 @@ def predict_all(
                     err: dict[str, object] = {"shape": shape, "mode": m, "kernel": k, "error": str(e)}
                     if s.hkv != s.h:
                         err["hkv"] = s.hkv
-                    out.append(err)
+                    out.append(err | _mask_fields(s))
     return out, pred
 
 
@@ -557,7 +568,12 @@ def markdown(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kernels", type=lambda s: s.split(","), default=list(KERNELS))
-    ap.add_argument("--shapes", nargs="+", type=shape_arg, help="B,H,Sq,Sk[,Hkv] (default: the 9 published)")
+    ap.add_argument(
+        "--shapes",
+        nargs="+",
+        type=shape_arg,
+        help="B,H,Sq,Sk[,Hkv][,causal] or varlen H[,Hkv],lens=L1/L2/...[,causal] (default: the 9 published)",
+    )
     ap.add_argument("--modes", type=lambda s: s.split(","), default=list(ROUNDING_MODES))
     ap.add_argument("--moonmath-src", type=Path)
     ap.add_argument("--aiter-wheel", type=Path)

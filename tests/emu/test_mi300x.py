@@ -279,3 +279,47 @@ def test_the_committed_summary_is_what_the_rows_give() -> None:
     # 48 of the 54 published times validate: the six fit rows (RTNE, both peers, 3 shapes) excluded
     assert summ["aiter_validation_rows"] + summ["moonmath_validation_rows"] == 48
     assert sum(bool(r.get("fit_row")) for r in rows) == 6
+
+
+def test_shape_parse_takes_a_causal_mask_and_per_sequence_lengths() -> None:
+    s = Shape.parse("2,16,8192,8192,causal")
+    assert s.causal and not s.lens and not s.plain and (s.b, s.sq) == (2, 8192)
+    v = Shape.parse("16,8,lens=1000/4000/8000,causal")
+    assert (v.b, v.h, v.hkv, v.sq, v.sk, v.lens, v.causal) == (3, 16, 8, 8000, 8000, (1000, 4000, 8000), True)
+    assert Shape.parse("4,lens=300").seqs() == [(300, 300)]
+    for bad in ("lens=3/4", "1,2,lens=3/x", "16,lens=0/4", "1,2,3,lens=4", "6,4,lens=5", "16,lens=3,lens=4"):
+        with pytest.raises(ValueError, match="shape"):
+            Shape.parse(bad)
+
+
+def test_masked_flops_count_only_the_scores_a_row_sees() -> None:
+    dense = Shape.parse("1,1,1000,1000")
+    causal = Shape.parse("1,1,1000,1000,causal")
+    assert causal.flops == pytest.approx(dense.flops * (1000 * 1001 / 2) / 1000**2)
+    # bottom-right with Sk > Sq: row i sees Sk - Sq + i + 1 keys
+    wide = Shape.parse("1,1,10,30,causal")
+    assert wide.flops == 4 * 128 * sum(30 - 10 + i + 1 for i in range(10))
+    tall = Shape.parse("1,1,30,10,causal")  # the first 20 rows see nothing
+    assert tall.flops == 4 * 128 * sum(range(1, 11))
+    varlen = Shape.parse("2,lens=100/300")
+    assert varlen.flops == 4 * 2 * 128 * (100**2 + 300**2)
+    assert varlen.bytes_qkvo() == 2 * 128 * (2 * 2 * 400 + 2 * 2 * 400)
+
+
+def test_aiter_causal_and_varlen_grids() -> None:
+    """Causal: workgroups pair q-tiles j and Q-1-j (tg_div 2), each timed at the average key tiles;
+    varlen: the workgroups holding rows, each at its sequence's key tiles."""
+    from regress.emu.peers import aiter as peer
+
+    try:
+        from regress.emu.mi300x import AiterModel
+
+        model = AiterModel()
+    except peer.PeerUnavailable as exc:
+        pytest.skip(f"AITER wheel unavailable: {exc}")
+    (la,) = model.launches(Shape.parse("1,1,1024,1024,causal"), "rtz")
+    assert la.key == "main-causal-rtz" and la.tiles == (24, 40)
+    assert (la.grid.workgroups, la.grid.tiles) == (2, (8 + 16 + 24 + 32) // 2)
+    (la,) = model.launches(Shape.parse("2,lens=256/512"), "rtne")
+    assert la.key == "main-group-rtne" and la.grid.workgroups == 2 * 3
+    assert la.grid.tiles == round(2 * (8 + 2 * 16) / 6)
