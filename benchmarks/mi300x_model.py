@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -483,6 +484,7 @@ def ratio_geomean_bands(
         g = {name: geomean(v) for name, v in reads.items()}
         p_, lo, hi = band(g)
         out[key] = {"geomean": round(p_, 3), "low": round(lo, 3), "high": round(hi, 3)}
+        out[key]["by_reading"] = {name: round(v, 3) for name, v in g.items()}  # type: ignore[assignment]
     return out
 
 
@@ -509,10 +511,18 @@ def markdown(path: Path) -> str:
         raise SystemExit(f"mi300x_model --markdown {path}: not a results file ({e})") from None
     by = {(tuple(r["shape"]), r["mode"], r["kernel"]): r for r in rows if "predicted_ms" in r}
     out = [
-        "| B,H,S | mode | AITER pred / pub ms | err | MoonMath pred / pub ms | err | "
-        "AITER/MoonMath pred / pub | ours pred ms | ours TFLOP/s | ours vs AITER | ours vs MoonMath |",
+        "| B,H,S | mode | AITER pred [low, high] / pub ms | err | MoonMath pred [low, high] / pub ms | err | "
+        "AITER/MoonMath pred / pub | ours pred ms [low, high] | ours TFLOP/s | ours vs AITER [low, high] | "
+        "ours vs MoonMath [low, high] |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def ms(r: dict[str, object]) -> str:
+        p = f"{float(r['predicted_ms']):.3f}"  # type: ignore[arg-type]
+        if "low_ms" in r:
+            p += f" [{float(r['low_ms']):.3f}, {float(r['high_ms']):.3f}]"  # type: ignore[arg-type]
+        return p
+
     for (sh, m, k), r in by.items():
         if k != "ours":
             continue
@@ -523,9 +533,9 @@ def markdown(path: Path) -> str:
             if peer and peer["published_ms"]:
                 p, q = float(peer["predicted_ms"]), float(peer["published_ms"])
                 fit = " (fit)" if peer.get("fit_row") else ""
-                cells += [f"{p:.3f} / {q:.3f}{fit}", f"{100 * (p / q - 1):+.1f}%"]
+                cells += [f"{ms(peer)} / {q:.3f}{fit}", f"{100 * (p / q - 1):+.1f}%"]
             else:
-                cells += [f"{float(peer['predicted_ms']):.3f}" if peer else "–", ""]
+                cells += [ms(peer) if peer else "–", ""]
         if a and mm and a["published_ms"] and mm["published_ms"]:
             cells.append(
                 f"{float(a['predicted_ms']) / float(mm['predicted_ms']):.3f} / "
@@ -533,8 +543,13 @@ def markdown(path: Path) -> str:
             )
         else:
             cells.append("–")
-        cells += [f"{o:.3f}", f"{r['predicted_tflops']:.0f}"]
-        cells += [f"{float(p['predicted_ms']) / o:.3f}" if p else "–" for p in (a, mm)]
+        cells += [ms(r), f"{r['predicted_tflops']:.0f}"]
+        for peer, name in ((a, "vs_aiter"), (mm, "vs_moonmath")):
+            if name in r:
+                pt, lo, hi = r[name]  # type: ignore[misc]
+                cells.append(f"{pt:.3f} [{lo:.3f}, {hi:.3f}]")
+            else:
+                cells.append(f"{float(peer['predicted_ms']) / o:.3f}" if peer else "–")
         out.append("| " + " | ".join(cells) + " |")
     steady = [r["steady_state"] for r in rows if "steady_state" in r]
     if steady:
@@ -647,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.breakdown:
         lines += [json.dumps({"steady_state": b}) for b in point_steady]
     summ = summary(rows, params, time.monotonic() - t0)
+    summ["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)  # the machine may be shared
     if not args.no_band:
         summ["readings"] = info
         summ["ours_vs_peers_band"] = ratio_geomean_bands(by_reading)

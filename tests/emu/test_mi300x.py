@@ -15,7 +15,12 @@ from regress.emu.cdna3 import C
 from regress.emu.mi300x import Shape
 from regress.emu.timing import Grid, SteadyState
 
-HZ = C["clock_ghz"] * 1e9 * C["clock_eff"]
+HZ = C["clock_ghz"] * 1e9 * C["clock_eff"]  # the clock of a launch without MFMA activity (the peak)
+
+
+def _hz(st: SteadyState, share: float = 1.0) -> float:
+    """The power-managed clock of a round whose workgroup slots are `share` full, x clock_eff."""
+    return timing.clock_ghz(share * timing.matrix_activity(st)) * 1e9 * C["clock_eff"]
 
 
 def _st(fixed: float, per_tile: float, resident: int = 1) -> SteadyState:
@@ -117,7 +122,8 @@ def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactor
     # row max, paid at the published inputs' rise rate for a 32-row wave.
     assert st.rise_per_tile > 0 and 0 < la.grid.rise_rate < 1
     per_tile = st.per_tile + la.grid.rise_rate * st.rise_per_tile
-    assert p.ms == pytest.approx((st.fixed + per_tile * 32) / HZ * 1e3)
+    assert p.ms == pytest.approx((st.fixed + per_tile * 32) / _hz(st) * 1e3)
+    assert 1.0 < p.launches[0].clock_ghz < C["clock_ghz"]  # a full round runs below the peak
 
     # Step 10: 32 q-blocks leave 272 CUs idle; the host's rule splits them by key range, and the call
     # is two launches (no dense round left): the split parts (the same tile loop's steady state over
@@ -137,7 +143,9 @@ def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactor
     )
     q = pred.predict(ours, small, "rtne")
     split_tile = st.per_tile + split.grid.rise_rate * st.rise_per_tile
-    assert q.launches[0].ms == pytest.approx((st.fixed + split_tile * plan.tiles) / HZ * 1e3)
+    share = min(1.0, split.grid.workgroups / C["cus"])
+    hz = _hz(st, share)
+    assert q.launches[0].ms == pytest.approx((st.fixed + split_tile * plan.tiles) / hz * 1e3)
     assert q.ms == pytest.approx(sum(t.ms for t in q.launches))
     assert q.ms < p.ms / 2  # unsplit, the 32 blocks would take one round of 32 tiles, as p's 304 do
 
