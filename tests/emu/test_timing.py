@@ -301,3 +301,12 @@ def test_every_constant_names_its_source() -> None:
     assert set(FITTED) == {"mfma_power_16x16x16", "clock_eff"}
     for name in ("lds_latency", "vmem_latency"):  # from a source now, not the fit
         assert name in clock and name not in FITTED
+
+
+def test_the_docs_show_the_constants_table_as_the_code_has_it() -> None:
+    from pathlib import Path
+
+    from regress.emu.cdna3 import table_markdown
+
+    doc = (Path(__file__).resolve().parents[2] / "docs/hip-gfx942.md").read_text()
+    assert table_markdown() in doc
