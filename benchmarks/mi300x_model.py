@@ -63,7 +63,17 @@ FIT_MODE = "rtne"
 KERNELS = ("aiter", "moonmath", "ours")
 # Constants a time is divided by (timing.launch_time, the replay's LDS cost) or a count of CUs: not 0.
 POSITIVE = frozenset(
-    {"cus", "clock_ghz", "clock_eff", "hbm_tb_s", "l2_bytes_per_clk_xcd", "xcds", "lds_bytes_per_clk"}
+    {
+        "cus",
+        "clock_ghz",
+        "clock_eff",
+        "clock_gemm_ghz",
+        "gemm_mfma_busy",
+        "hbm_tb_s",
+        "l2_bytes_per_clk_xcd",
+        "xcds",
+        "lds_bytes_per_clk",
+    }
 )
 
 
