@@ -251,7 +251,8 @@ def ceiling(
     params: dict[str, float],
 ) -> dict[str, object]:
     """Ours with its tile loop at the matrix core's floor (every SIMD's MFMAs back to back: MFMAs per
-    wave per tile x waves per SIMD x passes x pass clocks; no rise cost), the rest of each launch
+    wave per tile x waves per SIMD x passes x pass clocks; no rise cost; the power-managed clock of a
+    matrix core busy every clock), the rest of each launch
     (fixed clocks, grid rounds, the split and merge, the bandwidth bounds) as predicted: the ratios
     no schedule of this design can beat under the model, per mode, geomean and min over the shapes."""
     by = {(p.shape, p.mode, p.kernel): p for p in preds if isinstance(p, Prediction)}
@@ -269,7 +270,9 @@ def ceiling(
                     floor = st.issued_per_tile["mfma"] * waves_per_simd * C["mfma_16x16x16_bf16_passes"]
                     floor *= C["mfma_pass_clocks"]
                     floors.add(floor)
-                    st = replace(st, per_tile=floor, rise_per_tile=0.0)
+                    # at the floor the matrix core never idles: busy 1, so the clock of that load
+                    busy = {int(C["mfma_16x16x16_bf16_passes"]): 1.0}
+                    st = replace(st, per_tile=floor, rise_per_tile=0.0, mfma_busy_by_passes=busy)
                 ms += timing.launch_time(la.grid, st, params=params).ms
             for peer in ratios:
                 if (shape, mode, peer) in by:
