@@ -2,12 +2,16 @@
 our kernel, beside MoonMath's published MI300X table. Every time this prints is *predicted*.
 
 One JSON line per (shape, mode, kernel):
-    {"shape": [B,H,S,D], "mode", "kernel", "predicted_ms", "published_ms", "bound", "mfma_busy", ...}
-then one summary line (calibration on the validation rows, ours vs the peers).
+    {"shape": [B,H,S,D], "mode", "kernel", "predicted_ms", "low_ms", "high_ms", "published_ms",
+     "bound", "mfma_busy", "clock_mhz", ...; ours also "vs_aiter" / "vs_moonmath": [point, low, high]}
+then one summary line (validation on the 48 non-fit published rows, ours vs the peers with bands).
+low/high: the band over the model's readings (STRUCTURAL, each refitted, and the clock fit's
+confidence); a ratio's band is taken within each reading.
 
-    python benchmarks/mi300x_model.py [--kernels ours,aiter,moonmath] [--shapes B,H,Sq,Sk[,Hkv] ...]
+    python benchmarks/mi300x_model.py [--kernels ours,aiter,moonmath] [--shapes SHAPE ...] [--no-band]
         [--moonmath-src DIR] [--aiter-wheel FILE] [--code-object PATH] [--out FILE.jsonl]
-    python benchmarks/mi300x_model.py --fit      # refit the three parameters on AITER's RTNE rows
+        SHAPE: B,H,Sq,Sk[,Hkv][,causal] or varlen H[,Hkv],lens=L1/L2/...[,causal]
+    python benchmarks/mi300x_model.py --fit      # refit the clock parameters on the 6 RTNE fit rows
 
 Peers' inputs are read at run time and never stored: --aiter-wheel (default: downloaded into the
 cache by regress.emu.peers.aiter), --moonmath-src (a checkout or unpacked snapshot).
