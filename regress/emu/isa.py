@@ -341,8 +341,10 @@ _CARRY_OPS = {
     "v_subbrev_co_u32": (False, True, True),
 }
 
-# VOP3 v_sub_i32 (no carry out, no clamp here) wraps like the unsigned form.
+# VOP3 v_sub_i32 / v_add_i32 (no carry out, no clamp here) wrap like the unsigned forms (AITER's
+# causal objects use v_add_i32).
 _U32_BIN["v_sub_i32"] = _U32_BIN["v_sub_u32"]
+_U32_BIN["v_add_i32"] = _U32_BIN["v_add_u32"]
 
 
 def _i24(x: Any) -> np.ndarray:

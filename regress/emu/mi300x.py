@@ -34,28 +34,68 @@ class Shape:
     sk: int
     hkv: int
     d: int = HEAD_DIM
+    causal: bool = False  # the bottom-right causal mask
+    lens: tuple[int, ...] = ()  # varlen: per-sequence lengths (Sq = Sk each); b = len, sq = sk = max
 
     @classmethod
     def parse(cls, text: str) -> Shape:
-        """'B,H,Sq,Sk[,Hkv]'."""
+        """'B,H,Sq,Sk[,Hkv][,causal]', or varlen 'H[,Hkv],lens=L1/L2/...[,causal]'."""
+        tokens = [t.strip() for t in text.split(",")]
+        causal = "causal" in tokens
+        lens_tok = [t for t in tokens if t.startswith("lens=")]
+        rest = [t for t in tokens if t != "causal" and not t.startswith("lens=")]
         try:
-            parts = [int(x) for x in text.split(",")]
+            parts = [int(x) for x in rest]
+            lens = tuple(int(x) for x in lens_tok[0][5:].split("/")) if lens_tok else ()
         except ValueError:
-            raise ValueError(f"shape {text!r} is not B,H,Sq,Sk[,Hkv] integers") from None
+            raise ValueError(
+                f"shape {text!r} is not B,H,Sq,Sk[,Hkv][,causal] or H[,Hkv],lens=L1/L2/..[,causal] integers"
+            ) from None
+        if len(lens_tok) > 1 or (lens_tok and (len(parts) not in (1, 2) or not lens)):
+            raise ValueError(f"shape {text!r}: varlen is H[,Hkv],lens=L1/L2/...[,causal]")
+        if lens:
+            if min(parts + list(lens)) < 1:
+                raise ValueError(f"shape {text!r}: sizes must be positive")
+            h = parts[0]
+            hkv = parts[1] if len(parts) == 2 else h
+            if h % hkv:
+                raise ValueError(f"shape {text!r}: H={h} is not a multiple of Hkv={hkv}")
+            return cls(len(lens), h, max(lens), max(lens), hkv, causal=causal, lens=lens)
         if len(parts) not in (4, 5) or min(parts) < 1:
-            raise ValueError(f"shape {text!r} is not B,H,Sq,Sk[,Hkv] with positive sizes")
+            raise ValueError(f"shape {text!r} is not B,H,Sq,Sk[,Hkv][,causal] with positive sizes")
         b, h, sq, sk = parts[:4]
         hkv = parts[4] if len(parts) == 5 else h
         if h % hkv:
             raise ValueError(f"shape {text!r}: H={h} is not a multiple of Hkv={hkv}")
-        return cls(b, h, sq, sk, hkv)
+        return cls(b, h, sq, sk, hkv, causal=causal)
+
+    def seqs(self) -> list[tuple[int, int]]:
+        """(Sq, Sk) of every sequence."""
+        return [(n, n) for n in self.lens] if self.lens else [(self.sq, self.sk)] * self.b
 
     @property
     def flops(self) -> float:
-        return 4.0 * self.b * self.h * self.sq * self.sk * self.d
+        """Of the unmasked scores: a bottom-right causal row i of Sq sees Sk - Sq + i + 1 keys."""
+        total = 0.0
+        for sq, sk in self.seqs():
+            if not self.causal:
+                keys = sq * sk
+            elif sk >= sq:
+                keys = sq * (sk - sq) + sq * (sq + 1) // 2
+            else:  # the first Sq - Sk rows see no key
+                keys = sk * (sk + 1) // 2
+            total += 4.0 * self.h * keys * self.d
+        return total
 
     def bytes_qkvo(self, elem: int = 2) -> float:
-        return float(elem * self.d * (2 * self.b * self.h * self.sq + 2 * self.b * self.hkv * self.sk))
+        rows = sum(q for q, _ in self.seqs())
+        keys = sum(k for _, k in self.seqs())
+        return float(elem * self.d * (2 * self.h * rows + 2 * self.hkv * keys))
+
+    @property
+    def plain(self) -> bool:
+        """A dense batch without mask: what our kernel and MoonMath take."""
+        return not self.causal and not self.lens
 
 
 @dataclass(frozen=True)
@@ -153,7 +193,8 @@ class Predictor:
         self._records: dict[tuple[str, str, int], tuple[Kernel, list[list[RecordT]]]] = {}
 
     def _key(self) -> tuple[tuple[str, float], ...]:
-        return tuple(sorted(self.params.items()))
+        # only what the replay reads: a sweep of the clock parameters reuses the steady states
+        return tuple(sorted((k, v) for k, v in self.params.items() if k in timing.REPLAY_PARAMS))
 
     def steady(self, model: str, launch: Launch) -> SteadyState:
         k = (model, launch.key, self._key())
@@ -245,6 +286,8 @@ class Ours:
         return sink[-1]
 
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
+        if not shape.plain:
+            raise ValueError("our kernel has no causal or varlen mode yet")
         if shape.hkv != shape.h:
             raise ValueError("our kernel has no grouped-query mode (Hkv must equal H)")
         wgs = shape.b * shape.h * math.ceil(shape.sq / BLOCK_Q)
@@ -356,15 +399,59 @@ class AiterModel:
             self._emu.forward(q, k, v, layout="bshd", rounding=mode)
         return sink[-1]
 
+    def _record_causal(self, mode: str, n: int, group: bool) -> tuple[Kernel, list[list[RecordT]]]:
+        """One workgroup of the causal object: it takes q-tiles j and Q - 1 - j of Q = n / 8 - 1 (Sq =
+        Sk = 256 Q rows), i.e. n key tiles of 32 in all; workgroup 0 of the launch (j = 0)."""
+        a = self._mod
+        nq = n // (a.TILE_Q // a.TILE_K) - 1
+        q, k, v = sample_qkv(a.TILE_Q * nq, a.TILE_Q * nq, a.TILE_K, False)
+        cu = torch.tensor([0, a.TILE_Q * nq], dtype=torch.int32) if group else None
+        with recording() as sink:
+            self._emu.forward(q, k, v, rounding=mode, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu)
+        kern, wgs = sink[-1]
+        return kern, wgs[:1]
+
+    def _record_group(self, mode: str, n: int) -> tuple[Kernel, list[list[RecordT]]]:
+        """One workgroup of the group object: one 256-row sequence against n x 32 keys."""
+        a = self._mod
+        q, k, v = sample_qkv(a.TILE_Q, a.TILE_K * n, a.TILE_K, False)
+        cq = torch.tensor([0, a.TILE_Q], dtype=torch.int32)
+        ck = torch.tensor([0, a.TILE_K * n], dtype=torch.int32)
+        with recording() as sink:
+            self._emu.forward(q, k, v, rounding=mode, cu_seqlens_q=cq, cu_seqlens_k=ck)
+        return sink[-1]
+
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
         a = self._mod
         # Grouped-query shapes (Hkv < H, s_gqa = H / Hkv) run the same tile loop, only the key/value
         # head index differs: the steady state sampled with Hkv = H holds; the HBM bound reads Hkv heads.
-        wgs = shape.b * shape.h * math.ceil(shape.sq / a.TILE_Q)
-        tiles = math.ceil(shape.sk / a.TILE_K)
-        l2 = float(wgs * (tiles * 2 * a.TILE_K * shape.d * 2 + 2 * a.TILE_Q * shape.d * 2))
+        if shape.plain:
+            wgs = shape.b * shape.h * math.ceil(shape.sq / a.TILE_Q)
+            tiles = math.ceil(shape.sk / a.TILE_K)
+            l2 = float(wgs * (tiles * 2 * a.TILE_K * shape.d * 2 + 2 * a.TILE_Q * shape.d * 2))
+            grid = Grid("main", wgs, tiles, shape.bytes_qkvo(), l2, shape.flops)
+            return [Launch(f"main-{mode}", grid, lambda n: self._record(mode, n), tiles=(4, 8))]
+        # Causal and varlen: the workgroups the dispatcher launches that hold rows, each timed at the
+        # average of their key tiles (the grid's imbalance between them is not modelled); a causal
+        # workgroup pairs two q-tiles (tg_div 2), a varlen one past its sequence's end exits at once.
+        group = bool(shape.lens)
+        wgs, key_tiles = 0, 0
+        for sq, sk in shape.seqs():
+            nq = math.ceil(sq / a.TILE_Q)
+            for j in range(nq):
+                last = min(sq, a.TILE_Q * (j + 1))  # rows of q-tile j end here
+                keys = min(sk, sk - sq + last) if shape.causal else sk
+                key_tiles += math.ceil(max(keys, 0) / a.TILE_K)
+            wgs += math.ceil(nq / 2) if shape.causal else nq
+        wgs *= shape.h
+        key_tiles *= shape.h
+        tiles = max(1, round(key_tiles / wgs))
+        l2 = float(key_tiles * 2 * a.TILE_K * shape.d * 2 + wgs * 2 * a.TILE_Q * shape.d * 2)
         grid = Grid("main", wgs, tiles, shape.bytes_qkvo(), l2, shape.flops)
-        return [Launch(f"main-{mode}", grid, lambda n: self._record(mode, n), tiles=(4, 8))]
+        if shape.causal:
+            key = f"main-causal{'-group' if group else ''}-{mode}"
+            return [Launch(key, grid, lambda n: self._record_causal(mode, n, group), tiles=(24, 40))]
+        return [Launch(f"main-group-{mode}", grid, lambda n: self._record_group(mode, n), tiles=(4, 8))]
 
 
 # --- MoonMath -------------------------------------------------------------------------------------
@@ -417,6 +504,8 @@ class MoonMathModel:
 
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
         m = self._mod
+        if not shape.plain:
+            raise ValueError("MoonMath has no causal or varlen mode")
         if shape.hkv != shape.h:
             raise ValueError("MoonMath has no grouped-query mode (its host code takes one head count)")
         out = []
@@ -459,3 +548,26 @@ class MoonMathModel:
                 )
             )
         return out
+
+
+# --- uncertainty bands (pure) -----------------------------------------------------------------------
+
+
+def band(by_reading: dict[str, float], point: str = "point") -> tuple[float, float, float]:
+    """(point, low, high) of one predicted quantity over the model's readings (each reading a full
+    parameter set: a co-issue rule, latencies, clock parameters); the point reading must be there."""
+    if point not in by_reading:
+        raise ValueError(f"no {point!r} reading among {sorted(by_reading)}")
+    vals = list(by_reading.values())
+    return by_reading[point], min(vals), max(vals)
+
+
+def ratio_band(
+    num: dict[str, float], den: dict[str, float], point: str = "point"
+) -> tuple[float, float, float]:
+    """The band of num / den computed per reading: the same reading for numerator and denominator
+    (a reading that slows both moves the ratio little), never from the bands of the parts."""
+    common = num.keys() & den.keys()
+    if point not in common:
+        raise ValueError(f"the {point!r} reading is missing from the numerator or the denominator")
+    return band({r: num[r] / den[r] for r in common}, point)

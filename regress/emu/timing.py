@@ -166,6 +166,33 @@ NOT_PARAMS = frozenset(
         "mfma_32x32x8_bf16_passes",
         "mfma_valu_read_extra_ws",
         "mall_tb_s",
+        "boost_headroom",
+    }
+)
+
+
+# The constants replay() reads: a parameter set's steady states depend on these alone (the clock's,
+# the device's counts and bandwidths enter only launch_time), so a cache keyed by them survives a
+# sweep of the clock parameters.
+REPLAY_PARAMS = frozenset(
+    {
+        "issue_clocks",
+        "mfma_pass_clocks",
+        "vmem_latency",
+        "lds_latency",
+        "smem_latency",
+        "l1_bytes_per_clk",
+        "lds_bytes_per_clk",
+        "branch_issue_cycles",
+        "barrier_clocks",
+        "mfma_valu_block",
+        "mfma_own_valu_block",
+        "trans_issue_cycles",
+        "mfma_valu_hold_cycles",
+        "mfma_valu_hold_cycles_8pass",
+        "mfma_pk_f32_extra_cycles",
+        "mfma_pk_f32_simd_wide",
+        "fetch_straddle_cycles",
     }
 )
 
@@ -205,6 +232,9 @@ class CuRun:
     waves_cost: Counter[str] = field(default_factory=Counter)  # summed over waves, clocks
     issued: Counter[str] = field(default_factory=Counter)
     wave_end: list[int] = field(default_factory=list)  # per wave, the clock its last result landed
+    # Matrix-core busy clocks summed over SIMDs, by MFMA flavour (its pass count: 4 is 16x16x16, 8 is
+    # 32x32x8): the power model's input (clock_ghz), since the flavours draw different power.
+    xdl_by_passes: Counter[int] = field(default_factory=Counter)
 
     @property
     def mfma_busy(self) -> float:
@@ -288,6 +318,7 @@ def replay(
     xdl_free = [0] * simds
     pk_free = [0] * simds  # pk_simd: a packed-F32 VALU op may issue from here (the SIMD's last MFMA)
     xdl_busy = [0] * simds
+    xdl_by_passes: Counter[int] = Counter()
     valu_busy = [0] * simds
     lds_free = 0
     vmem_free = 0
@@ -370,6 +401,7 @@ def replay(
                     w.valu_at = t + issue + round(own_block * (busy - issue))
                     xdl_free[s] = t + busy
                     xdl_busy[s] += busy
+                    xdl_by_passes[op.arg] += busy
                     cost["mfma"] += issue
                 elif k == LDS:
                     cyc = w.lds.get(w.i, 2)
@@ -448,7 +480,16 @@ def replay(
             t = max(t + issue, -(-min(pending) // issue) * issue)
     clocks = max((w.end for w in waves), default=0)
     return CuRun(
-        clocks, len(waves), xdl_busy, valu_busy, lds_busy, vmem_busy, cost, issued, [w.end for w in waves]
+        clocks,
+        len(waves),
+        xdl_busy,
+        valu_busy,
+        lds_busy,
+        vmem_busy,
+        cost,
+        issued,
+        [w.end for w in waves],
+        xdl_by_passes,
     )
 
 
@@ -480,6 +521,8 @@ class SteadyState:
     # Extra clocks per tile when every tile raises a running row max (a kernel whose code skips the
     # rescale unless the max rises pays this on Grid.rise_rate of its tiles; 0 for branch-free code).
     rise_per_tile: float = 0.0
+    # Matrix-core busy share in steady state by MFMA flavour (pass count -> share of SIMD clocks).
+    mfma_busy_by_passes: dict[int, float] = field(default_factory=dict)
 
 
 def steady_state(
@@ -500,6 +543,10 @@ def steady_state(
     cost = {k: (b.waves_cost[k] - a.waves_cost[k]) / dn / nw for k in b.waves_cost | a.waves_cost}
     iss = {k: (b.issued[k] - a.issued[k]) / dn / nw for k in b.issued | a.issued}
     simds = int(C["simds"])
+    by_passes = {
+        k: (b.xdl_by_passes[k] - a.xdl_by_passes[k]) / dn / (simds * per) if per else 0.0
+        for k in b.xdl_by_passes | a.xdl_by_passes
+    }
     return SteadyState(
         kernel=k2.name,
         resident=len(r2),
@@ -508,6 +555,7 @@ def steady_state(
         mfma_busy=xdl / (simds * per) if per else 0.0,
         cost_per_tile=cost,
         issued_per_tile=iss,
+        mfma_busy_by_passes=by_passes,
     )
 
 
@@ -517,7 +565,11 @@ def one_round(
     """A kernel without a key loop: one round of the workgroups `record(0)` returns, all resident."""
     k, r = record(0)
     run = replay(k, r, params)
-    return SteadyState(k.name, len(r), float(run.clocks), 0.0, run.mfma_busy, {}, {})
+    simds = int(C["simds"])
+    by_passes = {n: v / (simds * run.clocks) for n, v in run.xdl_by_passes.items()} if run.clocks else {}
+    return SteadyState(
+        k.name, len(r), float(run.clocks), 0.0, run.mfma_busy, {}, {}, mfma_busy_by_passes=by_passes
+    )
 
 
 @dataclass(frozen=True)
@@ -544,6 +596,31 @@ class LaunchTime:
     l2_ms: float
     rounds: int
     mfma_busy: float
+    clock_ghz: float = 0.0  # the power-managed clock, time-weighted over the launch's rounds
+
+
+# --- the power-managed clock ---------------------------------------------------------------------
+
+
+def matrix_activity(st: SteadyState, params: dict[str, float] | None = None) -> float:
+    """One CU's matrix-core activity in power terms: its busy share per MFMA flavour, each weighted by
+    the flavour's power per busy clock relative to a 32x32x8 (AMD: 16x16x16 draws less)."""
+    p = C | (params or {})
+    w = {int(C["mfma_16x16x16_bf16_passes"]): p["mfma_power_16x16x16"]}
+    return sum(share * w.get(passes, 1.0) for passes, share in st.mfma_busy_by_passes.items())
+
+
+def clock_ghz(activity: float, params: dict[str, float] | None = None) -> float:
+    """The sustained engine clock at a chip-wide matrix activity (CU activity x share of the CUs busy).
+
+    A power cap holds dynamic power, ~ activity x f^(1/beta) along the DVFS curve, at the level AMD
+    measured under dense BF16 GEMM (median `clock_gemm_ghz` at activity `gemm_mfma_busy`), so
+    f = f_gemm x (A_gemm / A)^beta, never above the peak `clock_ghz` (a lightly loaded chip boosts)."""
+    p = C | (params or {})
+    peak = p["clock_ghz"]
+    if activity <= 0:
+        return peak
+    return min(peak, p["clock_gemm_ghz"] * (p["gemm_mfma_busy"] / activity) ** p["clock_beta"])
 
 
 def launch_time(
@@ -553,24 +630,35 @@ def launch_time(
     params: dict[str, float] | None = None,
 ) -> LaunchTime:
     """Whole-launch time: full rounds of `full.resident` workgroups per CU over every CU, then the last
-    partial round (fewer resident per CU when occupancy > 1), against the HBM and L2 bounds."""
+    partial round (fewer resident per CU when occupancy > 1), against the HBM and L2 bounds. Each
+    round runs at the power-managed clock of its own activity: a partial round with fewer CUs busy
+    runs faster (clock_ghz); `clock_eff` scales the issue rate for all the model misses."""
     p = C | (params or {})
     cus = int(p["cus"])
-    hz = p["clock_ghz"] * 1e9 * p["clock_eff"]
+    eff = p["clock_eff"]
     per_round = cus * full.resident
     rounds, rest = divmod(grid.workgroups, per_round)
 
     def tile(st: SteadyState) -> float:
         return st.per_tile + grid.rise_rate * st.rise_per_tile
 
-    clocks = rounds * (full.fixed + tile(full) * grid.tiles)
+    def seconds(st: SteadyState, clocks: float, share: float) -> tuple[float, float]:
+        ghz = clock_ghz(share * matrix_activity(st, p), p)
+        return clocks / (ghz * 1e9 * eff), ghz
+
+    phases: list[tuple[float, float]] = []
+    if rounds:
+        phases.append(seconds(full, rounds * (full.fixed + tile(full) * grid.tiles), 1.0))
     if rest:
         k = -(-rest // cus)
         st = full if k == full.resident or partial is None else partial(k)
-        clocks += st.fixed + tile(st) * grid.tiles
-    compute = clocks / hz * 1e3
+        # the share of the round's workgroup slots that hold one (CUs left idle draw no MFMA power)
+        phases.append(seconds(st, st.fixed + tile(st) * grid.tiles, rest / (cus * k)))
+    secs = sum(t for t, _ in phases)
+    ghz = sum(t * f for t, f in phases) / secs if secs else clock_ghz(0.0, p)
+    compute = secs * 1e3
     hbm = grid.hbm_bytes / (p["hbm_tb_s"] * 1e12) * 1e3
-    l2 = grid.l2_bytes / (p["l2_bytes_per_clk_xcd"] * p["xcds"] * hz) * 1e3
+    l2 = grid.l2_bytes / (p["l2_bytes_per_clk_xcd"] * p["xcds"] * ghz * 1e9 * eff) * 1e3
     ms = max(compute, hbm, l2)
     bound = "compute" if ms == compute else "hbm" if ms == hbm else "l2"
-    return LaunchTime(grid.name, ms, bound, compute, hbm, l2, rounds + bool(rest), full.mfma_busy)
+    return LaunchTime(grid.name, ms, bound, compute, hbm, l2, rounds + bool(rest), full.mfma_busy, ghz)

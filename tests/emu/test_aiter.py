@@ -156,3 +156,75 @@ def test_wheel_errors_are_one_line_reasons(tmp_path, monkeypatch) -> None:
     with pytest.raises(peer.PeerUnavailable, match=r"amd_aiter-0-py3-none-any\.whl"):
         peer.Aiter.load(bad)
     assert not list((tmp_path / "cache").rglob("*.co"))
+
+
+# --- the causal and group (varlen) objects ---------------------------------------------------------
+
+
+def test_every_forward_variant_has_its_object_and_kernel_name() -> None:
+    assert len(peer.VARIANTS) == 12 and len(set(peer.VARIANTS)) == 12
+    assert peer.variant("rtz", causal=True, group=True) == "causal_rtz_group"
+    assert peer.Aiter.kernel_name("rtne", causal=True) == "_ZN5aiter31fmha_fwd_hd128_bf16_causal_rtneE"
+    with pytest.raises(ValueError, match="rounding mode"):
+        peer.variant("rtx")
+
+
+def test_causal_and_group_launch_plans() -> None:
+    """Causal: each workgroup takes two 256-row tiles (grid x halved) and s_opt drops to 3 when H is
+    not a multiple of 8 or Sq > 16384; group: grid (H, B, tiles) and no batch strides."""
+    (lp,) = peer.plan(2, 16, 1300, 1300, mode="rtne", layout="bshd", causal=True)
+    assert lp.grid == (3, 16, 2) and lp.args["s_opt"] == peer.TUNE_OPT
+    assert "causal_rtne" in lp.kernel
+    (lp,) = peer.plan(1, 6, 1300, 1300, mode="rtne", layout="bshd", causal=True)
+    assert lp.args["s_opt"] == peer.TUNE_OPT - 2
+    (lp,) = peer.plan(3, 4, 600, 700, mode="rtna", layout="bshd", group=True)
+    assert lp.grid == (4, 3, 3) and lp.args["s_Bs"] == lp.args["s_k_Bs"] == 0
+    assert lp.kernel.endswith("rtna_groupE")
+    with pytest.raises(ValueError, match="packed BSHD"):
+        peer.plan(1, 1, 300, 300, mode="rtne", layout="bhsd", group=True)
+
+
+@pytest.mark.slow  # nine more peer objects decoded
+def test_the_causal_and_group_objects_load_and_every_instruction_is_modelled(aiter: peer.Aiter) -> None:
+    for mode in ROUNDING_MODES:
+        for causal, group in ((True, False), (False, True), (True, True)):
+            kernel = aiter.code(mode, causal, group).kernels[aiter.kernel_name(mode, causal, group)]
+            assert kernel.metadata[".reqd_workgroup_size"] == [peer.THREADS, 1, 1]
+            program, _ = compiled(kernel)
+            assert len(program) == len(kernel.instructions) > 2000
+
+
+def _ref(q, k, v, causal: bool):  # (S, H, D) bf16 -> fp64, the bottom-right causal mask
+    import torch
+
+    s = torch.einsum("qhd,khd->hqk", q.double(), k.double()) * peer.HEAD_DIM**-0.5
+    if causal:
+        keep = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool).tril(k.shape[0] - q.shape[0])
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", s.softmax(-1), v.double())
+
+
+def _close(out, ref) -> None:
+    # bf16 output: within 2 ULP of the fp64 reference relative, 0.01 absolute (AITER's own floor)
+    err = (out.double() - ref).abs()
+    assert bool((err <= 0.01 + 2**-7 * ref.abs()).all()), float(err.max())
+
+
+@pytest.mark.slow  # the emulated causal and group objects on small shapes (~40 s CPU)
+def test_causal_and_varlen_outputs_match_the_fp64_reference(aiter: peer.Aiter) -> None:
+    import torch
+
+    emu = peer.AiterEmu(aiter)
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 300, 1, 128, generator=g).to(torch.bfloat16) for _ in range(3))
+    out = emu.forward(q, k, v, layout="bshd", rounding="rtne", causal=True)
+    _close(out[0], _ref(q[0], k[0], v[0], True))
+    # varlen: two packed sequences of 150 and 210 rows (the second's tile crosses the first's end)
+    cu = torch.tensor([0, 150, 360], dtype=torch.int32)
+    q, k, v = (torch.randn(1, 360, 1, 128, generator=g).to(torch.bfloat16) for _ in range(3))
+    for causal in (False, True):
+        out = emu.forward(q, k, v, rounding="rtz", causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu)
+        for a, b in ((0, 150), (150, 360)):
+            _close(out[0, a:b], _ref(q[0, a:b], k[0, a:b], v[0, a:b], causal))
+    with pytest.raises(ValueError, match="both"):
+        emu.forward(q, k, v, cu_seqlens_q=cu)

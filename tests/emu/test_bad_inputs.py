@@ -15,6 +15,8 @@ from types import ModuleType
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from regress.abi import KernelError
 from regress.emu.codeobject import CodeObject, CodeObjectError
@@ -160,6 +162,11 @@ def _model() -> ModuleType:
         (["--set", "clock_eff=inf"], "finite number >= 0"),
         (["--set", "vmem_latency=-1"], "finite number >= 0"),
         (["--set", "clock_eff=0"], "must be > 0"),
+        (["--set", "gemm_mfma_busy=0"], "must be > 0"),
+        (["--set", "boost_headroom=2"], "once, not per parameter set"),
+        (["--shapes", "16,lens=0/4"], "sizes must be positive"),
+        (["--shapes", "16,lens=300/x"], "lens=L1/L2"),
+        (["--shapes", "1,2,3,4,lens=5"], "varlen is H[,Hkv],lens="),
         (["--set", "cus=0.5"], "whole number >= 1"),
         (["--set", "vgpr_granule=64"], "once, not per parameter set"),
         (["--set", "mfma_16x16x16_bf16_passes=8"], "once, not per parameter set"),
@@ -175,6 +182,19 @@ def test_bad_model_options_are_usage_errors(
         _model().main(["--kernels", "ours", *argv])
     assert e.value.code == 2
     assert says in capsys.readouterr().err
+
+
+@given(st.text(alphabet="0123456789,/=lensacuz- ", max_size=40))
+def test_any_shape_text_parses_or_is_a_value_error(text: str) -> None:
+    from regress.emu.mi300x import Shape
+
+    try:
+        s = Shape.parse(text)
+    except ValueError as e:
+        assert "shape" in str(e) and "\n" not in str(e)
+    else:  # what parses is a shape the model can take
+        assert min(s.b, s.h, s.sq, s.sk, s.hkv) >= 1 and s.h % s.hkv == 0
+        assert s.flops > 0 and len(s.seqs()) == s.b
 
 
 def test_a_bad_code_object_wheel_or_results_file_is_one_line(tmp_path: Path) -> None:

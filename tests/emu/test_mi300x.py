@@ -15,7 +15,12 @@ from regress.emu.cdna3 import C
 from regress.emu.mi300x import Shape
 from regress.emu.timing import Grid, SteadyState
 
-HZ = C["clock_ghz"] * 1e9 * C["clock_eff"]
+HZ = C["clock_ghz"] * 1e9 * C["clock_eff"]  # the clock of a launch without MFMA activity (the peak)
+
+
+def _hz(st: SteadyState, share: float = 1.0) -> float:
+    """The power-managed clock of a round whose workgroup slots are `share` full, x clock_eff."""
+    return timing.clock_ghz(share * timing.matrix_activity(st)) * 1e9 * C["clock_eff"]
 
 
 def _st(fixed: float, per_tile: float, resident: int = 1) -> SteadyState:
@@ -117,7 +122,8 @@ def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactor
     # row max, paid at the published inputs' rise rate for a 32-row wave.
     assert st.rise_per_tile > 0 and 0 < la.grid.rise_rate < 1
     per_tile = st.per_tile + la.grid.rise_rate * st.rise_per_tile
-    assert p.ms == pytest.approx((st.fixed + per_tile * 32) / HZ * 1e3)
+    assert p.ms == pytest.approx((st.fixed + per_tile * 32) / _hz(st) * 1e3)
+    assert 1.0 < p.launches[0].clock_ghz < C["clock_ghz"]  # a full round runs below the peak
 
     # Step 10: 32 q-blocks leave 272 CUs idle; the host's rule splits them by key range, and the call
     # is two launches (no dense round left): the split parts (the same tile loop's steady state over
@@ -137,7 +143,9 @@ def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactor
     )
     q = pred.predict(ours, small, "rtne")
     split_tile = st.per_tile + split.grid.rise_rate * st.rise_per_tile
-    assert q.launches[0].ms == pytest.approx((st.fixed + split_tile * plan.tiles) / HZ * 1e3)
+    share = min(1.0, split.grid.workgroups / C["cus"])
+    hz = _hz(st, share)
+    assert q.launches[0].ms == pytest.approx((st.fixed + split_tile * plan.tiles) / hz * 1e3)
     assert q.ms == pytest.approx(sum(t.ms for t in q.launches))
     assert q.ms < p.ms / 2  # unsplit, the 32 blocks would take one round of 32 tiles, as p's 304 do
 
@@ -199,3 +207,127 @@ def test_the_benchmark_prints_one_line_per_row_and_a_summary(capsys: pytest.Capt
     assert row["predicted_ms"] > 0 and row["bound"] == "compute" and 0 < row["mfma_busy"] < 1
     with pytest.raises(SystemExit):
         mi300x_model.main(["--kernels", "ours", "--set", "nonsense=1"])
+
+
+# --- the uncertainty band (pure parts; the committed table as real input) ---------------------------
+
+COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks/results/mi300x-model"
+
+
+def _committed_rows() -> tuple[list[dict[str, object]], dict[str, object]]:
+    from regress.site import predicted
+
+    path = predicted.latest_file(COMMITTED)
+    assert path is not None and path.name.startswith("predicted-v2"), path
+    table = predicted.load(path)
+    assert table is not None and table["summary"] is not None
+    return table["rows"], table["summary"]
+
+
+def test_every_committed_prediction_has_a_band_that_holds_its_point() -> None:
+    rows, summary = _committed_rows()
+    assert len(rows) == 81 and summary["predicted"] is True
+    for r in rows:
+        assert r["low_ms"] <= r["predicted_ms"] <= r["high_ms"], r
+        assert r["low_ms"] < r["high_ms"], r  # the readings do move every row
+    ours = [r for r in rows if r["kernel"] == "ours"]
+    for r in ours:
+        for peer in ("aiter", "moonmath"):
+            p, lo, hi = r[f"vs_{peer}"]
+            assert lo <= p <= hi
+
+
+def test_a_ratio_band_is_computed_per_reading_not_from_the_parts_bands() -> None:
+    from regress.emu.mi300x import band, ratio_band
+
+    # a reading that slows both kernels alike leaves the ratio where it was
+    num = {"point": 2.0, "slow": 4.0, "fast": 1.0}
+    den = {"point": 1.0, "slow": 2.0, "fast": 0.5}
+    assert ratio_band(num, den) == (2.0, 2.0, 2.0)
+    (_, nlo, nhi), (_, dlo, dhi) = band(num), band(den)
+    assert (nlo / dhi, nhi / dlo) == (0.5, 8.0)  # what the parts' bands would have said
+    with pytest.raises(ValueError, match="point"):
+        ratio_band({"a": 1.0}, {"a": 1.0})
+
+
+def test_the_committed_ratio_bands_are_per_reading() -> None:
+    """Ours vs a peer on the committed rows: inside the parts' band and strictly narrower than it (no
+    reading is at once the slowest for one kernel and the fastest for the other)."""
+    rows, _ = _committed_rows()
+    by = {(tuple(r["shape"]), r["mode"], r["kernel"]): r for r in rows}
+    narrower = 0
+    for (sh, m, k), r in by.items():
+        if k != "ours":
+            continue
+        for peer in ("aiter", "moonmath"):
+            o = by[(sh, m, peer)]
+            _, lo, hi = r[f"vs_{peer}"]
+            parts_lo, parts_hi = o["low_ms"] / r["high_ms"], o["high_ms"] / r["low_ms"]
+            assert parts_lo - 1e-3 <= lo and hi <= parts_hi + 1e-3
+            narrower += (hi - lo) < (parts_hi - parts_lo) - 1e-3
+    assert narrower == 2 * 27  # from the parts, each band would be exactly the parts' band
+
+
+def test_the_committed_summary_is_what_the_rows_give() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import mi300x_model
+
+    rows, summ = _committed_rows()
+    again = mi300x_model.summary(rows, summ["params"], 0.0)  # type: ignore[arg-type]
+    for key in (
+        "aiter_median_abs_err",
+        "moonmath_median_abs_err",
+        "aiter_validation_rows",
+        "moonmath_validation_rows",
+        "speedup_within_0.05",
+        "ranked_correctly",
+        "aiter_spread_within_0.04",
+    ):
+        assert again[key] == summ[key], key
+    # 48 of the 54 published times validate: the six fit rows (RTNE, both peers, 3 shapes) excluded
+    assert summ["aiter_validation_rows"] + summ["moonmath_validation_rows"] == 48
+    assert sum(bool(r.get("fit_row")) for r in rows) == 6
+
+
+def test_shape_parse_takes_a_causal_mask_and_per_sequence_lengths() -> None:
+    s = Shape.parse("2,16,8192,8192,causal")
+    assert s.causal and not s.lens and not s.plain and (s.b, s.sq) == (2, 8192)
+    v = Shape.parse("16,8,lens=1000/4000/8000,causal")
+    assert (v.b, v.h, v.hkv, v.sq, v.sk, v.lens, v.causal) == (3, 16, 8, 8000, 8000, (1000, 4000, 8000), True)
+    assert Shape.parse("4,lens=300").seqs() == [(300, 300)]
+    for bad in ("lens=3/4", "1,2,lens=3/x", "16,lens=0/4", "1,2,3,lens=4", "6,4,lens=5", "16,lens=3,lens=4"):
+        with pytest.raises(ValueError, match="shape"):
+            Shape.parse(bad)
+
+
+def test_masked_flops_count_only_the_scores_a_row_sees() -> None:
+    dense = Shape.parse("1,1,1000,1000")
+    causal = Shape.parse("1,1,1000,1000,causal")
+    assert causal.flops == pytest.approx(dense.flops * (1000 * 1001 / 2) / 1000**2)
+    # bottom-right with Sk > Sq: row i sees Sk - Sq + i + 1 keys
+    wide = Shape.parse("1,1,10,30,causal")
+    assert wide.flops == 4 * 128 * sum(30 - 10 + i + 1 for i in range(10))
+    tall = Shape.parse("1,1,30,10,causal")  # the first 20 rows see nothing
+    assert tall.flops == 4 * 128 * sum(range(1, 11))
+    varlen = Shape.parse("2,lens=100/300")
+    assert varlen.flops == 4 * 2 * 128 * (100**2 + 300**2)
+    assert varlen.bytes_qkvo() == 2 * 128 * (2 * 2 * 400 + 2 * 2 * 400)
+
+
+def test_aiter_causal_and_varlen_grids() -> None:
+    """Causal: workgroups pair q-tiles j and Q-1-j (tg_div 2), each timed at the average key tiles;
+    varlen: the workgroups holding rows, each at its sequence's key tiles."""
+    from regress.emu.peers import aiter as peer
+
+    try:
+        from regress.emu.mi300x import AiterModel
+
+        model = AiterModel()
+    except peer.PeerUnavailable as exc:
+        pytest.skip(f"AITER wheel unavailable: {exc}")
+    (la,) = model.launches(Shape.parse("1,1,1024,1024,causal"), "rtz")
+    assert la.key == "main-causal-rtz" and la.tiles == (24, 40)
+    assert (la.grid.workgroups, la.grid.tiles) == (2, (8 + 16 + 24 + 32) // 2)
+    (la,) = model.launches(Shape.parse("2,lens=256/512"), "rtne")
+    assert la.key == "main-group-rtne" and la.grid.workgroups == 2 * 3
+    assert la.grid.tiles == round(2 * (8 + 2 * 16) / 6)

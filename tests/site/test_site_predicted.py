@@ -33,4 +33,8 @@ def test_the_emulator_stack_page_shows_the_predicted_table(tmp_path: Path) -> No
     cuda = next(t for n, t in pages.items() if "h200" in n and "diff" not in n)
     assert "Predicted MI300X" in emu and "not measured" in emu and "predicted MI300X ms" in emu
     assert emu.count("<tr><td>") >= len(table["rows"])
+    # every prediction with its band, our ratios with theirs (computed per reading)
+    assert "predicted low" in emu and "predicted high" in emu and "ours vs AITER (predicted, low–high)" in emu
+    r = table["rows"][0]
+    assert f"{r['low_ms']:.3f}" in emu and f"{r['high_ms']:.3f}" in emu
     assert "Predicted MI300X" not in cuda

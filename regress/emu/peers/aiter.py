@@ -147,12 +147,23 @@ def parse_args_struct(header: str, common: str) -> list[Field]:
 # --- the extracted files ---------------------------------------------------------------------------
 
 
+def variant(mode: str, causal: bool = False, group: bool = False) -> str:
+    """The object's name part: `[causal_]{mode}[_group]` (fwd_hd128_bf16_<variant>.co)."""
+    if mode not in ROUNDING_MODES:
+        raise ValueError(f"unknown rounding mode {mode!r}")
+    return f"{'causal_' if causal else ''}{mode}{'_group' if group else ''}"
+
+
+VARIANTS = tuple(variant(m, c, g) for c in (False, True) for g in (False, True) for m in ROUNDING_MODES)
+
+
 @dataclass
 class Aiter:
-    """AITER v3's three bf16 forward code objects and their argument layout, from one wheel."""
+    """AITER v3's bf16 forward code objects (every rounding mode, plain and causal, batch and group)
+    and their argument layout, from one wheel."""
 
     wheel: Path
-    objects: dict[str, Path]  # mode -> .co
+    objects: dict[str, Path]  # variant -> .co
     fields: list[Field]
     kernarg_size: int
     _code: dict[str, CodeObject]
@@ -162,7 +173,7 @@ class Aiter:
         whl = wheel(wheel_path)
         digest = hashlib.sha256(whl.read_bytes()).hexdigest()[:16]
         out = cache_root() / f"aiter-{digest}"
-        names = {m: f"{CO_DIR}/fwd_hd128_bf16_{m}.co" for m in ROUNDING_MODES}
+        names = {v: f"{CO_DIR}/fwd_hd128_bf16_{v}.co" for v in VARIANTS}
         try:
             with zipfile.ZipFile(whl) as z:
                 header = z.read(HEADER).decode()
@@ -181,26 +192,28 @@ class Aiter:
         objects = {m: out / Path(n).name for m, n in names.items()}
         return cls(whl, objects, fields, size, {})
 
-    def code(self, mode: str) -> CodeObject:
-        """The mode's code object, its kernarg metadata checked against the header's layout."""
-        if mode not in self._code:
-            co = CodeObject.load(self.objects[mode])
-            kernel = co.kernels.get(self.kernel_name(mode))
+    def code(self, mode: str, causal: bool = False, group: bool = False) -> CodeObject:
+        """The variant's code object, its kernarg metadata checked against the header's layout."""
+        v = variant(mode, causal, group)
+        if v not in self._code:
+            co = CodeObject.load(self.objects[v])
+            name = self.kernel_name(mode, causal, group)
+            kernel = co.kernels.get(name)
             if kernel is None:
-                raise PeerUnavailable(f"{self.objects[mode].name} lacks kernel {self.kernel_name(mode)}")
+                raise PeerUnavailable(f"{self.objects[v].name} lacks kernel {name}")
             meta = sorted((int(a[".offset"]), int(a[".size"])) for a in kernel.args if a[".name"] != "pad")
             mine = sorted((f.offset, f.size) for f in self.fields)
             if meta != mine or kernel.kernarg_size != self.kernarg_size:
                 raise PeerUnavailable(
-                    f"{self.objects[mode].name}: kernarg metadata ({kernel.kernarg_size} B) does not match "
+                    f"{self.objects[v].name}: kernarg metadata ({kernel.kernarg_size} B) does not match "
                     f"fmha_fwd_v3_args in {HEADER} ({self.kernarg_size} B)"
                 )
-            self._code[mode] = co
-        return self._code[mode]
+            self._code[v] = co
+        return self._code[v]
 
     @staticmethod
-    def kernel_name(mode: str) -> str:
-        name = f"fmha_fwd_hd128_bf16_{mode}"
+    def kernel_name(mode: str, causal: bool = False, group: bool = False) -> str:
+        name = f"fmha_fwd_hd128_bf16_{variant(mode, causal, group)}"
         return f"_ZN5aiter{len(name)}{name}E"  # the launcher's "_ZN5aiter" + len + name + "E"
 
     def pack(self, values: dict[str, int | float]) -> bytes:
@@ -243,11 +256,16 @@ def plan(
     scale: float | None = None,
     lse: bool = False,
     hk: int | None = None,
+    causal: bool = False,
+    group: bool = False,
 ) -> list[LaunchPlan]:
     """The launches AITER's dispatcher makes for one call (one), with every non-pointer argument
     (strides for contiguous tensors of `layout`, bshd or bhsd, in bytes as the dispatcher passes them).
     `hk` < h is grouped-query attention: the dispatcher passes s_gqa = h / hk (codegen.py), and query
-    head i reads key/value head i // (h / hk)."""
+    head i reads key/value head i // (h / hk). `causal`: the bottom-right mask (its *_causal_* object;
+    each workgroup takes two 256-row tiles, so the grid's x is halved, and s_opt drops to 3 when H is
+    not a multiple of 8 or Sq > 16384). `group` (varlen): `b` packed sequences of at most `sq` / `sk`
+    rows, their starts in ptr_qseq / ptr_kseq; grid (H, B, tiles), batch strides 0 (packed rows)."""
     if mode not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding mode {mode!r}")
     if sq < MIN_SEQLEN_Q:
@@ -264,18 +282,18 @@ def plan(
         batch_q, batch_k = h * sq * HEAD_DIM, hk * sk * HEAD_DIM
     else:
         raise ValueError(f"unknown layout {layout!r}")
+    if group:
+        if layout != "bshd":
+            raise ValueError("AITER's group (varlen) mode takes packed BSHD rows")
+        batch_q = batch_k = 0
     strides = {"q": (row_q, head_q, batch_q), "k": (row_k, head_k, batch_k), "o": (row_q, head_q, batch_q)}
-    return [
-        LaunchPlan(
-            Aiter.kernel_name(mode),
-            mode,
-            (-(-sq // TILE_Q), h, b),
-            THREADS,
-            TILE_Q,
-            TILE_K,
-            launch_args(b, h, sq, sk, strides, scale=scale, lse=lse, gqa=h // hk),
-        )
-    ]
+    args = launch_args(b, h, sq, sk, strides, scale=scale, lse=lse, gqa=h // hk)
+    if causal and (h % 8 or sq > 16384):
+        args["s_opt"] = TUNE_OPT - 2  # the dispatcher's downgrade for masked calls
+    q_tiles = -(-sq // TILE_Q)
+    tiles = -(-q_tiles // (2 if causal else 1))
+    grid = (h, b, tiles) if group else (tiles, h, b)
+    return [LaunchPlan(Aiter.kernel_name(mode, causal, group), mode, grid, THREADS, TILE_Q, TILE_K, args)]
 
 
 def launch_args(
@@ -354,9 +372,18 @@ class AiterEmu:
         rounding: str = "rtne",
         scale: float | None = None,
         lse: bool = False,
+        causal: bool = False,
+        cu_seqlens_q: torch.Tensor | None = None,
+        cu_seqlens_k: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """`causal`: the bottom-right causal mask. `cu_seqlens_q`/`cu_seqlens_k` (int32, B + 1 starts,
+        both or neither): varlen, q/k/v packed as (1, total rows, heads, 128) BSHD."""
         if not (q.dtype == k.dtype == v.dtype == torch.bfloat16) or q.device.type != "cpu":
             raise ValueError("AITER v3 on the emulator takes bf16 CPU tensors")
+        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+            raise ValueError("varlen needs both cu_seqlens_q and cu_seqlens_k")
+        if cu_seqlens_q is not None:
+            return self._varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, rounding, scale, causal)
         if layout == "bshd":
             b, sq, h, d = q.shape
             sk, hk = k.shape[1], k.shape[2]
@@ -376,14 +403,62 @@ class AiterEmu:
         for t in tensors.values():
             st = t.untyped_storage()
             memory.map_host(st.data_ptr(), st.nbytes())
-        (lp,) = plan(b, h, sq, sk, mode=rounding, layout=layout, scale=scale, lse=lse, hk=hk)
+        (lp,) = plan(b, h, sq, sk, mode=rounding, layout=layout, scale=scale, lse=lse, hk=hk, causal=causal)
         args: dict[str, Any] = dict(launch_args(b, h, sq, sk, strides, scale=scale, lse=lse, gqa=h // hk))
+        args["s_opt"] = lp.args["s_opt"]
         args.update({n: t.data_ptr() for n, t in tensors.items()})
-        kernel = self.aiter.code(rounding).kernels[lp.kernel]
+        self._run(lp, rounding, causal, False, memory, args)
+        self.last_lse = lse_t if lse else None
+        return out
+
+    def _run(
+        self, lp: LaunchPlan, mode: str, causal: bool, group: bool, memory: Memory, args: dict[str, Any]
+    ) -> None:
+        kernel = self.aiter.code(mode, causal, group).kernels[lp.kernel]
         launch = Launch(kernel, memory, self.aiter.pack(args), strict=self.strict, lenient=LENIENT)
         self.last_trace = launch.run(lp.grid, lp.block)
         self.last_hazards = launch.hazards
-        self.last_lse = lse_t if lse else None
+
+    def _varlen(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_q: torch.Tensor,
+        cu_k: torch.Tensor | None,
+        mode: str,
+        scale: float | None,
+        causal: bool,
+    ) -> torch.Tensor:
+        assert cu_k is not None
+        if q.dim() != 4 or q.shape[0] != 1 or q.shape[3] != HEAD_DIM:
+            raise ValueError(f"varlen takes packed (1, total, heads, 128) BSHD rows (got q {tuple(q.shape)})")
+        if cu_q.dtype != torch.int32 or cu_k.dtype != torch.int32 or cu_q.shape != cu_k.shape:
+            raise ValueError("cu_seqlens_q and cu_seqlens_k are int32 tensors of B + 1 sequence starts")
+        lq, lk = (cu_q[1:] - cu_q[:-1]).tolist(), (cu_k[1:] - cu_k[:-1]).tolist()
+        if min(lq + lk) < 1 or cu_q[-1] != q.shape[1] or cu_k[-1] != k.shape[1]:
+            raise ValueError("cu_seqlens must rise from 0 to the packed row counts")
+        b, h, hk = len(lq), q.shape[2], k.shape[2]
+        sq, sk = max(lq), max(lk)
+        if h % hk or sq < MIN_SEQLEN_Q:
+            raise ValueError(f"AITER's v3 kernel takes Hq a multiple of Hk and max seqlen_q > 128 (got {sq})")
+        out = torch.zeros_like(q, memory_format=torch.contiguous_format)
+        cq, ck = cu_q.contiguous(), cu_k.contiguous()
+        lse_t = torch.empty((h, q.shape[1]), dtype=torch.float32)
+        tensors = {"ptr_q": q, "ptr_k": k, "ptr_v": v, "ptr_o": out, "ptr_lse": lse_t}
+        seqs = {"ptr_qseq": cq, "ptr_kseq": ck, "ptr_qseq_padding": cq, "ptr_kseq_padding": ck}
+        memory = Memory()
+        for t in (*tensors.values(), cq, ck):
+            st = t.untyped_storage()
+            memory.map_host(st.data_ptr(), st.nbytes())
+        (lp,) = plan(b, h, sq, sk, mode=mode, layout="bshd", scale=scale, hk=hk, causal=causal, group=True)
+        strides = {n: _strides(t, "bshd") for n, t in (("q", q), ("k", k), ("v", v), ("o", out))}
+        strides = {n: (r, hd, 0) for n, (r, hd, _) in strides.items()}  # packed: no batch stride
+        args: dict[str, Any] = dict(launch_args(b, h, sq, sk, strides, scale=scale, lse=False, gqa=h // hk))
+        args["s_opt"] = lp.args["s_opt"]
+        args.update({n: t.data_ptr() for n, t in (tensors | seqs).items()})
+        self._run(lp, mode, causal, True, memory, args)
+        self.last_lse = None
         return out
 
 
