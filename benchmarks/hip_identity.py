@@ -1,0 +1,98 @@
+"""Proof that a kernel-wing clean-up left the gfx942 code object alone (issue 37).
+
+Builds the default compile-only gfx942 code object twice with the exact argv of
+`regress.build.COMMANDS["hip-compile-only"]` (the one build path), both times in the SAME scratch
+folder (clang derives the object's CUID from the source path, so two paths would differ by that
+alone): first the kernel/ of a base commit (`git archive`), then the kernel/ of the working tree.
+Compares the two with cmp; when they differ, compares `llvm-objdump-19 -d` text per kernel. Also
+counts, on both sides, the HIP build flags (settable `#ifndef RA_HIP_*` guards) and the
+preprocessor conditionals plus flag-valued `if (RA_HIP_*)` tests in the files of the default build.
+
+    python benchmarks/hip_identity.py [--base 8814587]
+
+Prints one short table last. Exit 0 when the objects are byte-identical, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from regress.build import COMMANDS, OUT, REPO_ROOT
+
+RECIPE = COMMANDS["hip-compile-only"]
+CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b|\bif\s*\(\s*!?RA_HIP_\w+", re.M)
+FLAG_GUARD = re.compile(r"^\s*#ifndef (RA_HIP_\w+)$|defined\((RA_HIP_\w+)\)", re.M)
+DERIVED = {"RA_HIP_HAVE_RUNTIME"}  # set by compat.h from the headers found, not by a build
+
+
+def build(tree: Path, out: Path) -> str:
+    argv = [str(out) if a == OUT else a for a in RECIPE.argv]
+    proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"build failed in {tree}:\n{proc.stderr[-3000:]}")
+    return proc.stderr
+
+
+def counts(kernel: Path) -> tuple[int, int]:
+    """(HIP build flags, conditionals) over kernel/hip (the TU and its parts; the CPU and CUDA
+    sources are not in the gfx942 build)."""
+    files = sorted(p for p in (kernel / "hip").rglob("*") if p.suffix in (".h", ".hip"))
+    flags: set[str] = set()
+    conds = 0
+    for f in files:
+        text = f.read_text()
+        found = {a or b for a, b in FLAG_GUARD.findall(text)}
+        flags |= {f for f in found if not f.endswith("_H")} - DERIVED  # include guards are no flags
+        body = re.sub(r"/\*.*?\*/", "", text, flags=re.S)  # conditionals named in comments do not count
+        conds += len(CONDITIONAL.findall(body)) - len(re.findall(r"^\s*#\s*ifndef RA_HIP_\w+_H$", body, re.M))
+    return len(flags), conds
+
+
+def disasm(co: Path) -> str:
+    objdump = shutil.which("llvm-objdump-19") or sys.exit("llvm-objdump-19 is needed")
+    text = subprocess.run([objdump, "-d", str(co)], capture_output=True, text=True, check=True).stdout
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith(str(co)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default="8814587", help="the commit to compare against (default 8814587)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hip-identity-") as tmp:
+        root = Path(tmp)
+        tree = root / "tree"
+        objs = {}
+        for side in ("base", "ours"):
+            shutil.rmtree(tree, ignore_errors=True)
+            tree.mkdir()
+            if side == "base":
+                tar = subprocess.run(
+                    ["git", "archive", args.base, "kernel"], cwd=REPO_ROOT, capture_output=True, check=True
+                ).stdout
+                subprocess.run(["tar", "-x", "-C", str(tree)], input=tar, check=True)
+            else:
+                shutil.copytree(REPO_ROOT / "kernel", tree / "kernel")
+            out = tree / RECIPE.output
+            build(tree, out)
+            objs[side] = (root / f"{side}.co", counts(tree / "kernel"))
+            shutil.copy(out, objs[side][0])
+        same = filecmp.cmp(objs["base"][0], objs["ours"][0], shallow=False)
+        asm_same = same or disasm(objs["base"][0]) == disasm(objs["ours"][0])
+        size = objs["ours"][0].stat().st_size
+        print(f"| side | HIP flags | conditionals in kernel/hip | code object |")
+        print("|---|---|---|---|")
+        print(f"| {args.base} | {objs['base'][1][0]} | {objs['base'][1][1]} | {objs['base'][0].stat().st_size} B |")
+        print(f"| working tree | {objs['ours'][1][0]} | {objs['ours'][1][1]} | {size} B |")
+        print(f"byte-identical: {'yes' if same else 'no'}; disassembly identical: {'yes' if asm_same else 'no'}")
+        return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
