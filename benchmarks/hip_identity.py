@@ -85,12 +85,14 @@ def main() -> int:
             shutil.copy(out, objs[side][0])
         same = filecmp.cmp(objs["base"][0], objs["ours"][0], shallow=False)
         asm_same = same or disasm(objs["base"][0]) == disasm(objs["ours"][0])
-        size = objs["ours"][0].stat().st_size
-        print(f"| side | HIP flags | conditionals in kernel/hip | code object |")
+        base_size, size = objs["base"][0].stat().st_size, objs["ours"][0].stat().st_size
+        print("| side | HIP flags | conditionals in kernel/hip | code object |")
         print("|---|---|---|---|")
-        print(f"| {args.base} | {objs['base'][1][0]} | {objs['base'][1][1]} | {objs['base'][0].stat().st_size} B |")
+        print(f"| {args.base} | {objs['base'][1][0]} | {objs['base'][1][1]} | {base_size} B |")
         print(f"| working tree | {objs['ours'][1][0]} | {objs['ours'][1][1]} | {size} B |")
-        print(f"byte-identical: {'yes' if same else 'no'}; disassembly identical: {'yes' if asm_same else 'no'}")
+        print(
+            f"byte-identical: {'yes' if same else 'no'}; disassembly identical: {'yes' if asm_same else 'no'}"
+        )
         return 0 if same else 1
 
 

@@ -37,8 +37,8 @@ VARIANTS = [
     for layout in ("packed", "strided")
     for mode in ("rtne", "rtna", "rtz")
 ]
-# Step 10 (the tail split, kernel/hip/parts/plan.h): the split parts' kernel per layout (same tile loop, fp32 partials) and
-# the merge per (mode, layout).
+# Step 10 (the tail split, kernel/hip/parts/plan.h): the split parts' kernel per layout (same tile
+# loop, fp32 partials) and the merge per (mode, layout).
 SPLIT_KERNELS = [f"ra_attn_split_gfx942_{layout}" for layout in ("packed", "strided")]
 MERGE_KERNELS = [
     f"ra_attn_merge_gfx942_{mode}_{layout}"
