@@ -216,6 +216,12 @@ class EmuLibrary:
         self.last_trace = trace
         return out
 
+    def plan(self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str) -> dict[str, Any] | None:
+        """The gfx942 planner's plan for the shape on the emulated device's CUs (what forward runs)."""
+        params = planning.shape_params(b, h, sq, sk, layout=layout, rounding=rounding)
+        plan = planning.planner("hip").plan(params, self.cus)
+        return {"backend": "hip", "compute_units": self.cus, **plan.to_dict()}
+
     def describe(self) -> str:
         return json.dumps(self.build_info())
 
