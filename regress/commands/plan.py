@@ -7,8 +7,10 @@ import json
 
 import click
 
+from ..backends import BACKENDS, resolve
 from ..errors import UserError
 from ..results import LAYOUTS, ROUNDING_MODES
+from . import options
 
 _POSITIVE = click.IntRange(min=1)
 
@@ -33,7 +35,7 @@ def _plan_text(plan: dict[str, object]) -> list[str]:
 @click.argument("h", type=_POSITIVE)
 @click.argument("sq", type=_POSITIVE)
 @click.argument("sk", type=_POSITIVE)
-@click.option("--backend", type=click.Choice(["hip", "cuda"]), required=True, help="Whose planner to ask.")
+@options.backend
 @click.option(
     "--compute-units",
     type=_POSITIVE,
@@ -54,11 +56,13 @@ def plan_cmd(
     rounding: str,
     as_json: bool,
 ) -> None:
-    """Print the launch plan for B x H heads, SQ queries, SK keys (head_dim 128)."""
+    """Print the launch plan for B x H heads, SQ queries, SK keys (head_dim 128), asked of the
+    backend's planner (hip and hip-emu: gfx942's, cuda: sm_90a's; cpu has none)."""
     from ..abi import KernelError
     from ..build import BuildError
     from ..plan import plan_launch
 
+    backend = BACKENDS[resolve(backend)].kernel  # whose kernel source it builds: hip-emu runs hip's
     try:
         plan = plan_launch(
             backend, b, h, sq, sk, compute_units=compute_units, layout=layout, rounding=rounding
