@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +96,11 @@ class Planner:
                 ctypes.c_int64,
                 ctypes.POINTER(Gfx942Launch),
             ]
-        self._lock = threading.Lock()
+
+    @property
+    def lists_launches(self) -> bool:
+        """Whether the planner lists its launches (the gfx942 one does)."""
+        return self._launch_at is not None
 
     def plan(self, params: Params, compute_units: int, max_workspace_bytes: int = 0) -> LaunchPlan:
         """ra_plan_launch: the plan, or KernelError with the planner's own one-line message."""
@@ -172,9 +175,8 @@ def plan_launch(
     cus = DEFAULT_COMPUTE_UNITS.get(backend, 0) if compute_units is None else compute_units
     p = planner(backend, cache_dir)
     params = shape_params(b, h, sq, sk, layout=layout, rounding=rounding)
-    with p._lock:
-        plan = p.plan(params, cus, max_workspace_bytes)
-        launches = p.launches(params, plan) if p._launch_at is not None else []
+    plan = p.plan(params, cus, max_workspace_bytes)
+    launches = p.launches(params, plan) if p.lists_launches else []
     out = {"backend": backend, "compute_units": cus, **plan.to_dict()}
     if launches:
         out["launches"] = [{"role": la.role, "kernel": la.kernel, "grid": list(la.grid)} for la in launches]
