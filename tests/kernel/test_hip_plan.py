@@ -182,3 +182,21 @@ def test_runs_show_and_the_case_page_show_the_plan(store: Store, db_url: str, tm
     page = (out / "case").glob("*.html")
     html = "".join(p.read_text() for p in page)
     assert "<th>launch plan</th>" in html and "<code>gfx942_tail_split, 8 tail parts</code>" in html
+
+
+@pytest.mark.skipif(not shutil.which("clang-19"), reason="clang-19 builds the gfx942 code object")
+def test_a_result_records_the_plan_its_library_runs() -> None:
+    """What perf and e2e store next to a timing (suites.common.plan_metrics): the plan of the library
+    under test, asked of that library; nothing for the CPU golden model, which has no planner."""
+    from regress.build import build_kernel
+    from regress.cases import Shape
+    from regress.runner import CaseOptions, make_context
+    from regress.suites.common import plan_metrics
+
+    opts = CaseOptions(quick=True, seed=1, iterations=None)
+    emu = make_context(build_kernel("hip-emu").path, "cpu", opts)
+    for shape in (Shape(1, 4, 2048, 2048), Shape(4, 38, 2048, 2048)):
+        want = summary(plan_launch("hip", shape.b, shape.h, shape.sq, shape.sk))
+        assert plan_metrics(emu, shape, "bshd", "rtne") == want
+    cpu = make_context(build_kernel("cpu").path, "cpu", opts)
+    assert plan_metrics(cpu, Shape(1, 4, 2048, 2048), "bshd", "rtne") == {}
