@@ -10,7 +10,8 @@ preprocessor conditionals plus flag-valued `if (RA_HIP_*)` tests in the files of
 
     python benchmarks/hip_identity.py [--base 8814587]
 
-Prints one short table last. Exit 0 when the objects are byte-identical, 1 otherwise.
+Does the same for the live flag's other value and each fire-drill build. Prints two short tables
+last. Exit 0 when every pair of objects is byte-identical, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -24,16 +25,25 @@ import sys
 import tempfile
 from pathlib import Path
 
-from regress.build import COMMANDS, OUT, REPO_ROOT
+from regress.build import COMMANDS, OUT, REPO_ROOT, build_argv
 
 RECIPE = COMMANDS["hip-compile-only"]
+# The default object, the live flag's other value and each fire drill: every one must stay the same.
+VARIANTS: list[tuple[str, ...]] = [
+    (),
+    ("-DRA_HIP_MFMA_BUILTIN=1",),
+    ("-DRA_INJECT_ULP=2",),
+    ("-DRA_INJECT_SLOWDOWN_PCT=25",),
+    ("-DRA_INJECT_NONDET=1",),
+    ("-DRA_INJECT_ROUND_SWAP=5",),
+]
 CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b|\bif\s*\(\s*!?RA_HIP_\w+", re.M)
 FLAG_GUARD = re.compile(r"^\s*#ifndef (RA_HIP_\w+)$|defined\((RA_HIP_\w+)\)", re.M)
 DERIVED = {"RA_HIP_HAVE_RUNTIME"}  # set by compat.h from the headers found, not by a build
 
 
-def build(tree: Path, out: Path) -> str:
-    argv = [str(out) if a == OUT else a for a in RECIPE.argv]
+def build(tree: Path, out: Path, flags: tuple[str, ...] = ()) -> str:
+    argv = [str(out) if a == OUT else a for a in build_argv(RECIPE, None, flags)]
     proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"build failed in {tree}:\n{proc.stderr[-3000:]}")
@@ -68,7 +78,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hip-identity-") as tmp:
         root = Path(tmp)
         tree = root / "tree"
-        objs = {}
+        objs: dict[str, tuple[list[Path], tuple[int, int]]] = {}
         for side in ("base", "ours"):
             shutil.rmtree(tree, ignore_errors=True)
             tree.mkdir()
@@ -79,21 +89,29 @@ def main() -> int:
                 subprocess.run(["tar", "-x", "-C", str(tree)], input=tar, check=True)
             else:
                 shutil.copytree(REPO_ROOT / "kernel", tree / "kernel")
-            out = tree / RECIPE.output
-            build(tree, out)
-            objs[side] = (root / f"{side}.co", counts(tree / "kernel"))
-            shutil.copy(out, objs[side][0])
-        same = filecmp.cmp(objs["base"][0], objs["ours"][0], shallow=False)
-        asm_same = same or disasm(objs["base"][0]) == disasm(objs["ours"][0])
-        base_size, size = objs["base"][0].stat().st_size, objs["ours"][0].stat().st_size
-        print("| side | HIP flags | conditionals in kernel/hip | code object |")
+            paths = []
+            for i, flags in enumerate(VARIANTS):
+                out = tree / RECIPE.output
+                build(tree, out, flags)
+                paths.append(root / f"{side}-{i}.co")
+                shutil.copy(out, paths[-1])
+            objs[side] = (paths, counts(tree / "kernel"))
+        print("| build | byte-identical | disassembly identical | size |")
         print("|---|---|---|---|")
-        print(f"| {args.base} | {objs['base'][1][0]} | {objs['base'][1][1]} | {base_size} B |")
-        print(f"| working tree | {objs['ours'][1][0]} | {objs['ours'][1][1]} | {size} B |")
-        print(
-            f"byte-identical: {'yes' if same else 'no'}; disassembly identical: {'yes' if asm_same else 'no'}"
-        )
-        return 0 if same else 1
+        all_same = True
+        for i, flags in enumerate(VARIANTS):
+            a, b = objs["base"][0][i], objs["ours"][0][i]
+            same = filecmp.cmp(a, b, shallow=False)
+            asm_same = same or disasm(a) == disasm(b)
+            all_same &= same
+            name, yes = " ".join(flags) or "default", {True: "yes", False: "no"}
+            print(f"| {name} | {yes[same]} | {yes[asm_same]} | {b.stat().st_size} B |")
+        print()
+        print("| side | HIP build flags | conditionals in kernel/hip |")
+        print("|---|---|---|")
+        print(f"| {args.base} | {objs['base'][1][0]} | {objs['base'][1][1]} |")
+        print(f"| working tree | {objs['ours'][1][0]} | {objs['ours'][1][1]} |")
+        return 0 if all_same else 1
 
 
 if __name__ == "__main__":
