@@ -56,6 +56,46 @@ class Params(ctypes.Structure):
     ]
 
 
+RA_PLAN_KIND_LEN = 32
+MERGE_NAMES = {0: "none", 1: "kernel", 2: "launch"}  # ra_merge
+
+
+class DeviceFacts(ctypes.Structure):
+    # Mirrors ra_device_facts: what the planner is told about the device (it probes nothing).
+    _fields_ = [("compute_units", ctypes.c_int32), ("max_workspace_bytes", ctypes.c_int64)]
+
+
+class LaunchPlan(ctypes.Structure):
+    # Mirrors ra_launch_plan field for field (regress_attn.h, issue 37).
+    _fields_ = [
+        ("kind", ctypes.c_char * RA_PLAN_KIND_LEN),
+        ("kind_id", ctypes.c_int32),
+        ("threads", ctypes.c_int32),
+        ("grid", ctypes.c_int64 * 3),
+        ("tiles", ctypes.c_int64),
+        ("block_q", ctypes.c_int32),
+        ("block_k", ctypes.c_int32),
+        ("key_blocks", ctypes.c_int32),
+        ("splits", ctypes.c_int32),
+        ("split_tiles", ctypes.c_int64),
+        ("tail_splits", ctypes.c_int32),
+        ("blocks_per_split", ctypes.c_int32),
+        ("merge", ctypes.c_int32),
+        ("dynamic_scheduler", ctypes.c_int32),
+        ("shared_bytes", ctypes.c_int64),
+        ("workspace_bytes", ctypes.c_int64),
+    ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain data: the kind's name, the merge's name, the grid as a list."""
+        out: dict[str, Any] = {}
+        for name, _ in self._fields_:
+            value = getattr(self, name)
+            out[name] = value.decode() if name == "kind" else list(value) if name == "grid" else int(value)
+        out["merge"] = MERGE_NAMES.get(out["merge"], str(out["merge"]))
+        return out
+
+
 # The same bytes as Params, packed in one call: filling a ctypes Structure field by field cost more
 # host time than the rest of a call's Python side (11 µs of ~25 µs per call on the CI machine).
 # '@' lays fields out with C's alignment; tests/kernel/test_cpu_golden.py checks it against Params.
@@ -151,6 +191,11 @@ class Library(Protocol):
     device_type: str
 
     def build_info(self) -> dict[str, Any]: ...
+
+    def plan(self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str) -> dict[str, Any] | None:
+        """The launch plan this library runs for the shape (its ra_plan_launch on its device), None
+        for a backend without a planner."""
+        ...
 
     def forward(
         self,

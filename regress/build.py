@@ -138,6 +138,25 @@ COMMANDS: dict[str, Recipe] = {
     ),
 }
 
+# The host-only launch planners (issue 37): per GPU backend, its planner (kernel/<backend>/plan.h)
+# as a small shared library made by the system C++ compiler, no GPU toolkit, so the emulator, the
+# benchmarks, the tests and `regress plan` call the code the kernel launches from (regress/plan.py
+# loads it). A backend whose source is missing says so when asked (BuildError).
+PLANNER_SOURCES: dict[str, str] = {
+    "hip": "kernel/hip/plan_host.cpp",
+    "cuda": "kernel/cuda/plan_host.cpp",
+}
+PLANNERS: dict[str, Recipe] = {
+    backend: Recipe(
+        argv=("g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-Ikernel/include", src, "-o", OUT),
+        source=src,
+        dirs=(*_COMMON, f"kernel/{backend}"),
+        output=f"libregress_plan_{backend}.so",
+        report="none",
+    )
+    for backend, src in PLANNER_SOURCES.items()
+}
+
 INJECT_MACROS: dict[str, str] = {
     "slowdown_pct": "RA_INJECT_SLOWDOWN_PCT",
     "ulp": "RA_INJECT_ULP",
@@ -186,7 +205,10 @@ def _recipe(backend: str, compile_only: bool) -> Recipe:
 
 def source_files(backend: str, compile_only: bool = False) -> list[Path]:
     """Every file under kernel/ the backend uses, sorted by repository-relative path."""
-    recipe = _recipe(backend, compile_only)
+    return _recipe_files(_recipe(backend, compile_only))
+
+
+def _recipe_files(recipe: Recipe) -> list[Path]:
     files: list[Path] = []
     for d in recipe.dirs:
         root = REPO_ROOT / d
@@ -196,8 +218,12 @@ def source_files(backend: str, compile_only: bool = False) -> list[Path]:
 
 
 def source_hash(backend: str, compile_only: bool = False) -> str:
+    return _files_hash(source_files(backend, compile_only))
+
+
+def _files_hash(files: list[Path]) -> str:
     h = hashlib.sha256()
-    for p in source_files(backend, compile_only):
+    for p in files:
         rel = p.relative_to(REPO_ROOT).as_posix().encode()
         data = p.read_bytes()
         # Length-prefixed so that moving bytes between path and content changes the hash.
@@ -417,21 +443,64 @@ def build_kernel(
     """
     recipe = _recipe(backend, compile_only)  # checks the name
     compile_only = BACKENDS[backend].compiles_only(compile_only)
+    inject_clean = {k: int(v) for k, v in sorted((inject or {}).items()) if v}
+    return _build(
+        backend,
+        recipe,
+        BACKENDS[backend].kernel,
+        compile_only=compile_only,
+        extra=[*inject_flags(inject), *extra_flags],
+        inject_clean=inject_clean,
+        compiler=compiler,
+        cache_dir=cache_dir,
+    )
+
+
+def build_planner(backend: str, *, cache_dir: Path | None = None) -> BuildArtifact:
+    """Build (or fetch from the cache) the host-only launch planner library of a GPU backend
+    (`PLANNERS`). Raises BuildError for a backend without one, a missing source or a failed build."""
+    if backend not in PLANNERS:
+        raise BuildError(f"no launch planner for backend {backend!r}; planners: {', '.join(PLANNERS)}")
+    recipe = PLANNERS[backend]
+    if not (REPO_ROOT / recipe.source).is_file():
+        raise BuildError(f"{backend}: the launch planner source {recipe.source} is missing from this tree")
+    return _build(
+        backend,
+        recipe,
+        f"plan-{backend}",
+        compile_only=False,
+        extra=[],
+        inject_clean={},
+        compiler=None,
+        cache_dir=cache_dir,
+    )
+
+
+def _build(
+    backend: str,
+    recipe: Recipe,
+    prefix: str,
+    *,
+    compile_only: bool,
+    extra: list[str],
+    inject_clean: dict[str, int],
+    compiler: str | None,
+    cache_dir: Path | None,
+) -> BuildArtifact:
+    """Run `recipe` (cached by source hash, argv and compiler version) and describe what it made."""
     src = REPO_ROOT / recipe.source
     if not src.is_file():
         raise BuildError(f"{backend}: source missing: {recipe.source}")
-
-    inject_clean = {k: int(v) for k, v in sorted((inject or {}).items()) if v}
-    argv = build_argv(recipe, compiler, [*inject_flags(inject), *extra_flags])
+    argv = build_argv(recipe, compiler, extra)
     exe = shutil.which(argv[0])
     if exe is None:
         raise BuildError(f"{backend}: compiler {argv[0]!r} not found on PATH")
     version = compiler_version(exe)
-    shash = source_hash(backend, compile_only)
+    shash = _files_hash(_recipe_files(recipe))
     key = hashlib.sha256(json.dumps([shash, argv, version], separators=(",", ":")).encode()).hexdigest()[:16]
 
     cache_root = Path(cache_dir) if cache_dir is not None else resources.cache_dir()
-    out_dir = cache_root / f"{BACKENDS[backend].kernel}-{key}"
+    out_dir = cache_root / f"{prefix}-{key}"
     commit, dirty = git_state()
 
     def artifact(meta: dict[str, Any], path: Path, cached: bool, seconds: float) -> BuildArtifact:
@@ -456,7 +525,7 @@ def build_kernel(
         return artifact(meta, out_dir / recipe.output, True, float(meta.get("build_seconds", 0.0)))
 
     # Build in a private folder and rename into place, so concurrent builds never see half a library.
-    tmp_dir = cache_root / f".{backend}-{key}.tmp-{os.getpid()}"
+    tmp_dir = cache_root / f".{prefix}-{key}.tmp-{os.getpid()}"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     tmp_dir.mkdir(parents=True)
     run_argv = [str(tmp_dir / recipe.output) if a == OUT else a for a in argv]
@@ -493,7 +562,7 @@ def build_kernel(
     if out_dir.exists() and _load_cached(out_dir, recipe.output) is None:
         # A damaged entry: move it aside first (rename is atomic, so a concurrent reader never sees
         # a mix of old and new files).
-        stale = cache_root / f".{backend}-{key}.stale-{os.getpid()}"
+        stale = cache_root / f".{prefix}-{key}.stale-{os.getpid()}"
         with contextlib.suppress(OSError):
             out_dir.rename(stale)
         shutil.rmtree(stale, ignore_errors=True)

@@ -44,12 +44,30 @@ class KernelLibrary:
         self._lib.ra_attention_fwd.argtypes = [ctypes.POINTER(Params), ctypes.c_char_p, ctypes.c_size_t]
         self.backend: str = self._lib.ra_backend_name().decode()
         self.device_type = "cpu" if self.backend == "cpu" else "cuda"
+        self._planner: Any = None
 
     def __repr__(self) -> str:
         return f"KernelLibrary(backend={self.backend!r}, path={str(self.path)!r})"
 
     def build_info(self) -> dict[str, Any]:
         return json.loads(self._lib.ra_build_info().decode())
+
+    def plan(self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str) -> dict[str, Any] | None:
+        """This library's own plan for the shape on the current device (its ra_plan_launch, so a
+        drill or A/B build reports its own rule), None where the library exports no planner."""
+        if not hasattr(self._lib, "ra_plan_launch"):
+            return None
+        from regress import plan as planning
+
+        if self._planner is None:
+            self._planner = planning.Planner(self.backend, self.path)
+        cus = (
+            torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+            if self.device_type == "cuda"
+            else 1
+        )
+        params = planning.shape_params(b, h, sq, sk, layout=layout, rounding=rounding)
+        return {"backend": self.backend, "compute_units": cus, **self._planner.plan(params, cus).to_dict()}
 
     @property
     def raw(self) -> ctypes.CDLL:

@@ -56,6 +56,20 @@ def headline_value(suite: str, metrics: Any) -> float | None:
 # --- statistics -------------------------------------------------------------------------------
 
 
+def plan_label(metrics: Any) -> str:
+    """How a result's launch plan reads (the suites record it, regress.plan.summary): its kind and,
+    where the keys are split, the split counts; "" for a result that recorded none (a CPU run, a
+    result stored before plans were recorded, a non-object)."""
+    if not isinstance(metrics, Mapping) or not isinstance(metrics.get("plan_kind"), str):
+        return ""
+    parts = [metrics["plan_kind"]]
+    for key, word in (("plan_splits", "splits"), ("plan_tail_splits", "tail parts")):
+        n = metrics.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+            parts.append(f"{n} {word}")
+    return ", ".join(parts)
+
+
 def summarize_times(times_ms: Sequence[float]) -> dict[str, float]:
     n = len(times_ms)
     mean = math.fsum(times_ms) / n if n else math.nan

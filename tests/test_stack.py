@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,19 @@ def test_shipped_pins_load() -> None:
         pin = load_pin(name)
         assert pin.backend in ("cpu", "cuda", "hip")
         assert len(pin.digest) == 64
+
+
+def test_stack_show_prints_the_live_fingerprint(capsys: pytest.CaptureFixture[str]) -> None:
+    """`regress stack show`: the digest first, then every key once with the hashed ones starred; with
+    --json the fingerprint as stored (keys, digest, schema)."""
+    fp = live_fingerprint("cpu")
+    assert main(["stack", "show", "--backend", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"digest  {fp.digest}  (schema {fp.schema_version})"
+    rows = {line.split()[0]: line for line in lines[1:-1]}
+    assert set(rows) == set(fp.keys) and lines[-1] == "  (* = part of the digest)"
+    for key, line in rows.items():
+        assert (line.split()[1] == "*") == (key in HASHED_KEYS), line
+    assert main(["stack", "show", "--backend", "cpu", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown == json.loads(json.dumps(fp.to_dict())) and shown["digest"] == fp.digest

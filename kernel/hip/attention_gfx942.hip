@@ -27,7 +27,7 @@
  * chosen by ra_variant::dispatch() (../common/variant.h, shared with the CUDA backend).
  */
 #include "parts/compat.h"
-#include "parts/steps.h"
+#include "parts/flags.h"
 
 #include "parts/dispatch.h"
 #include "parts/epilogue.h"
@@ -53,7 +53,7 @@ __device__ __forceinline__ void inject_slowdown(const u32x4 (&qf)[kMTiles][4]) {
   f32x4 burn[4] = {};
 #pragma unroll
   for (int i = 0; i < kExtra; ++i) {
-    if (RA_HIP_MFMA_NO_NOP && i < 4) /* no v_mov-zeroed C in front of an unguarded MFMA (step 2) */
+    if (i < 4) /* no v_mov-zeroed C in front of an unguarded MFMA (step 2) */
       mfma_16x16x16_bf16_first(burn[i], lo_half(qf[0][i]), hi_half(qf[1][i]));
     else
       mfma_16x16x16_bf16(burn[i & 3], lo_half(qf[0][i & 3]), hi_half(qf[1][i & 3]));
@@ -62,15 +62,13 @@ __device__ __forceinline__ void inject_slowdown(const u32x4 (&qf)[kMTiles][4]) {
 }
 #endif
 
-/* Ablation (docs/hip-gfx942.md): RA_HIP_SETPRIO=1 raises the wave's priority while it issues an
- * MFMA batch, so the matrix core is fed first and the other wave's softmax takes the slots left. */
+/* Step 4 (docs/hip-gfx942.md): the wave's priority is raised while it issues an MFMA batch, so the
+ * matrix core is fed first and the other wave's softmax takes the slots left. */
 __device__ __forceinline__ void mfma_priority(bool up) {
-  if (RA_HIP_SETPRIO) {
-    if (up)
-      __builtin_amdgcn_s_setprio(1);
-    else
-      __builtin_amdgcn_s_setprio(0);
-  }
+  if (up)
+    __builtin_amdgcn_s_setprio(1);
+  else
+    __builtin_amdgcn_s_setprio(0);
 }
 
 /* kSplit (step 10): the block is tail q-block wg_end + y, it runs key tiles [x*split_tiles, ...) only
@@ -89,11 +87,7 @@ __device__ __forceinline__ void store_partial(const f32x4 (&o)[kMTiles][kDTiles]
     float* rec = base + (w * kRowsPerWave + 16 * mt + li) * kSplitRecord;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) *reinterpret_cast<f32x4*>(rec + 16 * dt + 4 * g) = o[mt][dt];
-#if RA_HIP_SOFTMAX_FMA
     const float q = st[mt].q; /* the offset every p of the row was taken against */
-#else
-    const float q = st[mt].m * a.scale_log2e;
-#endif
     if (g == 0) *reinterpret_cast<f32x2*>(rec + kHeadDim) = f32x2{st[mt].m == neg_inf() ? neg_inf() : q, l_row};
   }
 }
@@ -167,11 +161,9 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   } else {
     bh = __builtin_amdgcn_workgroup_id_y() + a.bh_offset;
     qblock = __builtin_amdgcn_workgroup_id_x();
-#if RA_HIP_TAIL_SPLIT
     /* The tail's q-blocks are the split launch's: the dense grid's last row of blocks returns here.
-     * 32 bits (a scalar compare): the host refuses calls of 2^32 - 1 or more q-blocks. */
+     * 32 bits (a scalar compare): the planner refuses calls of 2^32 - 1 or more q-blocks. */
     if (bh * a.qblocks + qblock >= a.wg_end) return;
-#endif
   }
   const uint32_t b = bh / a.heads;
   const uint32_t h = bh - b * a.heads;
@@ -192,7 +184,7 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   for (int mt = 0; mt < kMTiles; ++mt) {
     st[mt].m = neg_inf();
     st[mt].l = 0.0f;
-    st[mt].q = 0.0f; /* used by step 7 only */
+    st[mt].q = 0.0f;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = f32x4{0.f, 0.f, 0.f, 0.f};
   }
@@ -202,15 +194,13 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   cp.store(lds_k[0], lds_vt[0], t);
   block_barrier();
 
-#if RA_HIP_LDS_DEPTH > 0
   const FragAddr fa(li, g);
-#endif
   for (uint32_t it = 0; it < n_tiles; ++it) {
     const int cur = (int)(it & 1u);
     const bool more = it + 1u < n_tiles;
     if (more) {
       const uint32_t next0 = (tile0 + it + 1u) * (uint32_t)kBlockK;
-      if (RA_HIP_FULL_TILE_FAST && next0 + (uint32_t)kBlockK <= a.seqlen_k)
+      if (next0 + (uint32_t)kBlockK <= a.seqlen_k) /* step 5: a full tile, unchecked copy */
         cp.load_full(kb, vb, a.k_stride[2], a.v_stride[2], next0, w, lane);
       else
         cp.load(kb, vb, a.k_stride[2], a.v_stride[2], next0, a.seqlen_k, t);
@@ -219,18 +209,13 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
     if (active) {
       f32x4 s[kMTiles][kKTiles];
       mfma_priority(true);
-#if RA_HIP_LDS_DEPTH > 0
       u32x4 frag[kFrags];
-      score_tile_stream<RA_HIP_LDS_DEPTH>(s, qf, frag, lds_k[cur], lds_vt[cur], fa);
-#else
-      score_tile(s, qf, lds_k[cur], li, g);
-#endif
+      score_tile_stream<kLdsDepth>(s, qf, frag, lds_k[cur], lds_vt[cur], fa);
       mfma_priority(false);
 
       const uint32_t key0 = (tile0 + it) * (uint32_t)kBlockK;
       const bool partial = key0 + (uint32_t)kBlockK > a.seqlen_k;
       bf16x4 p[kMTiles][kKTiles];
-#if RA_HIP_LAZY_RESCALE
       /* Step 6: alpha = exp2(0) = 1 exactly when no row of the query tile raised its max, and
        * x * 1 = x, so the 32 v_pk_mul are skipped unless some lane of the wave has alpha != 1
        * (a wave-uniform branch: the timing model pays it on the share of tiles that raise a max). */
@@ -244,20 +229,8 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
 #pragma unroll
           for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] *= alpha[mt];
       }
-#else
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        const float alpha = online_softmax(st[mt], s[mt], p[mt], a.scale_log2e, partial, a.seqlen_k - key0, lane, g);
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] *= alpha;
-      }
-#endif
       mfma_priority(true);
-#if RA_HIP_LDS_DEPTH > 0
-      pv_tile_stream<RA_HIP_LDS_DEPTH>(o, p, frag, lds_k[cur], lds_vt[cur], fa);
-#else
-      pv_tile(o, p, lds_vt[cur], li, g);
-#endif
+      pv_tile_stream<kLdsDepth>(o, p, frag, lds_k[cur], lds_vt[cur], fa);
       mfma_priority(false);
 #if RA_INJECT_SLOWDOWN_PCT > 0
       inject_slowdown(qf);
@@ -299,7 +272,6 @@ RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
 RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
 RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
 
-#if RA_HIP_TAIL_SPLIT
 /* Step 10's two extra launches: the split parts (no rounding: fp32 partials) and the merge per mode. */
 #define RA_GFX942_SPLIT_KERNEL(NAME, L)                                                              \
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(512, 512))) void NAME(           \
@@ -319,7 +291,6 @@ RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_packed, 2, ra_gfx942::kPacked)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
-#endif
 
 /* ------------------------------------------------------------------------------------------------
  * Host part (only with the real HIP runtime headers).
@@ -329,6 +300,7 @@ RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
 
 #include "../common/validate.h"
 #include "../include/regress_attn.h"
+#include "parts/plan.h"
 
 namespace ra_gfx942 {
 
@@ -349,7 +321,6 @@ RA_GFX942_LAUNCHER(1, kStrided, ra_attn_fwd_gfx942_rtna_strided)
 RA_GFX942_LAUNCHER(2, kStrided, ra_attn_fwd_gfx942_rtz_strided)
 #undef RA_GFX942_LAUNCHER
 
-#if RA_HIP_TAIL_SPLIT
 template <int L>
 struct SplitLauncher;
 template <>
@@ -380,7 +351,6 @@ RA_GFX942_MERGE_LAUNCHER(0, kStrided, ra_attn_merge_gfx942_rtne_strided)
 RA_GFX942_MERGE_LAUNCHER(1, kStrided, ra_attn_merge_gfx942_rtna_strided)
 RA_GFX942_MERGE_LAUNCHER(2, kStrided, ra_attn_merge_gfx942_rtz_strided)
 #undef RA_GFX942_MERGE_LAUNCHER
-#endif
 
 /* Launch counter for the RA_INJECT_NONDET drill: launches are numbered from 1 per process. */
 static std::atomic<unsigned long long> g_launch_count{0};
@@ -391,10 +361,27 @@ extern "C" ra_status ra_validate(const ra_attention_params* params, char* err, s
   return ra_validate_params(params, err, err_len);
 }
 
+extern "C" ra_status ra_plan_launch(const ra_attention_params* params, const ra_device_facts* device,
+                                    ra_launch_plan* plan, char* err, size_t err_len) {
+  return ra_gfx942::plan_launch(params, device, plan, err, err_len);
+}
+
+/* Ask the planner (parts/plan.h) with the device's CU count, allocate its workspace, launch each of
+ * its launches by role. */
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, size_t err_len) {
   using namespace ra_gfx942;
   const ra_status st = ra_validate_params(p, err, err_len);
   if (st != RA_OK) return st;
+  int dev = 0, cus = 0;
+  hipError_t e = hipGetDevice(&dev);
+  if (e == hipSuccess) e = hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, dev);
+  if (e != hipSuccess)
+    return ra_fail(err, err_len, RA_ERR_DEVICE, "HIP device query failed: %s (hipError %d)", hipGetErrorString(e),
+                   (int)e);
+  const ra_device_facts facts = {cus, 0};
+  ra_launch_plan plan;
+  const ra_status ps = plan_launch(p, &facts, &plan, err, err_len);
+  if (ps != RA_OK) return ps;
 
   KernelArgs a;
   a.q = p->q;
@@ -410,78 +397,38 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, s
   a.heads = (uint32_t)p->heads;
   a.seqlen_q = (uint32_t)p->seqlen_q;
   a.seqlen_k = (uint32_t)p->seqlen_k;
-  a.bh_offset = 0;
-  a.wg_end = 0xFFFFFFFFu;
-  a.qblocks = 0;
-  a.split_parts = 0;
-  a.split_tiles = 0;
-  a.ws = nullptr;
   a.scale_log2e = (float)((double)ra_effective_scale(p) * 1.4426950408889634);
   const unsigned long long launch_no = g_launch_count.fetch_add(1) + 1ull;
   a.flip_lsb = (RA_INJECT_NONDET && (launch_no & 1ull)) ? 1u : 0u;
-
-  const bool packed = p->q_stride[2] == kHeadDim && p->k_stride[2] == kHeadDim &&
-                      p->v_stride[2] == kHeadDim && p->o_stride[2] == kHeadDim;
-  const unsigned long long n_qblocks = ((unsigned long long)p->seqlen_q + kBlockQ - 1) / kBlockQ;
-  /* The dispatch packet counts work-items in 32 bits per grid dimension. */
-  if (n_qblocks * (unsigned long long)kThreads > 0xFFFFFFFFull)
-    return ra_fail(err, err_len, RA_ERR_SHAPE, "seqlen_q %lld needs more than 2^32 work-items in grid x",
-                   (long long)p->seqlen_q);
-  const unsigned long long bh_total = (unsigned long long)p->batch * (unsigned long long)p->heads;
+  a.ws = nullptr;
   const hipStream_t stream = (hipStream_t)p->stream;
-  a.qblocks = (uint32_t)n_qblocks;
-  if (n_qblocks * bh_total >= 0xFFFFFFFFull)
-    return ra_fail(err, err_len, RA_ERR_SHAPE, "batch*heads*ceil(seqlen_q/256) = %llu q-blocks is 2^32 - 1 or more",
-                   n_qblocks * bh_total);
 
-  /* Step 10: the grid's last partial round split by key range over the idle CUs (the rule in
-   * layout.h, tail_split_plan; regress/emu/library.py calls the same rule). */
-  SplitPlan plan{0u, 0u, 0u};
-#if RA_HIP_TAIL_SPLIT
-  {
-    int dev = 0, cus = 0;
-    if (hipGetDevice(&dev) == hipSuccess &&
-        hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, dev) == hipSuccess && cus > 0)
-      plan = tail_split_plan(n_qblocks * bh_total, ((unsigned long long)p->seqlen_k + kBlockK - 1) / kBlockK,
-                             (unsigned)cus);
-  }
-#endif
   void* ws = nullptr;
-  if (plan.tail != 0u) {
-    const size_t bytes = (size_t)plan.tail * plan.parts * (size_t)kBlockQ * kSplitRecord * sizeof(float);
-    const hipError_t me = hipMallocAsync(&ws, bytes, stream);
+  if (plan.workspace_bytes > 0) {
+    const hipError_t me = hipMallocAsync(&ws, (size_t)plan.workspace_bytes, stream);
     if (me != hipSuccess)
-      return ra_fail(err, err_len, RA_ERR_DEVICE, "HIP workspace allocation of %zu bytes failed: %s (hipError %d)",
-                     bytes, hipGetErrorString(me), (int)me);
-    a.wg_end = (uint32_t)(n_qblocks * bh_total - plan.tail);
-    a.split_parts = plan.parts;
-    a.split_tiles = plan.tiles;
+      return ra_fail(err, err_len, RA_ERR_DEVICE, "HIP workspace allocation of %lld bytes failed: %s (hipError %d)",
+                     (long long)plan.workspace_bytes, hipGetErrorString(me), (int)me);
     a.ws = (float*)ws;
   }
-
-  hipError_t e = hipSuccess;
-  ra_variant::dispatch(p->rounding, packed ? kPacked : kStrided, [&](auto rc, auto lc) {
+  ra_variant::dispatch(p->rounding, packed_layout(*p) ? kPacked : kStrided, [&](auto rc, auto lc) {
     constexpr int R = decltype(rc)::value;
     constexpr int L = decltype(lc)::value;
-    /* grid.y is limited to 65535 blocks: walk (batch, head) in chunks, each launch ordered on stream. */
-    /* With a split tail the dense grid stops at the (batch, head) row holding q-block wg_end - 1. */
-    const unsigned long long bh_dense = plan.tail ? ((unsigned long long)a.wg_end + n_qblocks - 1) / n_qblocks : bh_total;
-    for (unsigned long long off = 0; off < bh_dense && e == hipSuccess; off += 65535ull) {
-      const unsigned long long ny = bh_dense - off < 65535ull ? bh_dense - off : 65535ull;
-      a.bh_offset = (uint32_t)off;
-      Launcher<R, L>::launch(dim3((unsigned)n_qblocks, (unsigned)ny, 1), stream, a);
-      e = hipGetLastError();
-    }
-#if RA_HIP_TAIL_SPLIT
-    if (plan.tail != 0u && e == hipSuccess) {
-      SplitLauncher<L>::launch(dim3(plan.parts, plan.tail, 1), stream, a);
-      e = hipGetLastError();
-      if (e == hipSuccess) {
-        MergeLauncher<R, L>::launch(dim3(kBlockQ / 16, plan.tail, 1), stream, a);
-        e = hipGetLastError();
+    ra_gfx942_launch l;
+    for (int64_t i = 0; e == hipSuccess && launch_at(*p, plan, i, &l); ++i) {
+      a.bh_offset = l.bh_offset;
+      a.wg_end = l.wg_end;
+      a.qblocks = l.qblocks;
+      a.split_parts = l.split_parts;
+      a.split_tiles = l.split_tiles;
+      const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
+      switch (l.role) {
+        case RA_GFX942_DENSE: Launcher<R, L>::launch(grid, stream, a); break;
+        case RA_GFX942_SPLIT: SplitLauncher<L>::launch(grid, stream, a); break;
+        default: MergeLauncher<R, L>::launch(grid, stream, a); break;
       }
+      e = hipGetLastError();
     }
-#endif
     return 0;
   });
   if (ws != nullptr) {
@@ -501,12 +448,6 @@ extern "C" const char* ra_backend_name(void) { return "hip"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"hip\",\"abi\":" RA_GFX942_STR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"gfx942\",\"block_q\":256,\"block_k\":64,\"waves_per_block\":8"
-         ",\"mfma\":\"v_mfma_f32_16x16x16_bf16\",\"mfma_impl\":\"" 
-#if RA_HIP_MFMA_BUILTIN
-         "builtin"
-#else
-         "inline-asm"
-#endif
-         "\"}";
+         ",\"mfma\":\"v_mfma_f32_16x16x16_bf16\",\"design_step\":12" RA_HIP_FLAGS_INFO "}";
 }
 #endif /* RA_HIP_HAVE_RUNTIME */

@@ -81,7 +81,7 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..metrics import HEADLINE, headline_value
+    from ..metrics import HEADLINE, headline_value, plan_label
     from ..store.queries import find_run
     from ..store.repo import open_store
     from ..store.transfer import export_bundle
@@ -109,12 +109,15 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
             )
         )
     table = Table()
-    for col in ("suite", "case", "status", "headline"):
+    # The launch plan that ran (perf and e2e record it): a regression from a changed plan reads so.
+    plans = [plan_label(res["metrics"]) for res in bundle["results"]]
+    for col in ("suite", "case", "status", "headline", *(("plan",) if any(plans) else ())):
         table.add_column(col)
-    for res in bundle["results"]:
+    for res, plan in zip(bundle["results"], plans, strict=True):
         h, value = HEADLINE.get(res["suite"]), headline_value(res["suite"], res["metrics"])
         shown = f"{h.metric}={value:.4g} {h.unit}" if h and value is not None else ""
-        table.add_row(*(Text(visible(v)) for v in (res["suite"], res["name"], res["status"], shown)))
+        cells = (res["suite"], res["name"], res["status"], shown, *((plan,) if any(plans) else ()))
+        table.add_row(*(Text(visible(v)) for v in cells))
     console.print(table)
 
 

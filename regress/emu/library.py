@@ -1,10 +1,11 @@
 """`hip-emu`: the gfx942 code object behind the same interface as a built kernel library.
 
-`EmuLibrary.forward` is the host part of kernel/hip/attention_gfx942.hip (`ra_attention_fwd`) written
-again in Python: it validates, fills the kernel's argument block (`KernelArgs` in
-kernel/hip/parts/dispatch.h, checked against the kernarg size the code object declares), picks the
-named kernel of the (rounding, layout) variant, and launches it on the emulator over the tensors'
-own memory. The device code is the code object's, unchanged.
+`EmuLibrary.forward` does what the host part of kernel/hip/attention_gfx942.hip (`ra_attention_fwd`)
+does, through the same planner: it asks the gfx942 planner (kernel/hip/parts/plan.h, built host-only:
+regress.plan) for the call's plan with the emulated device's CU count, which validates the call as
+the host part does, then runs exactly the launches the plan lists, in order, each with the kernel's
+argument block (`KernelArgs` in kernel/hip/parts/dispatch.h, checked against the kernarg size the
+code object declares) over the tensors' own memory. The device code is the code object's, unchanged.
 """
 
 from __future__ import annotations
@@ -19,32 +20,28 @@ from typing import Any
 
 import torch
 
-from regress.abi import KernelError, bhsd_strides, check_call
+from regress import plan as planning
+from regress.abi import RA_ABI_VERSION, KernelError, Params, bhsd_strides, check_call
 from regress.emu import EMU_VERSION
 from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.machine import Launch, Memory, Trace
 from regress.results import ROUNDING_CODE
 
 HEAD_DIM = 128
-BLOCK_Q = 256  # kBlockQ, kernel/hip/parts/layout.h
-THREADS = 512  # kThreads
-GRID_Y_MAX = 65535
+BLOCK_Q = 256  # kBlockQ, kernel/hip/parts/layout.h (the timing model's geometry)
 LOG2E = 1.4426950408889634
 ROUNDING_NAMES = {0: "rtne", 1: "rtna", 2: "rtz"}
 # struct KernelArgs: 4 pointers, 4 x int64[3] strides, heads, seqlen_q, seqlen_k, bh_offset (u32),
 # scale_log2e (f32), flip_lsb (u32), wg_end, qblocks, split_parts, split_tiles (u32), ws (pointer).
 KERNEL_ARGS = struct.Struct("<4Q12q4IfI4IQ")
-BLOCK_K = 64  # kBlockK
-SPLIT_RECORD = 132  # kSplitRecord, kernel/hip/parts/dispatch.h: fp32 per partial row
-SPLIT_MIN_TILES = 8  # kSplitMinTiles, kernel/hip/parts/layout.h
-SPLIT_MAX_PARTS = 2048  # kSplitMaxParts
-MI300X_CUS = 304  # what hipDeviceAttributeMultiprocessorCount reports on MI300X
-NO_SPLIT = 0xFFFFFFFF
+SPLIT_RECORD = 132  # kSplitRecord, kernel/hip/parts/layout.h: fp32 per partial row
+MI300X_CUS = planning.DEFAULT_COMPUTE_UNITS["hip"]  # hipDeviceAttributeMultiprocessorCount on MI300X
 
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """Step 10's tail KV-split: `tail` last q-blocks, `parts` key parts of `tiles` key tiles each."""
+    """Step 10's tail KV-split as the planner chose it: `tail` last q-blocks, `parts` key parts of
+    `tiles` key tiles each (all 0: no split)."""
 
     tail: int
     parts: int
@@ -52,19 +49,12 @@ class SplitPlan:
 
 
 def tail_split_plan(wgs: int, n_tiles: int, cus: int) -> SplitPlan:
-    """tail_split_plan of kernel/hip/parts/layout.h (the host part's rule; the cost model is stated
-    there), the same integers: the last partial round's q-blocks split by key range."""
-    plan = SplitPlan(0, 0, 0)
-    if cus <= 0 or n_tiles < SPLIT_MIN_TILES or wgs <= 0 or wgs % cus == 0:
-        return plan
-    tail = wgs % cus
-    best = n_tiles
-    for p in range(2, min(n_tiles, cus, SPLIT_MAX_PARTS // tail) + 1):
-        tiles = -(-n_tiles // p)
-        cost = -(-(tail * p) // cus) * (tiles + 1) + -(-(tail * p) // 256)
-        if cost < best:
-            best, plan = cost, SplitPlan(tail, -(-n_tiles // tiles), tiles)
-    return plan
+    """The gfx942 planner's tail split for a grid of `wgs` q-blocks of `n_tiles` key tiles on `cus`
+    CUs: the planner asked for a call of that many q-blocks (one per head) and key tiles. The split
+    depends on these three numbers only (kernel/hip/parts/plan.h, tail_split_plan); the MI300X timing
+    model reads its rounds through here."""
+    plan = planning.plan_launch("hip", 1, wgs, 1, n_tiles * 64, compute_units=cus)
+    return SplitPlan(plan["split_tiles"], plan["tail_splits"], plan["blocks_per_split"])
 
 
 def _f32(x: float) -> float:
@@ -112,10 +102,12 @@ class EmuLibrary:
         self._lock = threading.Lock()
         self.last_trace: Trace | None = None
         self.last_kernel: str | None = None
+        self.last_plan: dict[str, Any] | None = None
 
     @property
     def has_tail_split(self) -> bool:
-        """A build with RA_HIP_TAIL_SPLIT (step 10): its split and merge kernels are in the code object."""
+        """Its split kernels are in the code object (every build since step 10; older ones run dense
+        plans only: a split plan on them is refused)."""
         return "ra_attn_split_gfx942_strided" in self.code.kernels
 
     def __repr__(self) -> str:
@@ -154,29 +146,31 @@ class EmuLibrary:
             device_type=self.device_type,
             backend=self.backend,
         )
-        if d != HEAD_DIM:
-            raise KernelError(f"hip-emu kernel refused the call: head_dim {d} is not supported (only 128)", 3)
-        if min(b, h, sq, sk) < 1:  # ra_validate_params (kernel/common/validate.h) refuses these too
-            raise KernelError(
-                f"hip-emu kernel refused the call: shape B={b} H={h} Sq={sq} Sk={sk}: "
-                "every size must be >= 1",
-                3,
-            )
         tensors = {"q": q, "k": k, "v": v, "o": out}
         strides = {n: bhsd_strides(t, layout) for n, t in tensors.items()}  # type: ignore[arg-type]
+        params = Params()
+        params.abi_version = RA_ABI_VERSION
+        params.q, params.k, params.v, params.o = (t.data_ptr() for t in tensors.values())
+        params.batch, params.heads, params.seqlen_q, params.seqlen_k, params.head_dim = b, h, sq, sk, d
         for n, st in strides.items():
-            if st[3] != 1:
-                raise KernelError(
-                    f"hip-emu kernel refused the call: {n} has head-dim stride {st[3]}, not 1", 5
-                )
-
-        code = ROUNDING_CODE[rounding]
+            getattr(params, f"{n}_stride")[:] = st
+        params.scale = 0.0 if scale is None else effective_scale(scale)
+        params.rounding = ROUNDING_CODE[rounding]  # type: ignore[index]
+        # The plan validates the call as ra_attention_fwd does (ra_validate_params and the grid limits).
+        planner = planning.planner("hip")
+        try:
+            plan = planner.plan(params, self.cus)
+        except KernelError as e:
+            raise KernelError(f"hip-emu kernel refused the call: {e}", e.code) from None
+        launches = planner.launches(params, plan)
+        missing = sorted({la.kernel for la in launches} - set(self.code.kernels))
+        if missing:
+            raise KernelError(
+                f"{self.path}: the plan {plan.kind.decode()} launches {', '.join(missing)}, "
+                "which this code object lacks",
+                8,
+            )
         scale_log2e = float(effective_scale(scale) * LOG2E)
-        packed = all(st[2] == HEAD_DIM for st in strides.values())
-        kernel = self.code.kernels[kernel_name(code, packed)]
-        lay = "packed" if packed else "strided"
-        split_name = f"ra_attn_split_gfx942_{lay}"
-        has_split = self.has_tail_split
         with self._lock:
             self._launches += 1
             # RA_INJECT_NONDET's host half: odd-numbered launches ask for the flip; only a drill build's
@@ -187,19 +181,15 @@ class EmuLibrary:
         for t in tensors.values():
             st = t.untyped_storage()
             memory.map_host(st.data_ptr(), st.nbytes())
-        n_qblocks = -(-sq // BLOCK_Q)
-        total = b * h
-        plan = SplitPlan(0, 0, 0)
-        if has_split:
-            plan = tail_split_plan(n_qblocks * total, -(-sk // BLOCK_K), self.cus)
-        wg_end, ws_ptr = NO_SPLIT, 0
-        if plan.tail:
-            ws = torch.empty(plan.tail * plan.parts * BLOCK_Q * SPLIT_RECORD, dtype=torch.float32)
+        ws_ptr = 0
+        if plan.workspace_bytes:
+            ws = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32)
             memory.map_host(ws.untyped_storage().data_ptr(), ws.untyped_storage().nbytes())
-            wg_end, ws_ptr = n_qblocks * total - plan.tail, ws.data_ptr()
+            ws_ptr = ws.data_ptr()
 
-        def args(off: int) -> bytes:
-            return KERNEL_ARGS.pack(
+        trace = Trace()
+        for la in launches:  # the plan's launches in issue order (one stream: each after the last)
+            args = KERNEL_ARGS.pack(
                 *(t.data_ptr() for t in tensors.values()),
                 *strides["q"][:3],
                 *strides["k"][:3],
@@ -208,37 +198,29 @@ class EmuLibrary:
                 h,
                 sq,
                 sk,
-                off,
+                la.bh_offset,
                 scale_log2e,
                 flip,
-                wg_end,
-                n_qblocks,
-                plan.parts,
-                plan.tiles,
+                la.wg_end,
+                la.qblocks,
+                la.split_parts,
+                la.split_tiles,
                 ws_ptr,
             )
-
-        trace = Trace()
-        # With a split tail the dense grid stops at the (batch, head) row holding q-block wg_end - 1.
-        dense_rows = -(-wg_end // n_qblocks) if plan.tail else total
-        for off in range(0, dense_rows, GRID_Y_MAX):
-            ny = min(GRID_Y_MAX, dense_rows - off)
-            part = Launch(kernel, memory, args(off), strict=self.strict).run((n_qblocks, ny), THREADS)
-            _merge(trace, part)
-        if plan.tail:  # step 10: the split parts, then the merge (both ordered after the dense grid)
-            split = self.code.kernels[split_name]
-            _merge(
-                trace,
-                Launch(split, memory, args(0), strict=self.strict).run((plan.parts, plan.tail), THREADS),
-            )
-            merge = self.code.kernels[f"ra_attn_merge_gfx942_{ROUNDING_NAMES[code]}_{lay}"]
-            _merge(
-                trace,
-                Launch(merge, memory, args(0), strict=self.strict).run((BLOCK_Q // 16, plan.tail), THREADS),
-            )
+            part = Launch(self.code.kernels[la.kernel], memory, args, strict=self.strict)
+            _merge(trace, part.run(la.grid[:2], plan.threads))
+        self.last_plan = plan.to_dict()
+        # The (rounding, layout) variant's kernel, also where every q-block ran split.
+        kernel = next((la.kernel for la in launches if la.role == "dense"), None)
+        self.last_kernel = kernel or kernel_name(params.rounding, launches[0].kernel.endswith("_packed"))
         self.last_trace = trace
-        self.last_kernel = kernel.name
         return out
+
+    def plan(self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str) -> dict[str, Any] | None:
+        """The gfx942 planner's plan for the shape on the emulated device's CUs (what forward runs)."""
+        params = planning.shape_params(b, h, sq, sk, layout=layout, rounding=rounding)
+        plan = planning.planner("hip").plan(params, self.cus)
+        return {"backend": "hip", "compute_units": self.cus, **plan.to_dict()}
 
     def describe(self) -> str:
         return json.dumps(self.build_info())

@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine
 
-from ..metrics import SPEEDUP_PREFIX, headline_value, percentile, speedups
+from ..metrics import SPEEDUP_PREFIX, headline_value, percentile, plan_label, speedups
 from ..store import queries
 from .writer import TMP_DIR, atomic_path
 
-CACHE_VERSION = 2  # 2: the speedup column is against the run's first baseline by name (issue 12)
+# 2: the speedup column is against the run's first baseline by name (issue 12); 3: plan labels (issue 37)
+CACHE_VERSION = 3
 STATUS_CODES = ("pass", "fail", "error", "skip", "other")
 STATUS_INDEX = {s: i for i, s in enumerate(STATUS_CODES)}
 COLUMNS = ("id", "run", "case", "status", "value", "lo", "hi", "speedup", "tflops")
@@ -113,6 +114,7 @@ class SiteData:
     run_order: list[str]
     speedup_name: dict[str, str]  # run id -> the speedup metric's name (speedup_vs_<baseline>)
     messages: dict[int, str]  # result id -> message, only non-empty ones
+    plans: dict[int, str]  # result id -> the launch plan it recorded (metrics.plan_label), only where one
     regressions: list[dict[str, Any]]
     gates: list[dict[str, Any]]
     builds: dict[int, dict[str, Any]]
@@ -193,11 +195,12 @@ def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], 
 
 def _load_results(
     engine: Engine, run_ids: list[str] | None
-) -> tuple[dict[str, list[Any]], dict[str, str], dict[int, str]]:
+) -> tuple[dict[str, list[Any]], dict[str, str], dict[int, str], dict[int, str]]:
     """Result rows of `run_ids` (None: all) as columns; run as run id for now."""
     cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
     speedup_name: dict[str, str] = {}
     messages: dict[int, str] = {}
+    plans: dict[int, str] = {}
     with engine.connect() as conn:
         band: dict[int, tuple[float, float]] = {}
         # p5 is not a stored metric: it comes from the raw timings (and p95 where the metric is absent).
@@ -236,7 +239,9 @@ def _load_results(
             cols["tflops"].append(_number(tf))
             if r.message:
                 messages[r.id] = r.message
-    return cols, speedup_name, messages
+            if label := plan_label(m):
+                plans[r.id] = label
+    return cols, speedup_name, messages, plans
 
 
 def _to_arrays(cols: dict[str, list[Any]], run_index: dict[str, int]) -> dict[str, np.ndarray]:
@@ -262,11 +267,11 @@ def load(engine: Engine, cache_dir: Path | None, *, full: bool = False) -> SiteD
     if cached is not None and not np.isin(cached[0]["case"], np.fromiter(cases, dtype=np.int64)).all():
         cached = None  # rows of cases the store does not have: a damaged or foreign cache
     if cached is None:
-        cols, speedup_name, messages = _load_results(engine, None)
+        cols, speedup_name, messages, plans = _load_results(engine, None)
         table = _to_arrays(cols, run_index)
         reloaded, full_reload = set(run_order), True
     else:
-        old_table, old_runs, old_fp, speedup_name, messages = cached
+        old_table, old_runs, old_fp, speedup_name, messages, plans = cached
         dirty = [r for r in run_order if old_fp.get(r) != runs[r].fingerprint]
         keep_old = np.asarray([r in run_index and r not in set(dirty) for r in old_runs], dtype=bool)
         mask = keep_old[old_table["run"]] if len(old_runs) else np.zeros(0, dtype=bool)
@@ -277,14 +282,16 @@ def load(engine: Engine, cache_dir: Path | None, *, full: bool = False) -> SiteD
         gone = set(old_runs) - set(run_index)
         for r in [*dirty, *gone]:
             speedup_name.pop(r, None)
-        kept_ids = set(kept["id"].tolist()) if messages else set()
+        kept_ids = set(kept["id"].tolist()) if messages or plans else set()
         messages = {k: v for k, v in messages.items() if k in kept_ids}
+        plans = {k: v for k, v in plans.items() if k in kept_ids}
         if dirty:
-            cols, sp, msg = _load_results(engine, dirty)
+            cols, sp, msg, pl = _load_results(engine, dirty)
             new = _to_arrays(cols, run_index)
             table = {c: np.concatenate([kept[c], new[c]]) for c in COLUMNS}
             speedup_name.update(sp)
             messages.update(msg)
+            plans.update(pl)
         else:
             table = kept
         reloaded, full_reload = set(dirty), False
@@ -297,6 +304,7 @@ def load(engine: Engine, cache_dir: Path | None, *, full: bool = False) -> SiteD
         run_order,
         speedup_name,
         messages,
+        plans,
         regressions,
         gates,
         builds,
@@ -333,17 +341,18 @@ def _read_cache(cache_dir: Path) -> tuple[Any, ...] | None:
 
 def _checked_cache(meta: dict[str, Any], table: dict[str, np.ndarray]) -> tuple[Any, ...] | None:
     rows, runs, fps = meta.get("rows"), meta.get("runs"), meta.get("fingerprints")
-    speedup, messages = meta.get("speedup_name"), meta.get("messages")
+    speedup, messages, plans = meta.get("speedup_name"), meta.get("messages"), meta.get("plans")
     if not (isinstance(rows, int) and isinstance(runs, list) and isinstance(fps, dict)):
         return None
-    if not (isinstance(speedup, dict) and isinstance(messages, dict)):
+    if not (isinstance(speedup, dict) and isinstance(messages, dict) and isinstance(plans, dict)):
         return None
     if not all(isinstance(r, str) for r in runs) or len(set(runs)) != len(runs):
         return None
     if not all(isinstance(v, str) for v in speedup.values()):
         return None
-    if not all(isinstance(k, str) and k.isdecimal() and isinstance(v, str) for k, v in messages.items()):
-        return None
+    for texts in (messages, plans):
+        if not all(isinstance(k, str) and k.isdecimal() and isinstance(v, str) for k, v in texts.items()):
+            return None
     expected = _empty_table()
     for c, a in table.items():
         if a.ndim != 1 or a.dtype != expected[c].dtype or len(a) != rows:
@@ -352,7 +361,14 @@ def _checked_cache(meta: dict[str, Any], table: dict[str, np.ndarray]) -> tuple[
         return None
     if rows and (table["status"].min() < 0 or table["status"].max() >= len(STATUS_CODES)):
         return None
-    return table, runs, fps, speedup, {int(k): v for k, v in messages.items()}
+    return (
+        table,
+        runs,
+        fps,
+        speedup,
+        {int(k): v for k, v in messages.items()},
+        {int(k): v for k, v in plans.items()},
+    )
 
 
 def _write_cache(cache_dir: Path, data: SiteData) -> None:
@@ -364,6 +380,7 @@ def _write_cache(cache_dir: Path, data: SiteData) -> None:
         "fingerprints": {r: data.runs[r].fingerprint for r in data.run_order},
         "speedup_name": data.speedup_name,
         "messages": {str(k): v for k, v in data.messages.items()},
+        "plans": {str(k): v for k, v in data.plans.items()},
     }
     # Temporaries are removed when a write fails (a full disk left results.tmp.npz: issue 24).
     with atomic_path(cache_dir / "results.npz", cache_dir / TMP_DIR) as tmp, tmp.open("wb") as f:

@@ -147,6 +147,16 @@ def sha256_bits(x: torch.Tensor) -> str:
     return hashlib.sha256(bits(x).cpu().numpy().tobytes()).hexdigest()
 
 
+def plan_metrics(ctx: SuiteContext, shape: Shape, layout: str, mode: str) -> dict[str, object]:
+    """The plan kind and split counts of the launch the case times (regress.plan.summary), asked of
+    the library under test; none for a backend without a planner. A changed plan then shows as such
+    next to the timing it explains."""
+    from regress.plan import summary
+
+    plan = ctx.library.plan(shape.b, shape.h, shape.sq, shape.sk, layout=layout, rounding=mode)
+    return {} if plan is None else summary(plan)
+
+
 def for_device(ctx: SuiteContext, *, gpu: tuple[T, T], cpu: tuple[T, T]) -> T:
     """The (quick, full) choice of the context's device kind: every suite sizes its cases this way."""
     quick, full = gpu if ctx.is_gpu else cpu

@@ -23,7 +23,7 @@ from regress.metrics import timing_metrics
 from regress.phases import phase
 from regress.results import ROUNDING_MODES, CaseResult, CaseSpec, Layout
 from regress.suites.base import SuiteContext
-from regress.suites.common import as_mode, derive_seed, for_device, guarded
+from regress.suites.common import as_mode, derive_seed, for_device, guarded, plan_metrics
 from regress.suites.timing import interleaved_rounds, working_baselines
 
 NAME = "e2e"
@@ -146,6 +146,7 @@ class E2eSuite:
                 samples, "tokens_per_s", lambda ms: tokens / (ms * 1e-3) if ms > 0 else math.nan
             ),
             "iterations": iters,
+            **plan_metrics(ctx, shape, LAYOUT, mode),
         }
         return CaseResult(
             case=spec,

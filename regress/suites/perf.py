@@ -50,6 +50,7 @@ from regress.suites.common import (
     guarded,
     make_inputs,
     output_like,
+    plan_metrics,
     spec_layout_mode,
 )
 from regress.suites.timing import interleaved_rounds, working_baselines
@@ -317,6 +318,7 @@ class PerfSuite:
                 else {}
             ),
             **drill_cost(samples, requested),
+            **plan_metrics(ctx, shape, layout, mode),
         }
         return CaseResult(
             case=spec,

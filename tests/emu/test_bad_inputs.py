@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from regress.abi import KernelError
 from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.library import ROUNDING_NAMES, EmuLibrary, kernel_name, tail_split_plan
+from regress.plan import plan_launch
 
 # Every kernel name our host part launches, each an empty gfx942 kernel: enough to load and plan, never
 # to run a real call (every test here stops before a launch).
@@ -218,3 +219,22 @@ def test_the_rise_rate_sample_refuses_more_keys_than_it_may_hold() -> None:
 
     with pytest.raises(ValueError, match="at most 2,097,152"):
         rise_rate(MAX_SAMPLED_KEYS // 64 + 1)
+
+
+def test_a_plan_the_code_object_cannot_run_is_one_error(ours_shaped: Path) -> None:
+    """hip-emu runs exactly the launches the gfx942 planner lists: a tail-split plan (3 q-blocks of
+    13 key tiles on 304 CUs) on a code object without the merge kernels is refused, naming them,
+    before anything runs; it never quietly runs another plan."""
+    lib = EmuLibrary(ours_shaped)
+    q = torch.zeros(1, 40, 3, 128, dtype=torch.bfloat16)
+    kv = torch.zeros(1, 777, 3, 128, dtype=torch.bfloat16)
+    with pytest.raises(
+        KernelError, match="gfx942_tail_split launches ra_attn_merge_gfx942_rtna_strided"
+    ) as e:
+        lib.forward(q, kv, kv)
+    assert e.value.code == 8 and "\n" not in str(e.value)
+    assert lib.last_plan is None
+    full = plan_launch("hip", 1, 3, 40, 777, rounding="rtna")  # the same planner, with its launch list
+    assert lib.plan(1, 3, 40, 777, layout="bshd", rounding="rtna") == {
+        k: v for k, v in full.items() if k != "launches"
+    }

@@ -178,100 +178,6 @@ def test_rounding_swap_drill_fails_the_quick_nightly(tmp_path: Path, cache: Path
     }
 
 
-# Ablation steps (docs/hip-gfx942.md, "Design steps"): the default build is step 12 (every step on);
-# -DRA_HIP_LEGACY=1 is step 0 and each step N turns steps 1..N back on. Each must give its base's
-# bits, all modes and layouts, tails too, and pass every quick case strictly.
-LEGACY = ("-DRA_HIP_LEGACY=1",)
-STEP1 = (*LEGACY, "-DRA_HIP_FIRST_MFMA_ZERO_C=1")
-STEP2 = (*STEP1, "-DRA_HIP_MFMA_NO_NOP=1")
-STEP3 = (*STEP2, "-DRA_HIP_LDS_DEPTH=2")
-STEP4 = (*STEP3, "-DRA_HIP_SETPRIO=1")
-STEP5 = (*STEP4, "-DRA_HIP_FULL_TILE_FAST=1")
-STEP6 = (*STEP5, "-DRA_HIP_LAZY_RESCALE=1")
-STEP7 = (*STEP6, "-DRA_HIP_SOFTMAX_FMA=1")  # changes bits: checked against the contract below
-STEPS: dict[str, tuple[str, ...]] = {
-    "step0": LEGACY,
-    "step1": STEP1,
-    "step2": STEP2,
-    "step3": STEP3,
-    "step4": STEP4,
-    "step5": STEP5,
-    "step6": STEP6,
-    "step7": STEP7,
-    "step8": (*STEP7, "-DRA_HIP_LDS_LANE_OFFSETS=1"),
-    "step9": ("-DRA_HIP_TAIL_SPLIT=0", "-DRA_HIP_PACK_P64=0", "-DRA_HIP_BUFFER_COPY=0"),
-    "step10": ("-DRA_HIP_PACK_P64=0", "-DRA_HIP_BUFFER_COPY=0"),
-    "step11": ("-DRA_HIP_BUFFER_COPY=0",),
-    "step12": (),  # the default build
-}
-# Step -> the build whose bits it must reproduce exactly (None: the default build). Step 10 on these
-# shapes (fewer than 8 key tiles: never split) proves its dense path unchanged; its split path is
-# checked against the contract below.
-BIT_IDENTICAL = {f"step{i}": "step0" for i in range(1, 7)} | {
-    "step8": "step7",
-    "step9": "step8",
-    "step10": "step9",
-    "step11": "step10",
-    "step12": "step11",
-}
-
-
-@pytest.mark.slow  # two code objects per step, 24 launches on the emulator
-@pytest.mark.parametrize("step", list(BIT_IDENTICAL))
-def test_design_step_changes_no_bit(cache: Path, step: str) -> None:
-    """The step's code object gives its base build's bits, all modes and layouts, tails too."""
-    clean = EmuLibrary(build_kernel("hip-emu", extra_flags=STEPS[BIT_IDENTICAL[step]], cache_dir=cache).path)
-    lib = EmuLibrary(build_kernel("hip-emu", extra_flags=STEPS[step], cache_dir=cache).path)
-    for shape in (Shape(1, 2, 40, 77), Shape(1, 1, 130, 64)):
-        q, k, v = (x.contiguous() for x in make_inputs_bhsd(shape, seed=5, device="cpu"))
-        for layout in ("bhsd", "bshd"):  # bshd: the strided kernels
-            qq, kk, vv = (x.transpose(1, 2).contiguous() if layout == "bshd" else x for x in (q, k, v))
-            for mode in ("rtne", "rtna", "rtz"):
-                a = clean.forward(qq, kk, vv, layout=layout, rounding=mode)
-                b = lib.forward(qq, kk, vv, layout=layout, rounding=mode)
-                assert torch.equal(a.view(torch.int16), b.view(torch.int16)), (step, shape, layout, mode)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("step", ["step0", "step6"])  # the default (step 12): the quick nightly above
-def test_design_step_passes_every_quick_case(cache: Path, step: str) -> None:
-    """Every case of the quick hip-emu nightly (determinism and ULP, the directed rounding cases
-    included) passes on the step's code object, run strictly (any hazard raises)."""
-    art = build_kernel("hip-emu", extra_flags=STEPS[step], cache_dir=cache)
-    ctx = make_context(art.path, "cpu", CaseOptions(quick=True, seed=42, iterations=None))
-    failed = []
-    for name in ("determinism", "ulp"):
-        suite = get_suite(name)
-        for spec in suite.cases(ctx):
-            result = suite.run_case(ctx, spec)
-            if result.status not in ("pass", "skip"):
-                failed.append((spec.name, result.status, result.message[:200]))
-    assert not failed, failed
-
-
-@pytest.mark.slow  # a step-7 code object on the emulator against the fp64 reference
-def test_softmax_fma_step_meets_the_contract(cache: Path) -> None:
-    """Step 7 (fma exponent argument, ties-away P, paired row sums) changes bits by rounding only:
-    every mode meets the contract's scaled-ULP limit against fp64 with step 0's non-finite
-    positions and bits, on tails and a cross-attention shape."""
-    clean = EmuLibrary(build_kernel("hip-emu", extra_flags=LEGACY, cache_dir=cache).path)
-    lib = EmuLibrary(build_kernel("hip-emu", extra_flags=STEP7, cache_dir=cache).path)
-    contract = load_contract()
-    for shape in (Shape(1, 2, 40, 77), Shape(1, 1, 130, 200)):
-        q, k, v = (x.contiguous() for x in make_inputs_bhsd(shape, seed=7, device="cpu"))
-        ref, mag = reference.reference_attention(q, k, v, layout="bhsd", scale=HEAD_DIM**-0.5)
-        for mode in ("rtne", "rtna", "rtz"):
-            a = clean.forward(q, k, v, layout="bhsd", rounding=mode)
-            b = lib.forward(q, k, v, layout="bhsd", rounding=mode)
-            bits = reference.to_bhsd_bits(b, "bhsd")
-            m = compare(bits, numerics.reference_bits(ref, mode), ref, mag)
-            assert m["nonfinite_mismatches"] == 0, (shape, mode)
-            assert m["scaled_ulp_max"] <= contract.scaled_ulp_limit(mode), (shape, mode, m["scaled_ulp_max"])
-            nf = ~torch.isfinite(a.float())
-            assert torch.equal(nf, ~torch.isfinite(b.float()))
-            assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16))
-
-
 @pytest.mark.slow  # the split path on the emulator: 8 launches of a 3-launch call, fp64 references
 def test_tail_split_meets_the_contract(cache: Path) -> None:
     """Step 10 against the unsplit call (a 1-CU device: whole rounds only, never split): on 2 CUs the
@@ -281,15 +187,15 @@ def test_tail_split_meets_the_contract(cache: Path) -> None:
     (an +Inf score's NaN rows in head 0, a NaN value in head 1) where the unsplit call has them with
     the same bits, and a second call repeats every bit; a mixed call's dense blocks are the unsplit
     call's bits."""
-    from regress.emu.library import tail_split_plan
+    from regress.plan import plan_launch
 
     path = build_kernel("hip-emu", cache_dir=cache).path
     mixed, every, whole = EmuLibrary(path, cus=2), EmuLibrary(path), EmuLibrary(path, cus=1)
-    split10 = EmuLibrary(build_kernel("hip-emu", extra_flags=STEPS["step10"], cache_dir=cache).path, cus=2)
     contract = load_contract()
     shape = Shape(1, 3, 40, 777)  # 3 q-blocks (one per head), 13 key tiles
-    assert tail_split_plan(3, 13, 2).tail == 1 and tail_split_plan(3, 13, 2).parts >= 2
-    assert tail_split_plan(3, 13, 304).tail == 3 and tail_split_plan(3, 13, 1).tail == 0
+    plans = {cus: plan_launch("hip", 1, 3, 40, 777, compute_units=cus) for cus in (1, 2, 304)}
+    assert plans[2]["split_tiles"] == 1 and plans[2]["tail_splits"] >= 2
+    assert plans[304]["split_tiles"] == 3 and plans[1]["kind"] == "gfx942_dense"
     q, k, v = (x.contiguous() for x in make_inputs_bhsd(shape, seed=11, device="cpu"))
     k[0, 0, 5] = float("inf")  # head 0: +Inf scores -> NaN rows; head 1: a NaN value row
     v[0, 1, 700, 3] = float("nan")
@@ -311,12 +217,10 @@ def test_tail_split_meets_the_contract(cache: Path) -> None:
                 assert torch.equal(nf, ~torch.isfinite(a.float())), (name, layout, mode)
                 assert torch.equal(a[nf].view(torch.int16), b[nf].view(torch.int16)), (name, layout, mode)
                 differs[name] |= not torch.equal(a.view(torch.int16), b.view(torch.int16))
+                # the emulator ran exactly the plan's launches: dense (mixed only), split, merge
+                assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_tail_split"
                 if name == "mixed":  # heads 0 and 1 ran in the dense launch
                     assert torch.equal(heads(a)[:, :2].view(torch.int16), heads(b)[:, :2].view(torch.int16))
-                    # Steps 11 and 12 (one 64-bit add for P's two roundings, buffer loads for the
-                    # copy) change no bit, split path included.
-                    c = split10.forward(qq, kk, vv, layout=layout, rounding=mode)
-                    assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (layout, mode)
                 if mode == "rtne":
                     again = lib.forward(qq, kk, vv, layout=layout, rounding=mode)
                     assert torch.equal(again.view(torch.int16), a.view(torch.int16))

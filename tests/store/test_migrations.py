@@ -113,3 +113,28 @@ def test_a_schema_this_regress_does_not_know_is_one_line(
     fresh = f"sqlite:///{tmp_path / 'f.db'}"
     assert main(["db", "upgrade", "--db", fresh, "--revision", "bogus"]) == 2
     assert "bogus" in capsys.readouterr().err
+
+
+def test_db_downgrade_command(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`regress db downgrade`: one revision down (a relative target), then to base (no table left),
+    a revision that does not exist is one line and exit 2, and `db upgrade` comes back to head."""
+    from regress.cli import main
+
+    engine = make_engine(db_url)
+    try:
+        assert main(["db", "upgrade", "--db", db_url]) == 0
+        head = head_revision(engine)
+        assert capsys.readouterr().out.strip() == f"schema at {head}"
+        assert main(["db", "downgrade", "--db", db_url, "--", "-1"]) == 0
+        below = current_revision(engine)
+        assert below is not None and below != head
+        assert capsys.readouterr().out.strip() == f"schema at {below}"
+        assert main(["db", "downgrade", "--db", db_url, "base"]) == 0
+        assert capsys.readouterr().out.strip() == "schema at empty"
+        assert current_revision(engine) is None and not TABLES & set(inspect(engine).get_table_names())
+        assert main(["db", "downgrade", "--db", db_url, "nonsense"]) == 2
+        err = capsys.readouterr().err
+        assert "nonsense" in err and err.count("\n") == 1
+        assert main(["db", "upgrade", "--db", db_url]) == 0 and current_revision(engine) == head
+    finally:
+        engine.dispose()

@@ -7,12 +7,14 @@
  *   - device-only proof build, `clang-19 -nogpulib -nogpuinc --cuda-device-only`: no ROCm headers,
  *     RA_HIP_HAVE_RUNTIME = 0, only the kernels are compiled, from the attributes defined here.
  * The device code itself uses clang builtins only (__builtin_amdgcn_*), so it is the same code in both.
- * Force the compat path with -DRA_HIP_FORCE_COMPAT=1.
+ * Force the compat path with -DRA_HIP_FORCE_COMPAT=1 (flags.h).
  */
 #ifndef RA_HIP_COMPAT_H
 #define RA_HIP_COMPAT_H
 
-#if !defined(RA_HIP_FORCE_COMPAT) && defined(__has_include)
+#include "flags.h"
+
+#if !RA_HIP_FORCE_COMPAT && defined(__has_include)
 #if __has_include(<hip/hip_runtime.h>)
 #define RA_HIP_HAVE_RUNTIME 1
 #endif

@@ -15,7 +15,6 @@
 #include <stdint.h>
 
 #include "../../common/variant.h"
-#include "steps.h"
 
 namespace ra_gfx942 {
 
@@ -39,7 +38,7 @@ struct KernelArgs {
   uint32_t bh_offset;  /* first (batch*heads + head) of this launch: grid.y is capped at 65535 */
   float scale_log2e;   /* softmax scale * log2(e): p = exp2((s - m) * scale_log2e) */
   uint32_t flip_lsb;   /* fire drill RA_INJECT_NONDET: 1 on odd-numbered launches */
-  /* Tail KV-split (step 10, RA_HIP_TAIL_SPLIT): the q-blocks of a call are numbered
+  /* Tail KV-split (step 10; the planner, plan.h, sets these): the q-blocks of a call are numbered
    * lin = (batch*heads + head) * qblocks + qblock. The dense launch computes lin < wg_end; the split
    * launch (grid split_parts x tail) computes key tiles [p*split_tiles, (p+1)*split_tiles) of
    * q-block wg_end + y into fp32 partials at ws; the merge launch combines the parts of each. */
@@ -50,12 +49,8 @@ struct KernelArgs {
   float* ws;            /* partials: per (tail q-block, part, row) kSplitRecord floats */
 };
 
-/* One partial row: O (unnormalised, 128 fp32), the row's exponent offset q (log2 units, -Inf when
- * every key of the part was -Inf), its sum l, two pad words (16-byte aligned records). */
-constexpr int kSplitRecord = 132;
-
-/* Ablation step 5 (docs/hip-gfx942.md, "Design steps"): tiles wholly below seqlen_k copy without
- * per-load bounds tests (TileCopy::load_full) and skip the key mask's compares (flag: steps.h). */
+/* Step 5 (docs/hip-gfx942.md, "Design steps"): tiles wholly below seqlen_k copy without per-load
+ * bounds tests (TileCopy::load_full) and skip the key mask's compares. */
 
 /* Element offset of sequence row `row` (head_dim 128 is also the packed seq stride). */
 template <int L>

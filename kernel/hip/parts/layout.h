@@ -2,8 +2,8 @@
  * layout.h — tile geometry and every index map of the gfx942 kernel, in one place.
  *
  * Pure integer functions (host and device), no memory access: the kernel uses them to place data,
- * and kernel/hip/emu/layout_emu.cpp uses the very same functions on the CPU to check that the
- * MFMA operand layouts below really compute attention (tests/kernel/test_hip_compile.py runs it).
+ * the planner (plan.h) reads the tile sizes. The instruction emulator (regress/emu) runs the real
+ * code object against fp64, which is what proves that the MFMA operand layouts below compute attention.
  *
  * v_mfma_f32_16x16x16_bf16, wave64, lane l = 16*g + li (li = l % 16, g = l / 16), from the CDNA3 ISA
  * guide's matrix-core operand tables:
@@ -74,40 +74,10 @@ RA_HIP_HD int k_copy_granule(int t) { return t & 15; }
 RA_HIP_HD int v_copy_dimpair(int t) { return t & 63; }
 RA_HIP_HD int v_copy_keygroup(int t) { return t >> 6; }
 
-/* Step 10's rule (RA_HIP_TAIL_SPLIT): one workgroup resides per CU, so a grid of `wgs` q-blocks
- * takes ceil(wgs / cus) rounds and the last leaves cus - wgs % cus CUs idle. Those `tail` q-blocks
- * are split by key range into `parts` parts of `tiles` key tiles (tail * parts workgroups, their own
- * rounds). The cost of p parts in key-tile times: ceil(tail p / cus) rounds of (ceil(n / p) + 1)
- * tiles (one for a round's fixed work), plus the merge, about one tile time per 256 partial rows'
- * records read (a 64-key tile is ~5600 clocks; 256 records are 135 KB of HBM). The cheapest p
- * (the smallest on a tie) wins if it costs less than the n tiles of the unsplit round; calls of fewer
- * than kSplitMinTiles key tiles are never split, and at most kSplitMaxParts partials are made (the
- * workspace: 135 KB each, 277 MB at most). */
-constexpr unsigned kSplitMinTiles = 8;
-constexpr unsigned kSplitMaxParts = 2048;
-struct SplitPlan {
-  unsigned tail;  /* q-blocks split (the last ones); 0: no split */
-  unsigned parts; /* key parts per tail q-block, none empty */
-  unsigned tiles; /* key tiles per part, the last part may have fewer */
-};
-RA_HIP_HD SplitPlan tail_split_plan(unsigned long long wgs, unsigned long long n_tiles, unsigned cus) {
-  SplitPlan plan = {0u, 0u, 0u};
-  if (cus == 0u || n_tiles < kSplitMinTiles || wgs == 0u || wgs % cus == 0u) return plan;
-  const unsigned long long tail = wgs % cus;
-  unsigned long long best = n_tiles; /* the unsplit tail round */
-  const unsigned long long top = n_tiles < cus ? n_tiles : cus;
-  for (unsigned long long p = 2; p <= top && tail * p <= kSplitMaxParts; ++p) {
-    const unsigned long long tiles = (n_tiles + p - 1u) / p;
-    const unsigned long long cost = (tail * p + cus - 1u) / cus * (tiles + 1u) + (tail * p + 255u) / 256u;
-    if (cost < best) {
-      best = cost;
-      plan.tail = (unsigned)tail;
-      plan.tiles = (unsigned)tiles;
-      plan.parts = (unsigned)((n_tiles + tiles - 1u) / tiles);
-    }
-  }
-  return plan;
-}
+/* One fp32 partial row of a tail-split part (step 10): O (unnormalised, 128 fp32), the row's
+ * exponent offset q (log2 units, -Inf when every key of the part was -Inf), its sum l, two pad words
+ * (16-byte aligned records). The device's store_partial/merge_body and the planner's workspace size. */
+constexpr int kSplitRecord = 132;
 
 }  // namespace ra_gfx942
 

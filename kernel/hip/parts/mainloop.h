@@ -4,8 +4,9 @@
  *   load_q_fragments   HBM -> VGPR, once per block: each lane's Q B-operands (16-byte loads)
  *   TileCopy::load     HBM -> VGPR staging for the next tile (issued before the MFMAs of this one)
  *   TileCopy::store    VGPR staging -> LDS (K row-major, V transposed to V^T), swizzled
- *   score_tile         S^T = K Q^T       2 query tiles x 4 key tiles x 8 k-steps  = 64 MFMAs
- *   pv_tile            O^T += V^T P^T    2 query tiles x 8 dim tiles x 4 k-steps  = 64 MFMAs
+ *   score_tile_stream  S^T = K Q^T       2 query tiles x 4 key tiles x 8 k-steps  = 64 MFMAs
+ *   pv_tile_stream     O^T += V^T P^T    2 query tiles x 8 dim tiles x 4 k-steps  = 64 MFMAs
+ *                      (the 32 LDS fragment reads of a tile one stream, kLdsDepth reads ahead)
  * Keys past seqlen_k are loaded as zeros (K and V), so tail rows contribute exactly 0 * 0.
  */
 #ifndef RA_HIP_MAINLOOP_H
@@ -69,7 +70,6 @@ struct TileCopy {
    * but for one 64-bit add per K load. Same bytes as load(). */
   __device__ __forceinline__ void load_full(const uint16_t* kbase, const uint16_t* vbase, int64_t k_seq_stride,
                                             int64_t v_seq_stride, uint32_t key0, int w, int lane) {
-#if RA_HIP_BUFFER_COPY
     /* Step 12: the same loads as buffer loads: the wave's K and V row bases are the resources' base
      * (scalar), each row's distance an SGPR soffset (loop-invariant), the lane's offset a constant
      * VGPR; no VALU address arithmetic per tile. Row distances must fit 31 bits: strides below 2^20
@@ -90,7 +90,6 @@ struct TileCopy {
       asm volatile("");
       return;
     }
-#endif
     const int64_t klane = row_offset<L>((uint32_t)(lane >> 4), k_seq_stride) + 8 * (lane & 15);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -130,80 +129,25 @@ struct TileCopy {
   }
 };
 
-/* s[mt][kt] = S^T fragment: lane holds S[query 16 mt + li][key tile_key(kt, 4g + r)], r = 0..3. */
-__device__ __forceinline__ void score_tile(f32x4 (&s)[kMTiles][kKTiles], const u32x4 (&qf)[kMTiles][4],
-                                           const u32x4* lds_k, int li, int g) {
-#if !RA_HIP_FIRST_MFMA_ZERO_C
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int kt = 0; kt < kKTiles; ++kt) s[mt][kt] = f32x4{0.f, 0.f, 0.f, 0.f};
-#endif
-#pragma unroll
-  for (int kt = 0; kt < kKTiles; ++kt) {
-    const int row = tile_key(kt, li);
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const u32x4 kf = lds_k[k_lds_index(row, 4 * p + g)];
-      /* Alternate accumulators so that no MFMA waits for the previous one's result. */
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if (RA_HIP_FIRST_MFMA_ZERO_C && p == 0)
-          mfma_16x16x16_bf16_first(s[mt][kt], lo_half(kf), lo_half(qf[mt][p]));
-        else
-          mfma_16x16x16_bf16(s[mt][kt], lo_half(kf), lo_half(qf[mt][p]));
-      }
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(s[mt][kt], hi_half(kf), hi_half(qf[mt][p]));
-    }
-  }
-  mfma_fence(s[0][0], s[0][1], s[0][2], s[0][3], s[1][0], s[1][1], s[1][2], s[1][3]);
-}
-
-/* o[mt][dt] += V^T P^T: lane holds O[query 16 mt + li][dim 16 dt + 4g + r]. */
-__device__ __forceinline__ void pv_tile(f32x4 (&o)[kMTiles][kDTiles], bf16x4 (&p)[kMTiles][kKTiles],
-                                        const u32x4* lds_vt, int li, int g) {
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) mfma_entry_fence(o[mt], p[mt]); /* step 2; empty otherwise */
-#pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) {
-    const int d = 16 * dt + li;
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const u32x4 vf = lds_vt[vt_lds_index(d, 4 * c + g)];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(o[mt][dt], lo_half(vf), p[mt][2 * c]);
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(o[mt][dt], hi_half(vf), p[mt][2 * c + 1]);
-    }
-  }
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-    mfma_fence(o[mt][0], o[mt][1], o[mt][2], o[mt][3], o[mt][4], o[mt][5], o[mt][6], o[mt][7]);
-  }
-}
-
-/* Ablation step 3 (docs/hip-gfx942.md, "Design steps"): the 32 LDS fragment reads of a tile (16 K,
- * then 16 V^T) as one stream kept RA_HIP_LDS_DEPTH reads ahead of the MFMAs that use them, instead
- * of each read waited for (lgkmcnt(0)) right before its four MFMAs. The MFMAs are asm volatile, and
+/* Step 3 (docs/hip-gfx942.md, "Design steps"): the 32 LDS fragment reads of a tile (16 K, then
+ * 16 V^T) as one stream kept kLdsDepth reads ahead of the MFMAs that use them, instead of each read
+ * waited for (lgkmcnt(0)) right before its four MFMAs. The MFMAs are asm volatile, and
  * LLVM orders memory accesses against them, so the program order written here is the issue order;
  * SIInsertWaitcnts then waits with lgkmcnt(depth). The first V^T reads are issued under the last
  * score MFMAs and are in flight through the softmax. Fragment f[i]: i < 16 K (key tile i/4, dims
- * 32(i%4) + 8g), else V^T (dim tile (i-16)/2, keys 32((i-16)%2) + 8g). 0 keeps score_tile/pv_tile. */
+ * 32(i%4) + 8g), else V^T (dim tile (i-16)/2, keys 32((i-16)%2) + 8g). */
 constexpr int kFrags = 2 * kKTiles * 4; /* 16 K + 16 V^T reads per wave per tile */
+constexpr int kLdsDepth = 2;            /* reads in flight ahead of their MFMAs */
 
-/* Ablation step 8: each lane's LDS byte offsets, computed once before the tile loop. The swizzles
+/* Step 8: each lane's LDS byte offsets, computed once before the tile loop. The swizzles
  * depend only on the low bits of a K row (key tile kt & 1) and of a V^T row (dim tile dt & 3), so
  * 8 K and 8 V^T offsets per lane cover all 32 reads; the rest (kt >> 1, dt >> 2, the buffer) is a
  * constant or scalar added to them, and the per-read v_lshl_or / v_add address arithmetic goes. */
 struct FragAddr {
   int li, g;
-#if RA_HIP_LDS_LANE_OFFSETS
   uint32_t k[8]; /* [(kt & 1) * 4 + p]: 16 * k_lds_index(tile_key(kt & 1, li), 4p + g) */
   uint32_t v[8]; /* [(dt & 3) * 2 + c]: 16 * vt_lds_index(16 (dt & 3) + li, 4c + g) */
-#endif
   __device__ __forceinline__ FragAddr(int li_, int g_) : li(li_), g(g_) {
-#if RA_HIP_LDS_LANE_OFFSETS
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -212,12 +156,10 @@ struct FragAddr {
     for (int d = 0; d < 4; ++d)
 #pragma unroll
       for (int c = 0; c < 2; ++c) v[2 * d + c] = 16u * (uint32_t)vt_lds_index(16 * d + li, 4 * c + g);
-#endif
   }
 };
 
 __device__ __forceinline__ u32x4 read_frag(int i, const u32x4* lds_k, const u32x4* lds_vt, const FragAddr& fa) {
-#if RA_HIP_LDS_LANE_OFFSETS
   static_assert(kLdsKBytes == 16384 && kLdsVBytes == 16384, "offsets below assume 64 x 128 tiles");
   if (i < 16) {
     const int kt = i >> 2;
@@ -227,18 +169,13 @@ __device__ __forceinline__ u32x4 read_frag(int i, const u32x4* lds_k, const u32x
   const int j = i - 16, dt = j >> 1;
   return *reinterpret_cast<const u32x4*>(reinterpret_cast<const char*>(lds_vt) + fa.v[2 * (dt & 3) + (j & 1)] +
                                          8192 * (dt >> 2));
-#else
-  if (i < 16) return lds_k[k_lds_index(tile_key(i >> 2, fa.li), 4 * (i & 3) + fa.g)];
-  const int j = i - 16;
-  return lds_vt[vt_lds_index(16 * (j >> 1) + fa.li, 4 * (j & 1) + fa.g)];
-#endif
 }
 
 template <int D>
 __device__ __forceinline__ void score_tile_stream(f32x4 (&s)[kMTiles][kKTiles], const u32x4 (&qf)[kMTiles][4],
                                                   u32x4 (&f)[kFrags], const u32x4* lds_k, const u32x4* lds_vt,
                                                   const FragAddr& fa) {
-  static_assert(RA_HIP_FIRST_MFMA_ZERO_C, "the stream starts every score chain from the literal 0");
+  /* Step 1: every score chain starts from the literal 0 (mfma_16x16x16_bf16_first). */
 #pragma unroll
   for (int i = 0; i < D; ++i) f[i] = read_frag(i, lds_k, lds_vt, fa);
 #pragma unroll

@@ -25,7 +25,7 @@
 
 #include <stdint.h>
 
-#include "steps.h"
+#include "flags.h"
 
 namespace ra_gfx942 {
 
@@ -34,43 +34,34 @@ typedef short bf16x4 __attribute__((ext_vector_type(4))); /* 4 bf16 bit patterns
 typedef unsigned int u32x4 __attribute__((ext_vector_type(4)));
 typedef unsigned int u32x2 __attribute__((ext_vector_type(2)));
 
-#ifndef RA_HIP_MFMA_BUILTIN
-#define RA_HIP_MFMA_BUILTIN 0
-#endif
-
-/* Ablation step 2 (docs/hip-gfx942.md, "Design steps"): no `s_nop 1` in the wrapper. An MFMA's
+/* Step 2 (docs/hip-gfx942.md, "Design steps"): no `s_nop 1` in the wrapper. An MFMA's
  * A/B/C operands are then never written by a VALU within 2 wait states by construction: K and V^T
  * fragments come from ds_read, Q from global loads, a score chain's C from the previous MFMA of the
  * chain (0 wait states) or the literal 0 (step 1, required), and the PV batch's VALU-written inputs
  * (P and the rescaled O) pass mfma_entry_fence() first, an `s_nop 1` that takes them as "+v"
  * operands, so every VALU write of them is ordered before it. The static scan and the emulator's
- * dynamic checker re-prove it on the final instruction stream. 0 keeps the old wrapper. */
-#if RA_HIP_MFMA_NO_NOP
-#define RA_MFMA_PRE_ASM ""
-#else
-#define RA_MFMA_PRE_ASM "s_nop 1\n\t"
-#endif
+ * dynamic checker re-prove it on the final instruction stream. */
 
 /* acc += a * b, a: A operand (16x16 row-major slice), b: B operand. */
 __device__ __forceinline__ void mfma_16x16x16_bf16(f32x4& acc, bf16x4 a, bf16x4 b) {
 #if RA_HIP_MFMA_BUILTIN
   acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, acc, 0, 0, 0);
 #else
-  asm volatile(RA_MFMA_PRE_ASM "v_mfma_f32_16x16x16_bf16 %0, %1, %2, %0" : "+v"(acc) : "v"(a), "v"(b));
+  asm volatile("v_mfma_f32_16x16x16_bf16 %0, %1, %2, %0" : "+v"(acc) : "v"(a), "v"(b));
 #endif
 }
 
-/* Ablation step 1 (docs/hip-gfx942.md, "Design steps"): the first MFMA of each score chain takes
- * the inline constant 0 as SrcC and writes its accumulator ("=&v": early-clobber, so it never
- * shares registers with A or B), instead of 32 v_mov zeroing the 8 score accumulators per tile.
- * 0 keeps the old kernel. The same bits either way: C = +0 from a register or from the constant. */
+/* Step 1 (docs/hip-gfx942.md, "Design steps"): the first MFMA of each score chain takes the inline
+ * constant 0 as SrcC and writes its accumulator ("=&v": early-clobber, so it never shares
+ * registers with A or B), instead of 32 v_mov zeroing the 8 score accumulators per tile. The same
+ * bits as the zeroing: C = +0 from a register or from the constant. */
 
 /* acc = a * b: the first MFMA of an accumulation chain. */
 __device__ __forceinline__ void mfma_16x16x16_bf16_first(f32x4& acc, bf16x4 a, bf16x4 b) {
 #if RA_HIP_MFMA_BUILTIN
   acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, f32x4{0.f, 0.f, 0.f, 0.f}, 0, 0, 0);
 #else
-  asm volatile(RA_MFMA_PRE_ASM "v_mfma_f32_16x16x16_bf16 %0, %1, %2, 0" : "=&v"(acc) : "v"(a), "v"(b));
+  asm volatile("v_mfma_f32_16x16x16_bf16 %0, %1, %2, 0" : "=&v"(acc) : "v"(a), "v"(b));
 #endif
 }
 
@@ -93,7 +84,7 @@ __device__ __forceinline__ void mfma_fence(f32x4& a0, f32x4& a1, f32x4& a2, f32x
  * the 8 O accumulators and 4 P fragments of one query tile. Nothing at all otherwise (an empty asm
  * with these operands would still constrain register allocation). */
 __device__ __forceinline__ void mfma_entry_fence(f32x4 (&o)[8], bf16x4 (&p)[4]) {
-#if RA_HIP_MFMA_NO_NOP && !RA_HIP_MFMA_BUILTIN
+#if !RA_HIP_MFMA_BUILTIN
   asm volatile("s_nop 1"
                : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]),
                  "+v"(p[0]), "+v"(p[1]), "+v"(p[2]), "+v"(p[3]));
@@ -113,20 +104,11 @@ __device__ __forceinline__ float lane_xor(float x, int lane, int mask) {
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __builtin_bit_cast(int, x)));
 }
 
-/* Two fp32 in [0, 1] (or NaN) -> two bf16, round to nearest even, packed lo | hi << 16.
- * Only P goes through here; a NaN P also makes the row sum NaN, so the row is NaN whatever
- * the packed bits (the output rounding uses kernel/common/bf16.h and its canonical NaN). */
-__device__ __forceinline__ unsigned int pack_p_bf16(float lo, float hi) {
-  unsigned int a = __builtin_bit_cast(unsigned int, lo);
-  unsigned int b = __builtin_bit_cast(unsigned int, hi);
-  a += 0x7FFFu + ((a >> 16) & 1u);
-  b += 0x7FFFu + ((b >> 16) & 1u);
-  return __builtin_amdgcn_perm(b, a, 0x07060302u); /* high halves of a (low) and b (high) */
-}
-
-/* The same, rounding to nearest with ties away from zero (step 7): one add each, no v_bfe. */
+/* Two fp32 in [0, 1] (or NaN) -> two bf16, rounding to nearest with ties away from zero (step 7:
+ * one add each, no v_bfe), packed lo | hi << 16. Only P goes through here; a NaN P also makes the
+ * row sum NaN, so the row is NaN whatever the packed bits (the output rounding uses
+ * kernel/common/bf16.h and its canonical NaN). */
 __device__ __forceinline__ unsigned int pack_p_bf16_rna(float lo, float hi) {
-#if RA_HIP_PACK_P64
   /* Step 11: both +0x8000 in one 64-bit add (v_lshl_add_u64) on the pair (hi:lo). A carry out of lo
    * needs lo >= 0xFFFF8000, a NaN with the sign set: then its query row's sum l (fp32, the same e's)
    * is NaN and every output of the row is NaN whatever P holds, so the outputs keep their bits.
@@ -138,11 +120,6 @@ __device__ __forceinline__ unsigned int pack_p_bf16_rna(float lo, float hi) {
   unsigned long long x;
   asm("v_lshl_add_u64 %0, %1, 0, %2" : "=v"(x) : "v"(pair), "s"(0x0000800000008000ull));
   return __builtin_amdgcn_perm((unsigned int)(x >> 32), (unsigned int)x, 0x07060302u);
-#else
-  const unsigned int a = __builtin_bit_cast(unsigned int, lo) + 0x8000u;
-  const unsigned int b = __builtin_bit_cast(unsigned int, hi) + 0x8000u;
-  return __builtin_amdgcn_perm(b, a, 0x07060302u);
-#endif
 }
 
 }  // namespace ra_gfx942

@@ -30,10 +30,10 @@ namespace ra_gfx942 {
 struct RowState {
   float m; /* running max of raw scores (unscaled; scale > 0 so max commutes with it) */
   float l; /* this lane's partial row sum */
-  float q; /* step 7: m_use * scale_log2e as rounded once, the exponent offset of this row's p */
+  float q; /* m_use * scale_log2e as rounded once, the exponent offset of this row's p (step 7) */
 };
 
-/* Ablation step 7 (docs/hip-gfx942.md, "Design steps"); changes bits, within the contract:
+/* Step 7 (docs/hip-gfx942.md, "Design steps"); changed bits against step 6, within the contract:
  *   - exponent argument fma(s, c, -q) with q = round(m_use * c), one v_fma instead of v_sub + v_mul.
  *     The rounding of q is common to every p of the row in this tile, so it cancels in O / l; alpha
  *     is exp2(q_old - q_new) of the same rounded offsets (exactly 1 when the max did not move, so
@@ -59,11 +59,7 @@ __device__ __forceinline__ float softmax_tail_fma(RowState& st, const f32x4 (&s)
 #pragma unroll
   for (int kt = 0; kt < kKTiles; ++kt) {
     float e[4];
-#if !RA_HIP_PK_FMA
-#pragma unroll
-    for (int r = 0; r < 4; ++r) e[r] = __builtin_amdgcn_exp2f(__builtin_fmaf(s[kt][r], scale_log2e, -q));
-#else
-    /* Step 9: the same fmas two at a time (v_pk_fma_f32, IEEE fma per element: same bits). */
+    /* Step 9: the exponent arguments two at a time (v_pk_fma_f32, IEEE fma per element: same bits). */
     /* -q as a register value: folded into neg_lo/neg_hi modifiers, the v_pk_fma_f32 form the
      * emulator refuses (it implements op_sel_hi, not the negation modifiers). */
     float nq = -q;
@@ -75,7 +71,6 @@ __device__ __forceinline__ float softmax_tail_fma(RowState& st, const f32x4 (&s)
     e[1] = __builtin_amdgcn_exp2f(a01.y);
     e[2] = __builtin_amdgcn_exp2f(a23.x);
     e[3] = __builtin_amdgcn_exp2f(a23.y);
-#endif
     sum2 += f32x2{e[0], e[1]};
     sum2 += f32x2{e[2], e[3]};
     p[kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[0], e[1]), pack_p_bf16_rna(e[2], e[3])});
@@ -92,11 +87,9 @@ __device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles
                                                 float scale_log2e, bool partial, uint32_t keys_left,
                                                 int lane, int g) {
   if (partial) {
-#if RA_HIP_FULL_TILE_FAST
     /* Opaque to the optimiser, so the 16 key compares stay inside this branch instead of being
      * speculated into every tile (step 5). */
     asm volatile("" : "+s"(keys_left));
-#endif
 #pragma unroll
     for (int kt = 0; kt < kKTiles; ++kt)
 #pragma unroll
@@ -113,26 +106,7 @@ __device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles
 
   const float m_new = __builtin_fmaxf(st.m, mx);
   const float m_use = (m_new == neg_inf()) ? 0.0f : m_new;
-#if RA_HIP_SOFTMAX_FMA
   return softmax_tail_fma(st, s, p, m_new, m_use, scale_log2e);
-#else
-  const float alpha = (st.m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f((st.m - m_use) * scale_log2e);
-
-  float sum = 0.0f;
-#pragma unroll
-  for (int kt = 0; kt < kKTiles; ++kt) {
-    float e[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      e[r] = __builtin_amdgcn_exp2f((s[kt][r] - m_use) * scale_log2e);
-      sum += e[r];
-    }
-    p[kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16(e[0], e[1]), pack_p_bf16(e[2], e[3])});
-  }
-  st.l = st.l * alpha + sum;
-  st.m = m_new;
-  return alpha;
-#endif
 }
 
 }  // namespace ra_gfx942

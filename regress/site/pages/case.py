@@ -28,8 +28,11 @@ def case_payload(c: Pages, case: CaseRow) -> dict[str, Any]:
     t = c.d.table
     stacks = []
     for sid, idx in sorted(c.m.series.get(case.id, {}).items(), key=lambda kv: c.stack_index[kv[0]]):
+        # The launch plan each point ran (perf and e2e record it), where any did.
+        plans = [c.d.plans.get(rid, "") for rid in t["id"][idx].tolist()]
         stacks.append(
             {
+                **({"pl": plans} if any(plans) else {}),
                 **c.stack_ref(sid),
                 "r": t["run"][idx],  # global run indices; case_pages maps them to the page's run table
                 "y": clean(t["value"][idx]),
@@ -97,6 +100,7 @@ def case_payload(c: Pages, case: CaseRow) -> dict[str, Any]:
         "speedup": is_timed(suite),
         "speedup_label": f"speedup vs {' / '.join(bases) or 'the baseline'} (×)",
         "stacks": stacks,
+        "plans": any("pl" in s for s in stacks),
         "markers": markers,
         "changes": changes,
         "regressions": regs,
@@ -240,6 +244,7 @@ def latest_rows(c: Pages, chart: dict[str, Any], n: int = 5) -> list[dict[str, A
                     "lo": s["lo"][i],
                     "hi": s["hi"][i],
                     "sp": s["sp"][i],
+                    "plan": s["pl"][i] if "pl" in s else "",
                     "status": STATUS_CODES[s["st"][i]],
                 }
             )

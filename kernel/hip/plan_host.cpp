@@ -1,0 +1,20 @@
+/*
+ * plan_host.cpp — the gfx942 launch planner (parts/plan.h) as a host-only shared library, built
+ * with the system C++ compiler (regress/build.py, PLANNERS): no ROCm, no GPU. The emulator, the
+ * benchmarks, the tests and `regress plan` load it through ctypes and so ask the code that
+ * ra_attention_fwd runs, not a copy of it.
+ */
+#include "parts/plan.h"
+
+extern "C" ra_status ra_plan_launch(const ra_attention_params* params, const ra_device_facts* device,
+                                    ra_launch_plan* plan, char* err, size_t err_len) {
+  return ra_gfx942::plan_launch(params, device, plan, err, err_len);
+}
+
+/* Launch `index` of `plan` for `params` (issue order): 1 and *out filled, 0 past the last. */
+extern "C" int ra_gfx942_launch_at(const ra_attention_params* params, const ra_launch_plan* plan, int64_t index,
+                                   ra_gfx942_launch* out) {
+  return params && plan && out && ra_gfx942::launch_at(*params, *plan, index, out) ? 1 : 0;
+}
+
+extern "C" const char* ra_backend_name(void) { return "hip"; }

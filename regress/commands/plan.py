@@ -1,0 +1,81 @@
+"""`regress plan B H SQ SK --backend hip|cuda`: which kernels a GPU backend runs for a shape, asked of
+the backend's own planner (regress.plan, the kernel's code built host-only)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..backends import BACKENDS, resolve
+from ..errors import UserError
+from ..results import LAYOUTS, ROUNDING_MODES
+from . import options
+
+_POSITIVE = click.IntRange(min=1)
+
+
+def _plan_text(plan: dict[str, object]) -> list[str]:
+    grid = plan["grid"]
+    lines = [
+        f"{plan['kind']}  ({plan['backend']}, {plan['compute_units']} compute units)",
+        f"  tiles {plan['tiles']} of {plan['block_q']} query rows, {plan['key_blocks']} key blocks of "
+        f"{plan['block_k']}; grid {grid}, {plan['threads']} threads",
+        f"  splits {plan['splits']}; tail split: {plan['split_tiles']} tiles x {plan['tail_splits']} parts "
+        f"of {plan['blocks_per_split']} key blocks; merge {plan['merge']}",
+        f"  shared memory {plan['shared_bytes']} B per block; workspace {plan['workspace_bytes']} B",
+    ]
+    for la in plan.get("launches", []):  # type: ignore[union-attr]
+        lines.append(f"  launch {la['role']:<5} {la['kernel']}  grid {la['grid']}")  # type: ignore[index]
+    return lines
+
+
+@click.command("plan")
+@click.argument("b", type=_POSITIVE)
+@click.argument("h", type=_POSITIVE)
+@click.argument("sq", type=_POSITIVE)
+@click.argument("sk", type=_POSITIVE)
+@options.backend
+@click.option(
+    "--compute-units",
+    type=_POSITIVE,
+    default=None,
+    help="CUs (hip) or SMs (cuda) of the device; default MI300X's 304, H200's 132.",
+)
+@click.option("--layout", type=click.Choice(LAYOUTS), default="bshd", show_default=True)
+@click.option("--rounding", type=click.Choice(ROUNDING_MODES), default="rtne", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The plan as JSON.")
+def plan_cmd(
+    b: int,
+    h: int,
+    sq: int,
+    sk: int,
+    backend: str,
+    compute_units: int | None,
+    layout: str,
+    rounding: str,
+    as_json: bool,
+) -> None:
+    """Print the launch plan for B x H heads, SQ queries, SK keys (head_dim 128), asked of the
+    backend's planner (hip and hip-emu: gfx942's, cuda: sm_90a's; cpu has none)."""
+    from ..abi import KernelError
+    from ..build import BuildError
+    from ..plan import plan_launch
+
+    backend = BACKENDS[resolve(backend)].kernel  # whose kernel source it builds: hip-emu runs hip's
+    try:
+        plan = plan_launch(
+            backend, b, h, sq, sk, compute_units=compute_units, layout=layout, rounding=rounding
+        )
+    except BuildError as e:
+        raise UserError(str(e)) from None
+    except KernelError as e:
+        raise UserError(f"the {backend} planner refused the shape: {e}") from None
+    if as_json:
+        click.echo(json.dumps(plan, indent=2))
+        return
+    for line in _plan_text(plan):
+        click.echo(line)
+
+
+COMMANDS = [plan_cmd]

@@ -1,0 +1,202 @@
+"""The gfx942 launch planner (kernel/hip/parts/plan.h), asked through the ABI's ra_plan_launch in its
+host-only build (regress.plan): the rules it states, hostile shapes, the CLI that prints it, and what
+a result, `regress runs show` and the case page show of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from regress.abi import KernelError
+from regress.build import PLANNERS, REPO_ROOT, BuildError, build_planner
+from regress.metrics import plan_label
+from regress.plan import plan_launch, summary
+from regress.results import CaseResult, CaseSpec
+from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
+
+pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="g++ builds the host-only planner")
+
+RECORD_BYTES = 256 * 132 * 4  # one split part's fp32 rows (kBlockQ x kSplitRecord)
+
+
+def _check(plan: dict, b: int, h: int, sq: int, sk: int, cus: int) -> None:
+    """What every gfx942 plan must say, from the shape alone (no rule restated: only the sums)."""
+    qblocks, tiles = -(-sq // 256), -(-sk // 64)
+    wgs = qblocks * b * h
+    assert plan["kind"] in ("gfx942_dense", "gfx942_tail_split") and plan["threads"] == 512
+    assert (plan["tiles"], plan["key_blocks"], plan["grid"][0]) == (wgs, tiles, qblocks)
+    assert plan["shared_bytes"] == 65536 and plan["splits"] == 1 and plan["dynamic_scheduler"] == 0
+    launches = plan["launches"]
+    dense = [la for la in launches if la["role"] == "dense"]
+    assert all(la["grid"][1] <= 65535 for la in dense)
+    assert sum(la["grid"][1] for la in dense) == plan["grid"][1]
+    if plan["kind"] == "gfx942_dense":
+        assert plan["grid"][1] == b * h and plan["workspace_bytes"] == 0 and plan["merge"] == "none"
+        assert [la["role"] for la in launches] == ["dense"] * len(dense)
+        return
+    tail, parts, per = plan["split_tiles"], plan["tail_splits"], plan["blocks_per_split"]
+    assert 0 < tail < cus and tail == wgs % cus and tiles >= 8  # the last partial round only
+    assert parts >= 2 and (parts - 1) * per < tiles <= parts * per  # no empty part, every key once
+    assert plan["workspace_bytes"] == tail * parts * RECORD_BYTES and plan["merge"] == "launch"
+    assert plan["grid"][1] * qblocks >= wgs - tail > (plan["grid"][1] - 1) * qblocks  # dense stops there
+    assert [la["role"] for la in launches[len(dense) :]] == ["split", "merge"]
+    assert launches[-2]["grid"] == [parts, tail, 1] and launches[-1]["grid"] == [16, tail, 1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    b=st.integers(1, 64),
+    h=st.integers(1, 128),
+    sq=st.integers(1, 40000),
+    sk=st.integers(1, 200000),
+    cus=st.sampled_from([1, 2, 7, 80, 304]),
+    layout=st.sampled_from(["bshd", "bhsd"]),
+)
+def test_every_plan_covers_the_call_once(b: int, h: int, sq: int, sk: int, cus: int, layout: str) -> None:
+    plan = plan_launch("hip", b, h, sq, sk, compute_units=cus, layout=layout)
+    _check(plan, b, h, sq, sk, cus)
+    lay = "packed" if layout == "bhsd" else "strided"
+    if h == 1:  # BSHD with one head is BHSD: seq stride 128
+        lay = "packed"
+    assert {la["kernel"].rsplit("_", 1)[1] for la in plan["launches"]} == {lay}
+
+
+def test_known_plans() -> None:
+    """The shapes the docs and the timing model quote: 32 q-blocks on 304 CUs all split (no dense
+    round), 1216 (four whole rounds) dense; a one-CU device never splits; fewer than 8 key tiles never."""
+    small = plan_launch("hip", 1, 4, 2048, 2048)
+    assert small["kind"] == "gfx942_tail_split" and small["grid"][1] == 0 and small["split_tiles"] == 32
+    assert [la["role"] for la in small["launches"]] == ["split", "merge"]
+    assert plan_launch("hip", 4, 38, 2048, 2048)["kind"] == "gfx942_dense"
+    assert plan_launch("hip", 1, 3, 40, 777, compute_units=1)["kind"] == "gfx942_dense"
+    assert plan_launch("hip", 1, 3, 40, 7 * 64, compute_units=304)["kind"] == "gfx942_dense"
+    many = plan_launch("hip", 1, 70000, 1, 64)  # more (batch, head) rows than one grid y holds
+    assert [la["grid"][1] for la in many["launches"]] == [65535, 70000 - 65535]
+
+
+def test_a_workspace_cap_is_kept() -> None:
+    free = plan_launch("hip", 1, 4, 2048, 2048)
+    for cap in (free["workspace_bytes"] - 1, 40 * RECORD_BYTES, RECORD_BYTES):
+        capped = plan_launch("hip", 1, 4, 2048, 2048, max_workspace_bytes=cap)
+        assert capped["workspace_bytes"] <= cap
+        _check(capped, 1, 4, 2048, 2048, 304)
+
+
+@pytest.mark.parametrize(
+    ("shape", "cus", "says", "code"),
+    [
+        ((1, 4, 0, 8), 304, "every size must be >= 1", 3),
+        ((0, 4, 8, 8), 304, "every size must be >= 1", 3),
+        ((1 << 20, 1 << 12, 8, 8), 304, "must be < 2^31", 3),
+        ((1, 1, (1 << 31) - 1, 8), 304, "2^32 work-items", 3),
+        ((1 << 15, 1 << 15, 1024, 8), 304, "2^32 - 1 or more", 3),
+        ((1, 1, 8, 8), 0, "compute_units is 0", 7),
+        ((1, 1, 8, 8), -5, "compute_units is -5", 7),
+    ],
+)
+def test_hostile_shapes_are_one_clear_error(shape: tuple[int, ...], cus: int, says: str, code: int) -> None:
+    with pytest.raises(KernelError) as e:
+        plan_launch("hip", *shape, compute_units=cus)
+    assert says in str(e.value) and "\n" not in str(e.value) and e.value.code == code
+
+
+def test_the_planner_table_and_a_missing_source(tmp_path: Path) -> None:
+    """One build path per backend's planner; a backend whose planner source is not in the tree says
+    so in one line, naming the file (the CUDA planner lands from another branch)."""
+    assert set(PLANNERS) == {"hip", "cuda"}
+    assert build_planner("hip", cache_dir=tmp_path).path.is_file()
+    if not (REPO_ROOT / PLANNERS["cuda"].source).is_file():
+        with pytest.raises(BuildError, match=r"kernel/cuda/plan_host\.cpp is missing"):
+            build_planner("cuda", cache_dir=tmp_path)
+    with pytest.raises(BuildError, match="no launch planner for backend 'cpu'"):
+        build_planner("cpu", cache_dir=tmp_path)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "regress", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        env={**os.environ, "COLUMNS": "250"},  # rich wraps a table to the terminal's width
+    )
+
+
+def test_regress_plan_prints_the_plan() -> None:
+    text = _cli("plan", "1", "4", "2048", "2048", "--backend", "hip")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("gfx942_tail_split  (hip, 304 compute units)")
+    assert "launch merge ra_attn_merge_gfx942_rtne_strided  grid [16, 32, 1]" in text.stdout
+    as_json = _cli("plan", "4", "38", "2048", "2048", "--backend", "hip", "--json", "--compute-units", "80")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == plan_launch("hip", 4, 38, 2048, 2048, compute_units=80)
+    bad = _cli("plan", "1", "1", "8", "8", "--backend", "hip", "--compute-units", "0")
+    assert bad.returncode == 2 and "--compute-units" in bad.stderr
+    huge = _cli("plan", "32768", "32768", "1024", "8", "--backend", "hip")
+    assert huge.returncode == 2 and huge.stderr.count("\n") == 1 and "2^32 - 1 or more" in huge.stderr
+    if not (REPO_ROOT / PLANNERS["cuda"].source).is_file():
+        cuda = _cli("plan", "1", "1", "8", "8", "--backend", "cuda")
+        assert cuda.returncode == 2 and "planner source kernel/cuda/plan_host.cpp is missing" in cuda.stderr
+
+
+def test_plan_label_reads_what_a_result_recorded() -> None:
+    split = summary(plan_launch("hip", 1, 4, 2048, 2048))
+    assert split == {"plan_kind": "gfx942_tail_split", "plan_splits": 1, "plan_tail_splits": 8}
+    assert plan_label(split) == "gfx942_tail_split, 8 tail parts"
+    assert plan_label(summary(plan_launch("hip", 4, 38, 2048, 2048))) == "gfx942_dense"
+    for stored in ({}, None, [1], {"plan_kind": 3}, {"p50_ms": 1.0}):
+        assert plan_label(stored) == ""
+    assert plan_label({"plan_kind": "k", "plan_tail_splits": True}) == "k"  # a bool is no count
+
+
+def test_runs_show_and_the_case_page_show_the_plan(store: Store, db_url: str, tmp_path: Path) -> None:
+    from regress.site import build_site
+
+    with store.transaction() as session:
+        stack_id = get_or_create_stack(session, digest="f" * 64, keys={}, schema_version=1, name="s").id
+    spec = CaseSpec(
+        "perf",
+        "b1_h4_sq2048_sk2048_bshd_rtne",
+        {"b": 1, "h": 4, "sq": 2048, "sk": 2048, "d": 128, "layout": "bshd", "mode": "rtne"},
+    )
+    plan = summary(plan_launch("hip", 1, 4, 2048, 2048))
+    for _ in range(2):
+        rid = start_run(store, stack_id=stack_id, build_id=None, backend="hip", suites=["perf"])
+        times = [1.0 + 0.01 * k for k in range(30)]
+        add_result(store, rid, CaseResult(spec, "pass", {"p50_ms": 1.1, **plan}, {"time_ms": times}))
+        finish_run(store, rid, status="complete", exit_code=0)
+    shown = _cli("runs", "show", rid, "--db", db_url)
+    assert shown.returncode == 0, shown.stderr
+    assert "plan" in shown.stdout and "gfx942_tail_split, 8 tail parts" in shown.stdout
+    out = tmp_path / "site"
+    build_site(store, out)
+    page = (out / "case").glob("*.html")
+    html = "".join(p.read_text() for p in page)
+    assert "<th>launch plan</th>" in html and "<code>gfx942_tail_split, 8 tail parts</code>" in html
+
+
+@pytest.mark.skipif(not shutil.which("clang-19"), reason="clang-19 builds the gfx942 code object")
+def test_a_result_records_the_plan_its_library_runs() -> None:
+    """What perf and e2e store next to a timing (suites.common.plan_metrics): the plan of the library
+    under test, asked of that library; nothing for the CPU golden model, which has no planner."""
+    from regress.build import build_kernel
+    from regress.cases import Shape
+    from regress.runner import CaseOptions, make_context
+    from regress.suites.common import plan_metrics
+
+    opts = CaseOptions(quick=True, seed=1, iterations=None)
+    emu = make_context(build_kernel("hip-emu").path, "cpu", opts)
+    for shape in (Shape(1, 4, 2048, 2048), Shape(4, 38, 2048, 2048)):
+        want = summary(plan_launch("hip", shape.b, shape.h, shape.sq, shape.sk))
+        assert plan_metrics(emu, shape, "bshd", "rtne") == want
+    cpu = make_context(build_kernel("cpu").path, "cpu", opts)
+    assert plan_metrics(cpu, Shape(1, 4, 2048, 2048), "bshd", "rtne") == {}
