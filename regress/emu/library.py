@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from regress.abi import KernelError, bhsd_strides, check_call
+from regress.abi import KernelError, bhsd_strides, check_call, refuse_unsupported
 from regress.emu import EMU_VERSION
 from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.machine import Launch, Memory, Trace
@@ -141,7 +141,9 @@ class EmuLibrary:
         scale: float | None = None,
         out: torch.Tensor | None = None,
         stream: int | None = None,
+        **v2: Any,  # ABI v2's mask, cu_seqlens_q/k, max_seqlen_q/k, lse: refused until the kernel has them
     ) -> torch.Tensor:
+        refuse_unsupported(self.backend, q, k, layout, **v2)  # ra_require_dense_v1, as the C host code
         # The same Python-side checks as every backend (regress.abi.check_call), CPU tensors.
         (b, h, sq, sk, d), out = check_call(
             q,

@@ -427,7 +427,7 @@ def test_host_part_type_checks_against_hip_stub(tmp_path):
     import json
 
     info = json.loads(m.group(0))
-    assert info["backend"] == "hip" and info["abi"] == 1 and info["arch"] == "gfx942"
+    assert info["backend"] == "hip" and info["abi"] == 2 and info["arch"] == "gfx942"
     assert info["inject"] == {
         "slowdown_pct": 0,
         "ulp": 0,
