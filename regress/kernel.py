@@ -12,10 +12,11 @@ from typing import Literal
 
 import torch
 
-from regress.abi import KernelError, Layout, Library, Rounding
+from regress.abi import RA_ERR_UNSUPPORTED, KernelError, Layout, Library, Rounding
 from regress.loader import KernelLibrary, default_library, load_library
 
 __all__ = [
+    "RA_ERR_UNSUPPORTED",
     "KernelError",
     "KernelLibrary",
     "Library",
