@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from regress import numerics as nm
@@ -112,6 +112,15 @@ def test_dense_masks_and_gqa_within_contract(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Lengths 0 and 1 on both sides, every pairing, whatever hypothesis draws besides.
+@example(
+    lens=[(0, 0), (1, 0), (0, 1), (1, 1), (1, 5), (5, 1), (3, 0)],
+    group=(4, 2),
+    mask="causal_bottom_right",
+    mode="rtne",
+    seed=1,
+)
+@example(lens=[(0, 3), (1, 1), (64, 65), (65, 64)], group=(3, 1), mask="causal_top_left", mode="rtz", seed=2)
 @given(
     lens=st.lists(st.tuples(st.integers(0, 90), st.integers(0, 90)), min_size=1, max_size=5),
     group=st.sampled_from([(2, 2), (4, 2), (4, 1), (3, 1)]),
