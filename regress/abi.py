@@ -203,7 +203,7 @@ def check_call(
         kb, kh, sk, kd = _bhsd_shape(k, layout)  # type: ignore[arg-type]
         if _bhsd_shape(v, layout) != (kb, kh, sk, kd):  # type: ignore[arg-type]
             raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
-    if (kb, kd) != (b, d) or kh < 1 or h % kh != 0:
+    if (kb, kd) != (b, d) or (kh != h and (kh < 1 or h % kh != 0)):  # equal (even 0): the kernel's size check
         raise ValueError(
             f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree in batch or head_dim, or k's heads do not "
             f"divide q's ({'packed' if varlen else layout})"
