@@ -148,15 +148,42 @@ def check_call(
     out: torch.Tensor | None,
     device_type: str,
     backend: str,
+) -> tuple[tuple[int, int, int, int, int], torch.Tensor]:
+    """check_call_v2 of a dense call without the v2 arguments: ((B, H, Sq, Sk, D), the output)."""
+    dims, out = check_call_v2(
+        q,
+        k,
+        v,
+        layout=layout,
+        rounding=rounding,
+        scale=scale,
+        out=out,
+        device_type=device_type,
+        backend=backend,
+    )
+    return dims[:5], out
+
+
+def check_call_v2(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    layout: str,
+    rounding: str,
+    scale: float | None,
+    out: torch.Tensor | None,
+    device_type: str,
+    backend: str,
     mask: str = "none",
     cu_seqlens_q: torch.Tensor | None = None,
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
     lse: torch.Tensor | None = None,
-) -> tuple[tuple[int, int, int, int, int], torch.Tensor]:
+) -> tuple[tuple[int, int, int, int, int, int], torch.Tensor]:
     """The checks every backend's `forward` makes on the Python side before touching memory (the
-    library's own C-ABI checks come after): ((B, H, Sq, Sk, D), the output tensor, made if None).
+    library's own C-ABI checks come after): ((B, H, Sq, Sk, D, H_kv), the output tensor, made if None).
 
     K/V may have fewer heads than Q (grouped-query: a divisor of H; kv_heads gives it). With
     cu_seqlens_q/k the call is varlen: q, k, v, out are packed [total, H, D], B is the sequence count
@@ -222,7 +249,7 @@ def check_call(
             )
         if lse.device != q.device or not lse.is_contiguous():
             raise ValueError(f"lse must be contiguous on {q.device}")
-    return (b, h, sq, sk, d), out
+    return (b, h, sq, sk, d, kh), out
 
 
 def refuse_unsupported(

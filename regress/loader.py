@@ -24,8 +24,7 @@ from regress.abi import (
     Params,
     Rounding,
     bhsd_strides,
-    check_call,
-    kv_heads,
+    check_call_v2,
 )
 from regress.backends import torch_gpu_backend
 from regress.results import MASK_CODE, ROUNDING_CODE, Mask
@@ -83,7 +82,7 @@ class KernelLibrary:
         `lse`, if given (float32 [B, H, Sq], varlen [H, total_q]), receives each row's log-sum-exp.
         Raises KernelError (with the kernel's message) when the kernel refuses.
         """
-        (b, h, sq, sk, d), out = check_call(
+        (b, h, sq, sk, d, hk), out = check_call_v2(
             q,
             k,
             v,
@@ -102,16 +101,19 @@ class KernelLibrary:
         )
 
         dims = (b, h, sq, sk, d)
-        v2 = (
-            kv_heads(k, layout),
-            MASK_CODE[mask],
-            0,
-            0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
-            0 if cu_seqlens_k is None else cu_seqlens_k.data_ptr(),
-            max_seqlen_q,
-            max_seqlen_k,
-            0 if lse is None else lse.data_ptr(),
-        )
+        if cu_seqlens_q is None and lse is None:  # dense: the cheap path (host time per call counts)
+            v2 = (hk, MASK_CODE[mask], 0, 0, 0, 0, 0, 0)
+        else:
+            v2 = (
+                hk,
+                MASK_CODE[mask],
+                0,
+                0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                0 if cu_seqlens_k is None else cu_seqlens_k.data_ptr(),
+                max_seqlen_q,
+                max_seqlen_k,
+                0 if lse is None else lse.data_ptr(),
+            )
         if self.device_type == "cuda" and q.device.index not in (None, torch.cuda.current_device()):
             with torch.cuda.device(q.device):  # the library launches on the current device
                 rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream, v2)
