@@ -54,12 +54,31 @@ class Baseline:
         layout: Layout = "bshd",
         rounding: str = "rtne",
         scale: float | None = None,
+        mask: str = "none",
     ) -> torch.Tensor:
         if not self.supports(rounding):
             raise ValueError(f"baseline {self.name} does not implement rounding {rounding!r}")
         if layout not in LAYOUTS:
             raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
+        if mask != "none" or _to_bhsd(k, layout).shape[1] != _to_bhsd(q, layout).shape[1]:
+            # Causal masks and grouped-query heads (ABI v2): only baselines that take them.
+            if not self.takes_masks:
+                raise ValueError(f"baseline {self.name} takes dense equal-head calls only (mask {mask!r})")
+            return self._run_masked(q, k, v, layout, scale, mask)
         return self._run(q, k, v, layout, rounding, scale)
+
+    takes_masks = False
+
+    def _run_masked(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layout: Layout,
+        scale: float | None,
+        mask: str,
+    ) -> torch.Tensor:
+        raise NotImplementedError
 
     def _run(
         self,
@@ -114,6 +133,33 @@ class SdpaBaseline(Baseline):
             o = torch.nn.functional.scaled_dot_product_attention(
                 _to_bhsd(q, layout), _to_bhsd(k, layout), _to_bhsd(v, layout), scale=scale
             )
+        return o.transpose(1, 2) if layout == "bshd" else o
+
+    takes_masks = True
+
+    def _run_masked(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layout: Layout,
+        scale: float | None,
+        mask: str,
+    ) -> torch.Tensor:
+        """SDPA's own spelling of the masks: is_causal (top-left), causal_lower_right (bottom-right),
+        enable_gqa for fewer K/V heads."""
+        qh, kh, vh = _to_bhsd(q, layout), _to_bhsd(k, layout), _to_bhsd(v, layout)
+        kw: dict[str, Any] = {"scale": scale, "enable_gqa": kh.shape[1] != qh.shape[1]}
+        if mask == "causal_top_left":
+            kw["is_causal"] = True
+        elif mask == "causal_bottom_right":
+            from torch.nn.attention.bias import causal_lower_right
+
+            kw["attn_mask"] = causal_lower_right(qh.shape[2], kh.shape[2])
+        elif mask != "none":
+            raise ValueError(f"mask {mask!r} is not one of none, causal_top_left, causal_bottom_right")
+        with self._context():
+            o = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, **kw)
         return o.transpose(1, 2) if layout == "bshd" else o
 
 

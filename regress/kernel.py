@@ -12,10 +12,19 @@ from typing import Literal
 
 import torch
 
-from regress.abi import KernelError, Layout, Library, Rounding
+from regress.abi import RA_ERR_UNSUPPORTED, KernelError, Layout, Library, Rounding
 from regress.loader import KernelLibrary, default_library, load_library
 
-__all__ = ["KernelError", "KernelLibrary", "Library", "attention", "default_library", "load_library"]
+__all__ = [
+    "RA_ERR_UNSUPPORTED",
+    "KernelError",
+    "KernelLibrary",
+    "Library",
+    "attention",
+    "attention_varlen",
+    "default_library",
+    "load_library",
+]
 
 
 def attention(
@@ -27,11 +36,18 @@ def attention(
     rounding: Rounding = "rtna",
     scale: float | None = None,
     use: Literal["kernel", "baseline"] | None = None,
+    is_causal: bool = False,
+    causal_alignment: Literal["top_left", "bottom_right"] = "top_left",
+    enable_gqa: bool = False,
 ) -> torch.Tensor:
-    """Attention forward, O = softmax(scale · Q Kᵀ) V, bf16, head_dim 128, output in q's layout.
+    """Attention forward, O = softmax(scale · Q Kᵀ + mask) V, bf16, head_dim 128, output in q's layout.
 
     q is [B,Sq,H,D] (layout "bshd") or [B,H,Sq,D] ("bhsd"); k, v the same with Sk. `scale` defaults to
     1/sqrt(128). `rounding` picks the fp32 -> bf16 rounding of the output: "rtne", "rtna" or "rtz".
+    is_causal and enable_gqa as SDPA's: is_causal masks key j from query row i unless j <= i (top
+    left; causal_alignment="bottom_right" aligns the diagonal to the last key, j <= i + Sk - Sq, as
+    torch.nn.attention.bias.causal_lower_right and FlashAttention); enable_gqa lets k, v have a divisor
+    of q's heads (query head h reads K/V head h // (H / H_kv)). A row with no visible key gives 0.
 
     Which implementation runs:
       * use="kernel": this project's kernel for q's device (CPU golden model on CPU tensors, the
@@ -50,6 +66,11 @@ def attention(
             "baseline" if os.environ.get("REGRESS_ATTENTION", "").strip().lower() == "baseline" else "kernel"
         )
     if use == "baseline":
+        if is_causal or enable_gqa:
+            raise ValueError(
+                "the baseline back-out path runs dense attention only: is_causal and enable_gqa need "
+                "use='kernel'"
+            )
         return _baseline_attention(q, k, v, layout=layout, rounding=rounding, scale=scale)
     if use != "kernel":
         raise ValueError(f"use={use!r}: expected 'kernel', 'baseline' or None")
@@ -61,7 +82,40 @@ def attention(
         )
     from regress.op import attention_op
 
-    return attention_op(q, k, v, layout, rounding, scale)
+    return attention_op(q, k, v, layout, rounding, scale, is_causal, causal_alignment, enable_gqa)
+
+
+def attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    rounding: Rounding = "rtna",
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Packed variable-length attention with flash_attn_varlen_func's arguments: q [total_q, H, D],
+    k, v [total_k, H_kv, D] (H_kv divides H), cu_seqlens_q/k int32 [B + 1] on q's device (sequence b
+    is rows cu[b] .. cu[b+1]-1; lengths 0 and 1 allowed), max_seqlen_q/k bounds on the lengths.
+    `causal` is bottom-right per sequence, as FlashAttention >= 2.1. Returns out [total_q, H, D], and
+    with return_lse=True also the fp32 log-sum-exp [H, total_q] (-inf for a row with no visible key).
+    Forward only, through torch.ops.regress.varlen_attention."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise ValueError(
+            "the kernel is forward-only (no backward): call it under torch.no_grad() or "
+            "torch.inference_mode(), or pass tensors that do not require grad"
+        )
+    from regress.op import varlen_attention_op
+
+    out, lse = varlen_attention_op(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal, rounding
+    )
+    return (out, lse) if return_lse else out
 
 
 def _baseline_attention(

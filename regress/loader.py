@@ -24,10 +24,10 @@ from regress.abi import (
     Params,
     Rounding,
     bhsd_strides,
-    check_call,
+    check_call_v2,
 )
 from regress.backends import torch_gpu_backend
-from regress.results import ROUNDING_CODE
+from regress.results import MASK_CODE, ROUNDING_CODE, Mask
 
 
 class KernelLibrary:
@@ -85,13 +85,22 @@ class KernelLibrary:
         scale: float | None = None,
         out: torch.Tensor | None = None,
         stream: int | None = None,
+        mask: Mask = "none",
+        cu_seqlens_q: torch.Tensor | None = None,
+        cu_seqlens_k: torch.Tensor | None = None,
+        max_seqlen_q: int = 0,
+        max_seqlen_k: int = 0,
+        lse: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """O = softmax(scale · Q Kᵀ) V, bf16 in and out, output in q's layout.
+        """O = softmax(scale · Q Kᵀ + mask) V, bf16 in and out, output in q's layout.
 
-        q is [B,Sq,H,D] (bshd) or [B,H,Sq,D] (bhsd), k and v likewise with Sk; any strides whose last
-        dim is contiguous. Raises KernelError (with the kernel's message) when the kernel refuses.
+        q is [B,Sq,H,D] (bshd) or [B,H,Sq,D] (bhsd), k and v likewise with Sk and H or a divisor of H
+        heads (grouped-query); any strides whose last dim is contiguous. With cu_seqlens_q/k (int32,
+        B + 1 entries) q, k, v are packed [total, H, D] sequences (FlashAttention's varlen layout).
+        `lse`, if given (float32 [B, H, Sq], varlen [H, total_q]), receives each row's log-sum-exp.
+        Raises KernelError (with the kernel's message) when the kernel refuses.
         """
-        (b, h, sq, sk, d), out = check_call(
+        (b, h, sq, sk, d, hk), out = check_call_v2(
             q,
             k,
             v,
@@ -101,14 +110,33 @@ class KernelLibrary:
             out=out,
             device_type=self.device_type,
             backend=self.backend,
+            mask=mask,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k,
+            lse=lse,
         )
 
         dims = (b, h, sq, sk, d)
+        if cu_seqlens_q is None and lse is None:  # dense: the cheap path (host time per call counts)
+            v2 = (hk, MASK_CODE[mask], 0, 0, 0, 0, 0, 0)
+        else:
+            v2 = (
+                hk,
+                MASK_CODE[mask],
+                0,
+                0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                0 if cu_seqlens_k is None else cu_seqlens_k.data_ptr(),
+                max_seqlen_q,
+                max_seqlen_k,
+                0 if lse is None else lse.data_ptr(),
+            )
         if self.device_type == "cuda" and q.device.index not in (None, torch.cuda.current_device()):
             with torch.cuda.device(q.device):  # the library launches on the current device
-                rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream)
+                rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream, v2)
         else:
-            rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream)
+            rc = self._call(q, k, v, out, layout, dims, scale, rounding, stream, v2)
         if rc != 0:
             text = BUFFERS.err.value.decode(errors="replace")
             raise KernelError(f"{self.backend} kernel refused the call: {text}", rc)
@@ -125,6 +153,7 @@ class KernelLibrary:
         scale: float | None,
         rounding: str,
         stream: int | None,
+        v2: tuple[int, int, int, int, int, int, int, int],
     ) -> int:
         """One ra_attention_fwd call with the parameter block packed in place (see PARAMS_PACK); a
         CUDA call without a stream goes on torch's current one."""
@@ -147,6 +176,7 @@ class KernelLibrary:
             0.0 if scale is None else float(scale),  # 0 selects 1/sqrt(head_dim) in the kernel
             ROUNDING_CODE[rounding],
             stream or 0,
+            *v2,  # heads_kv, mask, reserved, cu_seqlens_q/k, max_seqlen_q/k, lse
         )
         return int(self._lib.ra_attention_fwd(buf.params_ptr, buf.err, ERR_LEN))
 

@@ -148,6 +148,7 @@ def shape_params(b: int, h: int, sq: int, sk: int, *, layout: str = "bshd", roun
     p.abi_version = RA_ABI_VERSION
     p.q = p.k = p.v = p.o = _FAKE_POINTER
     p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim = b, h, sq, sk, d
+    p.heads_kv = h  # ABI v2: dense heads; mask none, no cu_seqlens, no LSE (the zeroed fields)
     for name, s in (("q_stride", sq), ("k_stride", sk), ("v_stride", sk), ("o_stride", sq)):
         # (batch, head, seq, dim) element strides of [B,S,H,D] or [B,H,S,D]
         st = (s * h * d, d, h * d, 1) if layout == "bshd" else (h * s * d, s * d, d, 1)

@@ -27,6 +27,11 @@ AB_CANDIDATE_SAMPLE = "ab:candidate:time_ms"
 REGRESSION_STATES: tuple[str, ...] = ("open", "acknowledged", "resolved")
 # AITER's how_v3_bf16_cvt numbering, also the C ABI's ra_rounding.
 ROUNDING_CODE: dict[str, int] = {"rtne": 0, "rtna": 1, "rtz": 2}
+# Which keys a query row sees (docs/serving.md): none, causal aligned top-left (SDPA's is_causal) or
+# bottom-right (FlashAttention >= 2.1); the values are the C ABI's ra_mask.
+Mask = Literal["none", "causal_top_left", "causal_bottom_right"]
+MASKS: tuple[Mask, ...] = get_args(Mask)
+MASK_CODE: dict[str, int] = {"none": 0, "causal_top_left": 1, "causal_bottom_right": 2}
 
 
 def stored_series(values: Iterable[float]) -> list[float]:

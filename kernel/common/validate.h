@@ -45,8 +45,11 @@ static inline ra_status ra_check_tensor(const char* name, const void* ptr, const
 
 static inline ra_status ra_validate_params(const ra_attention_params* p, char* err, size_t err_len) {
   if (!p) return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "params is a null pointer");
+  /* First, before any v2 field is read: a v1 caller's block is shorter. */
   if (p->abi_version != RA_ABI_VERSION)
-    return ra_fail(err, err_len, RA_ERR_ABI, "abi_version %u, this library implements %d",
+    return ra_fail(err, err_len, RA_ERR_ABI,
+                   "abi_version %u, this library implements %d (v2 appended heads_kv, mask, cu_seqlens_q/k, "
+                   "max_seqlen_q/k and lse to ra_attention_params: rebuild the caller against regress_attn.h)",
                    (unsigned)p->abi_version, RA_ABI_VERSION);
   if (p->head_dim != RA_HEAD_DIM)
     return ra_fail(err, err_len, RA_ERR_HEAD_DIM, "head_dim %lld is not supported (only %d)",
@@ -66,11 +69,97 @@ static inline ra_status ra_validate_params(const ra_attention_params* p, char* e
   if (p->rounding < RA_RTNE || p->rounding > RA_RTZ)
     return ra_fail(err, err_len, RA_ERR_ROUNDING, "rounding mode %d is not 0 (rtne), 1 (rtna) or 2 (rtz)",
                    (int)p->rounding);
+  if (p->heads_kv < 1 || p->heads_kv > p->heads || p->heads % p->heads_kv != 0)
+    return ra_fail(err, err_len, RA_ERR_SHAPE,
+                   "heads_kv %lld: must be >= 1 and divide heads %lld (query head h reads K/V head h / (heads / "
+                   "heads_kv))",
+                   (long long)p->heads_kv, (long long)p->heads);
+  if (p->mask < RA_MASK_NONE || p->mask > RA_MASK_CAUSAL_BOTTOM_RIGHT)
+    return ra_fail(err, err_len, RA_ERR_MASK,
+                   "mask %d is not 0 (none), 1 (causal top-left) or 2 (causal bottom-right)", (int)p->mask);
+  if (p->reserved != 0)
+    return ra_fail(err, err_len, RA_ERR_ABI, "reserved is %d, must be 0", (int)p->reserved);
+  if ((p->cu_seqlens_q == NULL) != (p->cu_seqlens_k == NULL))
+    return ra_fail(err, err_len, RA_ERR_SEQLENS, "%s is null but %s is not: give both (varlen) or neither",
+                   p->cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q", p->cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k");
+  if (p->cu_seqlens_q) {
+    if (((uintptr_t)p->cu_seqlens_q) % 4 != 0 || ((uintptr_t)p->cu_seqlens_k) % 4 != 0)
+      return ra_fail(err, err_len, RA_ERR_ALIGNMENT, "%s is not 4-byte aligned (int32 entries)",
+                     ((uintptr_t)p->cu_seqlens_q) % 4 ? "cu_seqlens_q" : "cu_seqlens_k");
+    if (p->max_seqlen_q < 0 || p->max_seqlen_q > p->seqlen_q || p->max_seqlen_k < 0 || p->max_seqlen_k > p->seqlen_k)
+      return ra_fail(err, err_len, RA_ERR_SEQLENS,
+                     "max_seqlen_q %lld / max_seqlen_k %lld: each must be in [0, packed total] (seqlen_q %lld, "
+                     "seqlen_k %lld)",
+                     (long long)p->max_seqlen_q, (long long)p->max_seqlen_k, (long long)p->seqlen_q,
+                     (long long)p->seqlen_k);
+    const int64_t* st[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
+    const char* names[4] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 4; ++i)
+      if (st[i][0] != 0)
+        return ra_fail(err, err_len, RA_ERR_STRIDE,
+                       "%s_stride[0] = %lld: must be 0 with cu_seqlens (packed rows, no batch stride)", names[i],
+                       (long long)st[i][0]);
+  } else if (p->max_seqlen_q != 0 || p->max_seqlen_k != 0) {
+    return ra_fail(err, err_len, RA_ERR_SEQLENS,
+                   "max_seqlen_q %lld / max_seqlen_k %lld given without cu_seqlens_q/k: must be 0 in a dense call",
+                   (long long)p->max_seqlen_q, (long long)p->max_seqlen_k);
+  }
+  if (p->lse && ((uintptr_t)p->lse) % 4 != 0)
+    return ra_fail(err, err_len, RA_ERR_ALIGNMENT, "lse is not 4-byte aligned (address %p)", (void*)p->lse);
   ra_status s;
   if ((s = ra_check_tensor("q", p->q, p->q_stride, p->seqlen_q, p->heads, err, err_len)) != RA_OK) return s;
-  if ((s = ra_check_tensor("k", p->k, p->k_stride, p->seqlen_k, p->heads, err, err_len)) != RA_OK) return s;
-  if ((s = ra_check_tensor("v", p->v, p->v_stride, p->seqlen_k, p->heads, err, err_len)) != RA_OK) return s;
+  if ((s = ra_check_tensor("k", p->k, p->k_stride, p->seqlen_k, p->heads_kv, err, err_len)) != RA_OK) return s;
+  if ((s = ra_check_tensor("v", p->v, p->v_stride, p->seqlen_k, p->heads_kv, err, err_len)) != RA_OK) return s;
   if ((s = ra_check_tensor("o", p->o, p->o_stride, p->seqlen_q, p->heads, err, err_len)) != RA_OK) return s;
+  return RA_OK;
+}
+
+/* The contents of cu_seqlens_q/k, for a backend whose pointers are host memory (the CPU backend;
+ * a GPU backend checks them on the device): cu[0] = 0, non-decreasing, cu[batch] = the packed total,
+ * every length <= its max_seqlen. Call after ra_validate_params. */
+static inline ra_status ra_check_seqlens_host(const ra_attention_params* p, char* err, size_t err_len) {
+  if (!p->cu_seqlens_q) return RA_OK;
+  const int32_t* cu[2] = {p->cu_seqlens_q, p->cu_seqlens_k};
+  const char* names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
+  const int64_t total[2] = {p->seqlen_q, p->seqlen_k};
+  const int64_t maxlen[2] = {p->max_seqlen_q, p->max_seqlen_k};
+  for (int t = 0; t < 2; ++t) {
+    if (cu[t][0] != 0)
+      return ra_fail(err, err_len, RA_ERR_SEQLENS, "%s[0] = %d, must be 0", names[t], (int)cu[t][0]);
+    for (int64_t b = 0; b < p->batch; ++b) {
+      const int64_t len = (int64_t)cu[t][b + 1] - (int64_t)cu[t][b];
+      if (len < 0)
+        return ra_fail(err, err_len, RA_ERR_SEQLENS, "%s decreases at entry %lld (%d -> %d)", names[t],
+                       (long long)(b + 1), (int)cu[t][b], (int)cu[t][b + 1]);
+      if (len > maxlen[t])
+        return ra_fail(err, err_len, RA_ERR_SEQLENS, "sequence %lld has length %lld > max_seqlen_%c %lld",
+                       (long long)b, (long long)len, t ? 'k' : 'q', (long long)maxlen[t]);
+    }
+    if ((int64_t)cu[t][p->batch] != total[t])
+      return ra_fail(err, err_len, RA_ERR_SEQLENS, "%s[batch=%lld] = %d, must equal the packed total %lld",
+                     names[t], (long long)p->batch, (int)cu[t][p->batch], (long long)total[t]);
+  }
+  return RA_OK;
+}
+
+/* Until a backend's kernels implement causal masks, GQA, varlen and the LSE, it calls this after
+ * ra_validate_params (one check, one wording, every GPU backend; regress/abi.py mirrors it for the
+ * hip-emu library): any non-default v2 field is refused, naming the argument and the backend. */
+static inline ra_status ra_require_dense_v1(const ra_attention_params* p, const char* backend, char* err,
+                                            size_t err_len) {
+  if (p->mask != RA_MASK_NONE)
+    return ra_fail(err, err_len, RA_ERR_UNSUPPORTED, "mask %d (causal): the %s backend does not implement masks yet",
+                   (int)p->mask, backend);
+  if (p->heads_kv != p->heads)
+    return ra_fail(err, err_len, RA_ERR_UNSUPPORTED,
+                   "heads_kv %lld != heads %lld (grouped-query attention): the %s backend does not implement it yet",
+                   (long long)p->heads_kv, (long long)p->heads, backend);
+  if (p->cu_seqlens_q)
+    return ra_fail(err, err_len, RA_ERR_UNSUPPORTED,
+                   "cu_seqlens_q/k (variable length): the %s backend does not implement varlen yet", backend);
+  if (p->lse)
+    return ra_fail(err, err_len, RA_ERR_UNSUPPORTED, "lse: the %s backend does not write the log-sum-exp yet",
+                   backend);
   return RA_OK;
 }
 

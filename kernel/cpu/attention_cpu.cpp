@@ -2,13 +2,18 @@
  * attention_cpu.cpp — the C++ CPU golden model of the regress attention contract.
  *
  *   work item = (b, h, block of 64 query rows)      threads take items from an atomic counter
- *     K, V rows of (b,h) -> fp32 scratch            (exact: bf16 -> fp32 is a shift)
- *     per query row:
+ *     K, V rows of (b, h / group) -> fp32 scratch   (exact: bf16 -> fp32 is a shift; GQA group)
+ *     per query row, over its visible keys j < n    (a causal mask is a prefix of the keys)
+ *       n = 0: out = +0, lse = -inf                 (no visible key, as FlashAttention)
  *       s_j = scale * (q . k_j)                     fp32, 8 fixed partial accumulators
  *       m   = max_j s_j                             no "-inf row -> 0" trick: all -inf gives NaN
  *       e_j = exp(s_j - m),  l = sum_j e_j          fp32, fixed order (blocks of 256 keys)
  *       o   = (sum_j e_j v_j) / l                   fp32, one division
  *       out = bf16(o) by MODE                       one rounding, kernel/common/bf16.h
+ *       lse = m + fp32(log(double(l)))              optional; fp64 log keeps libm's variant out
+ *
+ * A varlen call (cu_seqlens) is the same per sequence: b indexes sequences, rows are offset by cu[b].
+ * A masked key is never read, so the masked result over n keys is the dense result over those n.
  *
  * Every output row depends only on its own inputs and a fixed operation order, so the bits do not
  * depend on the thread count or on which thread ran the item. Built without -ffast-math and with
@@ -119,7 +124,8 @@ RA_INLINE f8 exp8(f8 x) {
 __attribute__((target_clones("avx2", "default")))
 #endif
 void attention_row(const float* __restrict q, const float* __restrict k, const float* __restrict v,
-                   int64_t sk, float scale, float* __restrict s, float* __restrict out) {
+                   int64_t sk, float scale, float* __restrict s, float* __restrict out, float* __restrict m_out,
+                   float* __restrict l_out) {
   // Scores, four keys at a time; each key's dot product uses the same 8 partial sums.
   int64_t j = 0;
   for (; j + 4 <= sk; j += 4) {
@@ -189,6 +195,15 @@ void attention_row(const float* __restrict q, const float* __restrict k, const f
   // One division per output, as the contract says.
   const f8 lv = splat8(l);
   for (int c = 0; c < kD / 8; ++c) store8(out + 8 * c, o[c] / lv);
+  *m_out = m;
+  *l_out = l;
+}
+
+// Keys visible to query row i of a sequence of sq queries and sk keys: always a prefix [0, n).
+inline int64_t visible_keys(int mask, int64_t i, int64_t sq, int64_t sk) {
+  if (mask == RA_MASK_CAUSAL_TOP_LEFT) return std::min(i + 1, sk);
+  if (mask == RA_MASK_CAUSAL_BOTTOM_RIGHT) return std::max<int64_t>(0, std::min(i + 1 + sk - sq, sk));
+  return sk;
 }
 
 inline void load_row(const uint16_t* src, float* dst) {
@@ -199,39 +214,104 @@ struct Scratch {
   std::vector<float> k, v, q, s, o;
 };
 
-template <int MODE>
-void run_item(const ra_attention_params& p, float scale, int64_t item, Scratch& w) {
-  const int64_t row_blocks = (p.seqlen_q + kRowBlock - 1) / kRowBlock;
-  const int64_t bh = item / row_blocks;
-  const int64_t b = bh / p.heads;
-  const int64_t h = bh % p.heads;
-  const int64_t r0 = (item % row_blocks) * kRowBlock;
-  const int64_t r1 = std::min(r0 + kRowBlock, p.seqlen_q);
-  const int64_t sk = p.seqlen_k;
+// One sequence of the call: a dense call's batch entry or a varlen call's packed sequence.
+struct Seq {
+  int64_t b;       // batch index (the batch stride applies; 0 in varlen, where it is 0)
+  int64_t q0, k0;  // first packed row (varlen) or 0
+  int64_t sq, sk;  // lengths
+  int64_t first;   // its first work item
+};
 
-  const uint16_t* kb = p.k + b * p.k_stride[0] + h * p.k_stride[1];
-  const uint16_t* vb = p.v + b * p.v_stride[0] + h * p.v_stride[1];
+// The call's work items, (sequence, head, row block) in that order, and where each sequence starts.
+struct Work {
+  std::vector<Seq> seqs;  // varlen only; a dense call's sequences are all alike
+  int64_t items = 0;
+  int64_t max_sk = 0;
+};
+
+inline int64_t row_blocks_of(int64_t sq) { return (sq + kRowBlock - 1) / kRowBlock; }
+
+Work plan_work(const ra_attention_params& p) {
+  Work w;
+  if (!p.cu_seqlens_q) {
+    w.items = p.batch * p.heads * row_blocks_of(p.seqlen_q);
+    w.max_sk = p.seqlen_k;
+    return w;
+  }
+  w.seqs.reserve(static_cast<size_t>(p.batch));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const Seq s{0, p.cu_seqlens_q[b], p.cu_seqlens_k[b], p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b],
+                p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b], w.items};
+    w.seqs.push_back(s);
+    w.items += p.heads * row_blocks_of(s.sq);
+    w.max_sk = std::max(w.max_sk, s.sk);
+  }
+  return w;
+}
+
+Seq seq_of(const ra_attention_params& p, const Work& w, int64_t item) {
+  if (w.seqs.empty()) {
+    const int64_t per = p.heads * row_blocks_of(p.seqlen_q);
+    const int64_t b = item / per;
+    return Seq{b, 0, 0, p.seqlen_q, p.seqlen_k, b * per};
+  }
+  // The last sequence starting at or before `item` that has items (empty sequences have none).
+  auto it = std::upper_bound(w.seqs.begin(), w.seqs.end(), item,
+                             [](int64_t x, const Seq& s) { return x < s.first; });
+  return *(it - 1);
+}
+
+template <int MODE>
+void run_item(const ra_attention_params& p, const Work& work, float scale, int64_t item, Scratch& w) {
+  const Seq sq = seq_of(p, work, item);
+  const int64_t local = item - sq.first;
+  const int64_t row_blocks = row_blocks_of(sq.sq);
+  const int64_t b = sq.b;
+  const int64_t h = local / row_blocks;
+  const int64_t hk = h / (p.heads / p.heads_kv);  // the GQA group's K/V head
+  const int64_t r0 = (local % row_blocks) * kRowBlock;
+  const int64_t r1 = std::min(r0 + kRowBlock, sq.sq);
+  // Keys any row of the block sees (a prefix that grows with the row under a causal mask).
+  const int64_t sk = visible_keys(p.mask, r1 - 1, sq.sq, sq.sk);
+
+  const uint16_t* kb = p.k + b * p.k_stride[0] + hk * p.k_stride[1] + sq.k0 * p.k_stride[2];
+  const uint16_t* vb = p.v + b * p.v_stride[0] + hk * p.v_stride[1] + sq.k0 * p.v_stride[2];
   for (int64_t j = 0; j < sk; ++j) {
     load_row(kb + j * p.k_stride[2], &w.k[j * kD]);
     load_row(vb + j * p.v_stride[2], &w.v[j * kD]);
   }
+  const uint16_t* qb = p.q + b * p.q_stride[0] + h * p.q_stride[1] + sq.q0 * p.q_stride[2];
+  uint16_t* ob = p.o + b * p.o_stride[0] + h * p.o_stride[1] + sq.q0 * p.o_stride[2];
+  // lse: dense [B, H, Sq], varlen [H, total_q] (regress_attn.h).
+  float* lb = !p.lse ? nullptr
+              : p.cu_seqlens_q ? p.lse + h * p.seqlen_q + sq.q0
+                               : p.lse + (b * p.heads + h) * p.seqlen_q;
   for (int64_t r = r0; r < r1; ++r) {
-    load_row(p.q + b * p.q_stride[0] + h * p.q_stride[1] + r * p.q_stride[2], w.q.data());
-    attention_row(w.q.data(), w.k.data(), w.v.data(), sk, scale, w.s.data(), w.o.data());
-    uint16_t* orow = p.o + b * p.o_stride[0] + h * p.o_stride[1] + r * p.o_stride[2];
+    const int64_t n = visible_keys(p.mask, r, sq.sq, sq.sk);
+    uint16_t* orow = ob + r * p.o_stride[2];
+    if (n == 0) {  // no visible key: +0 and -inf, as FlashAttention
+      for (int d = 0; d < kD; ++d) orow[d] = 0;
+      if (lb) lb[r] = -INFINITY;
+      continue;
+    }
+    load_row(qb + r * p.q_stride[2], w.q.data());
+    float m, l;
+    attention_row(w.q.data(), w.k.data(), w.v.data(), n, scale, w.s.data(), w.o.data(), &m, &l);
     for (int d = 0; d < kD; ++d) orow[d] = ra_inject_ulp(round_bf16<MODE>(w.o[d]));
+    if (lb) lb[r] = m + static_cast<float>(std::log(static_cast<double>(l)));
   }
 #if RA_INJECT_SLOWDOWN_PCT > 0
   // Drill: redo N % of this block's own work, measured in (query row x key) products, inside the
   // same call: whole rows first, then one row over a prefix of the keys, so the extra work is N % of
   // the block's at every shape (not rounded up to whole rows: 2 % of a 64-row block is 1.28 rows).
   // The results go to scratch and are folded into a sink so the work cannot be optimised away.
-  int64_t units = ra_inject_slowdown_units((r1 - r0) * sk);
+  int64_t units = sk > 0 ? ra_inject_slowdown_units((r1 - r0) * sk) : 0;
   for (int64_t i = 0; units > 0; ++i) {
     const int64_t r = r0 + i % (r1 - r0);  // N may exceed 100: wrap over the block's rows
     const int64_t keys = std::min(units, sk);
-    load_row(p.q + b * p.q_stride[0] + h * p.q_stride[1] + r * p.q_stride[2], w.q.data());
-    attention_row(w.q.data(), w.k.data(), w.v.data(), keys, scale, w.s.data(), w.o.data());
+    load_row(qb + r * p.q_stride[2], w.q.data());
+    float m, l;
+    attention_row(w.q.data(), w.k.data(), w.v.data(), keys, scale, w.s.data(), w.o.data(), &m, &l);
     uint32_t bits;
     std::memcpy(&bits, &w.o[0], sizeof bits);
     g_sink.fetch_xor(bits, std::memory_order_relaxed);
@@ -243,19 +323,21 @@ void run_item(const ra_attention_params& p, float scale, int64_t item, Scratch& 
 template <int MODE>
 void run(const ra_attention_params& p) {
   const float scale = ra_effective_scale(&p);
-  const int64_t row_blocks = (p.seqlen_q + kRowBlock - 1) / kRowBlock;
-  const int64_t items = p.batch * p.heads * row_blocks;
+  const Work work = plan_work(p);
+  const int64_t items = work.items;
+  if (items == 0) return;  // varlen with every query length 0
   const int64_t nthreads = std::max<int64_t>(1, std::min<int64_t>(thread_count(), items));
 
   std::atomic<int64_t> next{0};
   auto worker = [&]() {
     Scratch w;
-    w.k.resize(static_cast<size_t>(p.seqlen_k) * kD);
-    w.v.resize(static_cast<size_t>(p.seqlen_k) * kD);
+    w.k.resize(static_cast<size_t>(work.max_sk) * kD);
+    w.v.resize(static_cast<size_t>(work.max_sk) * kD);
     w.q.resize(kD);
-    w.s.resize(static_cast<size_t>(p.seqlen_k) + 8);
+    w.s.resize(static_cast<size_t>(work.max_sk) + 8);
     w.o.resize(kD);
-    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) run_item<MODE>(p, scale, it, w);
+    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;)
+      run_item<MODE>(p, work, scale, it, w);
   };
   if (nthreads == 1) {
     worker();
@@ -273,12 +355,14 @@ void run(const ra_attention_params& p) {
 extern "C" {
 
 ra_status ra_validate(const ra_attention_params* params, char* err, size_t err_len) {
-  return ra_validate_params(params, err, err_len);
+  const ra_status st = ra_validate_params(params, err, err_len);
+  return st != RA_OK ? st : ra_check_seqlens_host(params, err, err_len);
 }
 
 ra_status ra_attention_fwd(const ra_attention_params* params, char* err, size_t err_len) {
   ra_status st = ra_validate_params(params, err, err_len);
   if (st != RA_OK) return st;
+  if ((st = ra_check_seqlens_host(params, err, err_len)) != RA_OK) return st;  // host memory here
   RA_INJECT_CRASH_LAUNCH(params->seqlen_q); /* drill: the process dies here */
   if (ra_inject_hangs(params->seqlen_q)) {
     // Drill: this launch never returns, like a kernel stuck on a lost wavefront.

@@ -668,7 +668,8 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
 using namespace ra_cuda;
 
 extern "C" ra_status ra_validate(const ra_attention_params* params, char* err, size_t err_len) {
-  return ra_validate_params(params, err, err_len);
+  const ra_status st = ra_validate_params(params, err, err_len);
+  return st != RA_OK ? st : ra_require_dense_v1(params, "cuda", err, err_len); /* until the kernels gain v2 */
 }
 
 extern "C" const char* ra_backend_name(void) { return "cuda"; }
@@ -696,7 +697,7 @@ extern "C" const char* ra_build_info(void) {
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {
-  ra_status st = ra_validate_params(P, err, err_len);
+  ra_status st = ra_validate(P, err, err_len);
   if (st != RA_OK) return st;
   if (err && err_len) err[0] = '\0';
 

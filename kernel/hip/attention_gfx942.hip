@@ -358,7 +358,8 @@ static std::atomic<unsigned long long> g_launch_count{0};
 }  // namespace ra_gfx942
 
 extern "C" ra_status ra_validate(const ra_attention_params* params, char* err, size_t err_len) {
-  return ra_validate_params(params, err, err_len);
+  const ra_status st = ra_validate_params(params, err, err_len);
+  return st != RA_OK ? st : ra_require_dense_v1(params, "hip", err, err_len); /* until the kernels gain v2 */
 }
 
 extern "C" ra_status ra_plan_launch(const ra_attention_params* params, const ra_device_facts* device,
@@ -370,7 +371,7 @@ extern "C" ra_status ra_plan_launch(const ra_attention_params* params, const ra_
  * its launches by role. */
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, size_t err_len) {
   using namespace ra_gfx942;
-  const ra_status st = ra_validate_params(p, err, err_len);
+  const ra_status st = ra_validate(p, err, err_len);
   if (st != RA_OK) return st;
   int dev = 0, cus = 0;
   hipError_t e = hipGetDevice(&dev);

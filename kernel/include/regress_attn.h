@@ -8,6 +8,18 @@
  * strides in (batch, head, seq, dim) order, so BSHD and BHSD are both read in place; the dim stride
  * must be 1. Q and K/V may have different sequence lengths (cross-attention), each >= 1.
  *
+ * ABI v2 (docs/serving.md) adds, as fields appended to the parameter block:
+ *   heads_kv      grouped-query attention: query head h reads K/V head h / (heads / heads_kv)
+ *                 (heads % heads_kv == 0; heads_kv == heads is plain multi-head, 1 is MQA)
+ *   mask          none, causal aligned top-left (key j visible to query row i iff j <= i: SDPA's
+ *                 is_causal) or bottom-right (j <= i + Sk - Sq: FlashAttention >= 2.1). A masked
+ *                 key is not read: its K and V rows do not affect the output.
+ *   cu_seqlens_*  variable length: `batch` sequences packed along the seq axis, sequence b's rows
+ *                 [cu[b], cu[b+1]); seqlen_q/k are the packed totals; masks apply per sequence.
+ *   lse           optional fp32 log-sum-exp of each query row's scaled scores.
+ * A query row with no visible key (causal bottom-right with Sq > Sk, or a key length of 0) gives
+ * output +0 and LSE -inf. Backends that lack a feature refuse it with RA_ERR_UNSUPPORTED.
+ *
  * Every entry point returns RA_OK or an error code and writes a one-line message into `err`
  * (if non-null). Nothing is guessed: a bad argument is refused before any memory is touched.
  */
@@ -21,7 +33,7 @@
 extern "C" {
 #endif
 
-#define RA_ABI_VERSION 1
+#define RA_ABI_VERSION 2
 #define RA_HEAD_DIM 128
 
 /* AITER's how_v3_bf16_cvt numbering. */
@@ -40,8 +52,18 @@ typedef enum {
   RA_ERR_ROUNDING = 5,
   RA_ERR_ALIGNMENT = 6,
   RA_ERR_DEVICE = 7,
-  RA_ERR_ABI = 8
+  RA_ERR_ABI = 8,
+  RA_ERR_UNSUPPORTED = 9, /* a valid feature this backend does not implement (yet) */
+  RA_ERR_MASK = 10,       /* mask is not an ra_mask value */
+  RA_ERR_SEQLENS = 11     /* cu_seqlens_q/k or max_seqlen_q/k inconsistent */
 } ra_status;
+
+/* Which keys a query row sees (per sequence in a varlen call). */
+typedef enum {
+  RA_MASK_NONE = 0,               /* every key */
+  RA_MASK_CAUSAL_TOP_LEFT = 1,    /* key j visible to row i iff j <= i (SDPA is_causal) */
+  RA_MASK_CAUSAL_BOTTOM_RIGHT = 2 /* j <= i + Sk - Sq (FlashAttention >= 2.1, causal_lower_right) */
+} ra_mask;
 
 /* The only interface between host code and any backend. All strides are in elements. */
 typedef struct {
@@ -62,6 +84,21 @@ typedef struct {
   float scale;     /* softmax scale; <= 0 or NaN means 1/sqrt(head_dim) */
   int32_t rounding; /* ra_rounding */
   void* stream;     /* cudaStream_t / hipStream_t; ignored by the CPU backend */
+  /* ---- ABI v2: appended, the fields above keep their offsets ---- */
+  int64_t heads_kv; /* K/V heads: >= 1, heads % heads_kv == 0; k and v are [B, heads_kv, Sk, D] */
+  int32_t mask;     /* ra_mask */
+  int32_t reserved; /* must be 0 */
+  /* Variable length: both null (dense) or both set. Set: int32[batch + 1], cu[0] = 0, non-decreasing,
+   * cu[batch] = seqlen_q (resp. seqlen_k); device pointers on GPU backends. Q/O rows of sequence b
+   * are rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 of a packed [total, H, D] tensor addressed with
+   * stride[0] = 0 (the batch stride is unused); lengths 0 and 1 are allowed. */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int64_t max_seqlen_q; /* varlen: >= every q length, <= seqlen_q; dense: must be 0 */
+  int64_t max_seqlen_k; /* varlen: >= every k length, <= seqlen_k; dense: must be 0 */
+  /* Optional (null: not written). fp32, 4-byte aligned, contiguous: dense [B, H, Sq] at
+   * (b*H + h)*Sq + i; varlen [H, total_q] at h*seqlen_q + cu_seqlens_q[b] + i (FlashAttention's). */
+  float* lse;
 } ra_attention_params;
 
 /* Runs the forward pass. Asynchronous on GPU backends (ordered on `stream`). */

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from regress import plan as planning
-from regress.abi import RA_ABI_VERSION, KernelError, Params, bhsd_strides, check_call
+from regress.abi import RA_ABI_VERSION, KernelError, Params, bhsd_strides, check_call, refuse_unsupported
 from regress.emu import EMU_VERSION
 from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.machine import Launch, Memory, Trace
@@ -133,7 +133,9 @@ class EmuLibrary:
         scale: float | None = None,
         out: torch.Tensor | None = None,
         stream: int | None = None,
+        **v2: Any,  # ABI v2's mask, cu_seqlens_q/k, max_seqlen_q/k, lse: refused until the kernel has them
     ) -> torch.Tensor:
+        refuse_unsupported(self.backend, q, k, layout, **v2)  # ra_require_dense_v1, as the C host code
         # The same Python-side checks as every backend (regress.abi.check_call), CPU tensors.
         (b, h, sq, sk, d), out = check_call(
             q,
@@ -152,6 +154,7 @@ class EmuLibrary:
         params.abi_version = RA_ABI_VERSION
         params.q, params.k, params.v, params.o = (t.data_ptr() for t in tensors.values())
         params.batch, params.heads, params.seqlen_q, params.seqlen_k, params.head_dim = b, h, sq, sk, d
+        params.heads_kv = h  # ABI v2's other fields stay zero: refuse_unsupported let only dense calls through
         for n, st in strides.items():
             getattr(params, f"{n}_stride")[:] = st
         params.scale = 0.0 if scale is None else effective_scale(scale)

@@ -8,16 +8,19 @@ bhsd case of the same shape and seed see the same values (and share one fp64 ref
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import traceback
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import torch
 
+from regress import reference
 from regress.cases import Shape
+from regress.kernel import RA_ERR_UNSUPPORTED, KernelError
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Rounding, Status
 from regress.suites import rounding
 
@@ -100,13 +103,15 @@ def make_inputs_bhsd(
     if kind not in INPUT_KINDS:
         raise ValueError(f"unknown input kind {kind!r}; known: {', '.join(INPUT_KINDS)}")
     g = _generator(device, seed)
-    b, h, sq, sk, d = shape.b, shape.h, shape.sq, shape.sk, shape.d
+    b, h, sq, sk, d, hk = shape.b, shape.h, shape.sq, shape.sk, shape.d, shape.heads_kv
+    if shape.seqs is not None:
+        b = 1  # packed sequences: one batch entry of the totals (make_inputs packs it)
     f32 = torch.float32
     q = torch.randn((b, h, sq, d), generator=g, device=device, dtype=f32)
-    k = torch.randn((b, h, sk, d), generator=g, device=device, dtype=f32)
-    norms = torch.exp(K_NORM_SIGMA * torch.randn((b, h, sk, 1), generator=g, device=device, dtype=f32))
+    k = torch.randn((b, hk, sk, d), generator=g, device=device, dtype=f32)
+    norms = torch.exp(K_NORM_SIGMA * torch.randn((b, hk, sk, 1), generator=g, device=device, dtype=f32))
     k = k * (norms * math.sqrt(d) / k.norm(dim=-1, keepdim=True).clamp_min(1e-30))
-    v = torch.randn((b, h, sk, d), generator=g, device=device, dtype=f32)
+    v = torch.randn((b, hk, sk, d), generator=g, device=device, dtype=f32)
     if kind == "extreme_logits":
         q = q * EXTREME_LOGIT_FACTOR
     elif kind == rounding.INPUT:
@@ -126,9 +131,63 @@ def make_inputs_bhsd(
 def make_inputs(
     shape: Shape, layout: str, *, seed: int, device: str, kind: str = "realistic"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Seeded bf16 Q, K, V in `layout` (see make_inputs_bhsd)."""
+    """Seeded bf16 Q, K, V in `layout` (see make_inputs_bhsd); a varlen shape's are packed
+    [total, H, D] (its layout is bshd's with the batch folded into the sequence)."""
     q, k, v = make_inputs_bhsd(shape, seed=seed, device=device, kind=kind)
+    if shape.seqs is not None:
+        return to_layout(q, "bshd")[0], to_layout(k, "bshd")[0], to_layout(v, "bshd")[0]
     return to_layout(q, layout), to_layout(k, layout), to_layout(v, layout)
+
+
+# --- the v2 axes of a call (mask, GQA, varlen) ------------------------------------------------
+
+
+def is_v2(shape: Shape) -> bool:
+    """A case that uses an ABI v2 axis (mask, fewer K/V heads, varlen): baselines that take dense
+    equal-head calls only are not run on it."""
+    return shape.mask != "none" or shape.seqs is not None or shape.heads_kv != shape.h
+
+
+def call_kwargs(shape: Shape, device: str) -> dict[str, Any]:
+    """Library.forward's v2 keywords for a case's shape: none for a dense unmasked case (the call
+    is then exactly the v1 one), else the mask and, for varlen, cu_seqlens on the device."""
+    kw: dict[str, Any] = {}
+    if shape.mask != "none":
+        kw["mask"] = shape.mask
+    if shape.seqs is not None:
+        cq = [0, *itertools.accumulate(a for a, _ in shape.seqs)]
+        ck = [0, *itertools.accumulate(c for _, c in shape.seqs)]
+        kw["cu_seqlens_q"] = torch.tensor(cq, dtype=torch.int32, device=device)
+        kw["cu_seqlens_k"] = torch.tensor(ck, dtype=torch.int32, device=device)
+        kw["max_seqlen_q"] = max(a for a, _ in shape.seqs)
+        kw["max_seqlen_k"] = max(c for _, c in shape.seqs)
+    return kw
+
+
+def call_reference(
+    shape: Shape, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fp64 (ref, mag) of a case in [B, H, Sq, D] order; a varlen case's as [1, H, total, D]."""
+    if shape.seqs is None:
+        return reference.reference_attention(q, k, v, layout=layout, scale=scale, mask=shape.mask)  # type: ignore[arg-type]
+    kw = call_kwargs(shape, "cpu")
+    r = reference.reference_varlen(
+        q,
+        k,
+        v,
+        kw["cu_seqlens_q"],
+        kw["cu_seqlens_k"],
+        scale=scale,
+        mask=shape.mask,  # type: ignore[arg-type]
+    )
+    return r.ref.transpose(1, 0, 2)[None], r.mag.transpose(1, 0, 2)[None]
+
+
+def call_bits(out: torch.Tensor, shape: Shape, layout: Layout) -> np.ndarray:
+    """A kernel output as [B, H, Sq, D] bit patterns (a varlen one as [1, H, total, D])."""
+    if shape.seqs is not None:
+        return reference.to_bhsd_bits(out[None], "bshd")
+    return reference.to_bhsd_bits(out, layout)
 
 
 def output_like(q: torch.Tensor) -> torch.Tensor:
@@ -173,15 +232,25 @@ def synchronize(device: str) -> None:
 
 def guarded(spec: CaseSpec, body: Callable[[], CaseResult], device: str = "cpu") -> CaseResult:
     """Runs one case; any failure (kernel error, OOM, a bug) becomes status "error", never a raise,
-    so one bad case cannot end a nightly run."""
+    so one bad case cannot end a nightly run. A backend's RA_ERR_UNSUPPORTED (a v2 feature its
+    kernels lack yet) is a skip with the backend's reason."""
     try:
         return body()
+    except KernelError as exc:
+        if exc.code != RA_ERR_UNSUPPORTED:
+            return _error(spec, exc, device)
+        # A valid case the backend's kernels do not implement yet (ABI v2 axes): a skip, not a failure.
+        return CaseResult(case=spec, status="skip", message=str(exc))
     except Exception as exc:  # the nightly must go on; the message carries the cause
-        if device != "cpu" and isinstance(exc, torch.OutOfMemoryError):
-            torch.cuda.empty_cache()
-        tb = traceback.extract_tb(exc.__traceback__)
-        where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
-        return CaseResult(case=spec, status="error", message=f"{type(exc).__name__}: {exc}{where}")
+        return _error(spec, exc, device)
+
+
+def _error(spec: CaseSpec, exc: Exception, device: str) -> CaseResult:
+    if device != "cpu" and isinstance(exc, torch.OutOfMemoryError):
+        torch.cuda.empty_cache()
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return CaseResult(case=spec, status="error", message=f"{type(exc).__name__}: {exc}{where}")
 
 
 def worst(status_a: Status, status_b: Status) -> Status:

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from regress.cases import Shape, determinism_case, spec_shape
+from regress.cases import VARLEN_MIX_GPU, Shape, determinism_case, prefill_seqs, spec_shape
 from regress.gpu_state import device_state
 from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     bits,
+    call_kwargs,
     derive_seed,
     for_device,
     guarded,
@@ -51,6 +52,21 @@ GPU_SHAPES = [
     Shape(1, 32, 1, 8192),
 ]
 GPU_QUICK = [Shape(2, 8, 1024, 1024)]
+# ABI v2's axes: causal with GQA (rows without keys: bottom-right with Sq > Sk) and a varlen mix with
+# lengths 0 and 1, every mode, the repeat variant (and interleaved on the GPU).
+V2_CPU = [
+    Shape(1, 4, 130, 70, hkv=2, mask="causal_bottom_right"),
+    Shape.varlen(4, prefill_seqs([0, 1, 33, 100]), hkv=1, mask="causal_bottom_right"),
+]
+V2_GPU = [
+    Shape(1, 32, 2048, 2048, hkv=8, mask="causal_top_left"),
+    Shape.varlen(
+        32,
+        VARLEN_MIX_GPU,
+        hkv=8,
+        mask="causal_bottom_right",
+    ),
+]
 # The extra variants (interleaved, stream, process) run on this shape only: they test the
 # launch environment, not the shape.
 WORKER_TIMEOUT_S = 600
@@ -121,6 +137,11 @@ class DeterminismSuite:
         for variant in extra:
             for mode in modes:
                 specs.append(determinism_case(shapes[0], "bshd", mode, variant))
+        for shape in V2_GPU if ctx.is_gpu else V2_CPU:
+            for mode in ROUNDING_MODES:
+                specs.append(determinism_case(shape, "bshd", mode))
+            if ctx.is_gpu:
+                specs.append(determinism_case(shape, "bshd", "rtne", "interleaved"))
         return specs
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
@@ -139,10 +160,13 @@ class DeterminismSuite:
         tally = _Tally()
         dev_before = device_state(ctx.device)
         out = output_like(q)
+        v2 = call_kwargs(shape, ctx.device)
+        if v2 and variant == "process":
+            raise ValueError("the process variant's worker takes dense cases only")
 
         def launch(i: int, stream: int | None = None) -> None:
             _garbage_fill(out, i)
-            ctx.library.forward(q, k, v, layout=layout, rounding=mode, out=out, stream=stream)
+            ctx.library.forward(q, k, v, layout=layout, rounding=mode, out=out, stream=stream, **v2)
 
         # The launches and their waits: a hung kernel is seen here (issue 23: the H200 drill named
         # "inputs", the last step entered before them).

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from regress.cases import Shape, perf_case, spec_shape
+from regress.cases import VARLEN_MIX_CPU, VARLEN_MIX_GPU, Shape, perf_case, prefill_seqs, spec_shape
 from regress.gpu_state import device_state
 from regress.metrics import timing_metrics
 from regress.phases import phase
@@ -45,9 +45,11 @@ from regress.results import (
 from regress.stats import median
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
+    call_kwargs,
     derive_seed,
     for_device,
     guarded,
+    is_v2,
     make_inputs,
     output_like,
     plan_metrics,
@@ -226,6 +228,35 @@ def _baseline_mode(bl: Any, mode: str) -> str:
     return mode if bl.supports(mode) else ("rtne" if bl.supports("rtne") else bl.modes[0])
 
 
+# ABI v2's families (issue 40), bshd, every mode. TFLOP/s count the unmasked work only (Shape.flops).
+# On a backend whose kernels lack the feature they skip (RA_ERR_UNSUPPORTED). Baselines take dense
+# equal-head calls only, so these cases time the kernel alone until the baselines gain the masked,
+# GQA and varlen calls (cuDNN through SDPA, FlashAttention-2's varlen path).
+V2_CPU_QUICK = [
+    Shape(1, 4, 192, 192, hkv=1, mask="causal_top_left"),
+    Shape.varlen(2, prefill_seqs([1, 7, 40, 200]), hkv=1, mask="causal_bottom_right"),
+]
+V2_CPU = [
+    *V2_CPU_QUICK,
+    Shape(1, 4, 512, 512, hkv=2, mask="causal_top_left"),
+    Shape(1, 4, 256, 256, hkv=1),
+    Shape(4, 8, 1, 1024, hkv=2, mask="causal_bottom_right"),
+    Shape.varlen(2, VARLEN_MIX_CPU, hkv=1, mask="causal_bottom_right"),
+]
+V2_GPU_QUICK = [
+    Shape(2, 32, 8192, 8192, hkv=8, mask="causal_top_left"),
+    Shape.varlen(32, VARLEN_MIX_GPU, hkv=8, mask="causal_bottom_right"),
+]
+V2_GPU = [
+    *(Shape(16 // (s // 2048), 32, s, s, hkv=8, mask="causal_top_left") for s in (2048, 4096, 8192, 16384)),
+    Shape(4, 32, 4096, 4096, hkv=8),  # non-causal GQA 32/8 at 4k
+    Shape(4, 32, 2048, 4096, hkv=8, mask="causal_bottom_right"),  # chunked prefill against a cache
+    Shape(16, 32, 1, 8192, hkv=8, mask="causal_bottom_right"),  # decode, GQA, 8k cache
+    Shape.varlen(32, VARLEN_MIX_GPU, hkv=8, mask="causal_bottom_right"),
+    Shape.varlen(32, VARLEN_MIX_GPU, hkv=8),
+]
+
+
 def tflops(shape: Shape, ms: float) -> float:
     return shape.flops / (ms * 1e-3) / 1e12 if ms > 0 else math.nan
 
@@ -238,12 +269,13 @@ class PerfSuite:
             GPU_SHAPES + GPU_MODEL_SHAPES + GPU_DECODE_SHAPES + (GPU_LONG_SHAPES if _long_shapes() else [])
         )
         shapes = for_device(ctx, gpu=(GPU_QUICK, gpu_full), cpu=(CPU_QUICK, CPU_SHAPES))
+        v2 = for_device(ctx, gpu=(V2_GPU_QUICK, V2_GPU), cpu=(V2_CPU_QUICK, V2_CPU))
         return [
             perf_case(shape, layout, mode)
             for shape in shapes
             for layout in LAYOUTS
             for mode in ROUNDING_MODES
-        ]
+        ] + [perf_case(shape, "bshd", mode) for shape in v2 for mode in ROUNDING_MODES]
 
     def run_case(self, ctx: SuiteContext, spec: CaseSpec) -> CaseResult:
         def timed() -> CaseResult:
@@ -267,21 +299,28 @@ class PerfSuite:
         notes: list[str] = []
         runners: list[tuple[str, Callable[[int], object]]] = []
 
+        kw = call_kwargs(shape, ctx.device)
+
         def kernel(i: int) -> object:
             q, k, v = sets[i % n_sets]
-            return ctx.library.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
+            return ctx.library.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets], **kw)
 
         runners.append(("time_ms", kernel))
         requested = int((ctx.library.build_info().get("inject") or {}).get("slowdown_pct", 0) or 0)
         other = _ab_baseline()
-        for bl in ctx.baselines:
+        varlen = shape.seqs is not None
+        if is_v2(shape):
+            kernel(0)  # a backend without the feature refuses here: the case skips (guarded)
+        if varlen and ctx.baselines:  # masked and GQA calls go to the baselines that take them
+            notes.append("baselines not timed: none takes a packed varlen batch")
+        for bl in [] if varlen else ctx.baselines:
             bmode = _baseline_mode(bl, mode)
             if bmode != mode:
                 notes.append(f"{bl.name} timed at {bmode} (it has no {mode})")
 
             def baseline(i: int, bl: Any = bl, bmode: str = bmode) -> object:
                 q, k, v = sets[i % n_sets]
-                return bl(q, k, v, layout=layout, rounding=bmode)
+                return bl(q, k, v, layout=layout, rounding=bmode, mask=shape.mask)
 
             runners.append((f"baseline:{bl.name}:time_ms", baseline))
 
@@ -297,7 +336,7 @@ class PerfSuite:
 
                 def baseline_build(i: int, lib: Any = other) -> object:
                     q, k, v = sets[i % n_sets]
-                    return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets])
+                    return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[i % n_sets], **kw)
 
                 arms = [(AB_CANDIDATE_SAMPLE, kernel), (AB_BASELINE_SAMPLE, baseline_build)]
                 ab_rounds = ab_iterations(ctx, iters)

@@ -34,7 +34,7 @@ import torch
 
 from regress import numerics, reference
 from regress.backends import BACKENDS
-from regress.cases import HEAD_DIM, Shape, spec_shape, ulp_case
+from regress.cases import HEAD_DIM, VARLEN_MIX_CPU, VARLEN_MIX_GPU, Shape, prefill_seqs, spec_shape, ulp_case
 from regress.emu.peers.aiter import Aiter, AiterEmu, PeerUnavailable
 from regress.gpu_state import device_state
 from regress.metrics import load_contract, percentile
@@ -42,7 +42,17 @@ from regress.phases import phase
 from regress.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Layout, Status
 from regress.suites import rounding
 from regress.suites.base import SuiteContext
-from regress.suites.common import INPUT_KINDS, for_device, guarded, make_inputs, spec_layout_mode, synchronize
+from regress.suites.common import (
+    INPUT_KINDS,
+    call_bits,
+    call_kwargs,
+    call_reference,
+    for_device,
+    guarded,
+    make_inputs,
+    spec_layout_mode,
+    synchronize,
+)
 
 NAME = "ulp"
 BLOCK_ROWS = 64
@@ -92,6 +102,39 @@ AITER_QUICK = [Shape(1, 2, 203, 77)]
 AITER_SHAPES = [Shape(1, 2, 203, 77), Shape(2, 2, 300, 129), Shape(2, 1, 257, 33)]
 AITER_EDGE_SHAPE = Shape(1, 1, 129, 45)
 AITER_QUICK_EDGE_KINDS = ("nan_q", "posinf_k", "neginf_v", "extreme_logits")
+# ABI v2's axes (masks, GQA, varlen), every mode; dense ones in both layouts, varlen packed (bshd).
+# Sq != Sk so the two causal alignments differ; Sq > Sk bottom-right has rows with no visible key;
+# the varlen mixes hold lengths 0 and 1. A backend without the feature skips them (RA_ERR_UNSUPPORTED).
+V2_CPU_QUICK = [
+    Shape(1, 4, 113, 203, hkv=2, mask="causal_bottom_right"),
+    Shape(1, 2, 203, 77, mask="causal_top_left"),
+    Shape.varlen(4, prefill_seqs([0, 1, 17, 64, 130]), hkv=2, mask="causal_bottom_right"),
+]
+V2_CPU_FULL = [
+    *V2_CPU_QUICK,
+    Shape(1, 2, 203, 77, mask="causal_bottom_right"),
+    Shape(2, 8, 256, 256, hkv=1),
+    Shape(2, 8, 1, 700, hkv=2, mask="causal_bottom_right"),  # decode against a cache
+    Shape.varlen(4, [(1, 300), (0, 5), (40, 20), (1, 1), (77, 77)], hkv=1, mask="causal_bottom_right"),
+    Shape.varlen(4, VARLEN_MIX_CPU, hkv=2),
+]
+V2_GPU_QUICK = [
+    Shape(1, 32, 2048, 2048, hkv=8, mask="causal_top_left"),
+    Shape.varlen(32, prefill_seqs([0, 1, 17, 64, 130, 1000]), hkv=8, mask="causal_bottom_right"),
+]
+V2_GPU_FULL = [
+    *V2_GPU_QUICK,
+    Shape(2, 8, 1023, 2048, hkv=2, mask="causal_bottom_right"),
+    Shape(5, 6, 2048, 1023, mask="causal_bottom_right"),
+    Shape(16, 32, 1, 8192, hkv=8, mask="causal_bottom_right"),
+    Shape.varlen(
+        32,
+        VARLEN_MIX_GPU,
+        hkv=8,
+        mask="causal_bottom_right",
+    ),
+]
+V2_EDGE_SHAPE = Shape(1, 2, 128, 160, hkv=1, mask="causal_bottom_right")
 
 
 def _block_max(su: np.ndarray) -> np.ndarray:
@@ -175,6 +218,12 @@ class UlpSuite:
         for label in lengths:
             for mode in modes:
                 specs.append(ulp_case(EDGE_LENGTH_SHAPES[label], "bshd", mode, label))
+        for shape in for_device(ctx, gpu=(V2_GPU_QUICK, V2_GPU_FULL), cpu=(V2_CPU_QUICK, V2_CPU_FULL)):
+            for layout in LAYOUTS if shape.seqs is None else ("bshd",):
+                for mode in ROUNDING_MODES:
+                    specs.append(ulp_case(shape, layout, mode))
+        for kind in kinds:
+            specs.append(ulp_case(V2_EDGE_SHAPE, "bshd", "rtne", kind, input=kind))
         if _emulated(ctx):
             specs += _aiter_cases(ctx.quick)
         # Every mode and layout (each its own kernel variant on the GPUs), quick runs included.
@@ -202,7 +251,7 @@ class UlpSuite:
         if self._ref_key != key or self._ref is None:
             self._ref, self._mag_ulp = None, None  # free the old ones first: at 16k×16k they are large
             self._ref_bits = {}
-            self._ref = reference.reference_attention(q, k, v, layout=layout, scale=HEAD_DIM**-0.5)
+            self._ref = call_reference(shape, q, k, v, layout, HEAD_DIM**-0.5)
             self._mag_ulp = numerics.magnitude_ulp(self._ref[1])
             self._ref_key = key
         return self._ref
@@ -220,7 +269,7 @@ class UlpSuite:
         limit = contract.scaled_ulp_limit(mode)
         q, k, v, ref, mag, ref_bits, out = self._kernel_against_reference(ctx, spec)
         with phase("compare"):
-            o_bits = reference.to_bhsd_bits(out, layout)
+            o_bits = call_bits(out, spec_shape(spec), layout)
             m = compare(o_bits, ref_bits, ref, mag, self._mag_ulp)
             blocks = _block_max(m.pop("scaled"))
         metrics: dict[str, Any] = dict(m)
@@ -230,12 +279,16 @@ class UlpSuite:
         samples = {"block_scaled_ulp_max": [round(float(x), 4) for x in blocks.ravel()]}
         notes = [_worst_blocks_text(blocks)]
 
+        shape = spec_shape(spec)
+        varlen = shape.seqs is not None
+        if varlen and ctx.baselines:  # masked and GQA calls go to the baselines that take them
+            notes.append("baselines not run: none takes a packed varlen batch")
         for bl in ctx.baselines:
-            if not bl.supports(mode):
+            if varlen or not bl.supports(mode):
                 continue
             try:
                 with phase("baseline"):
-                    bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+                    bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5, mask=shape.mask)
                     synchronize(ctx.device)
             except Exception as exc:  # a broken baseline must not hide the kernel's numbers
                 notes.append(f"baseline {bl.name} failed: {type(exc).__name__}: {exc}")
@@ -281,7 +334,9 @@ class UlpSuite:
             ref, mag = self._reference(ctx, shape, kind, q, k, v, layout)
             ref_bits = self._rounded_reference(ref, mode)
         with phase("kernel"):
-            out = ctx.library.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+            out = ctx.library.forward(
+                q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5, **call_kwargs(shape, ctx.device)
+            )
             synchronize(ctx.device)
         return q, k, v, ref, mag, ref_bits, out
 

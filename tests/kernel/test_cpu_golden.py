@@ -12,7 +12,7 @@ import torch
 
 from regress import numerics as nm
 from regress import reference
-from regress.abi import PARAMS_PACK, Params
+from regress.abi import PARAMS_PACK, RA_ABI_VERSION, Params
 from regress.build import build_kernel
 from regress.kernel import KernelError, KernelLibrary, load_library
 
@@ -241,9 +241,9 @@ def test_refuses_float32(lib: KernelLibrary) -> None:
 
 
 def test_refuses_shape_mismatch(lib: KernelLibrary) -> None:
-    q, k, v = make_qkv(1, 2, 8, 8)
-    with pytest.raises(ValueError, match="disagree"):
-        lib.forward(q, k[:, :, :1], v[:, :, :1])
+    q, k, v = make_qkv(1, 3, 8, 8)
+    with pytest.raises(ValueError, match="disagree"):  # 2 K/V heads do not divide 3 (1 would: GQA)
+        lib.forward(q, k[:, :, :2], v[:, :, :2])
     with pytest.raises(ValueError, match="differ in shape"):
         lib.forward(q, k, v[:, :4])
     with pytest.raises(ValueError, match="scale"):
@@ -272,7 +272,8 @@ def test_refuses_bad_strides(lib: KernelLibrary) -> None:
 
 def _raw_params(q: torch.Tensor, o: torch.Tensor) -> Params:
     p = Params()
-    p.abi_version = 1
+    p.abi_version = RA_ABI_VERSION
+    p.heads_kv = 1
     p.q = p.k = p.v = q.data_ptr()
     p.o = o.data_ptr()
     p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim = 1, 1, 1, 1, 128
@@ -299,8 +300,9 @@ def test_raw_abi_refusals(lib: KernelLibrary) -> None:
     assert fwd(ctypes.byref(p), err, 256) == 4 and b"negative" in err.value
 
     p = _raw_params(q, o)
-    p.abi_version = 2
-    assert fwd(ctypes.byref(p), err, 256) == 8 and b"abi_version" in err.value
+    p.abi_version = 1  # a v1 caller: refused, naming both versions
+    assert fwd(ctypes.byref(p), err, 256) == 8
+    assert err.value.startswith(b"abi_version 1, this library implements 2")
 
     p = _raw_params(q, o)
     p.rounding = 3
@@ -349,7 +351,7 @@ def test_validate_takes_the_largest_sizes_that_fit(lib: KernelLibrary) -> None:
 
 def test_build_info(lib: KernelLibrary) -> None:
     info = lib.build_info()
-    assert info["backend"] == "cpu" and info["abi"] == 1 and info["threads"] >= 1
+    assert info["backend"] == "cpu" and info["abi"] == RA_ABI_VERSION and info["threads"] >= 1
     assert info["inject"] == {
         "slowdown_pct": 0,
         "ulp": 0,
@@ -444,12 +446,37 @@ def test_packed_parameter_block_is_the_c_struct() -> None:
     """forward() packs ra_attention_params with struct (one call) instead of filling the ctypes
     Structure field by field; every field must land where the C compiler puts it."""
     strides = list(range(100, 116))
-    values = (1, 11, 12, 13, 14, 2, 3, 5, 7, 128, *strides, 0.5, 2, 0xDEAD)
+    values = (
+        2,
+        11,
+        12,
+        13,
+        14,
+        2,
+        3,
+        5,
+        7,
+        128,
+        *strides,
+        0.5,
+        2,
+        0xDEAD,
+        3,
+        1,
+        0,
+        0x1000,
+        0x2000,
+        9,
+        10,
+        0x3000,
+    )
     buf = (ctypes.c_uint64 * (PARAMS_PACK.size // 8))()
     PARAMS_PACK.pack_into(buf, 0, *values)
     p = Params.from_buffer(buf)
     assert PARAMS_PACK.size == ctypes.sizeof(Params)
-    assert (p.abi_version, p.q, p.k, p.v, p.o) == (1, 11, 12, 13, 14)
+    assert (p.abi_version, p.q, p.k, p.v, p.o) == (2, 11, 12, 13, 14)
     assert (p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim) == (2, 3, 5, 7, 128)
     assert [*p.q_stride, *p.k_stride, *p.v_stride, *p.o_stride] == strides
     assert (p.scale, p.rounding, p.stream) == (0.5, 2, 0xDEAD)
+    assert (p.heads_kv, p.mask, p.reserved, p.cu_seqlens_q, p.cu_seqlens_k) == (3, 1, 0, 0x1000, 0x2000)
+    assert (p.max_seqlen_q, p.max_seqlen_k, p.lse) == (9, 10, 0x3000)

@@ -335,7 +335,7 @@ def test_host_part_type_checks_against_hip_stub(tmp_path):
     import json
 
     info = json.loads(m.group(0))
-    assert info["backend"] == "hip" and info["abi"] == 1 and info["arch"] == "gfx942"
+    assert info["backend"] == "hip" and info["abi"] == 2 and info["arch"] == "gfx942"
     # kernel/hip/parts/flags.h: a build without -D compiles every flag at its table default.
     flags = {k: v for k, v in info.items() if f"{k}_default" in info}
     assert flags == {"mfma_builtin": 0, "force_compat": 0}

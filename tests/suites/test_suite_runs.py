@@ -182,7 +182,7 @@ def test_the_round_loop_warms_then_alternates_the_order() -> None:
 def test_e2e_layer_runs(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
     results = _run(make_ctx(cpu_lib, iterations=2), "e2e")
     assert not _statuses(results)
-    assert {r.case.params["layer"] for r in results} == {"self", "cross"}
+    assert {r.case.params["layer"] for r in results} == {"self", "cross", "prefill", "decode"}
     assert all(r.metrics["tokens_per_s"] > 0 and "speedup_vs_sdpa_cpu" in r.metrics for r in results)
 
 

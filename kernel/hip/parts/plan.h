@@ -99,7 +99,9 @@ inline bool packed_layout(const ra_attention_params& p) {
 /* The plan of a call (ra_plan_launch's body). */
 inline ra_status plan_launch(const ra_attention_params* p, const ra_device_facts* dev, ra_launch_plan* out,
                              char* err, size_t err_len) {
-  const ra_status st = ra_validate_params(p, err, err_len);
+  ra_status st = ra_validate_params(p, err, err_len);
+  /* the plan refuses what the forward refuses: no gfx942 kernel has ABI v2's features yet */
+  if (st == RA_OK) st = ra_require_dense_v1(p, "hip", err, err_len);
   if (st != RA_OK) return st;
   if (dev == nullptr || out == nullptr)
     return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "%s is a null pointer", dev == nullptr ? "device" : "plan");

@@ -1,0 +1,179 @@
+"""ABI v2 (kernel/include/regress_attn.h): the parameter block's layout as the C compiler lays it out,
+the validator's refusals of the new fields, and the one "not implemented yet" check that the CUDA,
+HIP and hip-emu backends share (kernel/common/validate.h's ra_require_dense_v1, mirrored by
+regress.abi.refuse_unsupported)."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from regress.abi import RA_ABI_VERSION, RA_ERR_UNSUPPORTED, KernelError, Params, refuse_unsupported
+from regress.build import REPO_ROOT, build_kernel
+from regress.kernel import KernelLibrary, load_library
+
+# A host program over the real headers: every field's offset, the size, and ra_require_dense_v1's
+# refusal of each v2 feature (code and text), for the backend name "hip-emu".
+_PROBE = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include "common/validate.h"
+#define OFF(f) printf("%s %zu\n", #f, offsetof(ra_attention_params, f));
+int main(void) {
+  OFF(abi_version) OFF(q) OFF(k) OFF(v) OFF(o) OFF(batch) OFF(heads) OFF(seqlen_q) OFF(seqlen_k)
+  OFF(head_dim) OFF(q_stride) OFF(k_stride) OFF(v_stride) OFF(o_stride) OFF(scale) OFF(rounding)
+  OFF(stream) OFF(heads_kv) OFF(mask) OFF(reserved) OFF(cu_seqlens_q) OFF(cu_seqlens_k)
+  OFF(max_seqlen_q) OFF(max_seqlen_k) OFF(lse)
+  printf("sizeof %zu\n", sizeof(ra_attention_params));
+  static int32_t cu[2];
+  static float l[1];
+  for (int c = 0; c < 4; ++c) {
+    ra_attention_params p = {0};
+    p.heads = 4;
+    p.heads_kv = 4;
+    if (c == 0) p.mask = RA_MASK_CAUSAL_TOP_LEFT;
+    if (c == 1) p.heads_kv = 2;
+    if (c == 2) p.cu_seqlens_q = p.cu_seqlens_k = cu;
+    if (c == 3) p.lse = l;
+    char err[256];
+    ra_status s = ra_require_dense_v1(&p, "hip-emu", err, sizeof err);
+    printf("refuse%d %d %s\n", c, (int)s, err);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("abi")
+    (d / "probe.c").write_text(_PROBE)
+    exe = d / "probe"
+    subprocess.run(
+        [cc, "-std=c11", "-I", str(REPO_ROOT / "kernel"), str(d / "probe.c"), "-o", str(exe)], check=True
+    )
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.splitlines()}
+
+
+def test_ctypes_params_is_the_c_struct(probe: dict[str, str]) -> None:
+    for name, _ in Params._fields_:
+        assert int(probe[name]) == getattr(Params, name).offset, name
+    assert int(probe["sizeof"]) == ctypes.sizeof(Params)
+    assert RA_ABI_VERSION == 2
+
+
+def test_the_python_refusal_is_the_c_one(probe: dict[str, str]) -> None:
+    """hip-emu runs the HIP host code in Python: its refusals must read as the C host code's."""
+    q = torch.zeros(1, 3, 4, 128, dtype=torch.bfloat16)
+    kv2 = torch.zeros(1, 3, 2, 128, dtype=torch.bfloat16)
+    cu = torch.zeros(2, dtype=torch.int32)
+    calls = [
+        dict(mask="causal_top_left"),
+        dict(k=kv2),
+        dict(cu_seqlens_q=cu, cu_seqlens_k=cu),
+        dict(lse=torch.zeros(1)),
+    ]
+    for c, kw in enumerate(calls):
+        k = kw.pop("k", q)
+        with pytest.raises(KernelError) as e:
+            refuse_unsupported("hip-emu", q, k, "bshd", **kw)  # type: ignore[arg-type]
+        code, text = probe[f"refuse{c}"].split(" ", 1)
+        assert e.value.code == int(code) == RA_ERR_UNSUPPORTED
+        assert str(e.value) == f"hip-emu kernel refused the call: {text}"
+    refuse_unsupported("hip-emu", q, q, "bshd")  # the defaults pass
+
+
+@pytest.fixture(scope="module")
+def lib() -> KernelLibrary:
+    return load_library(build_kernel("cpu").path)  # type: ignore[return-value]
+
+
+def _params(q: torch.Tensor, o: torch.Tensor) -> Params:
+    p = Params()
+    p.abi_version = RA_ABI_VERSION
+    p.q = p.k = p.v = q.data_ptr()
+    p.o = o.data_ptr()
+    p.batch, p.heads, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = 1, 2, 2, 4, 4, 128
+    for name in ("q_stride", "k_stride", "v_stride", "o_stride"):
+        getattr(p, name)[:] = [1024, 512, 128, 1]
+    return p
+
+
+def _varlen(p: Params, cu: ctypes.Array[ctypes.c_int32]) -> Params:
+    p.batch = len(cu) - 1
+    p.cu_seqlens_q = p.cu_seqlens_k = ctypes.addressof(cu)
+    p.max_seqlen_q = p.max_seqlen_k = 4
+    for name in ("q_stride", "k_stride", "v_stride", "o_stride"):
+        getattr(p, name)[0] = 0
+    return p
+
+
+def test_v2_refusals_name_the_argument(lib: KernelLibrary) -> None:
+    q = torch.zeros(1, 2, 4, 128, dtype=torch.bfloat16)
+    o = torch.empty_like(q)
+    err = ctypes.create_string_buffer(256)
+    fwd = lib.raw.ra_attention_fwd
+    good = (ctypes.c_int32 * 3)(0, 1, 4)
+
+    def refused(p: Params) -> tuple[int, str]:
+        o.fill_(7)
+        rc = fwd(ctypes.byref(p), err, 256)
+        assert bool((o == 7).all()), "a refused call wrote the output"
+        return rc, err.value.decode()
+
+    p = _params(q, o)
+    assert fwd(ctypes.byref(p), err, 256) == 0
+    assert fwd(ctypes.byref(_varlen(_params(q, o), good)), err, 256) == 0, err.value
+
+    cases: list[tuple[str, int, str]] = []
+    for hk in (0, 3, -1):
+        p = _params(q, o)
+        p.heads_kv = hk
+        cases.append((*refused(p), "heads_kv"))
+    p = _params(q, o)
+    p.mask = 3
+    cases.append((*refused(p), "mask 3"))
+    p = _params(q, o)
+    p.reserved = 1
+    cases.append((*refused(p), "reserved"))
+    p = _params(q, o)
+    p.cu_seqlens_q = ctypes.addressof(good)
+    cases.append((*refused(p), "cu_seqlens_k is null"))
+    p = _params(q, o)
+    p.max_seqlen_q = 4
+    cases.append((*refused(p), "without cu_seqlens"))
+    p = _varlen(_params(q, o), good)
+    p.k_stride[0] = 8
+    cases.append((*refused(p), "k_stride[0]"))
+    p = _varlen(_params(q, o), good)
+    p.max_seqlen_q = 5
+    cases.append((*refused(p), "max_seqlen_q 5"))
+    for bad, what in (((1, 1, 4), "cu_seqlens_q[0]"), ((0, 3, 1), "decreases"), ((0, 1, 3), "packed total")):
+        cu = (ctypes.c_int32 * 3)(*bad)
+        cases.append((*refused(_varlen(_params(q, o), cu)), what))
+    p = _varlen(_params(q, o), good)
+    p.max_seqlen_q = 2  # sequence 1 has 3 rows
+    cases.append((*refused(p), "length 3 > max_seqlen_q 2"))
+    lse = (ctypes.c_float * 9)()
+    p = _params(q, o)
+    p.lse = ctypes.addressof(lse) + 2
+    cases.append((*refused(p), "lse is not 4-byte aligned"))
+    for rc, text, want in cases:
+        assert rc != 0 and want in text, (rc, text, want)
+    # ra_validate (no memory touched) says the same for host seqlens
+    cu = (ctypes.c_int32 * 3)(0, 3, 1)
+    assert lib.raw.ra_validate(ctypes.byref(_varlen(_params(q, o), cu)), err, 256) == 11
+
+
+def test_unsupported_status_is_distinct() -> None:
+    text = (Path(REPO_ROOT) / "kernel/include/regress_attn.h").read_text()
+    assert "RA_ERR_UNSUPPORTED = 9" in text and f"#define RA_ABI_VERSION {RA_ABI_VERSION}" in text
