@@ -154,7 +154,7 @@ class EmuLibrary:
         params.abi_version = RA_ABI_VERSION
         params.q, params.k, params.v, params.o = (t.data_ptr() for t in tensors.values())
         params.batch, params.heads, params.seqlen_q, params.seqlen_k, params.head_dim = b, h, sq, sk, d
-        params.heads_kv = h  # ABI v2's other fields stay zero: refuse_unsupported let only dense calls through
+        params.heads_kv = h  # v2's other fields stay zero: refuse_unsupported passed only dense calls
         for n, st in strides.items():
             getattr(params, f"{n}_stride")[:] = st
         params.scale = 0.0 if scale is None else effective_scale(scale)
