@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     "--compare-build",
     metavar="BUILD",
     help="A/B on this device: also time BUILD beside this run's build, in the same rounds, and store "
-    "both arms (judge with `regress gate --ab RUN`). BUILD: clean (this stack's flags, no fault; the "
+    "both arms (judge with `regress gate --ab --run RUN`). BUILD: clean (this stack's flags, no fault; the "
     "default for --inject slowdown), stack:NAME (a second pinned stack's flags), 'flags:F1 F2', a "
     "built library file, or none.",
 )
@@ -98,7 +98,9 @@ def nightly(
 ) -> None:
     """Stack check, build, run the suites, store every result, print a summary.
 
-    Exit 0: every suite passed; 1: a suite failed; 2: could not run.
+    Exit 0: every suite passed; 1: a suite failed; 2: could not run; 128 + N: stopped by signal N
+    (143 SIGTERM, 130 SIGINT, 129 SIGHUP), the cases left recorded 'skip' and the bundle of what
+    finished written and spooled (a second signal exits at once, the run left 'incomplete').
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -211,7 +213,10 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
         console.print(
             f"[yellow]{len(outcome.regressions)} regression(s) flagged[/]: `regress regressions list`"
         )
-    console.print(f"bundle: {outcome.bundle_path}")
+    console.print(f"bundle: {outcome.bundle_path}", soft_wrap=True)
+    if outcome.exit_code > 128:  # a stop signal: the one line that says how the run ended
+        console.print(f"[red]{outcome.message}[/]", soft_wrap=True)
+        return
     verdict = {0: "[green]all suites passed[/]", 1: "[red]a suite failed[/]", 2: "[red]could not run[/]"}
     if outcome.exit_code == 1 and not_run and summary.get("failing_cases") == []:
         verdict[1] = "[red]not every case ran[/]"
