@@ -42,7 +42,7 @@ from .errors import (
 )
 from .gpu_state import device_state
 from .metrics import summarise
-from .pins import Pin, check_pin, format_drift, load_pin
+from .pins import Pin, load_pin, run_drift
 from .results import CaseResult, CaseSpec
 from .runner import DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
 from .shard import WorkerPool, parse_gpus
@@ -99,6 +99,8 @@ class NightlyOptions:
     # A/B: the baseline build the perf suite times beside this run's own in the same rounds
     # ("clean", "stack:NAME", "flags:F1 F2", a library path, or "none"); slowdown drills: "clean".
     compare_build: str | None = None
+    # This machine's stack facts when the caller has read them (None: read here, stack.live_fingerprint).
+    fingerprint: Fingerprint | None = None
 
     def case_options(self) -> CaseOptions:
         return CaseOptions(quick=self.quick, seed=self.seed, iterations=self.iterations)
@@ -127,6 +129,7 @@ def host_facts(fp: Fingerprint) -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "os_kernel": platform.release(),  # a host fact, not a stack key (stack_keys.PINNED_KEYS)
         "fingerprint_diagnostics": fp.diagnostics,
     }
 
@@ -140,17 +143,14 @@ def _resolve_pin(opts: NightlyOptions, backend: str) -> tuple[Pin | None, str]:
     return pin, backend
 
 
-def _check_stack(opts: NightlyOptions, pin: Pin | None, backend: str) -> tuple[Fingerprint, list[str]]:
-    fp = live_fingerprint(backend, extra_flags=pin.extra_flags if pin else None)
-    notes: list[str] = []
-    if pin is not None:
-        drifts = check_pin(pin, fp)
-        if drifts:
-            text = format_drift(pin, drifts)
-            if not opts.allow_drift:
-                raise UserError(text + "\n(pass --allow-drift to run anyway, recorded under the live digest)")
-            notes.append(text)
-    return fp, notes
+def _check_stack(
+    opts: NightlyOptions, pin: Pin | None, backend: str
+) -> tuple[Fingerprint, Pin | None, list[str]]:
+    """The live fingerprint (opts.fingerprint where the caller read it), the pin the run's stack
+    is, and the drift the bundle records (regress.pins.run_drift: the one rule)."""
+    fp = opts.fingerprint or live_fingerprint(backend, extra_flags=pin.extra_flags if pin else None)
+    matched, notes = run_drift(pin, fp, allow_drift=opts.allow_drift)
+    return fp, matched, notes
 
 
 def _require_device(backend: str) -> None:
@@ -244,7 +244,7 @@ def _run_nightly(opts: NightlyOptions, progress: Progress | None, cancel: Cancel
     with _ab_baseline(opts, backend, pin):  # before the workers start: they inherit its variable
         pool.start()
         try:
-            fp, drift_notes = _check_stack(opts, pin, backend)
+            fp, stack_pin, drift_notes = _check_stack(opts, pin, backend)
             store = open_store(opts.db)
             reap_stale_runs(store)
             _adopt_written_bundles(store, opts.out)
@@ -252,7 +252,10 @@ def _run_nightly(opts: NightlyOptions, progress: Progress | None, cancel: Cancel
                 from .upload import flush_spool
 
                 flush_spool(opts.upload)
-            return _run(opts, store, pool, backend, device, pin, fp, drift_notes, progress, ends_at, cancel)
+            run = _run(
+                opts, store, pool, backend, device, pin, stack_pin, fp, drift_notes, progress, ends_at, cancel
+            )
+            return run
         except Interrupted:
             pool.kill()  # a second signal: no waiting for workers to finish their case
             raise
@@ -267,6 +270,7 @@ def _run(
     backend: str,
     device: str,
     pin: Pin | None,
+    stack_pin: Pin | None,
     fp: Fingerprint,
     drift_notes: list[str],
     progress: Progress | None,
@@ -293,7 +297,7 @@ def _run(
             digest=fp.digest,
             keys=fp.keys,
             schema_version=fp.schema_version,
-            name=pin.name if pin else None,
+            name=stack_pin.name if stack_pin else None,
         )
         stack_id = stack.id
         build_id = record_build(session, stack, artifact.to_dict()).id if artifact else None
