@@ -285,6 +285,8 @@ def _run(
         host["drift"] = drift_notes
     artifact: BuildArtifact | None = None
     build_error = ""
+    if progress:  # the build can take minutes (a first gfx942 build): say so before it starts
+        progress("building the kernel", 0, 0, None)
     try:
         artifact = build_kernel(
             backend, extra_flags=pin.extra_flags if pin else (), inject=opts.inject, cache_dir=opts.cache_dir

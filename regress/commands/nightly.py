@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ from . import options
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..nightly import NightlyOutcome
+    from ..nightly import NightlyOptions, NightlyOutcome
     from ..results import CaseResult
 
 
@@ -138,7 +139,14 @@ def nightly(
         task = bar.add_task("starting", total=None)
 
         def progress(label: str, done: int, total: int, result: CaseResult | None) -> None:
-            bar.update(task, description=label[:60], completed=done, total=total)
+            if not console.is_terminal:  # piped (a CI log): plain lines, one a step, not a bar
+                said = result is None or label.startswith(result.status)  # the pool's own "skip ..."
+                status = "" if said else f"{result.status} "
+                width = len(str(total))
+                count = f"[{done:>{width}}/{total}] " if total else ""
+                click.echo(f"{count}{status}{label}", err=True)
+                return
+            bar.update(task, description=label[:60], completed=done, total=total or None)
             if result is not None and result.status in ("fail", "error", "timeout"):
                 bar.console.print(
                     f"[red]{result.status}[/] {result.case.suite}/{result.case.name}: "
@@ -146,11 +154,28 @@ def nightly(
                 )
 
         outcome = run_nightly(opts, progress)
-    print_summary(outcome, Console())
+    print_summary(outcome, Console(), next_command=next_gate_command(opts, outcome))
     ctx.exit(outcome.exit_code)
 
 
-def print_summary(outcome: NightlyOutcome, console: Console) -> None:
+def next_gate_command(opts: NightlyOptions, outcome: NightlyOutcome) -> str | None:
+    """The gate command that judges a drill or an A/B run (neither is judged by the nightly)."""
+    from ..nightly import compare_build_spec
+
+    if outcome.run_id is None or outcome.exit_code > 128:
+        return None
+    db = f" --db {shlex.quote(opts.db)}" if opts.db else ""
+    if compare_build_spec(opts) is not None and "perf" in opts.suites:  # both builds in one run
+        return f"regress gate --ab --run {outcome.run_id}{db}"
+    if opts.inject:
+        baseline = f"stack:{opts.stack}" if opts.stack else "CLEAN_RUN"
+        return f"regress gate --baseline {baseline} --candidate {outcome.run_id}{db}" + (
+            "  (CLEAN_RUN: a run without --inject, from `regress runs list`)" if not opts.stack else ""
+        )
+    return None
+
+
+def print_summary(outcome: NightlyOutcome, console: Console, next_command: str | None = None) -> None:
     from rich.table import Table
 
     summary = outcome.summary
@@ -214,6 +239,8 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
             f"[yellow]{len(outcome.regressions)} regression(s) flagged[/]: `regress regressions list`"
         )
     console.print(f"bundle: {outcome.bundle_path}", soft_wrap=True)
+    if next_command:
+        console.print(f"judge it: {next_command}", soft_wrap=True, markup=False)
     if outcome.exit_code > 128:  # a stop signal: the one line that says how the run ended
         console.print(f"[red]{outcome.message}[/]", soft_wrap=True)
         return
