@@ -96,6 +96,7 @@ def test_a_signal_ends_a_nightly_like_its_deadline(tmp_path: Path, signum: signa
     out, err = proc.communicate(timeout=120)
     _no_traceback(err)
     assert proc.returncode == 128 + signum, (out, err)
+    assert "building the kernel" in err  # piped progress: plain lines on stderr (item 5)
     ((run_id, status, message, exit_code),) = _rows(db, "SELECT id, status, message, exit_code FROM runs")
     assert status == "cancelled" and exit_code == 128 + signum
     why = f"cancelled by {signum.name}"
