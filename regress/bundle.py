@@ -24,7 +24,7 @@ from .results import CaseResult, CaseSpec, stored_series
 
 BUNDLE_SCHEMA = "regress.bundle"
 BUNDLE_VERSION = 1
-RUN_STATUSES = {"running", "complete", "failed", "incomplete"}
+RUN_STATUSES = {"running", "complete", "failed", "incomplete", "cancelled"}
 RESULT_STATUSES = {"pass", "fail", "error", "timeout", "skip"}
 SCHEMA_FILE = Path(__file__).with_name("schemas") / "bundle.schema.json"
 # Deeper than any real bundle (free-form objects sit 3 levels down and nest a few more); checked

@@ -14,10 +14,33 @@ import sys
 import click
 
 from . import __version__
-from .errors import EXIT_UNDECIDED, UserError, environment_fault
+from .errors import (
+    EXIT_UNDECIDED,
+    Interrupted,
+    UserError,
+    environment_fault,
+    exit_code_for_signal,
+    on_stop_signals,
+    raise_interrupted,
+)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Group(click.Group):
+    """Lists each command with its whole first sentence, wrapped: click cut them at the terminal's
+    width ("Store run bundles (e.g.", "Build the kernel library (cached by source, flags and...")."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, command.get_short_help_str(limit=10_000))
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="regress")
 def cli() -> None:
     """Nightly proof that a bf16 flash-attention kernel stays fast, exact and deterministic."""
@@ -51,7 +74,14 @@ _register()
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        rv = cli.main(args=argv, prog_name="regress", standalone_mode=False)
+        with on_stop_signals(raise_interrupted):  # SIGTERM/SIGHUP end a command like Ctrl-C does
+            rv = cli.main(args=argv, prog_name="regress", standalone_mode=False)
+    except Interrupted as stop:
+        click.echo(f"regress: {stop}", err=True)
+        return stop.exit_code
+    except KeyboardInterrupt:  # SIGINT where a library put back Python's own handler
+        click.echo("regress: stopped by SIGINT", err=True)
+        return exit_code_for_signal(2)
     except UserError as err:
         click.echo(f"regress: error: {err}", err=True)
         return err.exit_code

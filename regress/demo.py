@@ -607,6 +607,7 @@ def demo_history(
     first_night: int = 0,
     total_nights: int | None = None,
     start: datetime | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> DemoSummary:
     """Writes nights [first_night, first_night + nights) of a history planned for `total_nights`.
 
@@ -616,7 +617,7 @@ def demo_history(
     (`analysis.analyse_run`), so the regressions are the rows a nightly writes: opened, updated and
     resolved by the rule. A person acknowledging one is `analysis.acknowledge`, as `regress
     regressions ack` does; the upgrade night's runs are gated by `gate.core.gate` (its decision and
-    report, as `regress gate` stores them).
+    report, as `regress gate` stores them). `progress(done, nights)` after each night.
     """
     if nights < 1 or stacks < 1 or cases < 1:
         raise ValueError("nights, stacks and cases must be at least 1")
@@ -689,6 +690,8 @@ def demo_history(
             touched.update(analyse_run(store, run_id))
         if night == plan.numerics_night:
             _acknowledge_numerics(store, run_ids[0])
+        if progress:
+            progress(night - first_night + 1, nights)
     # The upgrade is gated by the gate itself over the runs just written: the decision and its
     # report are what `regress gate` stores, not a shape made up for the demo.
     for baseline, candidate in upgrades:

@@ -2,10 +2,62 @@
 
 from __future__ import annotations
 
-# Exit codes shared by every command: 0 ok, 1 a check failed (suite, gate), 2 could not run/decide.
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+# Exit codes shared by every command: 0 ok, 1 a check failed (suite, gate), 2 could not run/decide,
+# and 128 + N when signal N stopped it (the shell's convention: 130 SIGINT, 129 SIGHUP, 143 SIGTERM),
+# so a CI job reads a cancelled step as cancelled, not as a failed check.
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_UNDECIDED = 2
+# The signals a CI cancel, a closed terminal and Ctrl-C send: every command ends cleanly on them.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def exit_code_for_signal(signum: int) -> int:
+    return 128 + signum
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+class Interrupted(BaseException):  # not Exception: per-case error handling must not swallow it
+    """A stop signal ended the command: regress.cli prints one line and exits 128 + its number."""
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        super().__init__(message or f"stopped by {signal_name(signum)}")
+        self.signum = signum
+        self.exit_code = exit_code_for_signal(signum)
+
+
+Handler = Callable[[int, FrameType | None], None]
+
+
+@contextmanager
+def on_stop_signals(handler: Handler) -> Iterator[None]:
+    """`handler` for every stop signal while the block runs (the previous handlers after it).
+    Outside the main thread signals cannot be caught, and the block runs without it."""
+    previous: dict[int, object] = {}
+    try:
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)  # type: ignore[arg-type]
+
+
+def raise_interrupted(signum: int, _frame: FrameType | None) -> None:
+    """Every command's default: the signal unwinds like an error, so transactions roll back, temporary
+    files are removed and `finally` blocks run; regress.cli turns it into one line."""
+    raise Interrupted(signum)
 
 
 class UserError(Exception):

@@ -190,6 +190,27 @@ def drill_costs(results: list[CaseResult]) -> dict[str, Any]:
     }
 
 
+def describe_change(kind: str, metric: str, magnitude: float | None) -> str:
+    """A regression's magnitude in words with its unit: the one reading the CLI, the site and the
+    feed show (a numerics regression once showed a bare 0.08667 under a "% for perf" heading).
+    What `magnitude` is per kind and metric is set by regress.analysis."""
+    if magnitude is None or not math.isfinite(magnitude):
+        return ""
+    if kind == "perf":  # relative change of the time
+        return f"{magnitude * 100:+.1f} % time"
+    if kind == "numerics" and metric == "ulp_contract":  # scaled ULP / limit - 1
+        return f"{magnitude + 1:.3g}× the limit"
+    if kind == "numerics" and metric == "plain_ulp_frac_gt1":  # growth of the fraction > 1 ULP
+        return f"{magnitude * 100:+.3g} points of elements > 1 ULP"
+    if kind == "determinism":  # distinct output hashes - 1
+        return f"{magnitude + 1:.0f} distinct outputs"
+    if kind == "build" and metric.endswith("spills"):
+        return f"{magnitude:.0f} spilled (was 0)"
+    if kind == "build":  # register count b / a - 1
+        return f"{magnitude * 100:+.0f} % registers"
+    return f"{magnitude:.4g}"
+
+
 def drill_tolerance_word(drill: Mapping[str, Any], measured_pct: float | None) -> str:
     """ "within tolerance" or "outside tolerance" for a measured drill cost (a 30 % request read
     +58.8 % was once printed "geomean (within tolerance)")."""

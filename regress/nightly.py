@@ -1,16 +1,22 @@
 """`regress nightly`: stack check → build → suites → store → analysis → bundle → summary.
 
 Every result is stored as it completes, each in its own transaction, so a crash or a kill leaves the
-run marked 'incomplete' (by the signal handler here, or by `reap_stale_runs` on the next start) with
-every finished result intact and no half-written one.
+run marked 'incomplete' (by `reap_stale_runs` on the next start) with every finished result intact
+and no half-written one.
+
+A stop signal (SIGTERM from a CI cancel, SIGINT, SIGHUP) ends the run the way `--deadline` does:
+the cases in flight are stopped, they and the cases not started are recorded 'skip' ("cancelled by
+SIGTERM: ..."), the bundle of what finished is written (and spooled for --upload), and the run is
+stored as 'cancelled'; the command exits 128 + the signal's number. A second signal exits at once:
+the run is marked 'incomplete' and nothing more is written.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,10 +30,19 @@ from sqlalchemy.orm import Session
 from .backends import BACKENDS, torch_gpu_backend
 from .build import BuildArtifact, BuildError, build_kernel
 from .bundle import write_bundle
-from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNDECIDED, UserError
+from .errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNDECIDED,
+    Interrupted,
+    UserError,
+    exit_code_for_signal,
+    on_stop_signals,
+    signal_name,
+)
 from .gpu_state import device_state
 from .metrics import summarise
-from .pins import Pin, check_pin, format_drift, load_pin
+from .pins import Pin, load_pin, run_drift
 from .results import CaseResult, CaseSpec
 from .runner import DEFAULT_TIME_LIMIT_FLOOR_S, CaseOptions, resolve_backend
 from .shard import WorkerPool, parse_gpus
@@ -84,6 +99,8 @@ class NightlyOptions:
     # A/B: the baseline build the perf suite times beside this run's own in the same rounds
     # ("clean", "stack:NAME", "flags:F1 F2", a library path, or "none"); slowdown drills: "clean".
     compare_build: str | None = None
+    # This machine's stack facts when the caller has read them (None: read here, stack.live_fingerprint).
+    fingerprint: Fingerprint | None = None
 
     def case_options(self) -> CaseOptions:
         return CaseOptions(quick=self.quick, seed=self.seed, iterations=self.iterations)
@@ -96,6 +113,7 @@ class NightlyOutcome:
     summary: dict[str, Any] = field(default_factory=dict)
     bundle_path: Path | None = None
     regressions: list[int] = field(default_factory=list)
+    message: str = ""  # how a run that did not end by itself ended ("cancelled by SIGTERM: ...")
 
 
 Progress = Callable[[str, int, int, CaseResult | None], None]
@@ -111,6 +129,7 @@ def host_facts(fp: Fingerprint) -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "os_kernel": platform.release(),  # a host fact, not a stack key (stack_keys.PINNED_KEYS)
         "fingerprint_diagnostics": fp.diagnostics,
     }
 
@@ -124,17 +143,14 @@ def _resolve_pin(opts: NightlyOptions, backend: str) -> tuple[Pin | None, str]:
     return pin, backend
 
 
-def _check_stack(opts: NightlyOptions, pin: Pin | None, backend: str) -> tuple[Fingerprint, list[str]]:
-    fp = live_fingerprint(backend, extra_flags=pin.extra_flags if pin else None)
-    notes: list[str] = []
-    if pin is not None:
-        drifts = check_pin(pin, fp)
-        if drifts:
-            text = format_drift(pin, drifts)
-            if not opts.allow_drift:
-                raise UserError(text + "\n(pass --allow-drift to run anyway, recorded under the live digest)")
-            notes.append(text)
-    return fp, notes
+def _check_stack(
+    opts: NightlyOptions, pin: Pin | None, backend: str
+) -> tuple[Fingerprint, Pin | None, list[str]]:
+    """The live fingerprint (opts.fingerprint where the caller read it), the pin the run's stack
+    is, and the drift the bundle records (regress.pins.run_drift: the one rule)."""
+    fp = opts.fingerprint or live_fingerprint(backend, extra_flags=pin.extra_flags if pin else None)
+    matched, notes = run_drift(pin, fp, allow_drift=opts.allow_drift)
+    return fp, matched, notes
 
 
 def _require_device(backend: str) -> None:
@@ -153,31 +169,43 @@ def _require_device(backend: str) -> None:
         )
 
 
-class _Terminated(BaseException):  # not Exception: per-case error handling must not swallow it
-    pass
+class Cancellation:
+    """The first stop signal is noted (the case loop ends the run at its next poll, like a deadline);
+    the second raises Interrupted at once, wherever the run is."""
 
+    def __init__(self) -> None:
+        self.signum: int | None = None
 
-@contextmanager
-def _terminate_as_exception() -> Iterator[None]:
-    """SIGTERM (CI cancellation, timeouts) unwinds like an exception so the run is marked."""
+    def reason(self) -> str | None:
+        return f"cancelled by {signal_name(self.signum)}" if self.signum is not None else None
 
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        raise _Terminated(f"signal {signum}")
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signum is not None:
+            raise Interrupted(
+                signum, f"stopped by a second signal ({signal_name(signum)}); the run is incomplete"
+            )
+        self.signum = signum
+        print(
+            f"regress: {signal_name(signum)}: stopping the cases and writing the bundle of what finished "
+            "(a second signal exits at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    @contextmanager
+    def installed(self) -> Iterator[Cancellation]:
+        with on_stop_signals(self.handle):
+            yield self
 
 
 def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> NightlyOutcome:
-    """The whole nightly loop; returns the outcome (exit 0 all passed, 1 a suite failed, 2 could not run)."""
+    """The whole nightly loop; returns the outcome (exit 0 all passed, 1 a suite failed, 2 could not
+    run, 128 + N cancelled by signal N)."""
+    with Cancellation().installed() as cancel:
+        return _run_nightly(opts, progress, cancel)
+
+
+def _run_nightly(opts: NightlyOptions, progress: Progress | None, cancel: Cancellation) -> NightlyOutcome:
     from .suites import get_suite
 
     ends_at = time.monotonic() + opts.deadline if opts.deadline else None
@@ -216,7 +244,7 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
     with _ab_baseline(opts, backend, pin):  # before the workers start: they inherit its variable
         pool.start()
         try:
-            fp, drift_notes = _check_stack(opts, pin, backend)
+            fp, stack_pin, drift_notes = _check_stack(opts, pin, backend)
             store = open_store(opts.db)
             reap_stale_runs(store)
             _adopt_written_bundles(store, opts.out)
@@ -224,7 +252,13 @@ def run_nightly(opts: NightlyOptions, progress: Progress | None = None) -> Night
                 from .upload import flush_spool
 
                 flush_spool(opts.upload)
-            return _run(opts, store, pool, backend, device, pin, fp, drift_notes, progress, ends_at)
+            run = _run(
+                opts, store, pool, backend, device, pin, stack_pin, fp, drift_notes, progress, ends_at, cancel
+            )
+            return run
+        except Interrupted:
+            pool.kill()  # a second signal: no waiting for workers to finish their case
+            raise
         finally:
             pool.close()
 
@@ -236,10 +270,12 @@ def _run(
     backend: str,
     device: str,
     pin: Pin | None,
+    stack_pin: Pin | None,
     fp: Fingerprint,
     drift_notes: list[str],
     progress: Progress | None,
     ends_at: float | None,
+    cancel: Cancellation,
 ) -> NightlyOutcome:
     started = time.perf_counter()
     is_drill = bool(opts.inject)
@@ -249,6 +285,8 @@ def _run(
         host["drift"] = drift_notes
     artifact: BuildArtifact | None = None
     build_error = ""
+    if progress:  # the build can take minutes (a first gfx942 build): say so before it starts
+        progress("building the kernel", 0, 0, None)
     try:
         artifact = build_kernel(
             backend, extra_flags=pin.extra_flags if pin else (), inject=opts.inject, cache_dir=opts.cache_dir
@@ -261,7 +299,7 @@ def _run(
             digest=fp.digest,
             keys=fp.keys,
             schema_version=fp.schema_version,
-            name=pin.name if pin else None,
+            name=stack_pin.name if stack_pin else None,
         )
         stack_id = stack.id
         build_id = record_build(session, stack, artifact.to_dict()).id if artifact else None
@@ -280,6 +318,8 @@ def _run(
             ci=ci_metadata(),
             runner=opts.runner,
         )
+        if (why := cancel.reason()) is not None:  # Ctrl-C reaches the compiler too: not the build's fault
+            return _cancelled_before_cases(store, run_id, opts, device, backend, why, cancel)
         failed = f"build failed: {build_error}"
         bundle_path = _finish(store, run_id, opts, status="failed", exit_code=EXIT_UNDECIDED, message=failed)
         return NightlyOutcome(run_id, EXIT_UNDECIDED, {"error": build_error}, bundle_path)
@@ -305,12 +345,14 @@ def _run(
     cases_started = time.perf_counter()
     plan = plan_cases(opts, device, backend)
     try:
-        with _terminate_as_exception():
-            for result in pool.run(plan, measured, progress, deadline=ends_at):
-                t0 = time.perf_counter()
-                add_result(store, run_id, result)  # streamed: each result is safe as soon as it exists
-                store_s += time.perf_counter() - t0
-                results.append(result)
+        for result in pool.run(plan, measured, progress, deadline=ends_at, cancelled=cancel.reason):
+            t0 = time.perf_counter()
+            add_result(store, run_id, result)  # streamed: each result is safe as soon as it exists
+            store_s += time.perf_counter() - t0
+            results.append(result)
+    except Interrupted as stop:
+        finish_run(store, run_id, status="incomplete", exit_code=stop.exit_code, message=str(stop))
+        raise
     except BaseException as exc:
         finish_run(
             store, run_id, status="incomplete", exit_code=EXIT_UNDECIDED, message=f"interrupted: {exc!r}"
@@ -332,22 +374,61 @@ def _run(
     exit_code = EXIT_OK if clean else EXIT_FAILED  # a case the pool could not run is not a pass
     if not results:
         exit_code = EXIT_UNDECIDED
+    why = cancel.reason() if any(k.startswith("cancelled by") for k in pool.stats.skipped) else None
+    if why is not None:
+        exit_code = exit_code_for_signal(cancel.signum or 0)
     pool.close()  # the workers' after-state belongs in the run record
     bundle_path = _finish(
         store,
         run_id,
         opts,
-        status="complete" if exit_code == EXIT_OK else "failed",
+        status="cancelled" if why else "complete" if exit_code == EXIT_OK else "failed",
         summary=summary,
         exit_code=exit_code,
+        message=(ended := _cancel_message(why, summary, pool.stats.skipped, len(plan))),
         gpu_state={"after": device_state(device), **({"workers": pool.states} if pool.states else {})},
     )
+    if why is not None:  # the bundle is written and spooled: analysis and upload wait for the next run
+        return NightlyOutcome(run_id, exit_code, summary, bundle_path, message=ended)
     regressions = _analyse(store, run_id)
     if opts.upload:
         from .upload import upload_bundles
 
         upload_bundles([bundle_path], opts.upload)
     return NightlyOutcome(run_id, exit_code, summary, bundle_path, regressions)
+
+
+def _cancel_message(why: str | None, summary: dict[str, Any], skipped: dict[str, int], planned: int) -> str:
+    if why is None:
+        return ""
+    not_run = sum(skipped.values())
+    ran = summary["results"] - not_run
+    return f"{why}: {ran} of {planned} cases ran, {not_run} case(s) not run (recorded 'skip')"
+
+
+def _cancelled_before_cases(
+    store: Store, run_id: str, opts: NightlyOptions, device: str, backend: str, why: str, cancel: Cancellation
+) -> NightlyOutcome:
+    """A signal during the build: every planned case is recorded 'skip' with the reason."""
+    plan = plan_cases(opts, device, backend)
+    for _, spec in plan:
+        add_result(store, run_id, CaseResult(case=spec, status="skip", message=f"{why}: during the build"))
+    summary = summarise([CaseResult(case=spec, status="skip", message=why) for _, spec in plan])
+    summary["planned"] = len(plan)
+    summary["timing"] = {"not_run": {why: len(plan)}}
+    code = exit_code_for_signal(cancel.signum or 0)
+    bundle_path = _finish(
+        store,
+        run_id,
+        opts,
+        status="cancelled",
+        summary=summary,
+        exit_code=code,
+        message=(
+            ended := f"{why}: during the build; 0 of {len(plan)} cases ran, {len(plan)} case(s) not run"
+        ),
+    )
+    return NightlyOutcome(run_id, code, summary, bundle_path, message=ended)
 
 
 def compare_build_spec(opts: NightlyOptions) -> str | None:
@@ -440,7 +521,11 @@ def _finish(store: Store, run_id: str, opts: NightlyOptions, **how: Any) -> Path
 
             spool_bundle(bundle)
 
-    finish_run(store, run_id, before_commit=write, **how)
+    try:
+        finish_run(store, run_id, before_commit=write, **how)
+    except Interrupted as stop:  # a second signal before the commit: the finish rolled back
+        finish_run(store, run_id, status="incomplete", exit_code=stop.exit_code, message=str(stop))
+        raise
     return written[0]
 
 
@@ -458,7 +543,7 @@ def _adopt_written_bundles(store: Store, out: Path) -> list[str]:
             run = read_bundle(path)["run"] if path.is_file() else None
         except BundleError:
             continue
-        if run is None or run["status"] not in ("complete", "failed"):
+        if run is None or run["status"] not in ("complete", "failed", "cancelled"):
             continue
         finish_run(
             store,

@@ -17,7 +17,7 @@ import tomli_w
 
 from . import resources
 from .errors import UserError
-from .stack_keys import HASHED_KEYS, PINNED_KEYS, SCHEMA_VERSION, Fingerprint, stack_digest
+from .stack_keys import HASHED_KEYS, PINNED_KEYS, SCHEMA_VERSION, Fingerprint, drifted_keys, stack_digest
 
 STACKS_ENV = "REGRESS_STACKS_DIR"  # the user's folder of pins (a team's private pins, tests)
 
@@ -207,13 +207,32 @@ class Drift:
 
 
 def check_pin(pin: Pin, fp: Fingerprint) -> list[Drift]:
-    """Every key whose live value differs from the pin (empty list: the machine matches)."""
-    drifts = []
-    for key in (*HASHED_KEYS, *PINNED_KEYS):
-        expected, live = pin.expected.get(key, ""), fp.keys.get(key, "")
-        if expected != live:
-            drifts.append(Drift(key, expected, live, key in HASHED_KEYS))
-    return drifts
+    """Every key whose live value differs from the pin (empty list: the machine matches), by the
+    one rule (stack_keys.drifted_keys)."""
+    return [
+        Drift(key, pin.expected.get(key, ""), fp.keys.get(key, ""), key in HASHED_KEYS)
+        for key in drifted_keys(pin.expected, fp.keys)
+    ]
+
+
+def run_drift(pin: Pin | None, fp: Fingerprint, *, allow_drift: bool) -> tuple[Pin | None, list[str]]:
+    """(the pin this run's stack is, the drift notes its bundle records in run.host.drift).
+
+    `pin`: the one named by --stack; a drift refuses the run unless `allow_drift`. Without one, the
+    pin whose digest this machine has (its hashed keys match): a pinned key that differs there
+    (another Python or torch) is recorded, never refused, because a plain nightly promised no pin,
+    and the import, service or local, accepts a pinned stack's drift only when the run declares it:
+    so a nightly never writes a bundle its own project refuses."""
+    if pin is None:
+        matched = pin_for_digest(fp.digest)
+        drifts = check_pin(matched, fp) if matched is not None else []
+        return matched, [format_drift(matched, drifts)] if matched is not None and drifts else []
+    drifts = check_pin(pin, fp)
+    if drifts and not allow_drift:
+        raise UserError(
+            format_drift(pin, drifts) + "\n(pass --allow-drift to run anyway, recorded under the live digest)"
+        )
+    return pin, [format_drift(pin, drifts)] if drifts else []
 
 
 def format_drift(pin: Pin, drifts: list[Drift]) -> str:

@@ -22,7 +22,8 @@ backend `--gpus 0,1` names worker slots, which is how CI tests the pool without 
   cold start (import, device context, library: ~5 s on the H200). Not on the CPU backend, where
   a start-up is CPU work that would slow the cases running beside it.
   Losses between cases cost no case, so only MAX_IDLE_LOSSES of them are replaced per device. At
-  the run's deadline the cases in flight are stopped and every case left is recorded 'skip'.
+  the run's deadline the cases in flight are stopped and every case left is recorded 'skip'; a
+  cancellation (`cancelled`, a signal to the parent) ends the run the same way, with its reason.
 - The parent owns the database; workers only compute and send results back, so a dying worker can
   lose at most its in-flight case, never a stored one. Results are yielded as they arrive. Each
   worker writes to its own pipe: a shared queue's lock, held by a worker killed mid-send, would
@@ -176,6 +177,10 @@ def _worker_main(
 ) -> None:
     marks: dict[str, float] = {"spawn_s": round(time.time() - spawned_at, 3)}
     parent = os.getppid()
+    # A terminal's Ctrl-C and a CI's cancel reach the whole process group: the parent decides how
+    # the run ends (it stops its workers itself), so a worker must not die mid-case of the signal.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop_signal, signal.SIG_IGN)
     evidence = open(evidence_path, "w")  # noqa: SIM115 - lives as long as the process
     faulthandler.register(signal.SIGUSR1, file=evidence, all_threads=True)
     _pin_device(device, gpu)
@@ -411,6 +416,14 @@ class WorkerPool:
         self._drain_states()
         shutil.rmtree(self._dir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """Ends every worker at once (a second stop signal: no after-states, no waiting)."""
+        self._closed = True
+        for w in self._workers.values():
+            if w.proc.is_alive():
+                w.proc.kill()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
     def _spawn(self, slot: int, gpu: int | None, *, spare: bool = False) -> _Worker:
         inbox = self._mp.Queue()
         reader, writer = self._mp.Pipe(duplex=False)
@@ -477,10 +490,12 @@ class WorkerPool:
         measured: dict[str, float],
         progress: Progress | None,
         deadline: float | None = None,
+        cancelled: Callable[[], str | None] | None = None,
     ) -> Iterator[CaseResult]:
         """Yields one result for every case of the plan (pass, fail, error, timeout or skip) as it
         arrives; a lost worker or device never raises. `deadline` (a time.monotonic() value): the
-        cases in flight then are stopped and the rest are not started, all recorded 'skip'."""
+        cases in flight then are stopped and the rest are not started, all recorded 'skip'.
+        `cancelled`: asked every poll; a reason ("cancelled by SIGTERM") ends the run the same way."""
         units = make_units(plan, measured)
         self.stats.scheduled_by = (
             "measured" if units and measured and all(s.key in measured for _, s in plan) else "estimate"
@@ -654,24 +669,32 @@ class WorkerPool:
 
         backlog: deque[tuple[str, int, Any]] = deque()
         ended = False  # every case left was recorded 'skip': nothing more can arrive
+
+        def end_now(reason: str, when: str) -> None:
+            """The deadline's and a cancellation's end: stop the cases in flight, skip the rest."""
+            for w in list(self._workers.values()):
+                case = in_flight(w)
+                if case is not None:
+                    spec, cur = case
+                    elapsed = time.monotonic() - cur.started
+                    record(
+                        w,
+                        spec,
+                        "skip",
+                        f"{reason}: {when} {elapsed:.1f} s into this case (last step: {cur.phase}); stopped",
+                        wall_s=round(elapsed, 3),
+                    )
+                stop(w)
+            skip_the_rest(f"{reason}: {when} before this case started")
+
         while done < total and not ended:
-            if deadline is not None and time.monotonic() >= deadline:
+            why = cancelled() if cancelled is not None else None
+            if why:
+                end_now(why, "the run was cancelled")
+                ended = True
+            elif deadline is not None and time.monotonic() >= deadline:
                 self.stats.deadline_reached = True
-                for w in list(self._workers.values()):
-                    case = in_flight(w)
-                    if case is not None:
-                        spec, cur = case
-                        elapsed = time.monotonic() - cur.started
-                        record(
-                            w,
-                            spec,
-                            "skip",
-                            f"{DEADLINE}: the run's deadline passed {elapsed:.1f} s into this case "
-                            f"(last step: {cur.phase}); stopped",
-                            wall_s=round(elapsed, 3),
-                        )
-                    stop(w)
-                skip_the_rest(f"{DEADLINE}: the run's deadline passed before this case started")
+                end_now(DEADLINE, "the run's deadline passed")
                 ended = True
             elif not self._workers:  # every device was given up
                 skip_the_rest("unhealthy: " + ("; ".join(self.stats.unhealthy.values()) or "no worker left"))

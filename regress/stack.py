@@ -3,11 +3,11 @@
 Keys come in three kinds:
 - HASHED keys break history (toolkit, compiler, flags, driver, firmware, GPU product and arch,
   backend); they form the digest, so a time series is (case, digest).
-- PINNED keys are checked against the pin file but not hashed (OS kernel, torch, baseline library,
-  Python): a runner's torch upgrade is visible and refused without a pin update, yet does not split
-  the kernel's history.
-- DIAGNOSTIC facts (hostname, GPU serial/UUID, clocks, temperatures) are stored beside the run and
-  never compared.
+- PINNED keys are checked against the pin file but not hashed (torch, baseline library, Python): a
+  runner's torch upgrade is visible and refused without a pin update, yet does not split the
+  kernel's history.
+- DIAGNOSTIC facts (hostname, OS kernel build, GPU serial/UUID, clocks, temperatures) are stored
+  beside the run and never compared.
 The key lists and the digest are pure and live in regress/stack_keys.py; this module probes the
 machine for them and reads, writes and checks the pins.
 """
@@ -174,12 +174,12 @@ def live_fingerprint(
         backend=backend,
         compiler=compiler,
         build_flags=" ".join([*flags, *(extra_flags or [])]),
-        os_kernel=platform.release(),
         torch=_version_of("torch"),
         baseline_library=baseline,
         python=platform.python_version(),
     )
     diag["hostname"] = socket.gethostname()
+    diag["os_kernel"] = platform.release()
     return Fingerprint(keys=keys, diagnostics=diag)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,11 @@ HASHED_KEYS = (
     "compiler",
     "build_flags",
 )
-PINNED_KEYS = ("os_kernel", "torch", "baseline_library", "python")
+# Checked against a pin, not hashed. Not the OS kernel's build string: it decides no number (the
+# driver, firmware, toolkit and compiler that do are hashed), yet it differs on every machine, so a
+# pin naming it refused every machine but its author's (issue 42: `stack check cpu-local` exit 2,
+# a plain nightly's bundle 409 at its own import). It is a host fact now (run.host.os_kernel).
+PINNED_KEYS = ("torch", "baseline_library", "python")
 
 
 @dataclass
@@ -44,6 +49,13 @@ class Fingerprint:
             "hashed_keys": list(HASHED_KEYS),
             "diagnostics": self.diagnostics,
         }
+
+
+def drifted_keys(expected: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+    """THE drift rule, one place for `stack check`, `nightly --stack`, a plain nightly and both
+    imports (the service's and `regress import`): the hashed and pinned keys whose live value is
+    not the pin's. Anything else a pin or a bundle carries is never compared."""
+    return [k for k in (*HASHED_KEYS, *PINNED_KEYS) if str(expected.get(k, "")) != str(live.get(k, ""))]
 
 
 def stack_digest(hashed: dict[str, str], schema_version: int = SCHEMA_VERSION) -> str:

@@ -92,7 +92,7 @@ def _cli(args: list[str], tty: bool = False) -> subprocess.CompletedProcess[str]
 def test_piped_runs_list_forges_no_row_and_tolerates_markup(store: Store, db_url: str, trigger: str) -> None:
     for _ in range(3):
         _run(store, ["a"], 1.0, trigger=trigger)
-    done = _cli(["runs", "list", "--db", db_url])
+    done = _cli(["runs", "list", "--tsv", "--db", db_url])
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 1 + 3 and all(line.count("\t") == 8 for line in lines)

@@ -40,7 +40,7 @@ def demo_history_cmd(
     if existing and not force:
         raise UserError(f"the database already holds {existing} runs; use a fresh --db (or --force)")
     try:
-        s = demo_history(store, nights=nights, stacks=stacks, cases=cases, seed=seed)
+        s = demo_history(store, nights=nights, stacks=stacks, cases=cases, seed=seed, progress=_night_written)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     click.echo(
@@ -48,6 +48,11 @@ def demo_history_cmd(
         f"{s.results} results, {s.regressions} regressions in {s.seconds:.1f} s"
     )
     click.echo("next: regress site --out site/" + (f" --db {db_url}" if db_url else ""))
+
+
+def _night_written(done: int, nights: int) -> None:
+    """A plain line on stderr per night (a night is 1-4 s at the defaults; piped, a bar says nothing)."""
+    click.echo(f"[{done:>{len(str(nights))}}/{nights}] night written and judged", err=True)
 
 
 COMMANDS = [demo_history_cmd]

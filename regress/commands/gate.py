@@ -195,6 +195,9 @@ def _run_ab(
     )
     if outcome.run_id is None:
         raise UserError(f"the A/B run of {candidate_stack} against {baseline_stack} did not start")
+    if outcome.exit_code > 128:  # a stop signal ended the A/B run: nothing to judge, say how it ended
+        click.echo(outcome.message, err=True)
+        raise click.exceptions.Exit(outcome.exit_code)
     return outcome.run_id
 
 

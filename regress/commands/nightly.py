@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ from . import options
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..nightly import NightlyOutcome
+    from ..nightly import NightlyOptions, NightlyOutcome
     from ..results import CaseResult
 
 
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     "--compare-build",
     metavar="BUILD",
     help="A/B on this device: also time BUILD beside this run's build, in the same rounds, and store "
-    "both arms (judge with `regress gate --ab RUN`). BUILD: clean (this stack's flags, no fault; the "
+    "both arms (judge with `regress gate --ab --run RUN`). BUILD: clean (this stack's flags, no fault; the "
     "default for --inject slowdown), stack:NAME (a second pinned stack's flags), 'flags:F1 F2', a "
     "built library file, or none.",
 )
@@ -98,7 +99,9 @@ def nightly(
 ) -> None:
     """Stack check, build, run the suites, store every result, print a summary.
 
-    Exit 0: every suite passed; 1: a suite failed; 2: could not run.
+    Exit 0: every suite passed; 1: a suite failed; 2: could not run; 128 + N: stopped by signal N
+    (143 SIGTERM, 130 SIGINT, 129 SIGHUP), the cases left recorded 'skip' and the bundle of what
+    finished written and spooled (a second signal exits at once, the run left 'incomplete').
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -136,7 +139,14 @@ def nightly(
         task = bar.add_task("starting", total=None)
 
         def progress(label: str, done: int, total: int, result: CaseResult | None) -> None:
-            bar.update(task, description=label[:60], completed=done, total=total)
+            if not console.is_terminal:  # piped (a CI log): plain lines, one a step, not a bar
+                said = result is None or label.startswith(result.status)  # the pool's own "skip ..."
+                status = "" if said else f"{result.status} "
+                width = len(str(total))
+                count = f"[{done:>{width}}/{total}] " if total else ""
+                click.echo(f"{count}{status}{label}", err=True)
+                return
+            bar.update(task, description=label[:60], completed=done, total=total or None)
             if result is not None and result.status in ("fail", "error", "timeout"):
                 bar.console.print(
                     f"[red]{result.status}[/] {result.case.suite}/{result.case.name}: "
@@ -144,11 +154,28 @@ def nightly(
                 )
 
         outcome = run_nightly(opts, progress)
-    print_summary(outcome, Console())
+    print_summary(outcome, Console(), next_command=next_gate_command(opts, outcome))
     ctx.exit(outcome.exit_code)
 
 
-def print_summary(outcome: NightlyOutcome, console: Console) -> None:
+def next_gate_command(opts: NightlyOptions, outcome: NightlyOutcome) -> str | None:
+    """The gate command that judges a drill or an A/B run (neither is judged by the nightly)."""
+    from ..nightly import compare_build_spec
+
+    if outcome.run_id is None or outcome.exit_code > 128:
+        return None
+    db = f" --db {shlex.quote(opts.db)}" if opts.db else ""
+    if compare_build_spec(opts) is not None and "perf" in opts.suites:  # both builds in one run
+        return f"regress gate --ab --run {outcome.run_id}{db}"
+    if opts.inject:
+        baseline = f"stack:{opts.stack}" if opts.stack else "CLEAN_RUN"
+        return f"regress gate --baseline {baseline} --candidate {outcome.run_id}{db}" + (
+            "  (CLEAN_RUN: a run without --inject, from `regress runs list`)" if not opts.stack else ""
+        )
+    return None
+
+
+def print_summary(outcome: NightlyOutcome, console: Console, next_command: str | None = None) -> None:
     from rich.table import Table
 
     summary = outcome.summary
@@ -211,7 +238,12 @@ def print_summary(outcome: NightlyOutcome, console: Console) -> None:
         console.print(
             f"[yellow]{len(outcome.regressions)} regression(s) flagged[/]: `regress regressions list`"
         )
-    console.print(f"bundle: {outcome.bundle_path}")
+    console.print(f"bundle: {outcome.bundle_path}", soft_wrap=True)
+    if next_command:
+        console.print(f"judge it: {next_command}", soft_wrap=True, markup=False)
+    if outcome.exit_code > 128:  # a stop signal: the one line that says how the run ended
+        console.print(f"[red]{outcome.message}[/]", soft_wrap=True)
+        return
     verdict = {0: "[green]all suites passed[/]", 1: "[red]a suite failed[/]", 2: "[red]could not run[/]"}
     if outcome.exit_code == 1 and not_run and summary.get("failing_cases") == []:
         verdict[1] = "[red]not every case ran[/]"

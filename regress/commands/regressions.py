@@ -6,9 +6,8 @@ import json
 
 import click
 
-from ..escape import visible
 from ..results import REGRESSION_STATES
-from . import options
+from . import listing, options
 
 
 @click.group()
@@ -20,15 +19,12 @@ def regressions() -> None:
 @click.option("--state", type=click.Choice(REGRESSION_STATES), help="Only this state.")
 # At least 1: SQLite read -1 as "no limit" and PostgreSQL refused it; at most a 64-bit integer.
 @click.option("--limit", type=click.IntRange(1, 2**63 - 1), default=200, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@listing.machine_formats
 @options.db
-def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -> None:
-    """Newest first."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
+def list_cmd(state: str | None, limit: int, as_json: bool, as_tsv: bool, db_url: str | None) -> None:
+    """Newest first; drills (and what they acknowledged) after the real ones."""
     from ..analysis import list_regressions
+    from ..metrics import describe_change
     from ..store.repo import open_store
 
     rows = list_regressions(open_store(db_url, must_exist=True), state=state, limit=limit)
@@ -38,29 +34,22 @@ def list_cmd(state: str | None, limit: int, as_json: bool, db_url: str | None) -
     if not rows:
         click.echo("no regressions" + (f" in state {state}" if state else ""))
         return
-    table = Table()
-    for col in ("id", "state", "kind", "metric", "case", "stack", "change", "first run", "note"):
-        table.add_column(col)
-    for r in rows:
-        mag = r["magnitude"]
-        change = (
-            f"{mag * 100:+.1f}%"
-            if r["kind"] == "perf" and mag is not None
-            else (f"{mag:.3g}" if mag is not None else "")
-        )
-        cells = (
+    columns = ("id", "state", "kind", "metric", "case", "stack", "change", "first run", "note")
+    cells = [
+        (
             str(r["id"]),
             r["state"] + (" (drill)" if r["drill"] else ""),
             r["kind"],
             r["metric"],
             f"{r['suite']}/{r['case']}",
             r["stack"] or r["stack_digest"][:12],
-            change,
+            describe_change(r["kind"], r["metric"], r["magnitude"]),
             r["first_run"],
             r["note"],
         )
-        table.add_row(*(Text(visible(c)) for c in cells))  # stored text: never rich markup or ESC
-    Console(width=200, markup=False, highlight=False).print(table)
+        for r in sorted(rows, key=lambda r: bool(r["drill"]))  # stable: newest first within each
+    ]
+    listing.print_rows(columns, cells, as_tsv=as_tsv, no_wrap=("id", "change"), right=("change",))
 
 
 @regressions.command("ack")

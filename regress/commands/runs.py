@@ -11,7 +11,7 @@ import click
 
 from ..errors import UserError
 from ..escape import readable, visible
-from . import options
+from . import listing, options
 
 
 @click.group()
@@ -23,9 +23,10 @@ def runs() -> None:
 @options.db
 # At least 1: SQLite read -1 as "no limit" and PostgreSQL refused it; at most a 64-bit integer.
 @click.option("--limit", type=click.IntRange(1, 2**63 - 1), default=30, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
-    """Newest runs first (a run whose process died shows as incomplete)."""
+@listing.machine_formats
+def list_runs(db_url: str | None, limit: int, as_json: bool, as_tsv: bool) -> None:
+    """Newest runs first (a run whose process died shows as incomplete, one a signal stopped as
+    cancelled)."""
     from ..store import queries
     from ..store.queries import run_summary
     from ..store.repo import open_store, reap_stale_runs
@@ -46,41 +47,22 @@ def list_runs(db_url: str | None, limit: int, as_json: bool) -> None:
             r["backend"],
             r["stack_name"] or r["stack"][:12],
             (r["kernel_commit"] or "")[:10],
-            r["started_at"][:19],
+            r["started_at"][:16].replace("T", " "),  # to the minute: one column less to fold
             str(r["results"] if r["results"] is not None else "—"),
             str(r["failed"] if r["failed"] is not None else "—"),
         )
         for r in data
     ]
-    if not sys.stdout.isatty():
-        # Piped: tab-separated with full ids, so `cut -f1` gives ids a later command accepts. A tab
-        # or newline in a stored value is written as an escape: it cannot forge a row or column.
-        click.echo("\t".join(columns))
-        for row in rows:
-            click.echo("\t".join(map(visible, row)))
-        return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table()
-    for col in columns:
-        table.add_column(col, no_wrap=col == "id", min_width=24 if col == "id" else None)
-    for row in rows:
-        table.add_row(*(Text(visible(cell)) for cell in row))  # stored text: never rich markup
-    Console(markup=False, highlight=False).print(table)
+    listing.print_rows(columns, rows, as_tsv=as_tsv, no_wrap=("id",), right=("results", "failed"))
 
 
 @runs.command("show")
 @click.argument("run_id")
 @options.db
 @click.option("--json", "as_json", is_flag=True, help="The full bundle (every result and sample).")
-def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
+@click.option("--tsv", "as_tsv", is_flag=True, help="The results table, tab-separated (a header row first).")
+def show_run(run_id: str, db_url: str | None, as_json: bool, as_tsv: bool) -> None:
     """One run (RUN_ID or a unique prefix of it): its stack, build and every result."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     from ..metrics import HEADLINE, headline_value, plan_label
     from ..store.queries import find_run
     from ..store.repo import open_store
@@ -93,32 +75,36 @@ def show_run(run_id: str, db_url: str | None, as_json: bool) -> None:
         click.echo(json.dumps(bundle, indent=1, default=str))
         return
     run, stack, build = bundle["run"], bundle["stack"], bundle["build"]
+    # The launch plan that ran (perf and e2e record it): a regression from a changed plan reads so.
+    plans = [plan_label(res["metrics"]) for res in bundle["results"]]
+    with_plan = any(plans)
+    rows = []
+    for res, plan in zip(bundle["results"], plans, strict=True):
+        h, value = HEADLINE.get(res["suite"]), headline_value(res["suite"], res["metrics"])
+        shown = f"{h.metric}={value:.4g} {h.unit}" if h and value is not None else ""
+        rows.append((res["suite"], res["name"], res["status"], shown, *((plan,) if with_plan else ())))
+    columns = ("suite", "case", "status", "headline", *(("plan",) if with_plan else ()))
+    if as_tsv:
+        listing.print_rows(columns, rows, as_tsv=True)
+        return
     # Every stored string is uploaded text: printed with rich markup off and controls escaped, so
     # `[/x]` is shown as it is and ESC never reaches the terminal.
-    console = Console(markup=False, highlight=False)
-    console.print(
-        visible(f"run {run['id']}  {run['status']}  trigger={run['trigger']}  backend={run['backend']}")
-    )
-    console.print(visible(f"stack {stack['name'] or '(unpinned)'}  digest {stack['digest']}"))
+    console = listing.console()
+    head = f"run {run['id']}  {run['status']}  trigger={run['trigger']}  backend={run['backend']}"
+    console.print(visible(head), soft_wrap=True)
+    if run.get("message"):
+        console.print(visible(run["message"]), soft_wrap=True)
+    console.print(visible(f"stack {stack['name'] or '(unpinned)'}  digest {stack['digest']}"), soft_wrap=True)
     if build:
         inject = ", ".join(f"{k}={readable(v)}" for k, v in (build["inject"] or {}).items()) or "none"
         console.print(
             visible(
                 f"build {build['artifact_hash'][:16]}  source {build['source_hash'][:16]}  "
                 f"commit {build['git_commit'] or 'unknown'}  inject {inject}"
-            )
+            ),
+            soft_wrap=True,
         )
-    table = Table()
-    # The launch plan that ran (perf and e2e record it): a regression from a changed plan reads so.
-    plans = [plan_label(res["metrics"]) for res in bundle["results"]]
-    for col in ("suite", "case", "status", "headline", *(("plan",) if any(plans) else ())):
-        table.add_column(col)
-    for res, plan in zip(bundle["results"], plans, strict=True):
-        h, value = HEADLINE.get(res["suite"]), headline_value(res["suite"], res["metrics"])
-        shown = f"{h.metric}={value:.4g} {h.unit}" if h and value is not None else ""
-        cells = (res["suite"], res["name"], res["status"], shown, *((plan,) if any(plans) else ()))
-        table.add_row(*(Text(visible(v)) for v in cells))
-    console.print(table)
+    listing.print_rows(columns, rows, out=console, no_wrap=("case",))
 
 
 @runs.command("delete")

@@ -80,7 +80,7 @@ def resolve_pair(session: Session, baseline_sel: str, candidate_sel: str) -> tup
     if base.id == cand.id:
         raise UserError(
             f"baseline and candidate are the same run ({base.id}): a gate needs two runs "
-            "(or one A/B run: `regress gate --ab RUN`)"
+            "(or one A/B run: `regress gate --ab --run RUN`)"
         )
     return base, cand
 

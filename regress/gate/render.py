@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections import Counter
 from functools import cache
 from pathlib import Path
 
@@ -89,7 +90,9 @@ def format_table(report: GateReport) -> str:
         f"{'[' + (report.candidate_run or '?')[:12] + ']':>14}",
     ]
     for r in report.rows:
-        note = row_note(r)
+        # The advice of a too-noisy case is said once, grouped, under the table (summary_lines):
+        # repeated on every row, an undecided verdict took 166 lines (issue 42).
+        note = r.note + (" (too noisy: see below)" if r.advice else "")
         lines.append(
             f"{r.mark:<2}{fmt_value(r.baseline, r.metric):>14} {fmt_value(r.candidate, r.metric):>14} "
             f"{fmt_ratio(r.ratio) or 'n/a':>7} {fmt_p(r.p_value):>9} {fmt_pct(r.threshold):>7} "
@@ -103,8 +106,35 @@ def summary_lines(report: GateReport) -> list[str]:
     out = [f"verdict: {report.verdict} (exit {report.exit_code})"] if report.verdict else []
     out += [f"  reason: {r}" for r in report.reasons]
     out += [f"  regression: {r.suite}/{r.case}: {r.note}" for r in report.regressions]
-    out += [f"  too noisy: {r.suite}/{r.case}: {r.advice}" for r in report.too_noisy]
+    out += grouped_advice(report.too_noisy)
     return [escape.visible(line) for line in out]
+
+
+def grouped_advice(rows: list[GateRow]) -> list[str]:
+    """The too-noisy cases' advice, each phrase once. Advice is "; "-separated phrases, some of the
+    form "HEAD: TEXT" (HEAD the case's own numbers, "MDE 7.1 % (limit 5.0 %)"): a phrase, or a TEXT,
+    that two or more cases share heads a group with its count; what is a case's own (its MDE, the
+    rounds it would need) follows its name."""
+    if not rows:
+        return []
+    parts = {id(r): [p.strip() for p in r.advice.split("; ") if p.strip()] for r in rows}
+    whole = Counter(p for ps in parts.values() for p in set(ps))
+    tails = Counter(p.split(": ", 1)[1] for ps in parts.values() for p in set(ps) if ": " in p)
+
+    def split(phrase: str) -> tuple[str, str]:
+        """(the case's own part, the shared part) of one phrase."""
+        if whole[phrase] > 1:
+            return "", phrase
+        head, _, tail = phrase.partition(": ")
+        return (head, tail) if tail and tails[tail] > 1 else (phrase, "")
+
+    shared = Counter(s for ps in parts.values() for s in {split(p)[1] for p in ps} if s)
+    out = [f"  too noisy to pass: {len(rows)} case(s)"]
+    out += [f"    {n} case(s): {phrase}" for phrase, n in shared.most_common()]
+    for r in rows:
+        own = [head for head, _ in map(split, parts[id(r)]) if head]
+        out.append(f"    {r.suite}/{r.case}" + (f": {'; '.join(own)}" if own else ""))
+    return out
 
 
 def render_markdown(report: GateReport) -> str:

@@ -36,7 +36,7 @@ _RUN_SUMMARY = {
     "type": "object",
     "properties": {
         "id": {"type": "string"},
-        "status": {"type": "string", "enum": ["running", "complete", "failed", "incomplete"]},
+        "status": {"type": "string", "enum": ["running", "complete", "failed", "incomplete", "cancelled"]},
         "runner": {"type": "string", "nullable": True},
         "backend": {"type": "string"},
         "stack": {"type": "string", "description": "stack digest (64 hex)"},

@@ -12,6 +12,8 @@ import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from ..metrics import describe_change
+
 
 def fmt_num(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -60,6 +62,19 @@ def fmt_ratio(value: Any) -> str:
     return f"{value:.3f}×"
 
 
+def fmt_change(regression: Any) -> str:
+    """A regression's change with its unit (metrics.describe_change), "–" when it has none; the
+    pages hold regressions as dicts, other callers as rows."""
+
+    def get(name: str) -> Any:
+        return regression.get(name) if isinstance(regression, dict) else getattr(regression, name, None)
+
+    magnitude = get("magnitude")
+    if not isinstance(magnitude, int | float) or isinstance(magnitude, bool):
+        return "–"
+    return describe_change(str(get("kind")), str(get("metric")), float(magnitude)) or "–"
+
+
 def fmt_time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else "–"
 
@@ -87,6 +102,7 @@ def make_env(templates: Path) -> Environment:
         time=fmt_time,
         date=fmt_date,
         show=fmt_show,
+        change=fmt_change,
     )
     return env
 

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -98,6 +99,14 @@ def _workers() -> int:
     return max(1, min(cpus, 8))
 
 
+def _worker_signals() -> None:
+    """A forked worker leaves stop signals to its parent, which ends the pool (`terminate` sends
+    SIGTERM): the parent's raising handler, inherited by the fork, would print a worker traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _render_share(k: int) -> list[tuple[str, str, str, bool]]:
     assert _JOBS is not None
     writer, jobs, n = _JOBS
@@ -171,7 +180,7 @@ class SiteWriter:
             global _JOBS
             _JOBS = (self, jobs, workers)
             try:
-                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
                     done = [r for chunk in pool.map(_render_share, range(workers)) for r in chunk]
             finally:
                 _JOBS = None

@@ -10,7 +10,9 @@ from sqlalchemy.orm import Mapped
 
 from .base import Base, NotNull, Nullable, utcnow
 
-RUN_STATES = ("running", "complete", "failed", "incomplete")
+# 'cancelled': a stop signal ended it like a deadline (every case has a status, the bundle is
+# written); like 'incomplete' it is never a baseline. The column is a plain String(16): no migration.
+RUN_STATES = ("running", "complete", "failed", "incomplete", "cancelled")
 # A run that ended by itself; "incomplete" runs are never baselines, "running" ones not yet.
 FINISHED_STATES = ("complete", "failed")
 # The note the reaper appends to a local run whose process ended while it was 'running'.

@@ -24,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..results import CaseResult, stored_series
-from ..stack_keys import HASHED_KEYS, PINNED_KEYS, stack_digest
+from ..stack_keys import HASHED_KEYS, drifted_keys, stack_digest
 from .build import BUILD_FACTS, Build
 from .bulk import ensure_cases, prepare_results, write_runs
 from .case import Case
@@ -67,19 +67,19 @@ def stack_facts(bundle: dict[str, Any], pin: StackPin | None) -> tuple[str | Non
     if pin is not None:  # a pinned stack's facts are its pin's, reviewed in the repository
         host = bundle["run"].get("host")
         declared_drift = bool(isinstance(host, dict) and host.get("drift"))
-        for key in (*HASHED_KEYS, *PINNED_KEYS):
-            if st["keys"].get(key) == pin.expected.get(key):
-                continue
-            # A pinned but unhashed key (os_kernel, torch...) may drift on a run that said so
-            # (`--allow-drift` records the diff in run.host.drift); the stack row keeps the pin's
-            # value and the run's host record the live one. Undeclared drift is a conflict.
+        for key in drifted_keys(pin.expected, st["keys"]):  # the one drift rule
+            # A pinned but unhashed key (torch, python...) may drift on a run that said so (a
+            # plain nightly or `--allow-drift` records the diff in run.host.drift); the stack row
+            # keeps the pin's value and the run's host record the live one. Undeclared drift is
+            # a conflict.
             if key in HASHED_KEYS or not declared_drift:
                 raise BundleConflict(
                     f"bundle.stack.keys.{key}: {str(st['keys'].get(key))[:80]!r} is not the value of "
                     f"stack {name}'s pin ({str(pin.expected.get(key))[:80]!r})"
                     + ("" if key in HASHED_KEYS else "; the run records no drift (bundle.run.host.drift)")
                 )
-        keys = {**st["keys"], **{k: pin.expected.get(k) for k in (*HASHED_KEYS, *PINNED_KEYS)}}
+        # Every fact the pin states, compared or not (older bundles carry os_kernel as a key).
+        keys = {**st["keys"], **pin.expected}
     return name, keys
 
 

@@ -158,8 +158,8 @@ def test_import_refuses_bad_and_conflicting_bundles_and_keeps_the_rest(
 
 
 @pytest.mark.slow  # CLI subprocesses (2.4 s CPU)
-def test_runs_list_piped_prints_whole_ids_that_show_accepts(real_db: str) -> None:
-    code, out = _invoke(["runs", "list", "--db", real_db])
+def test_runs_list_tsv_prints_whole_ids_that_show_accepts(real_db: str) -> None:
+    code, out = _invoke(["runs", "list", "--tsv", "--db", real_db])
     assert code == 0
     lines = out.strip().splitlines()
     assert lines[0].split("\t")[0] == "id"

@@ -47,10 +47,11 @@ def test_a_pinned_stack_takes_its_pins_keys_only(service: Service) -> None:
 
 
 def test_a_run_that_declared_its_drift_is_stored_under_the_pins_keys(service: Service) -> None:
-    """A pinned, unhashed key may drift on a run made with --allow-drift (run.host.drift says so):
-    the committed H200 gate-calibration and hang-drill bundles ran on a newer os_kernel than the
-    pin's. The run is stored; the stack row keeps the pin's value, so a genuine run reads back as
-    pinned; the same drift undeclared is still a conflict."""
+    """A pinned, unhashed key may drift on a run made with --allow-drift (run.host.drift says so).
+    The committed H200 gate-calibration and hang-drill bundles ran on a newer os_kernel than the
+    pin's, which is no longer compared (issue 42), so the drift here is a torch one. The run is
+    stored; the stack row keeps the pin's values, so a genuine run reads back as pinned; the same
+    drift undeclared is still a conflict."""
     from real_bundles import RESULTS_DIR, _trim
 
     from regress.store.base import new_run_id
@@ -58,6 +59,7 @@ def test_a_run_that_declared_its_drift_is_stored_under_the_pins_keys(service: Se
     path = sorted((RESULTS_DIR / "h200-hang-drill").glob("*.json"))[0]
     drifted = _trim(json.loads(path.read_text()), 3, 5)
     drifted["run"]["runner"] = None
+    drifted["stack"]["keys"]["torch"] = "2.11.1"  # the pin says 2.11.0
     assert drifted["run"]["host"]["drift"], "the committed drill bundle records its drift"
     undeclared = copy.deepcopy(drifted)
     undeclared["run"]["host"].pop("drift")
@@ -66,7 +68,7 @@ def test_a_run_that_declared_its_drift_is_stored_under_the_pins_keys(service: Se
     assert resp.status_code == 409 and "run.host.drift" in resp.json()["error"], resp.text
     assert post(service, drifted, service.token("h200-01")).status_code == 201
     # Its identical re-send (a lost answer, 20 racing uploads) is "identical", not 409 at
-    # bundle.stack.keys.os_kernel (the stored row holds the pin's value).
+    # bundle.stack.keys.torch (the stored row holds the pin's value).
     again = post(service, drifted, service.token("h200-01"))
     assert again.status_code == 200, again.text
     changed = copy.deepcopy(drifted)

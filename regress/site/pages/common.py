@@ -62,6 +62,8 @@ class Pages:
             "stack": self.stack_ref(reg["stack_id"]) if reg["stack_id"] in self.d.stacks else None,
             "since": first.started_at if first else None,
             "title": (reg.get("details") or {}).get("title", ""),
+            # A fire drill's finding: stored acknowledged on purpose, shown apart from real ones.
+            "drill": bool((reg.get("details") or {}).get("drill")) or bool(first and first.is_drill),
         }
 
     def regression_views(self) -> list[dict[str, Any]]:

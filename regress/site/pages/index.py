@@ -92,7 +92,9 @@ def index(c: Pages) -> None:
                 "retired_by": c.stack_ref(c.m.successor[sid]) if sid in c.m.successor else None,
             }
         )
-    regs = [r for r in c.regression_views() if r["state"] in ("open", "acknowledged")]
+    live = [r for r in c.regression_views() if r["state"] in ("open", "acknowledged")]
+    regs = [r for r in live if not r["drill"]]
+    drills = [r for r in live if r["drill"]]
     rows, cur = index_rows(c)
     shapes = sorted({r["case"].shape for r in rows if r["case"].shape})
     recent_changes = []
@@ -105,6 +107,7 @@ def index(c: Pages) -> None:
         "title": "Overview",
         "latest": latest,
         "regressions": regs,
+        "drills": drills,
         "rows": rows,
         "columns": columns(c, cur),
         "filters": {

@@ -21,7 +21,11 @@ def regression_pages(c: Pages) -> None:
         "regressions.html",
         "regressions.html.j2",
         key,
-        lambda: {"title": "Regressions", "regressions": views},
+        lambda: {
+            "title": "Regressions",
+            "regressions": [r for r in views if not r["drill"]],
+            "drills": [r for r in views if r["drill"]],
+        },
     )
     newest = sorted(views, key=lambda r: r["created_at"] or datetime.min, reverse=True)[:50]
     updated = max(

@@ -71,8 +71,13 @@ def stack_pages(c: Pages) -> None:
     ctx = {"title": "Stacks", "stacks": views, "diffs": diff_links, "transitions": transitions}
     c.w.page("stacks.html", "stacks.html.j2", key, lambda: ctx)
     pred = predicted.load(predicted.latest_file())
+    by_stack: dict[int, list[RunRow]] = {}
+    for rid in reversed(c.d.run_order):  # newest first
+        by_stack.setdefault(c.d.runs[rid].stack_id, []).append(c.d.runs[rid])
     for v in views:
         s = v["stack"]
+        v["recent"] = [_run_line(r) for r in by_stack.get(s.id, [])[:STACK_RUNS]]
+        v["verdicts"] = _verdicts(c, s.id)
         v["predicted"] = pred if s.keys.get("backend") == predicted.BACKEND else None
         key = sha(
             repr(v["predicted"]),
@@ -83,6 +88,8 @@ def stack_pages(c: Pages) -> None:
             repr(v["first"] and v["first"].id),
             repr(v["last"] and v["last"].id),
             repr(diff_links),
+            repr(v["recent"]),
+            repr(v["verdicts"]),
         )
         c.w.page(
             f"stack/{s.slug}.html",
@@ -99,6 +106,53 @@ def stack_pages(c: Pages) -> None:
             key,
             functools.partial(functools.partial(diff_context, c), a, b, rows),
         )
+
+
+STACK_RUNS = 30  # the newest runs a stack page lists (all of them: the runs page)
+STACK_VERDICTS = 10
+
+
+def _run_line(r: RunRow) -> dict[str, Any]:
+    """One row of a stack page's run list; the counts are the run's own summary (a stored value
+    that is not a count reads as 0: a reader never trusts a row's shape)."""
+    suites = r.summary.get("suites") if isinstance(r.summary, dict) else None
+    per_suite = [per for per in suites.values() if isinstance(per, dict)] if isinstance(suites, dict) else []
+
+    def count(*statuses: str) -> int:
+        return sum(n for per in per_suite for k in statuses if isinstance(n := per.get(k), int) and n > 0)
+
+    return {
+        "id": r.id,
+        "started_at": r.started_at,
+        "status": r.status,
+        "trigger": r.trigger,
+        "drill": r.is_drill,
+        "commit": (r.kernel_commit or "")[:12],
+        "results": r.n_results,
+        "passed": count("pass"),
+        "failed": count("fail", "error", "timeout"),
+    }
+
+
+def _verdicts(c: Pages, sid: int) -> list[dict[str, Any]]:
+    """The newest gate decisions this stack took part in (as baseline or candidate)."""
+    out = []
+    for g in c.d.gates:
+        base, cand = c.d.runs.get(g["baseline_run_id"]), c.d.runs.get(g["candidate_run_id"])
+        if sid not in {r.stack_id for r in (base, cand) if r is not None}:
+            continue
+        out.append(
+            {
+                "id": g["id"],
+                "verdict": g["verdict"],
+                "created_at": g["created_at"],
+                "baseline": g["baseline_run_id"],
+                "candidate": g["candidate_run_id"],
+                "role": "candidate" if cand is not None and cand.stack_id == sid else "baseline",
+            }
+        )
+    out.sort(key=lambda g: str(g["created_at"] or ""), reverse=True)
+    return out[:STACK_VERDICTS]
 
 
 def stack_context(c: Pages, v: dict[str, Any], diff_links: list[dict[str, Any]]) -> dict[str, Any]:

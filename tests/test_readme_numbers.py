@@ -1,0 +1,200 @@
+"""Issue #42 item 4: every figure README states about H200 runs, test counts and the tour is
+derived here from the committed files it names (or from the code that generates it), so a stale
+number fails a test instead of reaching a reader.
+
+Timings (seconds) are not checked: a timing never decides a test; README gives them with the
+machine they were measured on.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+import shlex
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from regress.metrics import stored_geomean, summarise
+from regress.nightly import NightlyOptions, plan_cases
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MODES = ("rtne", "rtna", "rtz")
+
+
+def _text() -> str:
+    return README.read_text()
+
+
+def _item(title: str) -> str:
+    """The Measured bullet that starts `- **TITLE`, up to the next bullet."""
+    m = re.search(rf"^- \*\*{re.escape(title)}.*?(?=^- \*\*|^## )", _text(), re.M | re.S)
+    assert m, f"README has no Measured item '{title}'"
+    return " ".join(m.group(0).split())
+
+
+def _tour() -> list[str]:
+    """The commands of the five-minute tour's code block, comments stripped."""
+    block = re.search(r"## A five-minute tour\s+```bash\n(.*?)```", _text(), re.S)
+    assert block, "README has no five-minute tour"
+    return [ln.split("  #")[0].strip() for ln in block.group(1).splitlines() if ln.startswith("regress ")]
+
+
+@cache
+def _bundle(pattern: str) -> dict[str, Any]:
+    found = sorted(glob.glob(str(ROOT / pattern)))
+    assert len(found) == 1, f"README's {pattern} names {len(found)} files, not one"
+    data: dict[str, Any] = json.loads(Path(found[0]).read_text())
+    return data
+
+
+def _close(stated: str, actual: float) -> bool:
+    """`stated` is `actual` written to its own digits (half a unit of its last digit, rounding
+    ties either way)."""
+    digits = len(stated.split(".")[1]) if "." in stated else 0
+    return abs(float(stated) - actual) <= 0.5 * 10**-digits + 1e-9
+
+
+def _check_geomeans(item: str, bundle: dict[str, Any]) -> None:
+    geo = stored_geomean(bundle["run"]["summary"])
+    stated = re.search(r"\*\*([\d.]+)× \((\w+)\), ([\d.]+)× \((\w+)\), ([\d.]+)× \((\w+)\)\*\*", item)
+    assert stated, "no geomean triple against cuDNN"
+    values = stated.groups()
+    for value, mode in zip(values[::2], values[1::2], strict=True):
+        assert _close(value, geo[mode]["sdpa_cudnn"]), f"{mode}: README {value}, bundle {geo[mode]}"
+    flash = re.search(r"([\d.]+)–([\d.]+)× SDPA-flash", item)
+    assert flash, "no SDPA-flash range"
+    lo, hi = (geo[m]["sdpa_flash"] for m in (min(MODES, key=lambda m: geo[m]["sdpa_flash"]),
+                                              max(MODES, key=lambda m: geo[m]["sdpa_flash"])))  # fmt: skip
+    assert _close(flash.group(1), lo) and _close(flash.group(2), hi), (flash.groups(), lo, hi)
+
+
+def _path_in(item: str) -> str:
+    m = re.search(r"`(benchmarks/results/[^`]+\.json)`", item)
+    assert m, "the item names no committed bundle"
+    return m.group(1)
+
+
+def _max_ulp(bundle: dict[str, Any]) -> dict[str, float]:
+    worst: dict[str, float] = {}
+    for r in bundle["results"]:
+        v = r["metrics"].get("scaled_ulp_max")
+        if r["suite"] == "ulp" and isinstance(v, int | float):
+            worst[r["params"]["mode"]] = max(worst.get(r["params"]["mode"], 0.0), float(v))
+    return worst
+
+
+def test_the_two_gpu_h200_figures_are_its_bundles() -> None:
+    item = _item("H200, two GPUs")
+    bundle = _bundle(_path_in(item))
+    cases = re.search(r"(\d+) cases", item)
+    assert cases and int(cases.group(1)) == len(bundle["results"])
+    assert "all pass" in item and summarise_counts(bundle) == {"pass": len(bundle["results"])}
+    _check_geomeans(item, bundle)
+    ulp = re.search(r"max scaled ULP ([\d.]+) \(rtne/rtna\) and ([\d.]+) \(rtz\)", item)
+    worst = _max_ulp(bundle)
+    assert (
+        ulp and _close(ulp.group(1), max(worst["rtne"], worst["rtna"])) and _close(ulp.group(2), worst["rtz"])
+    )
+
+
+def test_the_one_gpu_h200_headline_is_its_bundle() -> None:
+    item = _item("H200, one GPU, the full nightly")
+    bundle = _bundle(_path_in(item))
+    n = len(bundle["results"])
+    assert f"{n} cases" in item and f"all {n} pass" in item
+    assert summarise_counts(bundle) == {"pass": n}
+    _check_geomeans(item, bundle)
+
+
+def summarise_counts(bundle: dict[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in bundle["results"]:
+        out[r["status"]] = out.get(r["status"], 0) + 1
+    return out
+
+
+def test_the_cpu_case_counts_are_the_plans() -> None:
+    """What `regress nightly` and `--quick` run on the CPU, from the planner itself."""
+    line = _item("CPU")
+    m = re.search(r"`regress nightly` [\d.]+ s for (\d+) cases, `--quick` [\d.]+ s for (\d+)", line)
+    assert m, "README's CPU line changed its form: update this test with it"
+    full = len(plan_cases(NightlyOptions(backend="cpu"), "cpu", "cpu"))
+    quick = len(plan_cases(NightlyOptions(backend="cpu", quick=True), "cpu", "cpu"))
+    assert (int(m.group(1)), int(m.group(2))) == (full, quick), (
+        f"README says {m.groups()}; the plans: {full}, {quick}"
+    )
+
+
+def test_the_tour_names_runs_as_placeholders() -> None:
+    """`runs show 01a2` failed as soon as two runs existed (every id starts with 01a2)."""
+    for cmd in _tour():
+        words = shlex.split(cmd)
+        if words[:3] == ["regress", "runs", "show"]:
+            assert re.fullmatch(r"[A-Z_]+", words[3]), (
+                f"{cmd!r}: name the run as RUN (from `regress runs list`)"
+            )
+        if words[:3] == ["regress", "gate", "--ab"]:
+            assert {"--run", "--alternating", "--baseline-stack"} & set(words), cmd
+
+
+def test_the_tour_imports_the_headline_bundles_and_its_site_shows_them() -> None:
+    """The tour's import globs (as bash expands them, no globstar) take in the bundles Measured
+    quotes, and the one-GPU headline is its stack's latest run among them: the run the site's
+    index shows (main's tour imported only the top level, and the site showed 1.027×)."""
+    imported: list[str] = []
+    for cmd in _tour():
+        words = shlex.split(cmd)
+        if words[:2] == ["regress", "import"]:
+            for word in words[2:]:
+                if not word.startswith("-"):
+                    imported += sorted(glob.glob(str(ROOT / word)))
+    assert imported, "the tour imports nothing"
+    headline = str(ROOT / _path_in(_item("H200, one GPU, the full nightly")))
+    two_gpu = sorted(glob.glob(str(ROOT / _path_in(_item("H200, two GPUs")))))
+    assert headline in imported and set(two_gpu) <= set(imported)
+    runs = []
+    for path in imported:
+        b = json.loads(Path(path).read_text())
+        if isinstance(b, dict) and "run" in b and "stack" in b and not b["run"].get("is_drill"):
+            runs.append((b["stack"]["digest"], b["run"]["started_at"], path))
+    digest = json.loads(Path(headline).read_text())["stack"]["digest"]
+    latest = max((r for r in runs if r[0] == digest), key=lambda r: r[1])
+    assert latest[2] == headline, f"the site would show {latest[2]}"
+
+
+@pytest.mark.slow  # collects the whole suite (~30 s here)
+def test_the_test_count_is_the_suites() -> None:
+    """README's "N tests" is what plain `pytest` collects, to within 10 % above it (a floor that
+    stays true while tests are added, flagged once it is 10 % stale)."""
+    m = re.search(r"\((?:over )?([\d,]+) tests", _text())
+    assert m, "README states no test count"
+    stated = int(m.group(1).replace(",", ""))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    tail = re.search(r"(\d+)(?:/\d+)? tests? collected", done.stdout)
+    assert tail, done.stdout[-2000:]
+    collected = int(tail.group(1))
+    assert stated <= collected < stated * 1.10, (
+        f"README says {stated} tests; plain pytest collects {collected}"
+    )
+
+
+def test_the_stored_summary_is_what_summarise_writes() -> None:
+    """The figures above read the stored summary: it is `summarise`'s own (one place)."""
+    from regress.results import CaseResult
+
+    bundle = _bundle(_path_in(_item("H200, one GPU, the full nightly")))
+    results = [CaseResult.from_dict(r) for r in bundle["results"]]
+    again = summarise(results)
+    stored = bundle["run"]["summary"]
+    assert again["results"] == stored["results"] and again["suites"] == stored["suites"]
+    assert stored_geomean(again) == stored_geomean(stored)
