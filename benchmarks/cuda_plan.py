@@ -2,7 +2,7 @@
 built by g++ for a build's -D flags and called through ra_plan_launch (ctypes), so the benchmarks and
 tests ask the C++ rule the kernel runs instead of restating it.
 
-  python benchmarks/cuda_plan.py B H SQ SK [-DRA_CUDA_X=N ...]    the plan as JSON
+  python benchmarks/cuda_plan.py B H SQ SK [-DRA_CUDA_<NAME>=N ...]    the plan as JSON
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def main(argv: list[str]) -> None:
     dims = [int(a) for a in argv if not a.startswith("-D")]
     flags = [a for a in argv if a.startswith("-D")]
     if len(dims) != 4:
-        raise SystemExit("usage: cuda_plan.py B H SQ SK [-DRA_CUDA_X=N ...]")
+        raise SystemExit("usage: cuda_plan.py B H SQ SK [-DRA_CUDA_<NAME>=N ...]")
     print(json.dumps(plan(*dims, flags=flags), indent=1))
 
 

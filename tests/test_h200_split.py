@@ -159,7 +159,7 @@ def test_forced_splits_are_builds_of_two_or_more_splits(monkeypatch):
         "s2": ("-DRA_CUDA_SPLIT=2",),
         "s16": ("-DRA_CUDA_SPLIT=16",),
         "s0": ("-DRA_CUDA_SHORT_BLOCK_N=0",),
-        "s8": ("-DRA_CUDA_PINGPONG=-1",),  # a name that looks like a split count
+        "s8": ("-DRA_CUDA_NEXT_QK=0",),  # a name that looks like a split count
         "one": ("-DRA_CUDA_SPLIT=1",),
         "many": ("-DRA_CUDA_SPLIT=3", "-DRA_CUDA_SHORT_BLOCK_N=0"),
     }

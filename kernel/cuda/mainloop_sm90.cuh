@@ -243,6 +243,303 @@ __device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg)
   return m_block * kBlockM + wg * 64 >= p.seqlen_q;
 }
 
+/* The hand-over of S = Q K_0^T between a consumer warpgroup's tiles, over the consumer's own
+ * variables (references: consume() owns them). A tile's S = Q K_0^T is computed before the tile
+ * starts: the first tile's in consume(), every later one's at the end of the previous tile (after
+ * its epilogue, or with kNQK beside its last P.V), and waited for there. ptxas serialises every
+ * wgmma of the kernel (C7515) when an accumulator is in flight across the loop's back edge, or when
+ * the issue is conditional; so the wait stays inside the iteration and the last tile issues a
+ * discarded S = Q K_0^T on its own, already released, buffers (the producer loads nothing after a
+ * CTA's last tile). */
+template <class P, bool kDyn>
+struct QK0 {
+  static constexpr int kQStages = P::kQStages;
+  static constexpr int kStages = P::kStages;
+  static constexpr int kBN = P::kBlockN;
+  const FwdParams& p;
+  Smem<P>& sm;
+  float (&s)[kBN / 2];
+  const int& wg;
+  const int& tile;
+  int& next;
+
+  /* 64 rows of 128 B into each d-half of Q stage qs */
+  __device__ __forceinline__ uint32_t q_addr_of(int qs) const { return smem_u32(&sm.q[qs][0][0]) + wg * 64 * 128; }
+  __device__ __forceinline__ void wait(int tq_n, int kv_n) const {
+    mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
+    mbar_wait(&sm.k_full[kv_n % kStages], (kv_n / kStages) & 1);
+  }
+  __device__ __forceinline__ void issue(int tq_n, int kv_n) const {
+    gemm_qk<kBN>(s, q_addr_of(tq_n % kQStages), smem_u32(&sm.k[kv_n % kStages][0][0]));
+    wgmma_commit();
+  }
+  /* The tile after this one, once the caller needs it (with the dynamic scheduler: waits for the
+   * producer to have taken it, i.e. for its Q stage, which the caller waits for next anyway). */
+  __device__ __forceinline__ bool resolve_next(int tq_n) const {
+    if constexpr (kDyn) {
+      mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
+      next = ld_tile_id(&sm.tile_id[tq_n % kQStages]);
+    } else {
+      next = tile + (int)gridDim.x;
+    }
+    return next < p.num_tiles;
+  }
+  /* Beside the last block's P.V: the next tile's S = Q K_0^T (a discarded one after the last tile),
+   * once its Q and K_0 are there (usually already); kDyn resolved the tile before. */
+  __device__ __forceinline__ void issue_next(bool dyn_next, int tq_now, int kv_now, int nb_now) const {
+    bool has_next = dyn_next;
+    if constexpr (!kDyn) {
+      has_next = resolve_next(tq_now + 1);
+      if (has_next) wait(tq_now + 1, kv_now + nb_now);
+    }
+    issue(has_next ? tq_now + 1 : tq_now, has_next ? kv_now + nb_now : kv_now);
+  }
+  /* kDyn with kNQK: the next tile is known only from shared memory, and a wait on it between the
+   * last block's wgmmas made ptxas serialise them (C7520, call 31's build): resolved before they
+   * issue */
+  template <bool kNQK>
+  __device__ __forceinline__ bool resolve_next_early(int tq, int kv, int nb) const {
+    bool dyn_next = false;
+    if constexpr (kNQK && kDyn) {
+      dyn_next = resolve_next(tq + 1);
+      if (dyn_next) wait(tq + 1, kv + nb);
+    }
+    return dyn_next;
+  }
+};
+
+/* wg_idle's tile: releases the stages it would have read, then issues the next tile's S. */
+template <class P, bool kDyn>
+__device__ __forceinline__ void idle_tile(const QK0<P, kDyn>& h, int lane, int nb, int qs, int& kv, int tq) {
+  constexpr int kStages = P::kStages;
+  Smem<P>& sm = h.sm;
+  warp_release(&sm.q_empty[qs], lane);
+  for (int n = 0; n < nb; ++n) {
+    const int kc = kv + n;
+    if (n > 0) {
+      mbar_wait(&sm.k_full[kc % kStages], (kc / kStages) & 1);
+      warp_release(&sm.k_empty[kc % kStages], lane);
+    }
+    mbar_wait(&sm.v_full[kc % kStages], (kc / kStages) & 1);
+    warp_release(&sm.v_empty[kc % kStages], lane);
+  }
+  kv += nb;
+  if (h.resolve_next(tq + 1)) {
+    h.wait(tq + 1, kv);
+    wgmma_fence();
+    h.issue(tq + 1, kv);
+  }
+  wgmma_wait<0>();
+}
+
+/* What a tile's key-block loop reads besides the hand-over: its blocks, stages and stage counters. */
+struct TileBlocks {
+  int nb;         /* key blocks */
+  bool tail;      /* the last is partial */
+  int qs;         /* Q stage */
+  uint32_t q_addr;
+  int kv;         /* K/V stage counter at the tile's start */
+  int tq;         /* Q stage counter */
+  int last_valid; /* keys in the last block, 1..kBN */
+  int qc, lane;
+};
+
+/* The split P.V's key blocks of a tile (S_0 ready): block n's softmax is begin (max, corr), exps
+ * over [0, kH), then in the loop: O rescaled, P.V over the first k-steps issued, exps over
+ * [kH, kNT) beside it, S_{n+1} and the second k-steps issued, block n + 1's begin and first exps
+ * beside those, and the wait for them all. */
+template <bool kNQK, class P, bool kDyn, class Softmax>
+__device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const TileBlocks& b, float (&o)[64],
+                                                float (&corr)[2], Softmax& sfm, uint32_t (&pf)[P::kBlockN / 4]) {
+  constexpr int kStages = P::kStages;
+  constexpr int kBN = P::kBlockN;
+  constexpr int kNT = kBN / 8;      /* column tiles of 8 keys */
+  constexpr int kH = 2 * (kNT / 4); /* the first half's column tiles: whole k-steps (16 keys) */
+  constexpr bool kEarlyFrags = RA_CUDA_EARLY_FRAGS;
+  const FwdParams& p = h.p;
+  Smem<P>& sm = h.sm;
+  float(&s)[kBN / 2] = h.s;
+  const int nb = b.nb, kv = b.kv, lane = b.lane;
+  float ms[2], sum[2];
+  if (nb == 1 && b.tail)
+    sfm.template begin<true, true>(s, p.scale_log2, b.last_valid, b.qc, corr, ms, sum);
+  else
+    sfm.template begin<true, false>(s, p.scale_log2, kBN, b.qc, corr, ms, sum);
+  sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+  scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+  /* blocks 0 .. nb - 2: each ends with no wgmma in flight */
+  for (int n = 0; n < nb - 1; ++n) {
+    const int kc = kv + n;
+    const int sc = kc % kStages;
+    const int kn = kc + 1;
+    const int sn = kn % kStages;
+    if (!kEarlyFrags && n > 0) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+    mbar_wait(&sm.v_full[sc], (kc / kStages) & 1);
+    wgmma_fence();
+    gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), n > 0);
+    wgmma_commit();
+    sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
+    sfm.end(n == 0, corr, sum);
+    scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
+    mbar_wait(&sm.k_full[sn], (kn / kStages) & 1);
+    wgmma_fence();
+    gemm_qk<kBN>(s, b.q_addr, smem_u32(&sm.k[sn][0][0]));
+    wgmma_commit();
+    gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), 1);
+    wgmma_commit();
+    wgmma_wait<1>(); /* S_{n+1} is ready (and P_n's first half done); its second half may run */
+    fence_regs(s);
+    warp_release(&sm.k_empty[sn], lane);
+    if (n + 1 == nb - 1) warp_release(&sm.q_empty[b.qs], lane);
+    /* the first-half exponentials inside each arm: after the arms, in the block of the wait
+     * below, ptxas scheduled them past the wait, out from beside the product */
+    /* kEarlyFrags: and their bf16 fragments, which no wgmma in flight reads (P_n's first half
+     * is done; its second half reads the other registers) */
+    if (n + 1 == nb - 1 && b.tail) {
+      sfm.template begin<false, true>(s, p.scale_log2, b.last_valid, b.qc, corr, ms, sum);
+      sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+      if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+    } else {
+      sfm.template begin<false, false>(s, p.scale_log2, kBN, b.qc, corr, ms, sum);
+      sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+      if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+    }
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(s);
+    warp_release(&sm.v_empty[sc], lane);
+    rescale_rows<16>(o, corr);
+  }
+  /* the last block: its two halves, then the next tile's S = Q K_0^T in the same turn (a
+   * discarded one after the last tile). Its first half repeats the loop's: as one lambda for
+   * both, ptxas scheduled the kernel differently (15,974 SASS lines), untimed */
+  {
+    const int kl = kv + nb - 1;
+    const int sl = kl % kStages;
+    const bool dyn_next = h.template resolve_next_early<kNQK>(b.tq, kv, nb);
+    if (!kEarlyFrags && nb > 1) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+    mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+    wgmma_fence();
+    gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
+    wgmma_commit();
+    sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
+    sfm.end(nb == 1, corr, sum);
+    scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
+    wgmma_fence();
+    gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), 1);
+    wgmma_commit();
+    if constexpr (kNQK) h.issue_next(dyn_next, b.tq, kv, nb); /* P.V runs meanwhile */
+    if constexpr (kNQK)
+      wgmma_wait<1>(); /* P.V done; the next S may still run */
+    else
+      wgmma_wait<0>();
+    fence_regs(o);
+    warp_release(&sm.v_empty[sl], lane);
+  }
+}
+
+/* v4-v14's key blocks of a tile (RA_CUDA_SPLIT_PV=0): issue S_n and P_{n-1} V_{n-1}, wait S_n, the
+ * whole softmax, wait P.V, rescale O, P_n = bf16(S_n). */
+template <bool kNQK, class P, bool kDyn, class Softmax>
+__device__ __forceinline__ void blocks_plain(const QK0<P, kDyn>& h, const TileBlocks& b, float (&o)[64],
+                                             float (&corr)[2], Softmax& sfm, uint32_t (&pf)[P::kBlockN / 4]) {
+  constexpr int kStages = P::kStages;
+  constexpr int kBN = P::kBlockN;
+  const FwdParams& p = h.p;
+  Smem<P>& sm = h.sm;
+  float(&s)[kBN / 2] = h.s;
+  const int nb = b.nb, kv = b.kv, lane = b.lane;
+  if (nb == 1 && b.tail)
+    sfm.template step<true, true>(s, p.scale_log2, b.last_valid, b.qc, corr);
+  else
+    sfm.template step<true, false>(s, p.scale_log2, kBN, b.qc, corr);
+  scores_to_frags<kBN>(s, pf);
+
+  for (int n = 1; n < nb; ++n) {
+    const int kc = kv + n;
+    const int kp = kc - 1;
+    const int sc = kc % kStages;
+    const int sp = kp % kStages;
+    mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
+    mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
+    wgmma_fence();
+    gemm_qk<kBN>(s, b.q_addr, smem_u32(&sm.k[sc][0][0]));
+    wgmma_commit();
+    gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
+    wgmma_commit();
+
+    wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
+    fence_regs(s);
+    warp_release(&sm.k_empty[sc], lane);
+    if (n == nb - 1) warp_release(&sm.q_empty[b.qs], lane);
+    if (n == nb - 1 && b.tail)
+      sfm.template step<false, true>(s, p.scale_log2, b.last_valid, b.qc, corr);
+    else
+      sfm.template step<false, false>(s, p.scale_log2, kBN, b.qc, corr);
+
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(s);
+    warp_release(&sm.v_empty[sp], lane);
+    rescale_rows<16>(o, corr);
+    scores_to_frags<kBN>(s, pf);
+  }
+
+  /* the last block's P.V, then the next tile's S = Q K_0^T in the same turn (a discarded one after
+   * the last tile) */
+  {
+    const int kl = kv + nb - 1;
+    const int sl = kl % kStages;
+    const bool dyn_next = h.template resolve_next_early<kNQK>(b.tq, kv, nb);
+    mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+    wgmma_fence();
+    gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
+    wgmma_commit();
+    if constexpr (kNQK) h.issue_next(dyn_next, b.tq, kv, nb); /* P.V runs meanwhile */
+    if constexpr (kNQK)
+      wgmma_wait<1>(); /* P.V done; the next S may still run */
+    else
+      wgmma_wait<0>();
+    fence_regs(o);
+    warp_release(&sm.v_empty[sl], lane);
+  }
+}
+
+/* A tile's output: a split's fp32 partials, or O rounded to bf16 by the epilogue RA_CUDA_EPILOGUE
+ * names; nothing where store_o is false (a tail part whose tile another part merges). */
+template <int kRound, Layout L, bool kMerge, bool kTail, class P, class Softmax>
+__device__ __forceinline__ void store_output(const FwdParams& p, Smem<P>& sm, float (&o)[64], Softmax& sfm,
+                                             const TileCoord& t, bool store_o, int row_in_tile, int qc, int wg,
+                                             int tid, int warp, int lane) {
+  constexpr int kBN = P::kBlockN;
+  const int row0 = t.m * kBlockM + row_in_tile;
+  uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
+  const int64_t os = seq_stride<L>(p.o_stride);
+  const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
+  /* the long plan is launched unsplit only (plan.h): no partials in its code */
+  if (!kTail && kBN == kBlockN && p.num_splits > 1) {
+    store_partial(p, o, sfm, t, row0, qc); /* split.cuh: the last split's warpgroup or a second launch rounds */
+    if constexpr (kMerge) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
+  } else if (!store_o) {
+    /* a tail part whose tile another part merges */
+  } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {
+    const int row1 = row0 + 8;
+    uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
+    uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
+    store_rows<16, kRound, (kBN != kBlockN)>(o, sfm.l, out0, out1, qc, flip0); /* the long plan: cvt rounding */
+  } else {
+#if RA_CUDA_EPILOGUE == 2
+    if constexpr ((RA_CUDA_ABLATE & 2) == 0) /* measurement: no output store */
+      store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
+#elif RA_CUDA_EPILOGUE == 1
+    store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane, flip0);
+#endif
+  }
+}
+
+/* One consumer warpgroup over its CTA's tiles: per tile, its key blocks in the build's schedule
+ * (blocks_split_pv or blocks_plain; idle_tile for a warpgroup with no rows), its output
+ * (store_output) and the next tile's S = Q K_0^T (QK0). */
 template <int kRound, Layout L, bool kNQK, bool kMerge, class P, bool kDyn = false, bool kTail = false>
 __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg, int tid) {
   constexpr int kQStages = P::kQStages;
@@ -254,59 +551,20 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
   const int row_in_tile = wg * 64 + warp * 16 + (lane >> 2);
   const int last_valid = p.seqlen_k - (p.num_n_blocks - 1) * kBN; /* keys in the last block, 1..kBN */
   const bool any_tail = last_valid < kBN;
-  constexpr bool kSplitPV = RA_CUDA_SPLIT_PV;
-  /* 64 rows of 128 B into each d-half of Q stage qs */
-  auto q_addr_of = [&](int qs) { return smem_u32(&sm.q[qs][0][0]) + wg * 64 * 128; };
 
   float s[kBN / 2];
   uint32_t pf[kBN / 4];
 
-  /* A tile's S = Q K_0^T is computed before the tile starts: the first tile's here, every later
-   * one's at the end of the previous tile (after its epilogue, or with kNQK beside its last P.V),
-   * and waited for there. ptxas serialises every wgmma of the kernel (C7515) when an
-   * accumulator is in flight across the loop's back edge, or when the issue is conditional; so the
-   * wait stays inside the iteration and the last tile issues a discarded S = Q K_0^T on its own,
-   * already released, buffers (the producer loads nothing after a CTA's last tile). */
-  auto wait_qk0 = [&](int tq_n, int kv_n) {
-    mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
-    mbar_wait(&sm.k_full[kv_n % kStages], (kv_n / kStages) & 1);
-  };
-  auto issue_qk0 = [&](int tq_n, int kv_n) {
-    gemm_qk<kBN>(s, q_addr_of(tq_n % kQStages), smem_u32(&sm.k[kv_n % kStages][0][0]));
-    wgmma_commit();
-  };
-
   int kv = 0;
   int tq = 0;
-  constexpr bool dyn = kDyn;
   int tile = blockIdx.x;
   int next = 0;
-  /* The tile after this one, once the caller needs it (with the dynamic scheduler: waits for the
-   * producer to have taken it, i.e. for its Q stage, which the caller waits for next anyway). */
-  auto resolve_next = [&](int tq_n) -> bool {
-    if constexpr (dyn) {
-      mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
-      next = ld_tile_id(&sm.tile_id[tq_n % kQStages]);
-    } else {
-      next = tile + (int)gridDim.x;
-    }
-    return next < p.num_tiles;
-  };
-  /* Beside the last block's P.V: the next tile's S = Q K_0^T (a discarded one after the last tile:
-   * see issue_qk0), once its Q and K_0 are there (usually already); kDyn resolved the tile before. */
-  auto issue_next_qk0 = [&](bool dyn_next, int tq_now, int kv_now, int nb_now) {
-    bool has_next = dyn_next;
-    if constexpr (!dyn) {
-      has_next = resolve_next(tq_now + 1);
-      if (has_next) wait_qk0(tq_now + 1, kv_now + nb_now);
-    }
-    issue_qk0(has_next ? tq_now + 1 : tq_now, has_next ? kv_now + nb_now : kv_now);
-  };
+  const QK0<P, kDyn> h{p, sm, s, wg, tile, next};
   if ((int)blockIdx.x < p.num_tiles) {
-    wait_qk0(0, 0);
+    h.wait(0, 0);
     if (RA_CUDA_TRACE && wg == 0 && tid == 0) trace(kTraceFirstData);
     wgmma_fence();
-    issue_qk0(0, 0);
+    h.issue(0, 0);
     wgmma_wait<0>();
   }
   for (; tile < p.num_tiles; tile = next, ++tq) {
@@ -316,30 +574,14 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     const int nb = kr.end - kr.begin;                        /* this tile's key blocks */
     const bool tail = any_tail && kr.end == p.num_n_blocks; /* its last block is partial */
     const int qs = tq % kQStages;
-    const uint32_t q_addr = q_addr_of(qs);
+    const uint32_t q_addr = h.q_addr_of(qs);
 
     /* key block 0: S is ready */
     fence_regs(s);
     warp_release(&sm.k_empty[kv % kStages], lane);
 
     if (wg_idle(p, t.m, wg)) {
-      warp_release(&sm.q_empty[qs], lane);
-      for (int n = 0; n < nb; ++n) {
-        const int kc = kv + n;
-        if (n > 0) {
-          mbar_wait(&sm.k_full[kc % kStages], (kc / kStages) & 1);
-          warp_release(&sm.k_empty[kc % kStages], lane);
-        }
-        mbar_wait(&sm.v_full[kc % kStages], (kc / kStages) & 1);
-        warp_release(&sm.v_empty[kc % kStages], lane);
-      }
-      kv += nb;
-      if (resolve_next(tq + 1)) {
-        wait_qk0(tq + 1, kv);
-        wgmma_fence();
-        issue_qk0(tq + 1, kv);
-      }
-      wgmma_wait<0>();
+      idle_tile(h, lane, nb, qs, kv, tq);
       continue;
     }
 
@@ -349,163 +591,13 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     OnlineSoftmax<kBN / 8> sfm;
     sfm.init();
     if (nb == 1) warp_release(&sm.q_empty[qs], lane);
-    if constexpr (kSplitPV) {
-      /* block n's softmax is begin (max, corr), exps over [0, kH), then in the loop: O rescaled,
-       * P.V over the first k-steps issued, exps over [kH, kNT) beside it, S_{n+1} and the second
-       * k-steps issued, block n + 1's begin and first exps beside those, and the wait for them all */
-      constexpr int kNT = kBN / 8;  /* column tiles of 8 keys */
-      constexpr int kH = 2 * (kNT / 4); /* the first half's column tiles: whole k-steps (16 keys) */
-      constexpr bool kEarlyFrags = RA_CUDA_EARLY_FRAGS;
-      float ms[2], sum[2];
-      if (nb == 1 && tail)
-        sfm.template begin<true, true>(s, p.scale_log2, last_valid, qc, corr, ms, sum);
-      else
-        sfm.template begin<true, false>(s, p.scale_log2, kBN, qc, corr, ms, sum);
-      sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
-      scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-      /* blocks 0 .. nb - 2: each ends with no wgmma in flight */
-      for (int n = 0; n < nb - 1; ++n) {
-        const int kc = kv + n;
-        const int sc = kc % kStages;
-        const int kn = kc + 1;
-        const int sn = kn % kStages;
-        if (!kEarlyFrags && n > 0) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-        mbar_wait(&sm.v_full[sc], (kc / kStages) & 1);
-        wgmma_fence();
-        gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), n > 0);
-        wgmma_commit();
-        sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
-        sfm.end(n == 0, corr, sum);
-        scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
-        mbar_wait(&sm.k_full[sn], (kn / kStages) & 1);
-        wgmma_fence();
-        gemm_qk<kBN>(s, q_addr, smem_u32(&sm.k[sn][0][0]));
-        wgmma_commit();
-        gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), 1);
-        wgmma_commit();
-        wgmma_wait<1>(); /* S_{n+1} is ready (and P_n's first half done); its second half may run */
-        fence_regs(s);
-        warp_release(&sm.k_empty[sn], lane);
-        if (n + 1 == nb - 1) warp_release(&sm.q_empty[qs], lane);
-        /* the first-half exponentials inside each arm: after the arms, in the block of the wait
-         * below, ptxas scheduled them past the wait, out from beside the product */
-        /* kEarlyFrags: and their bf16 fragments, which no wgmma in flight reads (P_n's first half
-         * is done; its second half reads the other registers) */
-        if (n + 1 == nb - 1 && tail) {
-          sfm.template begin<false, true>(s, p.scale_log2, last_valid, qc, corr, ms, sum);
-          sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
-          if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-        } else {
-          sfm.template begin<false, false>(s, p.scale_log2, kBN, qc, corr, ms, sum);
-          sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
-          if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-        }
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(s);
-        warp_release(&sm.v_empty[sc], lane);
-        rescale_rows<16>(o, corr);
-      }
-      /* the last block: its two halves, then the next tile's S = Q K_0^T in the same turn (a
-       * discarded one after the last tile: see issue_qk0). Its first half repeats the loop's: as
-       * one lambda for both, ptxas scheduled the kernel differently (15,974 SASS lines), untimed */
-      {
-        const int kl = kv + nb - 1;
-        const int sl = kl % kStages;
-        /* kDyn: the next tile is known only from shared memory, and a wait on it between the wgmmas
-         * below made ptxas serialise them (C7520, call 31's build): resolved before they issue */
-        bool dyn_next = false;
-        if constexpr (kNQK && dyn) {
-          dyn_next = resolve_next(tq + 1);
-          if (dyn_next) wait_qk0(tq + 1, kv + nb);
-        }
-        if (!kEarlyFrags && nb > 1) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-        mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
-        wgmma_fence();
-        gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
-        wgmma_commit();
-        sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
-        sfm.end(nb == 1, corr, sum);
-        scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
-        wgmma_fence();
-        gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), 1);
-        wgmma_commit();
-        if constexpr (kNQK) issue_next_qk0(dyn_next, tq, kv, nb); /* P.V runs meanwhile */
-        if constexpr (kNQK)
-          wgmma_wait<1>(); /* P.V done; the next S may still run */
-        else
-          wgmma_wait<0>();
-        fence_regs(o);
-        warp_release(&sm.v_empty[sl], lane);
-      }
-    } else {
-      if (nb == 1 && tail)
-        sfm.template step<true, true>(s, p.scale_log2, last_valid, qc, corr);
-      else
-        sfm.template step<true, false>(s, p.scale_log2, kBN, qc, corr);
-      scores_to_frags<kBN>(s, pf);
-
-      for (int n = 1; n < nb; ++n) {
-        const int kc = kv + n;
-        const int kp = kc - 1;
-        const int sc = kc % kStages;
-        const int sp = kp % kStages;
-        mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
-        mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
-        wgmma_fence();
-        gemm_qk<kBN>(s, q_addr, smem_u32(&sm.k[sc][0][0]));
-        wgmma_commit();
-        gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
-        wgmma_commit();
-
-        wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
-        fence_regs(s);
-        warp_release(&sm.k_empty[sc], lane);
-        if (n == nb - 1) warp_release(&sm.q_empty[qs], lane);
-        if (n == nb - 1 && tail)
-          sfm.template step<false, true>(s, p.scale_log2, last_valid, qc, corr);
-        else
-          sfm.template step<false, false>(s, p.scale_log2, kBN, qc, corr);
-
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(s);
-        warp_release(&sm.v_empty[sp], lane);
-        rescale_rows<16>(o, corr);
-        scores_to_frags<kBN>(s, pf);
-      }
-
-      /* the last block's P.V, then the next tile's S = Q K_0^T in the same turn (a discarded one after
-       * the last tile: see issue_qk0) */
-      {
-        const int kl = kv + nb - 1;
-        const int sl = kl % kStages;
-        /* kDyn: the next tile is known only from shared memory, and a wait on it between the wgmmas
-         * below made ptxas serialise them (C7520, call 31's build): resolved before they issue */
-        bool dyn_next = false;
-        if constexpr (kNQK && dyn) {
-          dyn_next = resolve_next(tq + 1);
-          if (dyn_next) wait_qk0(tq + 1, kv + nb);
-        }
-        mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
-        wgmma_fence();
-        gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
-        wgmma_commit();
-        if constexpr (kNQK) issue_next_qk0(dyn_next, tq, kv, nb); /* P.V runs meanwhile */
-        if constexpr (kNQK)
-          wgmma_wait<1>(); /* P.V done; the next S may still run */
-        else
-          wgmma_wait<0>();
-        fence_regs(o);
-        warp_release(&sm.v_empty[sl], lane);
-      }
-    }
+    const TileBlocks b{nb, tail, qs, q_addr, kv, tq, last_valid, qc, lane};
+    if constexpr (RA_CUDA_SPLIT_PV)
+      blocks_split_pv<kNQK>(h, b, o, corr, sfm, pf);
+    else
+      blocks_plain<kNQK>(h, b, o, corr, sfm, pf);
     kv += nb;
 
-    const int row0 = t.m * kBlockM + row_in_tile;
-    uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
-    const int64_t os = seq_stride<L>(p.o_stride);
-    const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
     /* kTail: a tail part stores its partials, and the last part of its tile to get here replaces o
      * and sfm.l by the merged ones and stores O as a whole tile does (split.cuh) */
     bool store_o = true;
@@ -515,31 +607,12 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
         store_o = tail_merge_if_last(p, o, sfm, tail_tile, row_in_tile, qc, wg, tid, &sm.merge_flag[wg]);
       }
     }
-    /* the long plan is launched unsplit only (attention_sm90.cu): no partials in its code */
-    if (!kTail && kBN == kBlockN && p.num_splits > 1) {
-      store_partial(p, o, sfm, t, row0, qc); /* split.cuh: the last split's warpgroup or a second launch rounds */
-      if constexpr (kMerge) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
-    } else if (!store_o) {
-      /* a tail part whose tile another part merges */
-    } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {
-      const int row1 = row0 + 8;
-      uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
-      uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
-      store_rows<16, kRound, (kBN != kBlockN)>(o, sfm.l, out0, out1, qc, flip0); /* the long plan: cvt rounding */
-    } else {
-#if RA_CUDA_EPILOGUE == 2
-      if constexpr ((RA_CUDA_ABLATE & 2) == 0) /* measurement: no output store */
-        store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
-#elif RA_CUDA_EPILOGUE == 1
-      store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane,
-                              flip0);
-#endif
-    }
+    store_output<kRound, L, kMerge, kTail>(p, sm, o, sfm, t, store_o, row_in_tile, qc, wg, tid, warp, lane);
     if constexpr (!kNQK) {
-      const bool has_next = resolve_next(tq + 1);
-      if (has_next) wait_qk0(tq + 1, kv);
+      const bool has_next = h.resolve_next(tq + 1);
+      if (has_next) h.wait(tq + 1, kv);
       wgmma_fence();
-      issue_qk0(has_next ? tq + 1 : tq, has_next ? kv : kv - nb);
+      h.issue(has_next ? tq + 1 : tq, has_next ? kv : b.kv);
     }
     wgmma_wait<0>(); /* the next tile's S */
     inject_spin(tile_start);

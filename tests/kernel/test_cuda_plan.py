@@ -37,7 +37,7 @@ TABLE = [
 ]
 
 
-def invariants(d: dict, b: int, h: int, sq: int, sk: int, max_ws: int = MAX_WS) -> None:
+def invariants(d: dict, b: int, h: int, sq: int, sk: int, max_ws: int = MAX_WS, sms: int = SMS) -> None:
     kind = d["kind"]
     assert kind.startswith("sm90_") or kind == "sm80_mma_sync", kind
     assert d["tiles"] == b * h * -(-sq // d["block_q"])
@@ -51,7 +51,7 @@ def invariants(d: dict, b: int, h: int, sq: int, sk: int, max_ws: int = MAX_WS) 
         assert d["grid"][0] == -(-sq // 64) and d["grid"][1] % h == 0
         return
     assert d["threads"] == 384 and (d["grid"][1], d["grid"][2]) == (1, 1)
-    assert 1 <= d["grid"][0] <= SMS
+    assert 1 <= d["grid"][0] <= sms
     if d["splits"] > 1:  # no part empty: splits of blocks_per_split cover the blocks, one fewer would not
         s, sb = d["splits"], d["blocks_per_split"]
         assert (s - 1) * sb < d["key_blocks"] <= s * sb
@@ -60,10 +60,10 @@ def invariants(d: dict, b: int, h: int, sq: int, sk: int, max_ws: int = MAX_WS) 
         assert d["grid"][0] <= d["tiles"] * s
     if kind == "sm90_tail_split":
         t, s, sb = d["split_tiles"], d["tail_splits"], d["blocks_per_split"]
-        assert d["splits"] == 1 and 0 < t < SMS and s > 1 and d["merge"] == 1
+        assert d["splits"] == 1 and 0 < t < sms and s > 1 and d["merge"] == 1
         assert (s - 1) * sb < d["key_blocks"] <= s * sb
-        assert (d["tiles"] - t) % SMS == 0 and d["tiles"] - t >= SMS  # tail_first: whole rounds
-        assert d["grid"][0] == SMS
+        assert (d["tiles"] - t) % sms == 0 and d["tiles"] - t >= sms  # tail_first: whole rounds
+        assert d["grid"][0] == sms
     else:
         assert d["split_tiles"] == 0 and d["tail_splits"] == 0
     if kind == "sm90_dynamic":
@@ -76,7 +76,7 @@ def invariants(d: dict, b: int, h: int, sq: int, sk: int, max_ws: int = MAX_WS) 
         assert d["block_k"] == 160 and sq > 64 and d["splits"] == 1
     if d["splits"] == 1 and kind not in ("sm90_tail_split", "sm90_dynamic"):
         assert d["workspace_bytes"] == 0 and d["merge"] == 0
-        waves = -(-d["tiles"] // SMS)
+        waves = -(-d["tiles"] // sms)
         assert d["grid"][0] == -(-d["tiles"] // waves)  # the balanced grid: every CTA the same waves
 
 
@@ -111,10 +111,13 @@ def test_a_workspace_limit_refuses_the_splits_not_the_launch() -> None:
 
 
 def test_a_huge_split_falls_back_to_unsplit_under_the_default_limit() -> None:
-    # 64 heads of 4096-row queries on 64 SMs would split, but s x B x H x Sq x 130 floats pass 512 MiB
-    d = cp.plan_of(cp.params(1, 4, 8192, 1 << 20), sms=132)
-    invariants(d, 1, 4, 8192, 1 << 20)
-    assert d["splits"] == 1 or d["workspace_bytes"] <= MAX_WS
+    # 300 tiles of 8192 key blocks on 16000 SMs want 32 splits: 32 x 300 x 128 rows x 130 floats is
+    # 639 MB, past the default 512 MiB, so the launch runs unsplit; a larger limit takes the split
+    p = cp.params(300, 1, 128, 1 << 20)
+    d = cp.plan_of(p, sms=16000)
+    assert (d["splits"], d["workspace_bytes"], d["kind"]) == (1, 0, "sm90_main")
+    big = cp.plan_of(p, sms=16000, max_workspace=8 << 30)
+    assert big["splits"] == 32 and big["workspace_bytes"] == 32 * 300 * 128 * 130 * 4 > MAX_WS
 
 
 def test_tma_inexpressible_strides_plan_the_fallback_in_whole_batches() -> None:
@@ -185,13 +188,7 @@ shapes = st.tuples(
 @given(shapes, st.sampled_from([1, 8, 78, 114, 132]))
 def test_every_plan_keeps_the_invariants(shape: tuple[int, int, int, int], sms: int) -> None:
     b, h, sq, sk = shape
-    d = cp.plan_of(cp.params(b, h, sq, sk), sms=sms)
-    global SMS
-    saved, SMS = SMS, sms
-    try:
-        invariants(d, b, h, sq, sk)
-    finally:
-        SMS = saved
+    invariants(cp.plan_of(cp.params(b, h, sq, sk), sms=sms), b, h, sq, sk, sms=sms)
 
 
 @settings(max_examples=100, deadline=None)
