@@ -13,7 +13,7 @@
 #include "params.cuh"
 #include "ptx.cuh"
 
-/* 1: rtne and rtz round two values with one cvt.{rn,rz}.bf16x2.f32 (the same bits as bf16.h for
+/* RA_CUDA_CVT_ROUND 1: rtne and rtz round two values with one cvt.{rn,rz}.bf16x2.f32 (the same bits as bf16.h for
  * every input, NaN giving the canonical 0x7FFF: checked against the golden model on the H200,
  * docs/perf-notes.md v3) instead of bf16.h's 3-5 integer ops per value; rtna, which has no such
  * instruction, moves exact ties above the tie with one prmt per value and takes cvt.rn (v4).

@@ -78,9 +78,9 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, const float (&
   }
 }
 
-/* 0 (default): decode's splits merge in the kernel (merge_if_last, in the kMerge instantiation);
- * 1: always attn_merge_splits (the ablation, v5's default). docs/perf-notes.md v6 has both. */
-/* kMergeInKernelMaxRows and kMergeRowsPerBlock: smem.h (the planner reads them too) */
+/* RA_CUDA_MERGE_KERNEL 0 (default): decode's splits merge in the kernel (merge_if_last, in the kMerge
+ * instantiation); 1: always attn_merge_splits (the ablation, v5's default). docs/perf-notes.md v6
+ * has both. kMergeInKernelMaxRows and kMergeRowsPerBlock: smem.h (the planner reads them too) */
 
 /* One row of O from its splits' partials: one warp, 4 columns per lane. */
 template <int kRound>

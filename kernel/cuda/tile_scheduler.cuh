@@ -10,16 +10,16 @@
 #pragma once
 #include "params.cuh"
 
-/* 1 (default): unsplit launches within the two gates below hand tiles out by an atomic counter
+/* RA_CUDA_DYN_SCHED 1 (default): unsplit launches within the two gates (plan.h) hand tiles out by an atomic counter
  * (FlashAttention-3's dynamic persistent scheduler; its own kernel, kDyn): a CTA's producer takes its
  * next tile when it has issued the loads of this one and tells the consumers through shared memory,
  * so CTAs that get less bandwidth take fewer tiles and all finish together (ncu, (256,32,128,128):
  * SMs active 89.6 % of the launch against cuDNN's 98.4 %). 0: the static order above everywhere.
- * Every launch outside the gates runs the static kernels. Tiles are independent: the same bits. */
-/* 1: the producer takes its next tile after issuing this one's loads; 2: it asks for it before
+ * Every launch outside the gates runs the static kernels. Tiles are independent: the same bits.
+ * 1: the producer takes its next tile after issuing this one's loads; 2: it asks for it before
  * them, so the atomic's round trip overlaps the waits for free stages. RA_CUDA_DYN_MAX_BLOCKS: only
- * launches whose tiles have at most this many key blocks are scheduled dynamically. */
-/* ... and at most this many query blocks a (batch, head): the counter won where a head has one
+ * launches whose tiles have at most this many key blocks are scheduled dynamically;
+ * RA_CUDA_DYN_MAX_M_BLOCKS: at most this many query blocks a (batch, head): the counter won where a head has one
  * (256,32,128,128) and lost 6-14 % with 2, 8 or 32 ((67,5,200,128), (2,40,1024,77), (2,24,4096,77);
  * docs/perf-notes.md v8, call 32). */
 
