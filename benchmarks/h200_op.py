@@ -53,7 +53,7 @@ LIBS: dict[str, tuple[str, ...]] = {
 # bf16.h's integer rounding for every mode (the cvt-based rounding must give the same bits).
 DRILLS: dict[str, tuple[str, ...]] = {"ulp2": ("-DRA_INJECT_ULP=2",), "nondet": ("-DRA_INJECT_NONDET=1",)}
 CHECK_ONLY: dict[str, tuple[str, ...]] = {**DRILLS, "cvt0": ("-DRA_CUDA_CVT_ROUND=0",)}
-# H200_LIBS="new=;pp=-DRA_CUDA_PINGPONG=-1" replaces the ablations of a call ("new" must stay the
+# H200_LIBS="new=;nqk1=-DRA_CUDA_NEXT_QK=1" replaces the ablations of a call ("new" must stay the
 # default build: its bits are the ones checked against the fp64 reference).
 if os.environ.get("H200_LIBS"):
     LIBS = {

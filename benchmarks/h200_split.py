@@ -10,9 +10,9 @@ measurements the rule is chosen from); H200_LIBS="new=;bal0=-D..." replaces the 
 (docs/perf-notes.md v5 lists each call's). H200_SHAPES="targets,regular" times only those groups.
 Checked, never timed: the fire drills and bf16.h's integer rounding, each on a forced split so the
 merge kernel's data path is the one checked. Which kernels each build runs on a shape is
-cuda_tail_plan.launch_path's, for the build's -D flags over the kernel's defaults, read from its
-#define lines (RA_CUDA_LONG_BLOCK_N=160, RA_CUDA_LONG_RULE=1, RA_CUDA_TAIL_SPLIT=1, ...; so
-"-DRA_CUDA_TAIL_SPLIT=0 -DRA_CUDA_LONG_BLOCK_N=0" turns both off). Bit-equality with the default is
+kernel/cuda/plan.h's plan (benchmarks/cuda_plan.py: the host planner built with the build's -D
+flags over flags.def's defaults, RA_CUDA_LONG_BLOCK_N=160, RA_CUDA_LONG_RULE=1, RA_CUDA_TAIL_SPLIT=1,
+...; so "-DRA_CUDA_TAIL_SPLIT=0 -DRA_CUDA_LONG_BLOCK_N=0" turns both off). Bit-equality with the default is
 owed wherever a build runs the same kernels. Where one of the two runs the long-key kernel and the
 other not or of another N, or another uniform split (other_kernel: other key-block boundaries, so
 another online-softmax order), the outputs are checked against the fp64 reference instead, and on
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cuda_tail_plan
+import cuda_plan
 import h200_op
 
 from regress import numerics as nm
@@ -129,17 +129,19 @@ OVERHEAD = h200_op.shapes_env(
     "H200_OVERHEAD", [Shape(8, 32, 1, 4096), Shape(4, 32, 64, 8192)]
 )  # "1,32,1,8192;..."
 LOG: list[str] = []
+BLOCK_M = 128  # the sm_90a tile's query rows (ra_launch_plan.block_q)
 
 
-def settings(name: str) -> cuda_tail_plan.Build:
-    """Build `name`'s effective launch settings: its -D flags over the kernel's defaults (read from
-    kernel/cuda's #define lines: the default build takes the long-key kernel and the tail split)."""
-    return cuda_tail_plan.build_settings({**LIBS, **CHECK_ONLY}[name])
+def settings(name: str) -> dict[str, Any]:
+    """Build `name`'s flags as its host planner (kernel/cuda/plan_host.cpp, built with the build's
+    -D flags) reports them: ra_build_info's value of every flag, by key."""
+    return cuda_plan.build_info({**LIBS, **CHECK_ONLY}[name])
 
 
-def path(name: str, s: Shape) -> cuda_tail_plan.LaunchPath:
-    """The code build `name` runs shape `s` on (cuda_tail_plan.launch_path, on the H200's SMs)."""
-    return cuda_tail_plan.launch_path(settings(name), s.b, s.h, s.sq, s.sk)
+def path(name: str, s: Shape) -> cuda_plan.LaunchPath:
+    """The code build `name` runs shape `s` on: kernel/cuda/plan.h's plan for the build's -D flags,
+    on the H200's SMs (cuda_plan.launch_path)."""
+    return cuda_plan.launch_path({**LIBS, **CHECK_ONLY}[name], s.b, s.h, s.sq, s.sk)
 
 
 def long_differs(a: str, b: str, s: Shape) -> bool:
@@ -213,10 +215,10 @@ def forced_split(name: str) -> bool:
     """The measurement builds of N >= 2 forced splits (-DRA_CUDA_SPLIT=N), by their flags, not their
     names: a name test once caught ss3 (call 22) and s0 (call 38, a build without the short-key
     kernel, which then went unchecked and untimed)."""
-    return name in {**LIBS, **CHECK_ONLY} and settings(name).split >= 2
+    return name in {**LIBS, **CHECK_ONLY} and settings(name)["split"] >= 2
 
 
-# Shapes where a tail-split build (the default, RA_CUDA_TAIL_SPLIT=1: cuda_tail_plan.py's rule) cuts
+# Shapes where a tail-split build (the default, RA_CUDA_TAIL_SPLIT=1: kernel/cuda/plan.h's rule) cuts
 # the last round's tiles (13-54 GFLOP each: the fp64 comparison runs on the host): (4,100,65,1000)
 # 400 tiles, the last 4 in 4 parts of 2 key blocks, the last part's last block partial, warpgroup 1
 # one row; (2,100,130,1000) the same plan, the last head's second query block with one warpgroup idle
@@ -234,11 +236,11 @@ TAIL_SHAPES = [
 TAIL_EDGE = (Shape(2, 100, 130, 1000), "posinf_last@last")
 
 
-def plan_rows(s: Shape, plan: cuda_tail_plan.TailPlan) -> np.ndarray:
+def plan_rows(s: Shape, plan: cuda_plan.TailPlan) -> np.ndarray:
     """[B, H, Sq] True on the rows of `plan`'s split tiles (the last ones, query block fastest)."""
-    mb = -(-s.sq // cuda_tail_plan.BLOCK_M)
+    mb = -(-s.sq // BLOCK_M)
     tile = np.arange(s.b * s.h * mb).reshape(s.b, s.h, mb)
-    rows = np.repeat(tile, cuda_tail_plan.BLOCK_M, axis=2)[:, :, : s.sq]
+    rows = np.repeat(tile, BLOCK_M, axis=2)[:, :, : s.sq]
     return rows >= s.b * s.h * mb - plan.tail
 
 

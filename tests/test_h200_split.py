@@ -18,7 +18,7 @@ from regress.cases import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import cuda_tail_plan as ctp  # noqa: E402
+import cuda_plan as ctp  # noqa: E402
 import h200_split as hs  # noqa: E402
 
 OLD = "-DRA_CUDA_TAIL_SPLIT=0 -DRA_CUDA_LONG_BLOCK_N=0 -DRA_CUDA_DYN_SCHED=0"
@@ -42,7 +42,8 @@ def libs(monkeypatch):
 def test_imports_without_cuda_and_reads_h200_libs():
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "H200_LIBS": f"new=;old={OLD}", "PYTHONPATH": str(ROOT)}
     code = (
-        "import h200_split as h, torch; print(torch.cuda.is_available(), h.LIBS, h.settings('old').tail_mode)"
+        "import h200_split as h, torch; "
+        "print(torch.cuda.is_available(), h.LIBS, h.settings('old')['tail_split'])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT / "benchmarks", env=env, capture_output=True, text=True
@@ -50,22 +51,19 @@ def test_imports_without_cuda_and_reads_h200_libs():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
         "False {'new': (), 'old': ('-DRA_CUDA_TAIL_SPLIT=0', '-DRA_CUDA_LONG_BLOCK_N=0', "
-        "'-DRA_CUDA_DYN_SCHED=0')} None"
+        "'-DRA_CUDA_DYN_SCHED=0')} 0"
     )
 
 
 def test_settings_are_the_flags_over_the_kernel_defaults():
-    new, old = hs.settings("new"), hs.settings("old")
-    defaults = ctp.kernel_defaults()
-    assert new.long_settings() == (
-        defaults["RA_CUDA_LONG_BLOCK_N"],
-        defaults["RA_CUDA_LONG_RULE"],
-        defaults["RA_CUDA_LONG_MIN_KEYS"],
-    )
-    assert new.long_settings() == (160, 1, 2048) and new.tail_mode == 0  # the defaults branch's
-    assert old.long_settings() == (0, 0, 0) and old.tail_mode is None  # =0 is off, not "by the rule"
-    assert hs.settings("t8").tail_mode == 8 and hs.settings("lr0").long_settings() == (160, 0, 2048)
-    assert hs.settings("s4").split == 4 and hs.settings("nosplit").split == 1  # CHECK_ONLY builds too
+    def long_settings(name: str) -> tuple[int, int, int]:
+        f = hs.settings(name)
+        return f["long_block_n"], f["long_rule"], f["long_min_keys"]
+
+    assert long_settings("new") == (160, 1, 2048) and hs.settings("new")["tail_split"] == 1  # the defaults
+    assert long_settings("old")[0] == 0 and hs.settings("old")["tail_split"] == 0
+    assert hs.settings("t8")["tail_split"] == 8 and long_settings("lr0") == (160, 0, 2048)
+    assert hs.settings("s4")["split"] == 4 and hs.settings("nosplit")["split"] == 1  # CHECK_ONLY builds too
     with pytest.raises(KeyError):
         hs.settings("nobuild")
 
@@ -161,7 +159,7 @@ def test_forced_splits_are_builds_of_two_or_more_splits(monkeypatch):
         "s2": ("-DRA_CUDA_SPLIT=2",),
         "s16": ("-DRA_CUDA_SPLIT=16",),
         "s0": ("-DRA_CUDA_SHORT_BLOCK_N=0",),
-        "s8": ("-DRA_CUDA_PINGPONG=-1",),  # a name that looks like a split count
+        "s8": ("-DRA_CUDA_NEXT_QK=0",),  # a name that looks like a split count
         "one": ("-DRA_CUDA_SPLIT=1",),
         "many": ("-DRA_CUDA_SPLIT=3", "-DRA_CUDA_SHORT_BLOCK_N=0"),
     }

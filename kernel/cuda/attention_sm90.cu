@@ -22,11 +22,11 @@
  *                                          seqlen_q clipped), running while the next tile computes
  *                                          A warpgroup with no row < seqlen_q (decode) only releases
  *                                          the stages it would have read.
- * Split over keys (split.cuh; RA_CUDA_SPLIT below): where the grid of (batch, head, query block)
+ * Split over keys (split.cuh; plan.h's split_rule): where the grid of (batch, head, query block)
  * tiles would leave SMs idle or give a CTA a long serial key loop, each is cut into slices of keys;
  * the tiles write fp32 partials into a per-stream workspace and attn_merge_splits rounds them.
- * Optional (-DRA_CUDA_PINGPONG=1, or -1 for seqlen_k <= 2048; off by default, measured slower): the
- * two consumer warpgroups take turns issuing their wgmmas (named barriers 1, 2).
+ * Which kernel runs a launch, on how many CTAs, with which splits and workspace: plan.h, the one
+ * planner (ra_plan_launch exports it; plan_host.cpp builds it without CUDA). Build flags: flags.def.
  *
  * Fallback path (mainloop_sm80.cuh): FlashAttention-2 shape with mma.sync, for strides a TMA
  * descriptor cannot express.
@@ -57,90 +57,7 @@
 #include "mainloop_sm80.cuh"
 #include "mainloop_sm90.cuh"
 #include "params.cuh"
-#include "tail_plan.h"
-
-#ifndef RA_CUDA_FORCE_MMA_SYNC
-#define RA_CUDA_FORCE_MMA_SYNC 0
-#endif
-/* Consumer schedule: 0 = never ping-pong (default), 1 = always, -1 = by shape (ping-pong when
- * seqlen_k <= kPingPongMaxKeys). v2 on the H200 (rotated call order, smem epilogue): never was
- * faster or equal on every benchmark shape, by 2-8 % at seqlen_k <= 2048 (docs/perf-notes.md). */
-#ifndef RA_CUDA_PINGPONG
-#define RA_CUDA_PINGPONG 0
-#endif
-/* Split over keys: -1 = by shape (split_rule below, the default), 1 = never (the ablation), N > 1 =
- * N splits wherever a tile has N key blocks (measurement builds: benchmarks/h200_split.py). */
-#ifndef RA_CUDA_SPLIT
-#define RA_CUDA_SPLIT -1
-#endif
-/* Split of the last partial round's tiles over keys (tail_plan.h; attn_fwd_sm90_tail): 1 = by
- * tail_plan.h's rule (the default), N > 1 = N parts wherever there is a tail (measurement builds),
- * 0 = never (no such kernel is built). Only launches that split_rule leaves unsplit and the long-key
- * kernel does not take, with seqlen_q > 64 (not decode), seqlen_k > 256 (not the next-Q-K^T kernel)
- * and no ping-pong. */
-#ifndef RA_CUDA_TAIL_SPLIT
-#define RA_CUDA_TAIL_SPLIT 1 /* the default since device calls 34-35 (docs/perf-notes.md v12) */
-#endif
-static_assert(RA_CUDA_TAIL_SPLIT == 0 || RA_CUDA_TILE_ORDER == 0, "the tail split keeps the cyclic tile order");
-/* K/V stages of the decode plan (mainloop_sm90.cuh), taken when seqlen_q <= 64 and the next tile's
- * Q K^T is not overlapped (seqlen_k > 256): 3, or 0 = never (the main plan's 2 stages everywhere). */
-#ifndef RA_CUDA_DECODE_STAGES
-#define RA_CUDA_DECODE_STAGES 0
-#endif
-constexpr int kDecodeMaxRows = 64;
-/* The long-key kernel (RA_CUDA_LONG_BLOCK_N = N > 0, 160 by default; 0 builds none): taken by unsplit
- * launches with seqlen_k >= RA_CUDA_LONG_MIN_KEYS and seqlen_q > kDecodeMaxRows that take neither
- * ping-pong nor the next-Q-K^T overlap (seqlen_k > kNextQKMaxKeys), nor the decode, merge-in-kernel
- * or dynamic scheduler kernels; every other launch runs the default code. */
-#ifndef RA_CUDA_LONG_MIN_KEYS
-#define RA_CUDA_LONG_MIN_KEYS 2048
-#endif
-/* Which of those launches take it: 1 (the default) only where key blocks of N pad the keys less than
- * blocks of 128 (ceil(Sk / N) N < ceil(Sk / 128) 128; a tie stays at 128), since that is where it
- * was measured ahead (calls 33-34, benchmarks/results/h200-issue26-call14 and -call15, default / 160
- * time: 1.020-1.041 at 4097 keys, 1.039-1.057 at 2049) while at multiples of 128 it was 0.982-1.030
- * (1.007-1.069 at (1,32,16384,16384) in call 34 alone) and the tail split, which plans 128-key
- * blocks, gains more there;
- * 0: every launch of >= RA_CUDA_LONG_MIN_KEYS keys (the measurement builds of calls 33-34). */
-#ifndef RA_CUDA_LONG_RULE
-#define RA_CUDA_LONG_RULE 1
-#endif
-constexpr bool long_keys_pay(int seqlen_k) {
-  const int n = RA_CUDA_LONG_BLOCK_N > 0 ? RA_CUDA_LONG_BLOCK_N : 128;
-  return RA_CUDA_LONG_BLOCK_N != 0 && seqlen_k >= RA_CUDA_LONG_MIN_KEYS &&
-         (RA_CUDA_LONG_RULE == 0 || (seqlen_k + n - 1) / n * n < (seqlen_k + 127) / 128 * 128);
-}
-/* The short-key kernel (RA_CUDA_SHORT_BLOCK_N = N > 0, 80 by default; 0 builds none): taken by
- * unsplit launches of the next-Q-K^T schedule without ping-pong, off the dynamic scheduler, whose
- * keys fit one block of N (a block of 128 would be mostly padding). */
-constexpr bool short_keys_pay(int seqlen_k) {
-  return RA_CUDA_SHORT_BLOCK_N != 0 && seqlen_k <= RA_CUDA_SHORT_BLOCK_N;
-}
-static_assert(RA_CUDA_SHORT_BLOCK_N >= 0 && RA_CUDA_SHORT_BLOCK_N <= RA_CUDA_NEXT_QK_MAX_KEYS,
-              "the short kernel is a next-Q-K^T kernel (0: none)");
-static_assert(RA_CUDA_LONG_BLOCK_N == 0 || RA_CUDA_LONG_MIN_KEYS > RA_CUDA_NEXT_QK_MAX_KEYS,
-              "the long kernel has no next-Q-K^T overlap");
-/* The same 3-stage plan (1 Q buffer, 3 K/V stages, output stored from registers) for short keys,
- * where the next tile's Q K^T is overlapped (seqlen_k <= 256, at most 2 key blocks a tile: a tile is
- * mostly its loads), any seqlen_q, unsplit launches: 3, or 0 = never (the default). Aimed at the
- * memory-bound (256,32,128,128): one more tile's K and V in flight per SM. Measured and dropped
- * (docs/perf-notes.md v6, call 22): ncu 257 -> 331 us there, DRAM 86 -> 67 %. */
-#ifndef RA_CUDA_SHORT_STAGES
-#define RA_CUDA_SHORT_STAGES 0
-#endif
-static_assert(RA_CUDA_SHORT_STAGES != 3 || RA_CUDA_PINGPONG == 0, "the short-key plan has no ping-pong variant");
-/* 1: the persistent grid is the fewest CTAs that keep the number of tile waves, so every CTA gets
- * the same number of tiles (256 tiles: 128 CTAs of 2, not 124 of 2 and 8 of 1); no CTA gets more
- * tiles than with one CTA per SM. 0: one CTA per SM. */
-#ifndef RA_CUDA_GRID_BALANCE
-#define RA_CUDA_GRID_BALANCE 1
-#endif
-/* 1: a launch on the dynamic scheduler (tile_scheduler.cuh) gets min(tiles, SMs) CTAs, as CTAs then
- * take tiles as they free up (ncu, (256,32,128,128): 246.4 us balanced, 245.0 with 132 CTAs);
- * 0: RA_CUDA_GRID_BALANCE's grid for it too. */
-#ifndef RA_CUDA_DYN_FULL_GRID
-#define RA_CUDA_DYN_FULL_GRID 1
-#endif
+#include "plan.h"
 
 namespace ra_cuda {
 
@@ -149,7 +66,7 @@ namespace ra_cuda {
 
 /* kMerge: the decode split's merge in the kernel (split.cuh's merge_if_last); only launches with
  * p.merge_in_kernel take this instantiation. */
-template <int kRound, Layout L, bool kPP, bool kNQK, class Plan, bool kMerge, bool kDyn, bool kTail>
+template <int kRound, Layout L, bool kNQK, class Plan, bool kMerge, bool kDyn, bool kTail>
 __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
   extern __shared__ uint8_t smem_raw[];
   sm90::Smem<Plan>& sm =
@@ -173,15 +90,19 @@ __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
     }
   } else {
     setmaxnreg_inc<232>();
-    sm90::consume<kRound, L, kPP, kNQK, kMerge, Plan, kDyn, kTail>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+    sm90::consume<kRound, L, kNQK, kMerge, Plan, kDyn, kTail>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
     if (RA_CUDA_TRACE && threadIdx.x == 128) trace(kTraceExit), trace(kTraceExitNs);
   }
 }
 
+/* kPP and kDecode are always false: ping-pong and the 3-stage decode plan were measured and deleted
+ * (docs/perf-notes.md, deleted flags); the parameters stay so that every kernel keeps the symbol
+ * (and the SASS, benchmarks/sass_diff.sh) of the builds the device measured. */
 template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode, bool kMerge = false, bool kDyn = false>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
+  static_assert(!kPP && !kDecode, "no ping-pong or decode-plan kernel since issue 37");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  fwd_sm90<kRound, L, kPP, kNQK, std::conditional_t<kDecode, sm90::DecodePlan, sm90::MainPlan>, kMerge, kDyn, false>(p);
+  fwd_sm90<kRound, L, kNQK, sm90::MainPlan, kMerge, kDyn, false>(p);
 #endif
 }
 
@@ -191,7 +112,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_
 template <int kRound, Layout L>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_long(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  fwd_sm90<kRound, L, false, false, sm90::LongPlan, false, false, false>(p);
+  fwd_sm90<kRound, L, false, sm90::LongPlan, false, false, false>(p);
 #endif
 }
 
@@ -202,7 +123,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_long(const __
 template <int kRound, Layout L>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_short(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  fwd_sm90<kRound, L, false, true, sm90::ShortPlan, false, false, false>(p);
+  fwd_sm90<kRound, L, true, sm90::ShortPlan, false, false, false>(p);
 #endif
 }
 
@@ -212,7 +133,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_short(const _
 template <int kRound, Layout L>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_tail(const __grid_constant__ FwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  fwd_sm90<kRound, L, false, false, sm90::MainPlan, false, false, true>(p);
+  fwd_sm90<kRound, L, false, sm90::MainPlan, false, false, true>(p);
 #endif
 }
 
@@ -228,10 +149,6 @@ __global__ void __launch_bounds__(sm80::kThreads) attn_fwd_mma_sync(const __grid
 // host side
 
 namespace {
-
-/* Used only with -DRA_CUDA_PINGPONG=-1: v1 (fixed call order) put ping-pong ahead up to 2048 keys;
- * v2 (rotated order) did not confirm it. */
-constexpr int64_t kPingPongMaxKeys = 2048;
 
 /* The one switch: runtime (rounding, layout, schedule) -> compile-time constants; rounding x
  * layout is ../common/variant.h's switch, shared with the HIP backend. A schedule
@@ -251,11 +168,9 @@ void with_option(bool by_shape, G&& g) {
 }
 
 template <class F>
-void dispatch(int rounding, Layout layout, bool pingpong, bool next_qk, F&& f) {
+void dispatch(int rounding, Layout layout, bool next_qk, F&& f) {
   ra_variant::dispatch(rounding, layout, [&](auto round_c, auto layout_c) {
-    with_option<RA_CUDA_PINGPONG>(pingpong, [&](auto pp_c) {
-      with_option<RA_CUDA_NEXT_QK>(next_qk, [&](auto nqk_c) { f(round_c, layout_c, pp_c, nqk_c); });
-    });
+    with_option<RA_CUDA_NEXT_QK>(next_qk, [&](auto nqk_c) { f(round_c, layout_c, nqk_c); });
   });
 }
 
@@ -263,8 +178,9 @@ struct DeviceInfo {
   int sm_count = 0;
   int major = 0;
   int minor = 0;
-  /* bit per kernel instantiation: smem attribute set on this device (atomic: any thread may launch) */
-  std::atomic<uint64_t> attr_done[2] = {0, 0};
+  /* bit per kernel instantiation, kind x 6 + (rounding, layout): smem attribute set on this device
+   * (atomic: any thread may launch) */
+  std::atomic<uint64_t> attr_done{0};
   std::atomic<bool> ready{false}; /* the three fields above are set (release) before it is read true */
 };
 constexpr int kMaxDevices = 64;
@@ -288,9 +204,6 @@ PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn() {
 
 /* L2 promotion of the tensor maps' fetches: 0 (none), 128 or 256 bytes (issue 26 measures them:
  * docs/perf-notes.md v5). A 64-column box row is 128 bytes of a 256-byte row. */
-#ifndef RA_CUDA_L2_PROMO
-#define RA_CUDA_L2_PROMO 128
-#endif
 constexpr CUtensorMapL2promotion kL2Promotion = RA_CUDA_L2_PROMO == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
                                                 : RA_CUDA_L2_PROMO == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
                                                                           : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
@@ -318,9 +231,6 @@ bool encode_tma(CUtensorMap* map, const uint16_t* base, const int64_t stride[4],
 /* The last few tensor maps this thread encoded, by everything an encoding depends on: a model
  * calls with the same buffers again and again (the allocator reuses them), and each call needs four
  * maps. An encoding is a pure function of its key, so a hit is the same 128 bytes. */
-#ifndef RA_CUDA_TMAP_CACHE
-#define RA_CUDA_TMAP_CACHE 1
-#endif
 struct TmapKey {
   const void* base;
   int64_t stride[3];
@@ -365,19 +275,14 @@ ra_status device_error(cudaError_t e, const char* what, char* err, size_t err_le
   return ra_fail(err, err_len, RA_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* A plan as a value, for launch()'s generic lambda (std::type_identity is C++20) */
-template <class P>
-struct PlanTag {
-  using type = P;
-};
-
-/* `bit`: the instantiation's index, 0..127 (launch() numbers them) */
+/* `bit`: the instantiation's index, 0..63 (launch() numbers them: kind x 6 + (rounding, layout)) */
+static_assert(kKinds * 6 <= 64, "one bit per kernel instantiation");
 template <class Kernel>
 cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_t bytes) {
-  const uint64_t mask = uint64_t{1} << (bit & 63);
-  if (dev.attr_done[bit >> 6].load(std::memory_order_acquire) & mask) return cudaSuccess;
+  const uint64_t mask = uint64_t{1} << bit;
+  if (dev.attr_done.load(std::memory_order_acquire) & mask) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-  if (e == cudaSuccess) dev.attr_done[bit >> 6].fetch_or(mask, std::memory_order_release);
+  if (e == cudaSuccess) dev.attr_done.fetch_or(mask, std::memory_order_release);
   return e;
 }
 
@@ -450,193 +355,65 @@ WorkspacePtrs split_workspace(int dev, cudaStream_t stream, size_t floats_bytes,
   return ptrs(*w);
 }
 
-/* Splits for a launch of `tiles` (batch, head, query block) tiles of `nb` key blocks on `sms` SMs.
- * Cost model, in key blocks of one CTA (1.5-2.5 us each on the H200): a persistent CTA's serial
- * work, ceil(tiles * s / sms) tiles of ceil(nb / s) blocks plus kSplitTileCost per tile (pipeline
- * fill, epilogue), plus kSplitMergeCost for the merge launch when s > 1 (3.9-8 us in ncu); the
- * s <= kMaxSplits of least cost, and only if it saves a tenth of the unsplit cost: the partials'
- * traffic, which the model leaves out, cost 3-12 % where the grid is already full (forced splits
- * on (8,32,1,4096) and (4,32,64,8192), docs/perf-notes.md v5). So it splits where the grid leaves
- * SMs idle for much of the launch: decode and short queries at small batch x heads, long keys at
- * few heads. */
-constexpr int kMaxSplits = 32;
-constexpr int kSplitTileCost = 1;
-constexpr int kSplitMergeCost = 3;
-constexpr size_t kMaxWorkspaceBytes = size_t{512} << 20;
-
-int split_rule(int64_t tiles, int nb, int sms) {
-  if (RA_CUDA_SPLIT > 0) return std::min(RA_CUDA_SPLIT, nb);
-  auto cost = [&](int s) {
-    const int sb = (nb + s - 1) / s;
-    return (tiles * s + sms - 1) / sms * (sb + kSplitTileCost) + (s > 1 ? kSplitMergeCost : 0);
-  };
-  int best = 1;
-  int64_t best_cost = cost(1);
-  for (int s = 2; s <= std::min(nb, kMaxSplits); ++s) {
-    const int sb = (nb + s - 1) / s;
-    if ((nb + sb - 1) / sb != s) continue; /* s would leave a split empty: the same as fewer */
-    if (cost(s) < best_cost) best_cost = cost(s), best = s;
-  }
-  return 10 * best_cost <= 9 * cost(1) ? best : 1;
+/* The tensor maps of K and V over key blocks of n keys (the short and long kernels' boxes). */
+bool encode_kv_boxes(FwdParams& p, int n) {
+  return encode_tma_cached(&p.tma_k, p.k, p.k_stride, p.seqlen_k, p.heads, p.batch, (cuuint32_t)n) &&
+         encode_tma_cached(&p.tma_v, p.v, p.v_stride, p.seqlen_k, p.heads, p.batch, (cuuint32_t)n);
 }
 
-constexpr int kMaxGridY = 65535; /* CUDA's limit on gridDim.y */
-
-/* One launch over rows [0, seqlen_q) of p. */
-ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int dev_id, DeviceInfo& dev,
+/* The launch plan.h planned, its workspace in p's pointers: the kernel lp.kind names (one template
+ * instantiation per kind, rounding and layout; those of a flag set to 0 are not built), then
+ * attn_merge_splits where the plan merges in a second launch. */
+ra_status launch(FwdParams& p, const LaunchPlan& lp, int rounding, Layout layout, DeviceInfo& dev,
                  cudaStream_t stream, char* err, size_t err_len) {
   cudaError_t e = cudaSuccess;
-  bool heads_refused = false;
-  const bool pp = p.seqlen_k <= kPingPongMaxKeys;
-  const bool nqk = p.seqlen_k <= sm90::kNextQKMaxKeys;
-  dispatch(rounding, layout, pp, nqk, [&](auto round_c, auto layout_c, auto pp_c, auto nqk_c) {
+  bool boxes_refused = false;
+  dispatch(rounding, layout, lp.next_qk, [&](auto round_c, auto layout_c, auto nqk_c) {
     constexpr int R = decltype(round_c)::value;
     constexpr Layout L = decltype(layout_c)::value;
-    constexpr bool PP = decltype(pp_c)::value;
     constexpr bool NQK = decltype(nqk_c)::value;
-    /* one bit per instantiation: 6 (rounding x layout) x 4 schedules, 6 mma.sync, 12 decode plans, 12 in-kernel
-     * merges, 6 short plans (54 + inst), 6 long-key kernels (64 + inst), 6 dynamic schedulers (70 + inst; built
-     * by default: RA_CUDA_DYN_SCHED=1), 6 tail splits (76 + inst), 6 short-key kernels (82 + inst) */
-    const unsigned inst = (unsigned)(R * 2 + (L == Layout::kPacked ? 1 : 0));
-    if (use_tma) {
-      p.num_m_blocks = (p.seqlen_q + sm90::kBlockM - 1) / sm90::kBlockM;
-      p.num_n_blocks = (p.seqlen_k + sm90::kBlockN - 1) / sm90::kBlockN;
-      const int64_t tiles = (int64_t)p.num_m_blocks * p.batch * p.heads;
-      p.num_splits = 1;
-      p.split_blocks = p.num_n_blocks;
-      const int want = split_rule(tiles, p.num_n_blocks, dev.sm_count);
-      /* decode's splits merge in the kernel; not NQK launches (seqlen_k <= kNextQKMaxKeys) nor the
-       * 3-stage decode plan, which have no kMerge instantiation */
-      const bool mik =
-          !RA_CUDA_MERGE_KERNEL && RA_CUDA_DECODE_STAGES != 3 && !NQK && p.seqlen_q <= kMergeInKernelMaxRows;
-      if (want > 1) {
-        const int sb = (p.num_n_blocks + want - 1) / want;
-        const int s = (p.num_n_blocks + sb - 1) / sb;
-        const size_t rows = (size_t)p.batch * p.heads * p.seqlen_q;
-        const size_t floats = (size_t)s * rows * (kHeadDim + 2);
-        const size_t counters = mik ? (size_t)tiles * 2 : 0; /* merge_if_last's */
-        const size_t bytes = floats * sizeof(float) + counters * sizeof(int);
-        const WorkspacePtrs ws = bytes <= kMaxWorkspaceBytes
-                                     ? split_workspace(dev_id, stream, floats * sizeof(float), counters)
-                                     : WorkspacePtrs{nullptr, nullptr};
-        if (ws.floats) {
-          p.num_splits = s;
-          p.split_blocks = sb;
-          p.part_o = ws.floats;
-          p.part_ml = ws.floats + (size_t)s * rows * kHeadDim;
-          p.part_cnt = ws.counters;
+    const unsigned bit = (unsigned)lp.kind * 6 + (unsigned)(R * 2 + (L == Layout::kPacked ? 1 : 0));
+    auto run = [&](auto kernel, const FwdParams& args) {
+      e = ensure_smem_attr(kernel, dev, bit, lp.shared_bytes);
+      if (e == cudaSuccess) kernel<<<(unsigned)lp.grid[0], lp.threads, lp.shared_bytes, stream>>>(args);
+    };
+    /* the short and long kernels: the same tiles over key blocks of lp.block_n keys */
+    auto run_over_blocks = [&](auto kernel) {
+      if (!encode_kv_boxes(p, lp.block_n)) return (void)(boxes_refused = true);
+      run(kernel, p);
+    };
+    if (lp.kind != Kind::kMmaSync) {
+      if constexpr (NQK) {
+        if (RA_CUDA_DYN_SCHED != 0 && lp.kind == Kind::kDynamic) {
+          if constexpr (RA_CUDA_DYN_SCHED != 0) run(attn_fwd_sm90<R, L, false, true, false, false, true>, p);
+        } else if (RA_CUDA_SHORT_BLOCK_N != 0 && lp.kind == Kind::kShort) {
+          if constexpr (RA_CUDA_SHORT_BLOCK_N != 0) run_over_blocks(attn_fwd_sm90_short<R, L>);
+        } else {
+          run(attn_fwd_sm90<R, L, false, true, false>, p);
+        }
+      } else {
+        if (!RA_CUDA_MERGE_KERNEL && lp.kind == Kind::kMergeInKernel) {
+          if constexpr (!RA_CUDA_MERGE_KERNEL) run(attn_fwd_sm90<R, L, false, false, false, true>, p);
+        } else if (RA_CUDA_TAIL_SPLIT != 0 && lp.kind == Kind::kTailSplit) {
+          if constexpr (RA_CUDA_TAIL_SPLIT != 0) run(attn_fwd_sm90_tail<R, L>, p);
+        } else if (RA_CUDA_LONG_BLOCK_N != 0 && lp.kind == Kind::kLong) {
+          if constexpr (RA_CUDA_LONG_BLOCK_N != 0) run_over_blocks(attn_fwd_sm90_long<R, L>);
+        } else {
+          run(attn_fwd_sm90<R, L, false, false, false>, p);
         }
       }
-      p.merge_in_kernel = mik && p.num_splits > 1;
-      /* the dynamic scheduler's two counters (tile_scheduler.cuh); without them, the static order
-       * (the 3-stage short plan, when built, takes these launches itself) */
-      if (RA_CUDA_DYN_SCHED && RA_CUDA_SHORT_STAGES != 3 && NQK && !PP && p.num_splits == 1 &&
-          p.num_n_blocks <= RA_CUDA_DYN_MAX_BLOCKS && p.num_m_blocks <= RA_CUDA_DYN_MAX_M_BLOCKS)
-        p.tile_counter = split_workspace(dev_id, stream, 0, 2).counters;
-      p.num_tiles = (int)(tiles * p.num_splits);
-      int grid = p.num_tiles < dev.sm_count ? p.num_tiles : dev.sm_count;
-      if (RA_CUDA_GRID_BALANCE && !(RA_CUDA_DYN_FULL_GRID && p.tile_counter)) {
-        const int waves = (p.num_tiles + dev.sm_count - 1) / dev.sm_count;
-        grid = (p.num_tiles + waves - 1) / waves;
-      }
-      if constexpr (RA_CUDA_TAIL_SPLIT != 0 && !NQK && !PP) {
-        /* the tail split (tail_plan.h), where nothing above split the launch; its partials are the
-         * tail's rows only, its counters merge_if_last's */
-        const TailPlan tp = p.num_splits == 1 && p.seqlen_q > kDecodeMaxRows && !long_keys_pay(p.seqlen_k)
-                                ? tail_split_plan(tiles, p.num_n_blocks, dev.sm_count,
-                                                  RA_CUDA_TAIL_SPLIT > 1 ? RA_CUDA_TAIL_SPLIT : 0)
-                                : TailPlan{0, 0, 0};
-        if (tp.splits > 1) {
-          const size_t rows = (size_t)tp.tail * tp.splits * sm90::kBlockM;
-          const size_t floats = rows * (kHeadDim + 2);
-          const size_t counters = (size_t)tp.tail * 2;
-          const WorkspacePtrs ws = (floats + counters) * sizeof(float) <= kMaxWorkspaceBytes
-                                       ? split_workspace(dev_id, stream, floats * sizeof(float), counters)
-                                       : WorkspacePtrs{nullptr, nullptr};
-          if (ws.floats) {
-            p.tail_first = (int)(tiles - tp.tail);
-            p.tail_splits = tp.splits;
-            p.tail_blocks = tp.blocks;
-            p.part_o = ws.floats;
-            p.part_ml = ws.floats + rows * kHeadDim;
-            p.part_cnt = ws.counters;
-            p.num_tiles = p.tail_first + (int)(tp.tail * tp.splits);
-            grid = dev.sm_count; /* tail_first is a multiple of it: the whole tiles fill whole rounds */
-          }
-        }
-      }
-      /* the first kernel below whose conditions hold takes the launch: `kernel` with plan Plan's
-       * shared memory (its attribute set once per device: instantiation `bit`) over `args` */
-      bool launched = false;
-      auto run = [&](auto kernel, auto plan_c, unsigned bit, const FwdParams& args) {
-        using Plan = typename decltype(plan_c)::type;
-        constexpr size_t bytes = sm90::kSmemBytes<Plan>;
-        launched = true;
-        e = ensure_smem_attr(kernel, dev, bit, bytes);
-        if (e == cudaSuccess) kernel<<<grid, sm90::kThreads, bytes, stream>>>(args);
-      };
-      using MainC = PlanTag<sm90::MainPlan>;
-      /* the same tiles over key blocks of N: K and V's tensor maps with boxes of N rows */
-      auto over_blocks_of = [&](int N, FwdParams& args) {
-        args = p;
-        args.num_n_blocks = (p.seqlen_k + N - 1) / N;
-        args.split_blocks = args.num_n_blocks;
-        return encode_tma_cached(&args.tma_k, p.k, p.k_stride, p.seqlen_k, p.heads, p.batch, N) &&
-               encode_tma_cached(&args.tma_v, p.v, p.v_stride, p.seqlen_k, p.heads, p.batch, N);
-      };
-      if constexpr (RA_CUDA_DECODE_STAGES == 3 && !NQK) {
-        if (p.seqlen_q <= kDecodeMaxRows)
-          run(attn_fwd_sm90<R, L, PP, false, true>, PlanTag<sm90::DecodePlan>{}, 30 + inst + (PP ? 6 : 0), p);
-      }
-      if constexpr (RA_CUDA_SHORT_STAGES == 3 && NQK && !PP) {
-        if (!launched && p.num_splits == 1)
-          run(attn_fwd_sm90<R, L, false, true, true>, PlanTag<sm90::DecodePlan>{}, 54 + inst, p);
-      }
-      if constexpr (!RA_CUDA_MERGE_KERNEL && !NQK) {
-        if (!launched && p.merge_in_kernel) run(attn_fwd_sm90<R, L, PP, false, false, true>, MainC{}, 42 + inst + (PP ? 6 : 0), p);
-      }
-      if constexpr (RA_CUDA_DYN_SCHED != 0 && NQK && !PP) {
-        if (!launched && p.tile_counter) run(attn_fwd_sm90<R, L, false, true, false, false, true>, MainC{}, 70 + inst, p);
-      }
-      if constexpr (RA_CUDA_SHORT_BLOCK_N != 0 && NQK && !PP) {
-        FwdParams sp;
-        if (!launched && p.num_splits == 1 && !p.tile_counter && short_keys_pay(p.seqlen_k) &&
-            over_blocks_of(sm90::ShortPlan::kBlockN, sp))
-          run(attn_fwd_sm90_short<R, L>, PlanTag<sm90::ShortPlan>{}, 82 + inst, sp);
-      }
-      if constexpr (RA_CUDA_TAIL_SPLIT != 0 && !NQK && !PP) {
-        if (!launched && p.tail_splits > 1) run(attn_fwd_sm90_tail<R, L>, MainC{}, 76 + inst, p);
-      }
-      if constexpr (RA_CUDA_LONG_BLOCK_N != 0 && !NQK && !PP) {
-        FwdParams lp;
-        if (!launched && p.num_splits == 1 && !p.merge_in_kernel && !p.tile_counter &&
-            long_keys_pay(p.seqlen_k) && p.seqlen_q > kDecodeMaxRows && over_blocks_of(sm90::LongPlan::kBlockN, lp))
-          run(attn_fwd_sm90_long<R, L>, PlanTag<sm90::LongPlan>{}, 64 + inst, lp);
-      }
-      if (!launched) run(attn_fwd_sm90<R, L, PP, NQK, false>, MainC{}, inst + (PP ? 6 : 0) + (NQK ? 12 : 0), p);
-      if (e != cudaSuccess) return;
-      if (p.num_splits > 1 && !p.merge_in_kernel) {
+      if (e != cudaSuccess || boxes_refused) return;
+      if (lp.merge_launch) {
         if ((e = cudaGetLastError()) != cudaSuccess) return;
-        const int64_t rows = (int64_t)p.batch * p.heads * p.seqlen_q;
-        const unsigned blocks = (unsigned)((rows + kMergeRowsPerBlock - 1) / kMergeRowsPerBlock);
-        attn_merge_splits<R><<<blocks, 32 * kMergeRowsPerBlock, 0, stream>>>(p);
+        attn_merge_splits<R><<<(unsigned)lp.merge_grid, 32 * kMergeRowsPerBlock, 0, stream>>>(p);
       }
     } else {
-      p.num_m_blocks = (p.seqlen_q + sm80::kBlockM - 1) / sm80::kBlockM;
-      p.num_n_blocks = (p.seqlen_k + sm80::kBlockN - 1) / sm80::kBlockN;
-      p.num_tiles = p.num_m_blocks * p.batch * p.heads;
-      p.num_splits = 1;
-      p.split_blocks = p.num_n_blocks;
       auto kernel = attn_fwd_mma_sync<R, L>;
-      e = ensure_smem_attr(kernel, dev, 24 + inst, sm80::kSmemBytes);
+      e = ensure_smem_attr(kernel, dev, bit, lp.shared_bytes);
       if (e != cudaSuccess) return;
-      /* (batch x head) is grid.y, at most kMaxGridY: more of them go in launches of whole batches,
+      /* (batch x head) is grid.y, at most kMaxGridY: launches of lp.batch_per_launch whole batches,
        * each over its batches' rows (any strides: the pointers move by whole batch strides) */
-      if (p.heads > kMaxGridY) {
-        heads_refused = true;
-        return;
-      }
-      const int per = kMaxGridY / p.heads;
+      const int per = lp.batch_per_launch;
       for (int b0 = 0; b0 < p.batch; b0 += per) {
         FwdParams c = p;
         c.batch = std::min(per, p.batch - b0);
@@ -647,21 +424,37 @@ ra_status launch(FwdParams& p, bool use_tma, int rounding, Layout layout, int de
         c.num_tiles = c.num_m_blocks * c.batch * c.heads;
         c.nondet_flip = b0 == 0 ? p.nondet_flip : 0; /* the drill's one element, O[0,0,0,0] */
         dim3 grid((unsigned)c.num_m_blocks, (unsigned)(c.batch * c.heads));
-        kernel<<<grid, sm80::kThreads, sm80::kSmemBytes, stream>>>(c);
+        kernel<<<grid, lp.threads, lp.shared_bytes, stream>>>(c);
         if (b0 + per < p.batch && (e = cudaGetLastError()) != cudaSuccess) return;
       }
     }
     e = cudaGetLastError();
   });
-  if (heads_refused)
-    return ra_fail(err, err_len, RA_ERR_SHAPE,
-                   "H=%d heads: the mma.sync path (taken where TMA refuses the strides) launches at most %d "
-                   "heads at a time",
-                   p.heads, kMaxGridY);
+  if (boxes_refused)
+    return ra_fail(err, err_len, RA_ERR_DEVICE, "cuTensorMapEncodeTiled refused K/V boxes of %d keys (%s)",
+                   lp.block_n, kind_name(lp.kind));
   if (e != cudaSuccess) return device_error(e, "kernel launch", err, err_len);
   return RA_OK;
 }
 
+/* FwdParams' launch fields from the plan, and the workspace's pointers where it has one. */
+void apply_plan(FwdParams& p, const LaunchPlan& lp, const WorkspacePtrs& ws) {
+  p.num_m_blocks = lp.num_m_blocks;
+  p.num_n_blocks = lp.num_n_blocks;
+  p.num_tiles = lp.num_tiles;
+  p.num_splits = lp.num_splits;
+  p.split_blocks = lp.split_blocks;
+  p.merge_in_kernel = lp.merge_in_kernel ? 1 : 0;
+  p.tail_first = lp.tail_first;
+  p.tail_splits = lp.tail_splits;
+  p.tail_blocks = lp.tail_blocks;
+  if (lp.num_splits > 1 || lp.tail_splits > 1) {
+    p.part_o = ws.floats;
+    p.part_ml = ws.floats + lp.ml_offset;
+    p.part_cnt = ws.counters;
+  }
+  if (lp.dynamic) p.tile_counter = ws.counters;
+}
 }  // namespace
 }  // namespace ra_cuda
 
@@ -688,12 +481,23 @@ extern "C" int ra_cuda_trace_read(unsigned long long* out, int ctas) {
 #define RA_XSTR_(x) #x
 #define RA_XSTR(x) RA_XSTR_(x)
 
-static_assert(kTailMaxSplits == 64 && kTailMinGainPerMille == 5, "ra_build_info states the tail rule's constants");
+static_assert(kTailMaxSplits == 64 && kTailMinGainPerMille == 5 && kMaxSplits == 32,
+              "ra_build_info states the split rules' constants");
 
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"cuda\",\"abi\":" RA_XSTR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"sm_90a\",\"nvcc\":\"" RA_XSTR(__CUDACC_VER_MAJOR__) "." RA_XSTR(__CUDACC_VER_MINOR__) "." RA_XSTR(
-             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],\"force_mma_sync\":" RA_XSTR(RA_CUDA_FORCE_MMA_SYNC) ",\"pingpong\":" RA_XSTR(RA_CUDA_PINGPONG) ",\"pingpong_max_keys\":2048,\"epilogue\":" RA_XSTR(RA_CUDA_EPILOGUE) ",\"q_stages\":" RA_XSTR(RA_CUDA_Q_STAGES) ",\"next_qk\":" RA_XSTR(RA_CUDA_NEXT_QK) ",\"next_qk_max_keys\":" RA_XSTR(RA_CUDA_NEXT_QK_MAX_KEYS) ",\"cvt_round\":" RA_XSTR(RA_CUDA_CVT_ROUND) ",\"tmap_cache\":" RA_XSTR(RA_CUDA_TMAP_CACHE) ",\"split\":" RA_XSTR(RA_CUDA_SPLIT) ",\"l2_promo\":" RA_XSTR(RA_CUDA_L2_PROMO) ",\"decode_stages\":" RA_XSTR(RA_CUDA_DECODE_STAGES) ",\"grid_balance\":" RA_XSTR(RA_CUDA_GRID_BALANCE) ",\"merge_kernel\":" RA_XSTR(RA_CUDA_MERGE_KERNEL) ",\"l2_prefetch\":" RA_XSTR(RA_CUDA_L2_PREFETCH) ",\"short_stages\":" RA_XSTR(RA_CUDA_SHORT_STAGES) ",\"tile_order\":" RA_XSTR(RA_CUDA_TILE_ORDER) ",\"dyn_sched\":" RA_XSTR(RA_CUDA_DYN_SCHED) ",\"dyn_max_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_BLOCKS) ",\"dyn_max_m_blocks\":" RA_XSTR(RA_CUDA_DYN_MAX_M_BLOCKS) ",\"dyn_full_grid\":" RA_XSTR(RA_CUDA_DYN_FULL_GRID) ",\"tma_hint\":" RA_XSTR(RA_CUDA_TMA_HINT) ",\"long_block_n\":" RA_XSTR(RA_CUDA_LONG_BLOCK_N) ",\"long_min_keys\":" RA_XSTR(RA_CUDA_LONG_MIN_KEYS) ",\"long_rule\":" RA_XSTR(RA_CUDA_LONG_RULE) ",\"tail_split\":" RA_XSTR(RA_CUDA_TAIL_SPLIT) ",\"short_block_n\":" RA_XSTR(RA_CUDA_SHORT_BLOCK_N) ",\"short_q_stages\":" RA_XSTR(RA_CUDA_SHORT_Q_STAGES) ",\"exp_poly\":" RA_XSTR(RA_CUDA_EXP_POLY) ",\"ablate\":" RA_XSTR(RA_CUDA_ABLATE) ",\"split_pv\":" RA_XSTR(RA_CUDA_SPLIT_PV) ",\"rescale_skip\":" RA_XSTR(RA_CUDA_RESCALE_SKIP) ",\"tree_max\":" RA_XSTR(RA_CUDA_TREE_MAX) ",\"early_frags\":" RA_XSTR(RA_CUDA_EARLY_FRAGS) ",\"trace\":" RA_XSTR(RA_CUDA_TRACE) ",\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+             __CUDACC_VER_BUILD__) "\",\"paths\":[\"wgmma_tma_ws\",\"mma_sync\"],"
+/* every flag of flags.def, "key":value, */
+#define RA_FLAG(name, key, allowed, values, why) "\"" key "\":" RA_XSTR(RA_CUDA_##name) ","
+#include "flags.def"
+#undef RA_FLAG
+         "\"tail_max_splits\":64,\"tail_min_gain_permille\":5,\"max_splits\":32,\"tiles\":{\"sm90\":[128,128],\"mma_sync\":[64,64]}}";
+}
+
+extern "C" ra_status ra_plan_launch(const ra_attention_params* params, const ra_device_facts* device,
+                                    ra_launch_plan* plan, char* err, size_t err_len) {
+  return plan_launch_abi(params, device, plan, err, err_len);
 }
 
 extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {
@@ -760,5 +564,17 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   RA_INJECT_CRASH_LAUNCH(P->seqlen_q);        /* drill: the process dies here */
   const unsigned long long n = ++g_launches;
   p.nondet_flip = (RA_INJECT_NONDET && (n & 1ull)) ? 1 : 0;
-  return launch(p, use_tma, P->rounding, layout, dev_id, dev, stream, err, err_len);
+  PlanInput in{p.batch, p.heads, p.seqlen_q, p.seqlen_k, use_tma, dev.sm_count, kMaxWorkspaceBytes};
+  LaunchPlan lp;
+  if (!plan(in, lp)) return refuse_heads(P->heads, err, err_len);
+  WorkspacePtrs ws{nullptr, nullptr};
+  if (lp.workspace_bytes() > 0) {
+    ws = split_workspace(dev_id, stream, lp.partial_floats * sizeof(float), lp.counters);
+    if (!ws.floats) { /* no workspace to be had (a per-thread stream, a full table, no memory): none planned */
+      in.max_workspace = 0;
+      plan(in, lp);
+    }
+  }
+  apply_plan(p, lp, ws);
+  return launch(p, lp, P->rounding, layout, dev, stream, err, err_len);
 }

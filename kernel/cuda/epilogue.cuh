@@ -13,17 +13,11 @@
 #include "params.cuh"
 #include "ptx.cuh"
 
-#ifndef RA_CUDA_EPILOGUE
-#define RA_CUDA_EPILOGUE 2
-#endif
-/* 1: rtne and rtz round two values with one cvt.{rn,rz}.bf16x2.f32 (the same bits as bf16.h for
+/* RA_CUDA_CVT_ROUND 1: rtne and rtz round two values with one cvt.{rn,rz}.bf16x2.f32 (the same bits as bf16.h for
  * every input, NaN giving the canonical 0x7FFF: checked against the golden model on the H200,
  * docs/perf-notes.md v3) instead of bf16.h's 3-5 integer ops per value; rtna, which has no such
  * instruction, moves exact ties above the tie with one prmt per value and takes cvt.rn (v4).
  * 0: bf16.h per value. The ULP drill (RA_INJECT_ULP) always takes bf16.h's path. */
-#ifndef RA_CUDA_CVT_ROUND
-#define RA_CUDA_CVT_ROUND 1
-#endif
 
 namespace ra_cuda {
 
@@ -183,14 +177,8 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const flo
   fence_proxy_async_smem();
   __syncwarp();
   if (lane == 0) {
-    if (RA_CUDA_TMA_HINT & 2) {
-      const uint64_t first = l2_policy_evict_first();
-      tma_store_4d_hint(tma_o, base, 0, row_base, h, b, first);
-      tma_store_4d_hint(tma_o, base + 2048, 64, row_base, h, b, first);
-    } else {
-      tma_store_4d(tma_o, base, 0, row_base, h, b);
-      tma_store_4d(tma_o, base + 2048, 64, row_base, h, b);
-    }
+    tma_store_4d(tma_o, base, 0, row_base, h, b);
+    tma_store_4d(tma_o, base + 2048, 64, row_base, h, b);
     bulk_commit();
   }
 }

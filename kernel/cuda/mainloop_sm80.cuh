@@ -15,21 +15,13 @@
 #include "epilogue.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
+#include "smem.h"
 #include "softmax.cuh"
 
 namespace ra_cuda {
 namespace sm80 {
 
-constexpr int kBlockM = 64;
-constexpr int kBlockN = 64;
-constexpr int kThreads = 128;
-
-struct Smem {
-  alignas(128) uint16_t q[kBlockM * 128];
-  alignas(128) uint16_t k[2][kBlockN * 128];
-  alignas(128) uint16_t v[2][kBlockN * 128];
-};
-constexpr size_t kSmemBytes = sizeof(Smem);
+/* kBlockM, kBlockN, kThreads and Smem: smem.h (the planner reads them too) */
 
 __device__ __forceinline__ int swz(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 3); }
 

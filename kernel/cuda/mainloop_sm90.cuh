@@ -27,6 +27,7 @@
 #include "epilogue.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
+#include "smem.h"
 #include "softmax.cuh"
 #include "split.cuh"
 #include "tile_scheduler.cuh"
@@ -34,120 +35,6 @@
 
 namespace ra_cuda {
 namespace sm90 {
-
-/* Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
- * their wgmmas, so one's softmax runs while the other's GEMMs own the tensor cores. Warpgroup w
- * waits on named barrier 1 + w before issuing and then arrives on the other's. A template switch,
- * off in the default build (RA_CUDA_PINGPONG in attention_sm90.cu): measured no faster (perf-notes v2). */
-template <bool kPingPong>
-__device__ __forceinline__ void turn_begin(int wg) {
-  if (kPingPong) named_bar_sync(1 + wg, 256);
-}
-template <bool kPingPong>
-__device__ __forceinline__ void turn_end(int wg) {
-  if (kPingPong) named_bar_arrive(1 + (wg ^ 1), 256);
-}
-
-#ifndef RA_CUDA_Q_STAGES
-#define RA_CUDA_Q_STAGES 2
-#endif
-
-constexpr int kBlockM = 128;
-constexpr int kBlockN = 128;
-constexpr int kThreads = 384;        /* warpgroup 0: producer; 1, 2: consumers */
-constexpr int kConsumerWarps = 8;    /* arrivals that complete an "empty" barrier */
-constexpr uint32_t kHalfBytes = 128 * 64 * 2; /* one d-half of a 128-row tile: 16 KB */
-constexpr uint32_t kTileBytes = 2 * kHalfBytes;
-
-/* How a CTA's shared memory is spent: Q buffers, K/V stages, and whether the epilogue has its
- * staging (else it stores from registers, epilogue 0).
- * Main: 2 Q buffers, so the producer loads tile t + 1's Q (and, the K/V ring being free by then,
- * its first K and V) while tile t still computes, so a CTA always has the next tile's loads in
- * flight: what short key ranges (one or two key blocks per tile) need, where a tile is mostly
- * load latency; 2 K/V stages; staging. 224 KB of the 227 KB a CTA may have.
- * Decode (seqlen_q <= 64 and long keys, RA_CUDA_DECODE_STAGES=3): 1 Q buffer, 3 K/V stages, no
- * staging (a tile stores at most 64 rows): 64 KB more of K and V in flight per SM for a launch that
- * only streams K and V. 224 KB. */
-template <int kQ, int kKV, bool kStaging, int kN = kBlockN>
-struct Plan {
-  static constexpr int kQStages = kQ;
-  static constexpr int kStages = kKV;
-  static constexpr bool kOStaging = kStaging;
-  static constexpr int kBlockN = kN; /* keys per K/V block */
-  static_assert(kN % 16 == 0 && kN <= 256, "P.V takes k-steps of 16 keys; a TMA box has at most 256 rows");
-};
-using MainPlan = Plan<RA_CUDA_Q_STAGES, 2, (RA_CUDA_EPILOGUE >= 1)>;
-using DecodePlan = Plan<1, 3, false>;
-
-/* The long-key plan (-DRA_CUDA_LONG_BLOCK_N=N, 160 by default, 0 = none, < 0 = N of 176 that
- * long_keys_pay takes only under RA_CUDA_LONG_RULE=0; attention_sm90.cu takes it for
- * unsplit launches with seqlen_k >= RA_CUDA_LONG_MIN_KEYS, under RA_CUDA_LONG_RULE): key blocks of N keys, as
- * FlashAttention-3's 128 x 176 tile for head_dim 128, so a tile pays its per-block costs (row max
- * and sum reductions, barrier waits, the wgmma issue and wait) 128 / N times as often per FLOP.
- * A K or V stage is N x 256 bytes; 2 K/V stages leave room for one Q buffer only:
- *   N = 160: Q 32 KB + K/V 2 x 2 x 40 KB + staging 32 KB = 224 KB (the main plan's total);
- *   N = 176: Q 32 KB + K/V 2 x 2 x 44 KB = 208 KB; the staging's 32 KB would make 240: the output
- *            is stored from registers (epilogue 0's 4-byte stores, with the cvt rounding);
- *   N = 192: Q 32 KB + K/V 2 x 2 x 48 KB = 224 KB, no staging.
- * The loss accepted is the second Q buffer (v3: a tile's next Q loads while it computes), which
- * bought its gain where a tile has 1-2 key blocks, not at >= 12. Registers per consumer thread: S
- * N / 2 fp32, P N / 4 bf16x2, O 64: 184 / 196 / 208 of the 232. */
-#ifndef RA_CUDA_LONG_BLOCK_N
-#define RA_CUDA_LONG_BLOCK_N 160 /* the default since device calls 33-35 (docs/perf-notes.md v12) */
-#endif
-constexpr int kLongBlockN = RA_CUDA_LONG_BLOCK_N > 0 ? RA_CUDA_LONG_BLOCK_N : 176;
-constexpr bool kLongStaging = (RA_CUDA_EPILOGUE >= 1) && 32 * 1024 + 4 * kLongBlockN * 256 + 32 * 1024 + 2048 <= 227 * 1024;
-using LongPlan = Plan<1, 2, kLongStaging, kLongBlockN>;
-
-/* The short-key plan (-DRA_CUDA_SHORT_BLOCK_N=N, 80 by default, 0 = none; attention_sm90.cu takes it
- * for unsplit launches of the next-Q-K^T schedule with seqlen_k <= N, off the dynamic scheduler):
- * one key block of N keys instead of 128, so a tile of text-encoder cross-attention (77 keys) does
- * 80 / 128 of the Q K^T and P.V work and of the softmax, the rest of which was keys past seqlen_k.
- * A K or V stage is N x 256 bytes (20 KB at 80), which frees the room for a third Q buffer
- * (RA_CUDA_SHORT_Q_STAGES): Q 3 x 32 KB + K/V 2 x 2 x 20 KB + staging 32 KB = 208 KB, so the
- * producer has the Q of the next two tiles in flight while one computes (such a tile is mostly its
- * loads and its store). The scores past seqlen_k that it no longer computes were -Inf, their p
- * exactly 0 and their V rows zero-filled: the row sums and P.V add the same non-zero terms in the
- * same order, so its outputs are the default kernel's bits: benchmarks/h200_split.py's SHORT_CHECK
- * and SHORT_EDGES compare them, and on the H200 (docs/perf-notes.md v14) 96 comparisons differ in
- * no element, an exact -0 output at 80 keys included (the 128-key kernel's k-steps of +0 products
- * past the keys could have made it +0: they did not). */
-#ifndef RA_CUDA_SHORT_BLOCK_N
-#define RA_CUDA_SHORT_BLOCK_N 80
-#endif
-#ifndef RA_CUDA_SHORT_Q_STAGES
-#define RA_CUDA_SHORT_Q_STAGES 3
-#endif
-constexpr int kShortBlockN = RA_CUDA_SHORT_BLOCK_N > 0 ? RA_CUDA_SHORT_BLOCK_N : 80;
-static_assert(kShortBlockN < kBlockN, "the short-key plan's block is smaller than the default's");
-using ShortPlan = Plan<RA_CUDA_SHORT_Q_STAGES, 2, (RA_CUDA_EPILOGUE >= 1), kShortBlockN>;
-
-template <bool kStaging>
-struct OStaging {
-  alignas(1024) uint16_t o[kConsumerWarps][16 * 128]; /* per-warp output staging (epilogue.cuh) */
-};
-template <>
-struct OStaging<false> {};
-
-template <class P>
-struct Smem : OStaging<P::kOStaging> {
-  alignas(1024) uint16_t q[P::kQStages][2][128 * 64];
-  alignas(1024) uint16_t k[P::kStages][2][P::kBlockN * 64];
-  alignas(1024) uint16_t v[P::kStages][2][P::kBlockN * 64];
-  uint64_t q_full[P::kQStages], q_empty[P::kQStages];
-  uint64_t k_full[P::kStages], k_empty[P::kStages];
-  uint64_t v_full[P::kStages], v_empty[P::kStages];
-  int merge_flag[2]; /* split.cuh's merge_if_last, one per consumer warpgroup */
-  int tile_id[P::kQStages]; /* RA_CUDA_DYN_SCHED: the tile whose Q is in stage s (num_tiles: none);
-                             * accessed as shared (st_tile_id, ld_tile_id): a generic access through
-                             * the aligned base leaves the shared window (ST.E, LD.E.STRONG.SYS) */
-};
-template <class P>
-constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the base to 1024 */
-static_assert(kSmemBytes<MainPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
-static_assert(kSmemBytes<DecodePlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
-static_assert(kSmemBytes<LongPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
-static_assert(kSmemBytes<ShortPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 
 template <class P>
 __device__ __forceinline__ void init_barriers(Smem<P>& sm) {
@@ -185,31 +72,6 @@ __device__ __forceinline__ KeyRange tail_key_range(const FwdParams& p, int part)
 /* One elected thread. Stage s of the K/V ring is used by key blocks kv = s, s + 2, ... counted over
  * all tiles of this CTA; the producer waits for the previous use to be released (parity flipped:
  * the first wait on a fresh barrier returns at once). */
-/* L2 prefetch for tiles of few key blocks (-DRA_CUDA_L2_PREFETCH=N, 0 = off, the default): before
- * loading a tile, the producer asks L2 for the Q, K and V of the tile N tiles later in this CTA's
- * list, so more bytes are in flight than the two-stage ring in shared memory holds; only where a
- * tile has at most kPrefetchMaxBlocks key blocks (160 KB a tile at most, 21 MB over 132 SMs).
- * Measured and dropped (docs/perf-notes.md v6): slower on every shape it touches, (256,32,128,128)
- * 0.95x cuDNN -> 0.81x (N = 1) and 0.66x (N = 2), the cross shapes by 5-17 %. */
-#ifndef RA_CUDA_L2_PREFETCH
-#define RA_CUDA_L2_PREFETCH 0
-#endif
-constexpr int kPrefetchMaxBlocks = 2; /* the static kernels only: the dynamic order is not known ahead */
-
-template <int kBN>
-__device__ __forceinline__ void prefetch_tile(const FwdParams& p, int tile) {
-  const TileCoord t = tile_coord(p, tile);
-  const KeyRange kr = key_range(p, t.split);
-  tma_prefetch_4d(&p.tma_q, 0, t.m * kBlockM, t.h, t.b);
-  tma_prefetch_4d(&p.tma_q, 64, t.m * kBlockM, t.h, t.b);
-  for (int n = kr.begin; n < kr.end; ++n) {
-    tma_prefetch_4d(&p.tma_k, 0, n * kBN, t.h, t.b);
-    tma_prefetch_4d(&p.tma_k, 64, n * kBN, t.h, t.b);
-    tma_prefetch_4d(&p.tma_v, 0, n * kBN, t.h, t.b);
-    tma_prefetch_4d(&p.tma_v, 64, n * kBN, t.h, t.b);
-  }
-}
-
 /* The next tile's number beside its Q stage: written before the stage's arrive (release), read
  * after its wait (acquire); asm volatile with a memory clobber keeps each on its side. */
 __device__ __forceinline__ void st_tile_id(int* slot, int tile) {
@@ -232,32 +94,8 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
   constexpr uint32_t kKVBytes = kBN * 256; /* one K or V block: 2 d-halves of kBN rows x 128 B */
   int kv = 0;
   int tq = 0;
-  const bool prefetch = !kDyn && !kTail && RA_CUDA_L2_PREFETCH > 0 && p.split_blocks <= kPrefetchMaxBlocks;
-  /* RA_CUDA_TMA_HINT (ptx.cuh): which loads carry an L2 eviction priority, and which */
-  const bool q_hint = (RA_CUDA_TMA_HINT & 1) && p.num_splits == 1;
-  const bool kv_hint = ((RA_CUDA_TMA_HINT & 1) && p.num_m_blocks == 1) || ((RA_CUDA_TMA_HINT & 4) && p.num_m_blocks > 1);
-  uint64_t q_policy = 0, kv_policy = 0;
-  if constexpr (RA_CUDA_TMA_HINT != 0) {
-    const uint64_t once = (RA_CUDA_TMA_HINT & 8)    ? l2_policy_evict_last()
-                          : (RA_CUDA_TMA_HINT & 16) ? l2_policy_evict_normal()
-                                                    : l2_policy_evict_first();
-    q_policy = once;
-    kv_policy = p.num_m_blocks == 1 ? once : l2_policy_evict_last();
-  }
-  auto load = [&](void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2, int c3, bool hint,
-                  uint64_t policy) {
-    if (RA_CUDA_TMA_HINT && hint)
-      tma_load_4d_hint(dst, map, bar, c0, c1, c2, c3, policy);
-    else
-      tma_load_4d(dst, map, bar, c0, c1, c2, c3);
-  };
   constexpr bool dyn = kDyn;
   for (int tile = blockIdx.x; tile < p.num_tiles; ++tq) {
-    if (prefetch) {
-      /* the first call also covers the tiles between this one and the prefetch distance */
-      for (int a = tq == 0 ? 1 : RA_CUDA_L2_PREFETCH; a <= RA_CUDA_L2_PREFETCH; ++a)
-        if (tile + a * (int)gridDim.x < p.num_tiles) prefetch_tile<kBN>(p, tile + a * (int)gridDim.x);
-    }
     /* RA_CUDA_DYN_SCHED 2: the next tile's number is asked for first, used after this tile's loads */
     const int fetched = RA_CUDA_DYN_SCHED == 2 && dyn ? atomicAdd(&p.tile_counter[0], 1) : 0;
     int part, tail_tile;
@@ -267,19 +105,19 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
     if constexpr (dyn) st_tile_id(&sm.tile_id[qs], tile); /* published by the arrive below (release) */
     mbar_arrive_expect_tx(&sm.q_full[qs], kTileBytes);
-    load(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, t.m * kBlockM, t.h, t.b, q_hint, q_policy);
-    load(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, t.m * kBlockM, t.h, t.b, q_hint, q_policy);
+    tma_load_4d(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, t.m * kBlockM, t.h, t.b);
+    tma_load_4d(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, t.m * kBlockM, t.h, t.b);
     for (int n = kr.begin; n < kr.end; ++n, ++kv) {
       const int s = kv % kStages;
       const uint32_t ph = (kv / kStages) & 1;
       mbar_wait(&sm.k_empty[s], ph ^ 1);
       mbar_arrive_expect_tx(&sm.k_full[s], kKVBytes);
-      load(sm.k[s][0], &p.tma_k, &sm.k_full[s], 0, n * kBN, t.h, t.b, kv_hint, kv_policy);
-      load(sm.k[s][1], &p.tma_k, &sm.k_full[s], 64, n * kBN, t.h, t.b, kv_hint, kv_policy);
+      tma_load_4d(sm.k[s][0], &p.tma_k, &sm.k_full[s], 0, n * kBN, t.h, t.b);
+      tma_load_4d(sm.k[s][1], &p.tma_k, &sm.k_full[s], 64, n * kBN, t.h, t.b);
       mbar_wait(&sm.v_empty[s], ph ^ 1);
       mbar_arrive_expect_tx(&sm.v_full[s], kKVBytes);
-      load(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, n * kBN, t.h, t.b, kv_hint, kv_policy);
-      load(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, n * kBN, t.h, t.b, kv_hint, kv_policy);
+      tma_load_4d(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, n * kBN, t.h, t.b);
+      tma_load_4d(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, n * kBN, t.h, t.b);
     }
     if constexpr (RA_CUDA_DYN_SCHED == 2 && dyn)
       tile = (int)gridDim.x + fetched;
@@ -366,72 +204,343 @@ __device__ __forceinline__ void scores_to_frags(const float (&s)[kBN / 2], uint3
   scores_to_frags_range<kBN, 0, kBN / 16>(s, pf);
 }
 
-/* 1: rescale_unless_one's test; 0 (default): O *= corr on every block. The vote and branch cost
- * more than the 64 multiplies they skip: 0.7-2.0 % slower at 1024-16384 keys (device call 52). */
-#ifndef RA_CUDA_RESCALE_SKIP
-#define RA_CUDA_RESCALE_SKIP 0
-#endif
-/* O *= corr, but not where every row of the warp keeps its max (corr exactly 1: the product would
- * be O itself, so the bits are the same either way), which after a row's first few key blocks is
- * the usual case: the multiplies sit between one block's P.V and the next one's issue, where the
- * tensor cores wait (RA_CUDA_RESCALE_SKIP). */
-__device__ __forceinline__ void rescale_unless_one(float (&o)[64], const float (&corr)[2]) {
-  if (!RA_CUDA_RESCALE_SKIP || !__all_sync(0xffffffffu, corr[0] == 1.f && corr[1] == 1.f)) rescale_rows<16>(o, corr);
-}
-
 /* Each warp releases a stage once its own wgmmas that read it have completed (wait_group is
  * warp-synchronous, so lane 0 arriving after it speaks for the warp). */
 __device__ __forceinline__ void warp_release(uint64_t* bar, int lane) {
   if (lane == 0) mbar_arrive(bar);
 }
 
-/* When the next tile's S = Q K_0^T is issued (the kernel's kNQK, chosen per launch by dispatch()):
+/* When the next tile's S = Q K_0^T is issued (the kernel's kNQK, chosen per launch by plan.h):
  * true: beside this tile's last P.V, so that it runs during the epilogue; false: after the epilogue,
- * waited for at once. RA_CUDA_NEXT_QK: -1 (default) true for seqlen_k <= kNextQKMaxKeys, 0 never,
- * 1 always. On the H200 with the TMA-store epilogue (docs/perf-notes.md v4), "always" was ahead by
- * 2-8 % against cuDNN where a tile has one or two key blocks (77, 128, 256 keys), even at 512-1024,
- * and 1-3 % behind at most long shapes. (v3, with the slow epilogue, it bought nothing anywhere.) */
-#ifndef RA_CUDA_NEXT_QK
-#define RA_CUDA_NEXT_QK -1
-#endif
-/* the by-shape threshold (RA_CUDA_NEXT_QK = -1); 512 and 1024 are measurement builds */
-#ifndef RA_CUDA_NEXT_QK_MAX_KEYS
-#define RA_CUDA_NEXT_QK_MAX_KEYS 256
-#endif
-constexpr int kNextQKMaxKeys = RA_CUDA_NEXT_QK_MAX_KEYS;
-
-/* The split P.V (docs/perf-notes.md v15): a block's P.V is issued in two halves of its k-steps, the
- * first as soon as the first half of the block's exponentials is done, so the second half's run
- * beside it on the MUFU while the tensor cores multiply, instead of all of them in front of the
- * product: a tile's first block, whose softmax had no product beside it at all, now has half of
- * one; every later block's first-half exponentials run beside the previous block's second-half
- * product. The same arithmetic in the same order (the row sums' chains, the k-steps into O, the
- * rescales), so the bits are the unsplit schedule's. The loop's back edge is where no wgmma is in
- * flight (after the wait for the previous second half), which ptxas needs not to serialise them.
- * 1 (default since device calls 51-53: 1.030 / 1.033 / 1.031x the speed of 0 over the 30 nightly
- * families, rtne / rtna / rtz; the nightly from 1.050 / 1.047 / 1.049x cuDNN to 1.081 / 1.078 /
- * 1.080x, 1.089 / 1.086 / 1.089x with RA_CUDA_EARLY_FRAGS), 0 = one P.V per block after the whole
- * softmax (v4-v14). Not with ping-pong. */
-#ifndef RA_CUDA_SPLIT_PV
-#define RA_CUDA_SPLIT_PV 1
-#endif
-/* 1 (default): with the split P.V, the next block's first-half fragments are packed before the
- * wait for the second half's product, so after it only the rescale stands before the next issue;
- * 0: after it (the same bits). */
-#ifndef RA_CUDA_EARLY_FRAGS
-#define RA_CUDA_EARLY_FRAGS 1
-#endif
+ * waited for at once. RA_CUDA_NEXT_QK: -1 (default) true for seqlen_k <= RA_CUDA_NEXT_QK_MAX_KEYS,
+ * 0 never, 1 always. On the H200 with the TMA-store epilogue (docs/perf-notes.md v4), "always" was
+ * ahead by 2-8 % against cuDNN where a tile has one or two key blocks (77, 128, 256 keys), even at
+ * 512-1024, and 1-3 % behind at most long shapes. (v3, with the slow epilogue, it bought nothing.)
+ *
+ * The split P.V (RA_CUDA_SPLIT_PV, docs/perf-notes.md v15): a block's P.V is issued in two halves
+ * of its k-steps, the first as soon as the first half of the block's exponentials is done, so the
+ * second half's run beside it on the MUFU while the tensor cores multiply, instead of all of them
+ * in front of the product: a tile's first block, whose softmax had no product beside it at all,
+ * now has half of one; every later block's first-half exponentials run beside the previous block's
+ * second-half product. The same arithmetic in the same order (the row sums' chains, the k-steps
+ * into O, the rescales), so the bits are the unsplit schedule's. The loop's back edge is where no
+ * wgmma is in flight (after the wait for the previous second half), which ptxas needs not to
+ * serialise them. 1 (default since device calls 51-53: 1.030 / 1.033 / 1.031x the speed of 0 over
+ * the 30 nightly families, rtne / rtna / rtz; the nightly from 1.050 / 1.047 / 1.049x cuDNN to
+ * 1.081 / 1.078 / 1.080x, 1.089 / 1.086 / 1.089x with RA_CUDA_EARLY_FRAGS), 0 = one P.V per block
+ * after the whole softmax (v4-v14). RA_CUDA_EARLY_FRAGS 1 (default): with the split P.V, the next
+ * block's first-half fragments are packed before the wait for the second half's product, so after
+ * it only the rescale stands before the next issue; 0: after it (the same bits).
+ *
+ * O *= corr on every block (a vote that skips it where every corr is exactly 1 measured slower:
+ * docs/perf-notes.md, deleted flags). */
 
 /* A warpgroup whose 64 query rows all lie past seqlen_q (decode: seqlen_q <= 64 leaves warpgroup 2
  * with no row) skips the tile's softmax, P.V products, epilogue and every Q K^T but the first
  * (issued before the tile's rows were known), and only releases the stages it would have read, so
- * the producer's ring keeps turning. Not with ping-pong, whose turns both warpgroups must take. */
-template <bool kPP>
+ * the producer's ring keeps turning. */
 __device__ __forceinline__ bool wg_idle(const FwdParams& p, int m_block, int wg) {
-  return !kPP && m_block * kBlockM + wg * 64 >= p.seqlen_q;
+  return m_block * kBlockM + wg * 64 >= p.seqlen_q;
 }
 
-template <int kRound, Layout L, bool kPP, bool kNQK, bool kMerge, class P, bool kDyn = false, bool kTail = false>
+/* The hand-over of S = Q K_0^T between a consumer warpgroup's tiles, over the consumer's own
+ * variables (references: consume() owns them). A tile's S = Q K_0^T is computed before the tile
+ * starts: the first tile's in consume(), every later one's at the end of the previous tile (after
+ * its epilogue, or with kNQK beside its last P.V), and waited for there. ptxas serialises every
+ * wgmma of the kernel (C7515) when an accumulator is in flight across the loop's back edge, or when
+ * the issue is conditional; so the wait stays inside the iteration and the last tile issues a
+ * discarded S = Q K_0^T on its own, already released, buffers (the producer loads nothing after a
+ * CTA's last tile). */
+template <class P, bool kDyn>
+struct QK0 {
+  static constexpr int kQStages = P::kQStages;
+  static constexpr int kStages = P::kStages;
+  static constexpr int kBN = P::kBlockN;
+  const FwdParams& p;
+  Smem<P>& sm;
+  float (&s)[kBN / 2];
+  const int& wg;
+  const int& tile;
+  int& next;
+
+  /* 64 rows of 128 B into each d-half of Q stage qs */
+  __device__ __forceinline__ uint32_t q_addr_of(int qs) const { return smem_u32(&sm.q[qs][0][0]) + wg * 64 * 128; }
+  __device__ __forceinline__ void wait(int tq_n, int kv_n) const {
+    mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
+    mbar_wait(&sm.k_full[kv_n % kStages], (kv_n / kStages) & 1);
+  }
+  __device__ __forceinline__ void issue(int tq_n, int kv_n) const {
+    gemm_qk<kBN>(s, q_addr_of(tq_n % kQStages), smem_u32(&sm.k[kv_n % kStages][0][0]));
+    wgmma_commit();
+  }
+  /* The tile after this one, once the caller needs it (with the dynamic scheduler: waits for the
+   * producer to have taken it, i.e. for its Q stage, which the caller waits for next anyway). */
+  __device__ __forceinline__ bool resolve_next(int tq_n) const {
+    if constexpr (kDyn) {
+      mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
+      next = ld_tile_id(&sm.tile_id[tq_n % kQStages]);
+    } else {
+      next = tile + (int)gridDim.x;
+    }
+    return next < p.num_tiles;
+  }
+  /* Beside the last block's P.V: the next tile's S = Q K_0^T (a discarded one after the last tile),
+   * once its Q and K_0 are there (usually already); kDyn resolved the tile before. */
+  __device__ __forceinline__ void issue_next(bool dyn_next, int tq_now, int kv_now, int nb_now) const {
+    bool has_next = dyn_next;
+    if constexpr (!kDyn) {
+      has_next = resolve_next(tq_now + 1);
+      if (has_next) wait(tq_now + 1, kv_now + nb_now);
+    }
+    issue(has_next ? tq_now + 1 : tq_now, has_next ? kv_now + nb_now : kv_now);
+  }
+  /* kDyn with kNQK: the next tile is known only from shared memory, and a wait on it between the
+   * last block's wgmmas made ptxas serialise them (C7520, call 31's build): resolved before they
+   * issue */
+  template <bool kNQK>
+  __device__ __forceinline__ bool resolve_next_early(int tq, int kv, int nb) const {
+    bool dyn_next = false;
+    if constexpr (kNQK && kDyn) {
+      dyn_next = resolve_next(tq + 1);
+      if (dyn_next) wait(tq + 1, kv + nb);
+    }
+    return dyn_next;
+  }
+};
+
+/* wg_idle's tile: releases the stages it would have read, then issues the next tile's S. */
+template <class P, bool kDyn>
+__device__ __forceinline__ void idle_tile(const QK0<P, kDyn>& h, int lane, int nb, int qs, int& kv, int tq) {
+  constexpr int kStages = P::kStages;
+  Smem<P>& sm = h.sm;
+  warp_release(&sm.q_empty[qs], lane);
+  for (int n = 0; n < nb; ++n) {
+    const int kc = kv + n;
+    if (n > 0) {
+      mbar_wait(&sm.k_full[kc % kStages], (kc / kStages) & 1);
+      warp_release(&sm.k_empty[kc % kStages], lane);
+    }
+    mbar_wait(&sm.v_full[kc % kStages], (kc / kStages) & 1);
+    warp_release(&sm.v_empty[kc % kStages], lane);
+  }
+  kv += nb;
+  if (h.resolve_next(tq + 1)) {
+    h.wait(tq + 1, kv);
+    wgmma_fence();
+    h.issue(tq + 1, kv);
+  }
+  wgmma_wait<0>();
+}
+
+/* What a tile's key-block loop reads besides the hand-over: its blocks, stages and stage counters. */
+struct TileBlocks {
+  int nb;         /* key blocks */
+  bool tail;      /* the last is partial */
+  int qs;         /* Q stage */
+  uint32_t q_addr;
+  int kv;         /* K/V stage counter at the tile's start */
+  int tq;         /* Q stage counter */
+  int last_valid; /* keys in the last block, 1..kBN */
+  int qc, lane;
+};
+
+/* The split P.V's key blocks of a tile (S_0 ready): block n's softmax is begin (max, corr), exps
+ * over [0, kH), then in the loop: O rescaled, P.V over the first k-steps issued, exps over
+ * [kH, kNT) beside it, S_{n+1} and the second k-steps issued, block n + 1's begin and first exps
+ * beside those, and the wait for them all. */
+template <bool kNQK, class P, bool kDyn, class Softmax>
+__device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const TileBlocks& b, float (&o)[64],
+                                                float (&corr)[2], Softmax& sfm, uint32_t (&pf)[P::kBlockN / 4]) {
+  constexpr int kStages = P::kStages;
+  constexpr int kBN = P::kBlockN;
+  constexpr int kNT = kBN / 8;      /* column tiles of 8 keys */
+  constexpr int kH = 2 * (kNT / 4); /* the first half's column tiles: whole k-steps (16 keys) */
+  constexpr bool kEarlyFrags = RA_CUDA_EARLY_FRAGS;
+  const FwdParams& p = h.p;
+  Smem<P>& sm = h.sm;
+  float(&s)[kBN / 2] = h.s;
+  const int nb = b.nb, kv = b.kv, lane = b.lane;
+  float ms[2], sum[2];
+  if (nb == 1 && b.tail)
+    sfm.template begin<true, true>(s, p.scale_log2, b.last_valid, b.qc, corr, ms, sum);
+  else
+    sfm.template begin<true, false>(s, p.scale_log2, kBN, b.qc, corr, ms, sum);
+  sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+  scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+  /* blocks 0 .. nb - 2: each ends with no wgmma in flight */
+  for (int n = 0; n < nb - 1; ++n) {
+    const int kc = kv + n;
+    const int sc = kc % kStages;
+    const int kn = kc + 1;
+    const int sn = kn % kStages;
+    if (!kEarlyFrags && n > 0) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+    mbar_wait(&sm.v_full[sc], (kc / kStages) & 1);
+    wgmma_fence();
+    gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), n > 0);
+    wgmma_commit();
+    sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
+    sfm.end(n == 0, corr, sum);
+    scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
+    mbar_wait(&sm.k_full[sn], (kn / kStages) & 1);
+    wgmma_fence();
+    gemm_qk<kBN>(s, b.q_addr, smem_u32(&sm.k[sn][0][0]));
+    wgmma_commit();
+    gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), 1);
+    wgmma_commit();
+    wgmma_wait<1>(); /* S_{n+1} is ready (and P_n's first half done); its second half may run */
+    fence_regs(s);
+    warp_release(&sm.k_empty[sn], lane);
+    if (n + 1 == nb - 1) warp_release(&sm.q_empty[b.qs], lane);
+    /* the first-half exponentials inside each arm: after the arms, in the block of the wait
+     * below, ptxas scheduled them past the wait, out from beside the product */
+    /* kEarlyFrags: and their bf16 fragments, which no wgmma in flight reads (P_n's first half
+     * is done; its second half reads the other registers) */
+    if (n + 1 == nb - 1 && b.tail) {
+      sfm.template begin<false, true>(s, p.scale_log2, b.last_valid, b.qc, corr, ms, sum);
+      sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+      if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+    } else {
+      sfm.template begin<false, false>(s, p.scale_log2, kBN, b.qc, corr, ms, sum);
+      sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
+      if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+    }
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(s);
+    warp_release(&sm.v_empty[sc], lane);
+    rescale_rows<16>(o, corr);
+  }
+  /* the last block: its two halves, then the next tile's S = Q K_0^T in the same turn (a
+   * discarded one after the last tile). Its first half repeats the loop's: as one lambda for
+   * both, ptxas scheduled the kernel differently (15,974 SASS lines), untimed */
+  {
+    const int kl = kv + nb - 1;
+    const int sl = kl % kStages;
+    const bool dyn_next = h.template resolve_next_early<kNQK>(b.tq, kv, nb);
+    if (!kEarlyFrags && nb > 1) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
+    mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+    wgmma_fence();
+    gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
+    wgmma_commit();
+    sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
+    sfm.end(nb == 1, corr, sum);
+    scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
+    wgmma_fence();
+    gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), 1);
+    wgmma_commit();
+    if constexpr (kNQK) h.issue_next(dyn_next, b.tq, kv, nb); /* P.V runs meanwhile */
+    if constexpr (kNQK)
+      wgmma_wait<1>(); /* P.V done; the next S may still run */
+    else
+      wgmma_wait<0>();
+    fence_regs(o);
+    warp_release(&sm.v_empty[sl], lane);
+  }
+}
+
+/* v4-v14's key blocks of a tile (RA_CUDA_SPLIT_PV=0): issue S_n and P_{n-1} V_{n-1}, wait S_n, the
+ * whole softmax, wait P.V, rescale O, P_n = bf16(S_n). */
+template <bool kNQK, class P, bool kDyn, class Softmax>
+__device__ __forceinline__ void blocks_plain(const QK0<P, kDyn>& h, const TileBlocks& b, float (&o)[64],
+                                             float (&corr)[2], Softmax& sfm, uint32_t (&pf)[P::kBlockN / 4]) {
+  constexpr int kStages = P::kStages;
+  constexpr int kBN = P::kBlockN;
+  const FwdParams& p = h.p;
+  Smem<P>& sm = h.sm;
+  float(&s)[kBN / 2] = h.s;
+  const int nb = b.nb, kv = b.kv, lane = b.lane;
+  if (nb == 1 && b.tail)
+    sfm.template step<true, true>(s, p.scale_log2, b.last_valid, b.qc, corr);
+  else
+    sfm.template step<true, false>(s, p.scale_log2, kBN, b.qc, corr);
+  scores_to_frags<kBN>(s, pf);
+
+  for (int n = 1; n < nb; ++n) {
+    const int kc = kv + n;
+    const int kp = kc - 1;
+    const int sc = kc % kStages;
+    const int sp = kp % kStages;
+    mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
+    mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
+    wgmma_fence();
+    gemm_qk<kBN>(s, b.q_addr, smem_u32(&sm.k[sc][0][0]));
+    wgmma_commit();
+    gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
+    wgmma_commit();
+
+    wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
+    fence_regs(s);
+    warp_release(&sm.k_empty[sc], lane);
+    if (n == nb - 1) warp_release(&sm.q_empty[b.qs], lane);
+    if (n == nb - 1 && b.tail)
+      sfm.template step<false, true>(s, p.scale_log2, b.last_valid, b.qc, corr);
+    else
+      sfm.template step<false, false>(s, p.scale_log2, kBN, b.qc, corr);
+
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(s);
+    warp_release(&sm.v_empty[sp], lane);
+    rescale_rows<16>(o, corr);
+    scores_to_frags<kBN>(s, pf);
+  }
+
+  /* the last block's P.V, then the next tile's S = Q K_0^T in the same turn (a discarded one after
+   * the last tile) */
+  {
+    const int kl = kv + nb - 1;
+    const int sl = kl % kStages;
+    const bool dyn_next = h.template resolve_next_early<kNQK>(b.tq, kv, nb);
+    mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+    wgmma_fence();
+    gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
+    wgmma_commit();
+    if constexpr (kNQK) h.issue_next(dyn_next, b.tq, kv, nb); /* P.V runs meanwhile */
+    if constexpr (kNQK)
+      wgmma_wait<1>(); /* P.V done; the next S may still run */
+    else
+      wgmma_wait<0>();
+    fence_regs(o);
+    warp_release(&sm.v_empty[sl], lane);
+  }
+}
+
+/* A tile's output: a split's fp32 partials, or O rounded to bf16 by the epilogue RA_CUDA_EPILOGUE
+ * names; nothing where store_o is false (a tail part whose tile another part merges). */
+template <int kRound, Layout L, bool kMerge, bool kTail, class P, class Softmax>
+__device__ __forceinline__ void store_output(const FwdParams& p, Smem<P>& sm, float (&o)[64], Softmax& sfm,
+                                             const TileCoord& t, bool store_o, int row_in_tile, int qc, int wg,
+                                             int tid, int warp, int lane) {
+  constexpr int kBN = P::kBlockN;
+  const int row0 = t.m * kBlockM + row_in_tile;
+  uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
+  const int64_t os = seq_stride<L>(p.o_stride);
+  const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
+  /* the long plan is launched unsplit only (plan.h): no partials in its code */
+  if (!kTail && kBN == kBlockN && p.num_splits > 1) {
+    store_partial(p, o, sfm, t, row0, qc); /* split.cuh: the last split's warpgroup or a second launch rounds */
+    if constexpr (kMerge) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
+  } else if (!store_o) {
+    /* a tail part whose tile another part merges */
+  } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {
+    const int row1 = row0 + 8;
+    uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
+    uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
+    store_rows<16, kRound, (kBN != kBlockN)>(o, sfm.l, out0, out1, qc, flip0); /* the long plan: cvt rounding */
+  } else {
+#if RA_CUDA_EPILOGUE == 2
+    if constexpr ((RA_CUDA_ABLATE & 2) == 0) /* measurement: no output store */
+      store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
+#elif RA_CUDA_EPILOGUE == 1
+    store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane, flip0);
+#endif
+  }
+}
+
+/* One consumer warpgroup over its CTA's tiles: per tile, its key blocks in the build's schedule
+ * (blocks_split_pv or blocks_plain; idle_tile for a warpgroup with no rows), its output
+ * (store_output) and the next tile's S = Q K_0^T (QK0). */
+template <int kRound, Layout L, bool kNQK, bool kMerge, class P, bool kDyn = false, bool kTail = false>
 __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg, int tid) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
@@ -442,62 +551,20 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
   const int row_in_tile = wg * 64 + warp * 16 + (lane >> 2);
   const int last_valid = p.seqlen_k - (p.num_n_blocks - 1) * kBN; /* keys in the last block, 1..kBN */
   const bool any_tail = last_valid < kBN;
-  constexpr bool kSplitPV = RA_CUDA_SPLIT_PV && !kPP;
-  /* 64 rows of 128 B into each d-half of Q stage qs */
-  auto q_addr_of = [&](int qs) { return smem_u32(&sm.q[qs][0][0]) + wg * 64 * 128; };
 
   float s[kBN / 2];
   uint32_t pf[kBN / 4];
 
-  /* A tile's S = Q K_0^T is computed before the tile starts: the first tile's here, every later
-   * one's at the end of the previous tile (after its epilogue, or with kNQK beside its last P.V),
-   * and waited for there. ptxas serialises every wgmma of the kernel (C7515) when an
-   * accumulator is in flight across the loop's back edge, or when the issue is conditional; so the
-   * wait stays inside the iteration and the last tile issues a discarded S = Q K_0^T on its own,
-   * already released, buffers (the producer loads nothing after a CTA's last tile). */
-  auto wait_qk0 = [&](int tq_n, int kv_n) {
-    mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
-    mbar_wait(&sm.k_full[kv_n % kStages], (kv_n / kStages) & 1);
-  };
-  auto issue_qk0 = [&](int tq_n, int kv_n) {
-    gemm_qk<kBN>(s, q_addr_of(tq_n % kQStages), smem_u32(&sm.k[kv_n % kStages][0][0]));
-    wgmma_commit();
-  };
-
   int kv = 0;
   int tq = 0;
-  constexpr bool dyn = kDyn;
   int tile = blockIdx.x;
   int next = 0;
-  /* The tile after this one, once the caller needs it (with the dynamic scheduler: waits for the
-   * producer to have taken it, i.e. for its Q stage, which the caller waits for next anyway). */
-  auto resolve_next = [&](int tq_n) -> bool {
-    if constexpr (dyn) {
-      mbar_wait(&sm.q_full[tq_n % kQStages], (tq_n / kQStages) & 1);
-      next = ld_tile_id(&sm.tile_id[tq_n % kQStages]);
-    } else {
-      next = tile + (int)gridDim.x;
-    }
-    return next < p.num_tiles;
-  };
-  /* Beside the last block's P.V: the next tile's S = Q K_0^T (a discarded one after the last tile:
-   * see issue_qk0), once its Q and K_0 are there (usually already); kDyn resolved the tile before. */
-  auto issue_next_qk0 = [&](bool dyn_next, int tq_now, int kv_now, int nb_now) {
-    bool has_next = dyn_next;
-    if constexpr (!dyn) {
-      has_next = resolve_next(tq_now + 1);
-      if (has_next) wait_qk0(tq_now + 1, kv_now + nb_now);
-    }
-    issue_qk0(has_next ? tq_now + 1 : tq_now, has_next ? kv_now + nb_now : kv_now);
-  };
-  if (wg == 1) turn_end<kPP>(wg); /* warpgroup 0 goes first */
+  const QK0<P, kDyn> h{p, sm, s, wg, tile, next};
   if ((int)blockIdx.x < p.num_tiles) {
-    wait_qk0(0, 0);
+    h.wait(0, 0);
     if (RA_CUDA_TRACE && wg == 0 && tid == 0) trace(kTraceFirstData);
-    turn_begin<kPP>(wg);
     wgmma_fence();
-    issue_qk0(0, 0);
-    turn_end<kPP>(wg);
+    h.issue(0, 0);
     wgmma_wait<0>();
   }
   for (; tile < p.num_tiles; tile = next, ++tq) {
@@ -507,32 +574,14 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     const int nb = kr.end - kr.begin;                        /* this tile's key blocks */
     const bool tail = any_tail && kr.end == p.num_n_blocks; /* its last block is partial */
     const int qs = tq % kQStages;
-    const uint32_t q_addr = q_addr_of(qs);
+    const uint32_t q_addr = h.q_addr_of(qs);
 
     /* key block 0: S is ready */
     fence_regs(s);
     warp_release(&sm.k_empty[kv % kStages], lane);
 
-    if (wg_idle<kPP>(p, t.m, wg)) {
-      warp_release(&sm.q_empty[qs], lane);
-      for (int n = 0; n < nb; ++n) {
-        const int kc = kv + n;
-        if (n > 0) {
-          mbar_wait(&sm.k_full[kc % kStages], (kc / kStages) & 1);
-          warp_release(&sm.k_empty[kc % kStages], lane);
-        }
-        mbar_wait(&sm.v_full[kc % kStages], (kc / kStages) & 1);
-        warp_release(&sm.v_empty[kc % kStages], lane);
-      }
-      kv += nb;
-      if (resolve_next(tq + 1)) {
-        wait_qk0(tq + 1, kv);
-        turn_begin<kPP>(wg);
-        wgmma_fence();
-        issue_qk0(tq + 1, kv);
-        turn_end<kPP>(wg);
-      }
-      wgmma_wait<0>();
+    if (wg_idle(p, t.m, wg)) {
+      idle_tile(h, lane, nb, qs, kv, tq);
       continue;
     }
 
@@ -542,167 +591,13 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
     OnlineSoftmax<kBN / 8> sfm;
     sfm.init();
     if (nb == 1) warp_release(&sm.q_empty[qs], lane);
-    if constexpr (kSplitPV) {
-      /* block n's softmax is begin (max, corr), exps over [0, kH), then in the loop: O rescaled,
-       * P.V over the first k-steps issued, exps over [kH, kNT) beside it, S_{n+1} and the second
-       * k-steps issued, block n + 1's begin and first exps beside those, and the wait for them all */
-      constexpr int kNT = kBN / 8;  /* column tiles of 8 keys */
-      constexpr int kH = 2 * (kNT / 4); /* the first half's column tiles: whole k-steps (16 keys) */
-      constexpr bool kEarlyFrags = RA_CUDA_EARLY_FRAGS;
-      float ms[2], sum[2];
-      if (nb == 1 && tail)
-        sfm.template begin<true, true>(s, p.scale_log2, last_valid, qc, corr, ms, sum);
-      else
-        sfm.template begin<true, false>(s, p.scale_log2, kBN, qc, corr, ms, sum);
-      sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
-      scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-      /* blocks 0 .. nb - 2: each ends with no wgmma in flight */
-      for (int n = 0; n < nb - 1; ++n) {
-        const int kc = kv + n;
-        const int sc = kc % kStages;
-        const int kn = kc + 1;
-        const int sn = kn % kStages;
-        if (!kEarlyFrags && n > 0) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-        mbar_wait(&sm.v_full[sc], (kc / kStages) & 1);
-        wgmma_fence();
-        gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), n > 0);
-        wgmma_commit();
-        sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
-        sfm.end(n == 0, corr, sum);
-        scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
-        mbar_wait(&sm.k_full[sn], (kn / kStages) & 1);
-        wgmma_fence();
-        gemm_qk<kBN>(s, q_addr, smem_u32(&sm.k[sn][0][0]));
-        wgmma_commit();
-        gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), 1);
-        wgmma_commit();
-        wgmma_wait<1>(); /* S_{n+1} is ready (and P_n's first half done); its second half may run */
-        fence_regs(s);
-        warp_release(&sm.k_empty[sn], lane);
-        if (n + 1 == nb - 1) warp_release(&sm.q_empty[qs], lane);
-        /* the first-half exponentials inside each arm: after the arms, in the block of the wait
-         * below, ptxas scheduled them past the wait, out from beside the product */
-        /* kEarlyFrags: and their bf16 fragments, which no wgmma in flight reads (P_n's first half
-         * is done; its second half reads the other registers) */
-        if (n + 1 == nb - 1 && tail) {
-          sfm.template begin<false, true>(s, p.scale_log2, last_valid, qc, corr, ms, sum);
-          sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
-          if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-        } else {
-          sfm.template begin<false, false>(s, p.scale_log2, kBN, qc, corr, ms, sum);
-          sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
-          if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-        }
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(s);
-        warp_release(&sm.v_empty[sc], lane);
-        rescale_unless_one(o, corr);
-      }
-      /* the last block: its two halves, then the next tile's S = Q K_0^T in the same turn (a
-       * discarded one after the last tile: see issue_qk0). Its first half repeats the loop's: as
-       * one lambda for both, ptxas scheduled the kernel differently (15,974 SASS lines), untimed */
-      {
-        const int kl = kv + nb - 1;
-        const int sl = kl % kStages;
-        /* kDyn: the next tile is known only from shared memory, and a wait on it between the wgmmas
-         * below made ptxas serialise them (C7520, call 31's build): resolved before they issue */
-        bool dyn_next = false;
-        if constexpr (kNQK && dyn) {
-          dyn_next = resolve_next(tq + 1);
-          if (dyn_next) wait_qk0(tq + 1, kv + nb);
-        }
-        if (!kEarlyFrags && nb > 1) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
-        mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
-        wgmma_fence();
-        gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
-        wgmma_commit();
-        sfm.template exps<kH, kNT>(s, p.scale_log2, ms, sum);
-        sfm.end(nb == 1, corr, sum);
-        scores_to_frags_range<kBN, kH / 2, kNT / 2>(s, pf);
-        wgmma_fence();
-        gemm_pv_range<kBN, kH / 2, kNT / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), 1);
-        wgmma_commit();
-        if constexpr (kNQK) issue_next_qk0(dyn_next, tq, kv, nb); /* P.V runs meanwhile */
-        if constexpr (kNQK)
-          wgmma_wait<1>(); /* P.V done; the next S may still run */
-        else
-          wgmma_wait<0>();
-        fence_regs(o);
-        warp_release(&sm.v_empty[sl], lane);
-      }
-    } else {
-      if (nb == 1 && tail)
-        sfm.template step<true, true>(s, p.scale_log2, last_valid, qc, corr);
-      else
-        sfm.template step<true, false>(s, p.scale_log2, kBN, qc, corr);
-      scores_to_frags<kBN>(s, pf);
-
-      for (int n = 1; n < nb; ++n) {
-        const int kc = kv + n;
-        const int kp = kc - 1;
-        const int sc = kc % kStages;
-        const int sp = kp % kStages;
-        mbar_wait(&sm.k_full[sc], (kc / kStages) & 1);
-        mbar_wait(&sm.v_full[sp], (kp / kStages) & 1);
-        turn_begin<kPP>(wg);
-        wgmma_fence();
-        gemm_qk<kBN>(s, q_addr, smem_u32(&sm.k[sc][0][0]));
-        wgmma_commit();
-        gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sp][0][0]), n > 1);
-        wgmma_commit();
-        turn_end<kPP>(wg);
-
-        wgmma_wait<1>(); /* S_n is ready; P_{n-1} V_{n-1} may still run */
-        fence_regs(s);
-        warp_release(&sm.k_empty[sc], lane);
-        if (n == nb - 1) warp_release(&sm.q_empty[qs], lane);
-        if (n == nb - 1 && tail)
-          sfm.template step<false, true>(s, p.scale_log2, last_valid, qc, corr);
-        else
-          sfm.template step<false, false>(s, p.scale_log2, kBN, qc, corr);
-
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(s);
-        warp_release(&sm.v_empty[sp], lane);
-        rescale_unless_one(o, corr);
-        scores_to_frags<kBN>(s, pf);
-      }
-
-      /* the last block's P.V, then the next tile's S = Q K_0^T in the same turn (a discarded one after
-       * the last tile: see issue_qk0) */
-      {
-        const int kl = kv + nb - 1;
-        const int sl = kl % kStages;
-        /* kDyn: the next tile is known only from shared memory, and a wait on it between the wgmmas
-         * below made ptxas serialise them (C7520, call 31's build): resolved before they issue */
-        bool dyn_next = false;
-        if constexpr (kNQK && dyn) {
-          dyn_next = resolve_next(tq + 1);
-          if (dyn_next) wait_qk0(tq + 1, kv + nb);
-        }
-        mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
-        turn_begin<kPP>(wg);
-        wgmma_fence();
-        gemm_pv<kBN>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
-        wgmma_commit();
-        if constexpr (kNQK) issue_next_qk0(dyn_next, tq, kv, nb); /* P.V runs meanwhile */
-        turn_end<kPP>(wg);
-        if constexpr (kNQK)
-          wgmma_wait<1>(); /* P.V done; the next S may still run */
-        else
-          wgmma_wait<0>();
-        fence_regs(o);
-        warp_release(&sm.v_empty[sl], lane);
-      }
-    }
+    const TileBlocks b{nb, tail, qs, q_addr, kv, tq, last_valid, qc, lane};
+    if constexpr (RA_CUDA_SPLIT_PV)
+      blocks_split_pv<kNQK>(h, b, o, corr, sfm, pf);
+    else
+      blocks_plain<kNQK>(h, b, o, corr, sfm, pf);
     kv += nb;
 
-    const int row0 = t.m * kBlockM + row_in_tile;
-    uint16_t* obase = p.o + (int64_t)t.b * p.o_stride[0] + (int64_t)t.h * p.o_stride[1];
-    const int64_t os = seq_stride<L>(p.o_stride);
-    const bool flip0 = p.nondet_flip && row0 == 0 && t.b == 0 && t.h == 0;
     /* kTail: a tail part stores its partials, and the last part of its tile to get here replaces o
      * and sfm.l by the merged ones and stores O as a whole tile does (split.cuh) */
     bool store_o = true;
@@ -712,33 +607,12 @@ __device__ __forceinline__ void consume(const FwdParams& p, Smem<P>& sm, int wg,
         store_o = tail_merge_if_last(p, o, sfm, tail_tile, row_in_tile, qc, wg, tid, &sm.merge_flag[wg]);
       }
     }
-    /* the long plan is launched unsplit only (attention_sm90.cu): no partials in its code */
-    if (!kTail && kBN == kBlockN && p.num_splits > 1) {
-      store_partial(p, o, sfm, t, row0, qc); /* split.cuh: the last split's warpgroup or a second launch rounds */
-      if constexpr (kMerge) merge_if_last<kRound>(p, t, wg, tid, &sm.merge_flag[wg]);
-    } else if (!store_o) {
-      /* a tail part whose tile another part merges */
-    } else if constexpr (!P::kOStaging || RA_CUDA_EPILOGUE == 0) {
-      const int row1 = row0 + 8;
-      uint16_t* out0 = row0 < p.seqlen_q ? obase + (int64_t)row0 * os : nullptr;
-      uint16_t* out1 = row1 < p.seqlen_q ? obase + (int64_t)row1 * os : nullptr;
-      store_rows<16, kRound, (kBN != kBlockN)>(o, sfm.l, out0, out1, qc, flip0); /* the long plan: cvt rounding */
-    } else {
-#if RA_CUDA_EPILOGUE == 2
-      if constexpr ((RA_CUDA_ABLATE & 2) == 0) /* measurement: no output store */
-        store_tile_tma<kRound>(o, sfm.l, sm.o[wg * 4 + warp], &p.tma_o, row0 - (lane >> 2), t.h, t.b, lane, flip0);
-#elif RA_CUDA_EPILOGUE == 1
-      store_tile_smem<kRound>(o, sfm.l, sm.o[wg * 4 + warp], obase, os, row0 - (lane >> 2), p.seqlen_q, lane,
-                              flip0);
-#endif
-    }
+    store_output<kRound, L, kMerge, kTail>(p, sm, o, sfm, t, store_o, row_in_tile, qc, wg, tid, warp, lane);
     if constexpr (!kNQK) {
-      const bool has_next = resolve_next(tq + 1);
-      if (has_next) wait_qk0(tq + 1, kv);
-      turn_begin<kPP>(wg);
+      const bool has_next = h.resolve_next(tq + 1);
+      if (has_next) h.wait(tq + 1, kv);
       wgmma_fence();
-      issue_qk0(has_next ? tq + 1 : tq, has_next ? kv : kv - nb);
-      turn_end<kPP>(wg);
+      h.issue(has_next ? tq + 1 : tq, has_next ? kv : b.kv);
     }
     wgmma_wait<0>(); /* the next tile's S */
     inject_spin(tile_start);

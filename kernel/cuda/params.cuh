@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../common/variant.h"
+#include "flags.h"
 
 namespace ra_cuda {
 

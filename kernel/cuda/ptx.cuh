@@ -23,30 +23,6 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-/* 2^x on the FMA and ALU pipes instead of the MUFU (-DRA_CUDA_EXP_POLY=k: every k-th column tile of
- * the softmax takes it, so the quarter-rate MUFU and the full-rate FMA pipe share the exponentials;
- * FlashAttention-4's emulated exp2). x = n + f, n = round(x), f in [-0.5, 0.5]; 2^f by a degree-4
- * polynomial with constant term exactly 1 (relative error 3.1e-6, under 1/80 of a bf16 ulp; 2^0 = 1
- * and integer x give exact powers of two, as ex2.approx does, so uniform scores stay exact); 2^n by
- * its exponent bits. The IEEE cases match ex2 above: NaN -> NaN (the clamps propagate it), -Inf and
- * x < -126.5 -> +0 (n = -127 gives the bit pattern 0, and mul.ftz flushes), x >= 127.5 -> +Inf. */
-__device__ __forceinline__ float ex2_poly(float x) {
-  float xc;
-  asm("max.NaN.f32 %0, %1, 0fC2FE0000;" : "=f"(xc) : "f"(x)); /* -127 */
-  asm("min.NaN.f32 %0, %0, 0f43000000;" : "+f"(xc));          /* 128 */
-  const float t = xc + 12582912.f;                               /* 1.5 * 2^23: round to an integer */
-  const float f = xc - (t - 12582912.f);
-  float q = fmaf(0.009588480927050114f, f, 0.055919747799634933f);
-  q = fmaf(q, f, 0.24024052917957306f);
-  q = fmaf(q, f, 0.6931222677230835f);
-  q = fmaf(q, f, 1.0f);
-  /* t's low 9 bits hold n (two's complement): (n + 127) << 23 is 2^n, 0 at n = -127, Inf at 128 */
-  const float scale = __uint_as_float((__float_as_uint(t) << 23) + 0x3F800000u);
-  float y;
-  asm("mul.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(q), "f"(scale));
-  return y;
-}
-
 /* Two fp32 -> bf16x2 (round to nearest even; NaN stays NaN), lo in the low half. */
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t r;
@@ -94,46 +70,6 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* tmap, ui
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
-/* L2 eviction priorities on the TMA copies (-DRA_CUDA_TMA_HINT=N, a bit mask, 0 = none, the
- * default): 1 evict_first on the loads of bytes a launch reads once (Q when keys are not split,
- * K and V when a head has one query block), 2 evict_first on the output's stores, 4 evict_last on
- * K and V when several query blocks read them; with bit 1, 8 makes bit 1's priority evict_last and
- * 16 evict_normal (the cache-hint form with the default priority: a control for the mechanism). */
-#ifndef RA_CUDA_TMA_HINT
-#define RA_CUDA_TMA_HINT 0
-#endif
-/* The same copy with an L2 eviction priority (a cache policy from l2_policy_evict_*): for bytes
- * read once, evict_first leaves L2 to the lines that are read again (RA_CUDA_TMA_HINT). */
-__device__ __forceinline__ void tma_load_4d_hint(void* smem_dst, const void* tmap, uint64_t* bar, int c0, int c1,
-                                                 int c2, int c3, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
-      "%4, %5, %6}], [%2], %7;" ::"r"(smem_u32(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ uint64_t l2_policy_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-/* The same box into L2 only (no shared memory, no barrier): a hint that a later load will hit. */
-__device__ __forceinline__ void tma_prefetch_4d(const void* tmap, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
-                   reinterpret_cast<uint64_t>(tmap)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 /* The reverse: a 4-d box from shared memory to global, in this thread's bulk async-group. Elements
  * outside the tensor (rows past seqlen_q) are not written. */
 __device__ __forceinline__ void tma_store_4d(const void* tmap, uint32_t smem_src, int c0, int c1, int c2, int c3) {
@@ -141,14 +77,6 @@ __device__ __forceinline__ void tma_store_4d(const void* tmap, uint32_t smem_src
       "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
           reinterpret_cast<uint64_t>(tmap)),
       "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-__device__ __forceinline__ void tma_store_4d_hint(const void* tmap, uint32_t smem_src, int c0, int c1, int c2, int c3,
-                                                  uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], [%1], %6;" ::"l"(
-          reinterpret_cast<uint64_t>(tmap)),
-      "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
       : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }

@@ -18,26 +18,11 @@
  * over the quad in a fixed order, so the result is bit-deterministic.
  */
 #pragma once
+#include "flags.h"
 #include "ptx.cuh"
 
-/* Every k-th column tile's exponentials on the FMA pipe (ptx.cuh's ex2_poly), the rest on the MUFU;
- * 0 = all on the MUFU (default). k = 8, 4, 2 took 0.955-0.994x, 0.884-0.996x, 0.815-0.973x the
- * default's speed (device call 49; k = 8 1.017-1.027x on the two 77-key shapes only): on this kernel
- * the MUFU is not the limit, the issue slots and the FMA pipe are. */
-#ifndef RA_CUDA_EXP_POLY
-#define RA_CUDA_EXP_POLY 0
-#endif
-/* 1: the row max as a tree of fmaxf (5 dependent steps at 128 keys), 0 (default): as a chain (16);
- * the same value either way. The tree measured up to 2.6 % slower (device call 52,
- * docs/perf-notes.md v15): the chain is not the critical path. */
-#ifndef RA_CUDA_TREE_MAX
-#define RA_CUDA_TREE_MAX 0
-#endif
 /* Measurement builds only (wrong outputs; never a default): bit 1 = no exponential (p = x), bit 4 =
  * no softmax at all (P = S, l = 1). Where a tile's time goes, by what is left out (METHOD.md). */
-#ifndef RA_CUDA_ABLATE
-#define RA_CUDA_ABLATE 0
-#endif
 
 namespace ra_cuda {
 
@@ -82,7 +67,7 @@ struct OnlineSoftmax {
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const float p = exp2_of(fmaf(s[4 * i + 2 * r + j], scale_log2, -ms), i);
+          const float p = exp2_of(fmaf(s[4 * i + 2 * r + j], scale_log2, -ms));
           s[4 * i + 2 * r + j] = p;
           sum += p;
         }
@@ -108,32 +93,16 @@ struct OnlineSoftmax {
   template <bool kFirst>
   __device__ __forceinline__ float row_max(const float (&s)[NT * 4], int r) const {
     const float kNegInf = -__int_as_float(0x7f800000);
-    if constexpr (RA_CUDA_TREE_MAX) {
-      /* a tree: 5 dependent steps instead of 16 (the same value: the max of the non-NaN scores,
-       * which no order changes; a NaN is dropped by the last fmaxf, as by the chain's first) */
-      float v[NT];
+    /* a chain (a tree of fmaxf measured slower: docs/perf-notes.md, deleted flags) */
+    float mx = kFirst ? kNegInf : m[r];
 #pragma unroll
-      for (int i = 0; i < NT; ++i) v[i] = fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
-#pragma unroll
-      for (int w = 1; w < NT; w *= 2)
-#pragma unroll
-        for (int i = 0; i + w < NT; i += 2 * w) v[i] = fmaxf(v[i], v[i + w]);
-      return fmaxf(kFirst ? kNegInf : m[r], v[0]);
-    } else {
-      float mx = kFirst ? kNegInf : m[r];
-#pragma unroll
-      for (int i = 0; i < NT; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
-      return mx;
-    }
+    for (int i = 0; i < NT; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+    return mx;
   }
 
-  /* 2^x of column tile i: the MUFU, or the FMA pipe's polynomial (RA_CUDA_EXP_POLY), or, in the
-   * ablation, nothing */
-  __device__ __forceinline__ static float exp2_of(float x, int i) {
-    return (RA_CUDA_ABLATE & 1)                                                  ? x
-           : (RA_CUDA_EXP_POLY > 0 && i % RA_CUDA_EXP_POLY == RA_CUDA_EXP_POLY - 1) ? ex2_poly(x)
-                                                                                 : ex2(x);
-  }
+  /* 2^x on the MUFU, or, in the ablation, nothing (an FMA-pipe polynomial for some column tiles
+   * measured slower: docs/perf-notes.md, deleted flags) */
+  __device__ __forceinline__ static float exp2_of(float x) { return (RA_CUDA_ABLATE & 1) ? x : ex2(x); }
 
   /* The block's new row maxima (m), the caller's corr, and ms = the max the exponentials subtract
    * (scaled); sum starts at 0. The caller then takes exps() over the column tiles in order, in as
@@ -173,7 +142,7 @@ struct OnlineSoftmax {
       for (int i = I0; i < I1; ++i)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const float p = exp2_of(fmaf(s[4 * i + 2 * r + j], scale_log2, -ms[r]), i);
+          const float p = exp2_of(fmaf(s[4 * i + 2 * r + j], scale_log2, -ms[r]));
           s[4 * i + 2 * r + j] = p;
           sum[r] += p;
         }

@@ -24,7 +24,7 @@
  * c_i = 2^(Inf - Inf) = NaN; an all -Inf row has every c_i = 1 and l = 0, so 0 * (1/0) = NaN.
  * The fire drills act here as in the epilogue: round_pack applies RA_INJECT_ULP, and NONDET flips
  * bit 0 of O[0,0,0,0].
- * The tail split (-DRA_CUDA_TAIL_SPLIT, tail_plan.h) cuts only the last partial round's tiles, in
+ * The tail split (-DRA_CUDA_TAIL_SPLIT, plan.h) cuts only the last partial round's tiles, in
  * its own kernel: store_tail_partial writes their partials compactly ([tail tile][part][128 rows]),
  * and the last part of a tile to finish merges them by the same formula into its registers
  * (tail_merge_if_last), which the ordinary epilogue then rounds and stores.
@@ -33,6 +33,7 @@
 #include "epilogue.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
+#include "smem.h"
 #include "tile_scheduler.cuh"
 
 namespace ra_cuda {
@@ -77,14 +78,9 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, const float (&
   }
 }
 
-/* 0 (default): decode's splits merge in the kernel (merge_if_last, in the kMerge instantiation);
- * 1: always attn_merge_splits (the ablation, v5's default). docs/perf-notes.md v6 has both. */
-#ifndef RA_CUDA_MERGE_KERNEL
-#define RA_CUDA_MERGE_KERNEL 0
-#endif
-/* Rows a warpgroup's 4 warps merge at the end of its last split, one each: merge_row's two rounds of
- * L2 latency (~1.5 us) are paid once, not per row. */
-constexpr int kMergeInKernelMaxRows = 4;
+/* RA_CUDA_MERGE_KERNEL 0 (default): decode's splits merge in the kernel (merge_if_last, in the kMerge
+ * instantiation); 1: always attn_merge_splits (the ablation, v5's default). docs/perf-notes.md v6
+ * has both. kMergeInKernelMaxRows and kMergeRowsPerBlock: smem.h (the planner reads them too) */
 
 /* One row of O from its splits' partials: one warp, 4 columns per lane. */
 template <int kRound>
@@ -225,8 +221,6 @@ __device__ __forceinline__ bool tail_merge_if_last(const FwdParams& p, float (&a
   for (int r = 0; r < 2; ++r) sfm.l[r] = qc == 0 ? l[r] : 0.f;
   return true;
 }
-
-constexpr int kMergeRowsPerBlock = 4; /* attn_merge_splits: one warp per row */
 
 template <int kRound>
 __global__ void __launch_bounds__(32 * kMergeRowsPerBlock) attn_merge_splits(const __grid_constant__ FwdParams p) {

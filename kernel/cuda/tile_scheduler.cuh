@@ -10,37 +10,18 @@
 #pragma once
 #include "params.cuh"
 
-/* Which tile a CTA's k-th slot is (issue 26, aimed at the memory-bound (256,32,128,128), where the
- * gap to cuDNN is DRAM efficiency at equal bytes): 0 (default) cyclic, CTA c takes c, c + grid, ...
- * (the CTAs at work share a 4 MB window of each tensor); 1 blocked, CTA c takes a contiguous run
- * (the CTAs at work are ~num_tiles / grid tiles apart: independent sequential streams); 2 cyclic
- * with the batch numbered fastest among (batch, head), so the CTAs at work read one head of
- * consecutive batches (BHSD: 1 MB apart at 32 heads). A permutation of the tiles: every order
- * computes the same bits. */
-#ifndef RA_CUDA_TILE_ORDER
-#define RA_CUDA_TILE_ORDER 0
-#endif
-/* 1 (default): unsplit launches within the two gates below hand tiles out by an atomic counter
+/* RA_CUDA_DYN_SCHED 1 (default): unsplit launches within the two gates (plan.h) hand tiles out by an atomic counter
  * (FlashAttention-3's dynamic persistent scheduler; its own kernel, kDyn): a CTA's producer takes its
  * next tile when it has issued the loads of this one and tells the consumers through shared memory,
  * so CTAs that get less bandwidth take fewer tiles and all finish together (ncu, (256,32,128,128):
  * SMs active 89.6 % of the launch against cuDNN's 98.4 %). 0: the static order above everywhere.
- * Every launch outside the gates runs the static kernels. Tiles are independent: the same bits. */
-#ifndef RA_CUDA_DYN_SCHED
-#define RA_CUDA_DYN_SCHED 1
-#endif
-/* 1: the producer takes its next tile after issuing this one's loads; 2: it asks for it before
+ * Every launch outside the gates runs the static kernels. Tiles are independent: the same bits.
+ * 1: the producer takes its next tile after issuing this one's loads; 2: it asks for it before
  * them, so the atomic's round trip overlaps the waits for free stages. RA_CUDA_DYN_MAX_BLOCKS: only
- * launches whose tiles have at most this many key blocks are scheduled dynamically. */
-#ifndef RA_CUDA_DYN_MAX_BLOCKS
-#define RA_CUDA_DYN_MAX_BLOCKS 1
-#endif
-/* ... and at most this many query blocks a (batch, head): the counter won where a head has one
+ * launches whose tiles have at most this many key blocks are scheduled dynamically;
+ * RA_CUDA_DYN_MAX_M_BLOCKS: at most this many query blocks a (batch, head): the counter won where a head has one
  * (256,32,128,128) and lost 6-14 % with 2, 8 or 32 ((67,5,200,128), (2,40,1024,77), (2,24,4096,77);
  * docs/perf-notes.md v8, call 32). */
-#ifndef RA_CUDA_DYN_MAX_M_BLOCKS
-#define RA_CUDA_DYN_MAX_M_BLOCKS 1
-#endif
 
 namespace ra_cuda {
 
@@ -62,24 +43,11 @@ __device__ __forceinline__ TileCoord decode_tile(int tile, int num_m_blocks, int
   return t;
 }
 
-/* Slot i = blockIdx.x + k * gridDim.x (the loops of mainloop_sm90.cuh) -> its tile's coordinates
- * in the order RA_CUDA_TILE_ORDER names. */
+/* Slot i = blockIdx.x + k * gridDim.x (the loops of mainloop_sm90.cuh) -> its tile's coordinates:
+ * the cyclic order (a blocked one and a batch-fastest one measured no better: docs/perf-notes.md,
+ * deleted flags). */
 __device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int i) {
-  if constexpr (RA_CUDA_TILE_ORDER == 1) {
-    /* CTA c has q + 1 slots if c < r, else q (n = q grid + r): its run starts at c q + min(c, r) */
-    const int g = (int)gridDim.x;
-    const int q = p.num_tiles / g;
-    const int r = p.num_tiles - q * g;
-    const int c = i % g;
-    i = c * q + min(c, r) + i / g;
-  }
-  TileCoord t = decode_tile(i, p.num_m_blocks, p.heads, p.num_splits);
-  if constexpr (RA_CUDA_TILE_ORDER == 2) {
-    const int bh = t.b * p.heads + t.h; /* read as (head, batch), batch fastest */
-    t.h = bh / p.batch;
-    t.b = bh - t.h * p.batch;
-  }
-  return t;
+  return decode_tile(i, p.num_m_blocks, p.heads, p.num_splits);
 }
 
 /* RA_CUDA_TAIL_SPLIT's order (its own kernel, launched on one CTA per SM): items [0, tail_first)

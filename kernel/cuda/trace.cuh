@@ -11,9 +11,8 @@
 
 #include <cstdint>
 
-#ifndef RA_CUDA_TRACE
-#define RA_CUDA_TRACE 0
-#endif
+#include "flags.h"
+
 
 namespace ra_cuda {
 

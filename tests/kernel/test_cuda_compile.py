@@ -48,7 +48,7 @@ SM90 = (
     MODES * LAYOUTS * SCHEDULES + IN_KERNEL_MERGES + DYN_KERNELS + LONG_KERNELS + TAIL_KERNELS + SHORT_KERNELS
 )
 KERNELS = SM90 + MODES * LAYOUTS + MERGES  # + mma.sync, + attn_merge_splits
-ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info"}
+ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info", "ra_plan_launch"}
 
 INJECT = {"slowdown_pct": 25, "ulp": 1, "nondeterminism": 1}
 
@@ -202,6 +202,40 @@ def _exported_ra(lib: Path) -> set[str]:
 def test_exports_exactly_the_abi(built):
     ra = _exported_ra(built[0])
     assert ra == ABI_SYMBOLS
+
+
+def test_the_library_plans_as_the_host_planner_does(built):
+    """The CUDA library's ra_plan_launch and build flags are plan_host.cpp's (the same plan.h and
+    flags.def): loaded without a GPU (libcudart resolves; no device call is made)."""
+    import ctypes
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import cuda_plan as cp
+
+    lib = ctypes.CDLL(str(built[0]))
+    lib.ra_build_info.restype = ctypes.c_char_p
+    info = json.loads(lib.ra_build_info())
+    host = cp.build_info()
+    flags = {k: v for k, v in host.items() if k not in ("planner_only", "backend", "abi")}
+    assert {k: info[k] for k in flags} == flags
+    for shape in (
+        (1, 32, 1, 8192),
+        (256, 32, 128, 128),
+        (2, 40, 1024, 77),
+        (1, 200, 100, 2000),
+        (4, 16, 4096, 4097),
+    ):
+        out = cp.LaunchPlanC()
+        err = ctypes.create_string_buffer(256)
+        p = cp.params(*shape)
+        facts = cp.DeviceFactsC(cp.H200_SMS, 0)
+        assert lib.ra_plan_launch(ctypes.byref(p), ctypes.byref(facts), ctypes.byref(out), err, 256) == 0, (
+            err.value
+        )
+        assert out.kind.decode() == cp.plan(*shape)["kind"], shape
+        assert {n: getattr(out, n) for n, _ in cp.LaunchPlanC._fields_ if n not in ("kind", "grid")} == {
+            n: v for n, v in cp.plan(*shape).items() if n not in ("kind", "grid")
+        }
 
 
 def test_sass_tensor_cores_and_no_local_memory(built):

@@ -27,7 +27,7 @@ _SCRIPT = textwrap.dedent(
     from regress.suites.common import make_inputs
 
     lib = load_library(sys.argv[1])
-    # Three shapes that take different launches (benchmarks/cuda_tail_plan.py's launch_path): the
+    # Three shapes that take different launches (kernel/cuda/plan.h's plan): the
     # short-key kernel, a split in 4 with the merge kernel, decode's split in 8 merged in the kernel;
     # so the threads also race on different smem-attribute bits and on the split workspaces.
     shapes = [Shape(2, 4, 200, 77), Shape(1, 8, 300, 1000), Shape(2, 8, 1, 4096)]

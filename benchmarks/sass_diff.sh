@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The default sm_90a library's SASS at BASE_COMMIT against this working tree's: both built by the
+# build module's own nvcc command (regress/build.py's COMMANDS["cuda"]), dumped with cuobjdump
+# -sass, diffed. Prints the diff's line count last (0: identical machine code, kernel symbols
+# included). The base's dump is cached in $SASS_CACHE (default /tmp/sass_diff), keyed by commit.
+#   benchmarks/sass_diff.sh 8814587          (issue 37's proof: the refactor changed no instruction)
+#   EXTRA_FLAGS="-DRA_CUDA_SPLIT=1" benchmarks/sass_diff.sh 8814587   (both built with extra -D flags)
+set -euo pipefail
+base=${1:?usage: benchmarks/sass_diff.sh BASE_COMMIT}
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+base=$(git rev-parse --short=12 "$base")
+cache=${SASS_CACHE:-/tmp/sass_diff}
+mkdir -p "$cache"
+tag=$(printf '%s' "${EXTRA_FLAGS:-}" | sha1sum | cut -c1-8)
+
+cuobjdump=$(command -v cuobjdump || true)
+if [ -z "$cuobjdump" ]; then
+  cuobjdump=$(python - <<'PY'
+import pathlib, sys
+for base in sys.path:
+    for sub in ("nvidia/cu13/bin", "nvidia/cuda_cuobjdump/bin"):
+        c = pathlib.Path(base) / sub / "cuobjdump"
+        if c.is_file():
+            print(c)
+            raise SystemExit
+PY
+)
+fi
+[ -n "$cuobjdump" ] || { echo "no cuobjdump (pip nvidia-cuda-cuobjdump)" >&2; exit 2; }
+
+# the build module's argv, output and source swapped in; EXTRA_FLAGS before the source as it does
+argv() {  # $1 source root, $2 output
+  PYTHONPATH="$root" python - "$1" "$2" <<'PY'
+import os, shlex, sys
+from regress.build import COMMANDS, OUT
+r = COMMANDS["cuda"]
+extra = shlex.split(os.environ.get("EXTRA_FLAGS", ""))
+out = []
+for a in r.argv:
+    if a == OUT:
+        out.append(sys.argv[2])
+    elif a == r.source:
+        out += extra + [a]
+    else:
+        out.append(a)
+print(shlex.join(out))
+PY
+}
+
+dump() {  # $1 source root, $2 library, $3 dump
+  (cd "$1" && eval "$(argv "$1" "$2")" >"$2.log" 2>&1) || { tail -20 "$2.log" >&2; exit 1; }
+  "$cuobjdump" -sass "$2" >"$3"
+}
+
+old="$cache/$base-$tag.sass"
+if [ ! -s "$old" ]; then
+  src=$(mktemp -d)
+  git archive "$base" kernel | tar -x -C "$src"
+  dump "$src" "$src/lib.so" "$old"
+  rm -rf "$src"
+fi
+new=$(mktemp -d)
+dump "$root" "$new/lib.so" "$new/new.sass"
+echo "base $base: $(wc -l <"$old") SASS lines, $(grep -c 'Function :' "$old") kernels"
+echo "tree: $(wc -l <"$new/new.sass") SASS lines, $(grep -c 'Function :' "$new/new.sass") kernels"
+diff "$old" "$new/new.sass" >"$new/diff" || true
+head -40 "$new/diff"
+echo "diff lines: $(wc -l <"$new/diff")"

@@ -1,0 +1,199 @@
+"""The sm_90a launch planner (kernel/cuda/plan.h), built host-only by g++ from kernel/cuda/plan_host.cpp
+and called through ra_plan_launch, the entry point the CUDA library exports too: a table of shapes
+that take each kernel, the invariants every plan keeps, and hypothesis over shapes and flags.
+No GPU and no nvcc."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import cuda_plan as cp
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to build the host planner")
+
+SMS = cp.H200_SMS
+MAX_WS = 512 << 20
+SMEM_LIMIT = 227 * 1024
+
+# (B, H, Sq, Sk) -> the kernel the default build plans, on the H200's 132 SMs
+TABLE = [
+    ((1, 32, 1, 8192), "sm90_merge_in_kernel"),  # decode: split over keys, merged by the last part
+    ((8, 32, 1, 4096), "sm90_main"),  # 256 tiles of 32 blocks: no split pays (docs/perf-notes.md v5)
+    ((4, 8, 64, 8192), "sm90_main"),  # split, merged by attn_merge_splits (64 rows: not in-kernel)
+    ((256, 32, 128, 128), "sm90_dynamic"),  # one key block, one query block a head
+    ((2, 40, 1024, 77), "sm90_short"),  # 77 keys: one block of 80
+    ((2, 24, 4096, 256), "sm90_main_next_qk"),  # 2 key blocks, 32 query blocks a head
+    ((1, 200, 100, 2000), "sm90_tail_split"),  # 200 tiles: the last 68 in 3 parts
+    ((1, 32, 16384, 16384), "sm90_tail_split"),
+    ((4, 16, 4096, 4097), "sm90_long"),  # 26 blocks of 160 pad less than 33 of 128
+    ((2, 33, 512, 4096), "sm90_main"),  # 264 tiles = 2 whole rounds: no tail
+]
+
+
+def invariants(d: dict, b: int, h: int, sq: int, sk: int, max_ws: int = MAX_WS, sms: int = SMS) -> None:
+    kind = d["kind"]
+    assert kind.startswith("sm90_") or kind == "sm80_mma_sync", kind
+    assert d["tiles"] == b * h * -(-sq // d["block_q"])
+    assert d["key_blocks"] == -(-sk // d["block_k"])
+    assert 0 < d["shared_bytes"] <= SMEM_LIMIT
+    assert 0 <= d["workspace_bytes"] <= max_ws
+    assert d["grid"][1] <= 65535 and d["grid"][2] == 1
+    assert d["splits"] >= 1 and d["blocks_per_split"] >= 1
+    if kind == "sm80_mma_sync":
+        assert d["threads"] == 128 and d["splits"] == 1 and d["workspace_bytes"] == 0
+        assert d["grid"][0] == -(-sq // 64) and d["grid"][1] % h == 0
+        return
+    assert d["threads"] == 384 and (d["grid"][1], d["grid"][2]) == (1, 1)
+    assert 1 <= d["grid"][0] <= sms
+    if d["splits"] > 1:  # no part empty: splits of blocks_per_split cover the blocks, one fewer would not
+        s, sb = d["splits"], d["blocks_per_split"]
+        assert (s - 1) * sb < d["key_blocks"] <= s * sb
+        assert d["merge"] in (1, 2) and d["tail_splits"] == 0
+        assert kind in ("sm90_main", "sm90_main_next_qk", "sm90_merge_in_kernel")
+        assert d["grid"][0] <= d["tiles"] * s
+    if kind == "sm90_tail_split":
+        t, s, sb = d["split_tiles"], d["tail_splits"], d["blocks_per_split"]
+        assert d["splits"] == 1 and 0 < t < sms and s > 1 and d["merge"] == 1
+        assert (s - 1) * sb < d["key_blocks"] <= s * sb
+        assert (d["tiles"] - t) % sms == 0 and d["tiles"] - t >= sms  # tail_first: whole rounds
+        assert d["grid"][0] == sms
+    else:
+        assert d["split_tiles"] == 0 and d["tail_splits"] == 0
+    if kind == "sm90_dynamic":
+        assert d["dynamic_scheduler"] == 1 and d["workspace_bytes"] == 8 and d["splits"] == 1
+    else:
+        assert d["dynamic_scheduler"] == 0
+    if kind == "sm90_short":
+        assert sk <= d["block_k"] == 80 and d["key_blocks"] == 1
+    if kind == "sm90_long":
+        assert d["block_k"] == 160 and sq > 64 and d["splits"] == 1
+    if d["splits"] == 1 and kind not in ("sm90_tail_split", "sm90_dynamic"):
+        assert d["workspace_bytes"] == 0 and d["merge"] == 0
+        waves = -(-d["tiles"] // sms)
+        assert d["grid"][0] == -(-d["tiles"] // waves)  # the balanced grid: every CTA the same waves
+
+
+@pytest.mark.parametrize(("shape", "kind"), TABLE, ids=[f"{s}" for s, _ in TABLE])
+def test_the_table_of_shapes_takes_each_kernel(shape: tuple[int, int, int, int], kind: str) -> None:
+    d = cp.plan(*shape)
+    assert d["kind"] == kind, d
+    invariants(d, *shape)
+
+
+def test_the_plans_figures() -> None:
+    d = cp.plan(1, 200, 100, 2000)
+    assert (d["split_tiles"], d["tail_splits"], d["blocks_per_split"]) == (68, 3, 6)
+    assert d["workspace_bytes"] == (68 * 3 * 128 * 130 + 68 * 2) * 4
+    d = cp.plan(1, 32, 1, 8192)  # 32 tiles of 64 blocks: 4 splits of 16 (cost 20 of 65), merged in the kernel
+    assert (d["splits"], d["blocks_per_split"], d["merge"], d["grid"][0]) == (4, 16, 1, 128)
+    assert d["workspace_bytes"] == (4 * 32 * 1 * 130 + 32 * 2) * 4
+    d = cp.plan(256, 32, 128, 128)
+    assert d["grid"][0] == SMS  # the dynamic scheduler keeps one CTA per SM (no balance)
+    assert cp.plan(1, 1, 1, 1)["kind"] == "sm90_dynamic"  # one block, one query block: before short keys
+
+
+def test_a_workspace_limit_refuses_the_splits_not_the_launch() -> None:
+    p = cp.params(1, 32, 1, 8192)
+    assert cp.plan_of(p)["splits"] == 4
+    small = cp.plan_of(p, max_workspace=1024)
+    assert small["splits"] == 1 and small["workspace_bytes"] == 0 and small["kind"] == "sm90_main"
+    tail = cp.params(1, 200, 100, 2000)
+    assert cp.plan_of(tail, max_workspace=1 << 20)["kind"] == "sm90_main"
+    dyn = cp.params(256, 32, 128, 128)
+    assert cp.plan_of(dyn, max_workspace=4)["kind"] == "sm90_main_next_qk"  # two counters do not fit
+
+
+def test_a_huge_split_falls_back_to_unsplit_under_the_default_limit() -> None:
+    # 300 tiles of 8192 key blocks on 16000 SMs want 32 splits: 32 x 300 x 128 rows x 130 floats is
+    # 639 MB, past the default 512 MiB, so the launch runs unsplit; a larger limit takes the split
+    p = cp.params(300, 1, 128, 1 << 20)
+    d = cp.plan_of(p, sms=16000)
+    assert (d["splits"], d["workspace_bytes"], d["kind"]) == (1, 0, "sm90_main")
+    big = cp.plan_of(p, sms=16000, max_workspace=8 << 30)
+    assert big["splits"] == 32 and big["workspace_bytes"] == 32 * 300 * 128 * 130 * 4 > MAX_WS
+
+
+def test_tma_inexpressible_strides_plan_the_fallback_in_whole_batches() -> None:
+    sk = 256
+    zero_batch = {n: (0, s * 128, 128, 1) for n, s in (("q", 64), ("k", sk), ("v", sk), ("o", 64))}
+    d = cp.plan_of(cp.params(4, 8, 64, sk, zero_batch))
+    assert d["kind"] == "sm80_mma_sync" and (d["grid"][0], d["grid"][1]) == (1, 32)
+    zero = {n: (0, s * 128, 128, 1) for n, s in (("q", 64), ("k", sk), ("v", sk), ("o", 64))}
+    wide = cp.plan_of(cp.params(3, 40000, 64, sk, zero))
+    assert wide["kind"] == "sm80_mma_sync" and wide["grid"][1] == 40000  # one batch a launch
+    with pytest.raises(cp.PlanError, match="launches at most 65535 heads") as e:
+        cp.plan_of(cp.params(2, 70000, 64, sk, zero))
+    assert e.value.code == 3
+
+
+def test_bad_input_is_refused_by_the_kernels_validation() -> None:
+    p = cp.params(1, 1, 1, 1)
+    p.head_dim = 64
+    with pytest.raises(cp.PlanError, match="head_dim 64 is not supported") as e:
+        cp.plan_of(p)
+    assert e.value.code == 2
+    p = cp.params(1, 1, 1, 1)
+    p.q = 8
+    with pytest.raises(cp.PlanError, match="q is not 16-byte aligned"):
+        cp.plan_of(p)
+    with pytest.raises(cp.PlanError, match="0 SMs"):
+        cp.plan_of(cp.params(1, 1, 1, 1), sms=0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "shape", "kind"),
+    [
+        (("-DRA_CUDA_FORCE_MMA_SYNC=1",), (1, 32, 1, 8192), "sm80_mma_sync"),
+        (("-DRA_CUDA_TAIL_SPLIT=0",), (1, 200, 100, 2000), "sm90_main"),
+        (("-DRA_CUDA_LONG_BLOCK_N=0",), (4, 16, 4096, 4097), "sm90_tail_split"),
+        (("-DRA_CUDA_SHORT_BLOCK_N=0",), (2, 40, 1024, 77), "sm90_main_next_qk"),
+        (("-DRA_CUDA_DYN_SCHED=0",), (256, 32, 128, 128), "sm90_main_next_qk"),
+        (("-DRA_CUDA_MERGE_KERNEL=1",), (1, 32, 1, 8192), "sm90_main"),
+        (("-DRA_CUDA_NEXT_QK=0",), (2, 40, 1024, 77), "sm90_main"),
+        (("-DRA_CUDA_SPLIT=1",), (1, 32, 1, 8192), "sm90_main"),
+    ],
+)
+def test_build_flags_reach_the_planner(flags: tuple[str, ...], shape: tuple[int, ...], kind: str) -> None:
+    assert cp.plan(*shape, flags=flags)["kind"] == kind
+
+
+def test_a_value_outside_the_flag_table_does_not_compile() -> None:
+    with pytest.raises(RuntimeError, match="RA_CUDA_EPILOGUE must be 0\\|1\\|2"):
+        cp.host_library(("-DRA_CUDA_EPILOGUE=7",))
+
+
+def test_forced_tail_parts_never_leave_one_empty() -> None:
+    for n in (3, 8, 64):
+        d = cp.plan(4, 100, 65, 1000, flags=(f"-DRA_CUDA_TAIL_SPLIT={n}",))
+        invariants(d, 4, 100, 65, 1000)
+        assert d["kind"] == "sm90_tail_split" and d["tail_splits"] == min(n, 8)
+
+
+shapes = st.tuples(
+    st.integers(1, 64),
+    st.integers(1, 128),
+    st.one_of(st.integers(1, 300), st.integers(1, 20000)),
+    st.one_of(st.integers(1, 300), st.integers(1, 40000)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes, st.sampled_from([1, 8, 78, 114, 132]))
+def test_every_plan_keeps_the_invariants(shape: tuple[int, int, int, int], sms: int) -> None:
+    b, h, sq, sk = shape
+    invariants(cp.plan_of(cp.params(b, h, sq, sk), sms=sms), b, h, sq, sk, sms=sms)
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes, st.integers(1, 1 << 24))
+def test_a_workspace_limit_is_never_exceeded(shape: tuple[int, int, int, int], limit: int) -> None:
+    d = cp.plan_of(cp.params(*shape), max_workspace=limit)
+    assert d["workspace_bytes"] <= limit
+    invariants(d, *shape, max_ws=limit)
