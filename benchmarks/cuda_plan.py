@@ -23,39 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from regress.abi import Params  # noqa: E402
+from regress.abi import RA_ABI_VERSION, RA_HEAD_DIM, DeviceFacts, LaunchPlan, Params  # noqa: E402
 
 SOURCE = ROOT / "kernel" / "cuda" / "plan_host.cpp"
 COMPILE = ("g++", "-std=c++17", "-O2", "-shared", "-fPIC", "-Ikernel/include")  # + flags, source, -o out
 H200_SMS = 132
-RA_ABI_VERSION = 1
-HEAD_DIM = 128
+HEAD_DIM = RA_HEAD_DIM
 
 
-class LaunchPlanC(ctypes.Structure):
-    # kernel/include/regress_attn.h's ra_launch_plan, field for field
-    _fields_ = [
-        ("kind", ctypes.c_char * 32),
-        ("kind_id", ctypes.c_int32),
-        ("threads", ctypes.c_int32),
-        ("grid", ctypes.c_int64 * 3),
-        ("tiles", ctypes.c_int64),
-        ("block_q", ctypes.c_int32),
-        ("block_k", ctypes.c_int32),
-        ("key_blocks", ctypes.c_int32),
-        ("splits", ctypes.c_int32),
-        ("split_tiles", ctypes.c_int64),
-        ("tail_splits", ctypes.c_int32),
-        ("blocks_per_split", ctypes.c_int32),
-        ("merge", ctypes.c_int32),
-        ("dynamic_scheduler", ctypes.c_int32),
-        ("shared_bytes", ctypes.c_int64),
-        ("workspace_bytes", ctypes.c_int64),
-    ]
-
-
-class DeviceFactsC(ctypes.Structure):
-    _fields_ = [("compute_units", ctypes.c_int32), ("max_workspace_bytes", ctypes.c_int64)]
+# The ABI's own ctypes mirrors (regress.abi), so this script and the package read one layout.
+LaunchPlanC = LaunchPlan
+DeviceFactsC = DeviceFacts
 
 
 class PlanError(RuntimeError):
@@ -116,6 +94,7 @@ def params(
     p.abi_version = RA_ABI_VERSION
     p.q = p.k = p.v = p.o = 1 << 20
     p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim = b, h, sq, sk, HEAD_DIM
+    p.heads_kv = h  # ABI v2: dense heads; no mask, cu_seqlens or LSE (the zeroed fields)
     for name, s in (("q", sq), ("k", sk), ("v", sk), ("o", sq)):
         st = (strides or {}).get(name, (h * s * HEAD_DIM, s * HEAD_DIM, HEAD_DIM, 1))
         getattr(p, f"{name}_stride")[:] = st

@@ -143,9 +143,11 @@ def test_regress_plan_prints_the_plan() -> None:
     assert bad.returncode == 2 and "--compute-units" in bad.stderr
     huge = _cli("plan", "32768", "32768", "1024", "8", "--backend", "hip")
     assert huge.returncode == 2 and huge.stderr.count("\n") == 1 and "2^32 - 1 or more" in huge.stderr
-    if not (REPO_ROOT / PLANNERS["cuda"].source).is_file():
-        cuda = _cli("plan", "1", "1", "8", "8", "--backend", "cuda")
-        assert cuda.returncode == 2 and "planner source kernel/cuda/plan_host.cpp is missing" in cuda.stderr
+    # The sm_90a planner answers the same command (kernel/cuda/plan_host.cpp, no GPU needed).
+    cuda = _cli("plan", "2", "8", "1", "32768", "--backend", "cuda", "--json")
+    assert cuda.returncode == 0, cuda.stderr
+    assert json.loads(cuda.stdout) == plan_launch("cuda", 2, 8, 1, 32768)
+    assert json.loads(cuda.stdout)["kind"].startswith("sm90_") and json.loads(cuda.stdout)["splits"] > 1
 
 
 def test_plan_label_reads_what_a_result_recorded() -> None:
