@@ -382,7 +382,9 @@ inline ra_status refuse_heads(int64_t heads, char* err, size_t err_len) {
  * ra_attention_fwd does, plan, and copy the plan into the ABI's struct. */
 inline ra_status plan_launch_abi(const ra_attention_params* P, const ra_device_facts* dev, ra_launch_plan* out,
                                  char* err, size_t err_len) {
-  const ra_status st = ra_validate_params(P, err, err_len);
+  ra_status st = ra_validate_params(P, err, err_len);
+  /* the plan refuses what the forward refuses: no sm_90a kernel has ABI v2's features yet */
+  if (st == RA_OK) st = ra_require_dense_v1(P, "cuda", err, err_len);
   if (st != RA_OK) return st;
   if (!dev) return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "device facts is a null pointer");
   if (!out) return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "plan is a null pointer");

@@ -4,6 +4,7 @@ a result, `regress runs show` and the case page show of it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from regress.abi import KernelError
 from regress.build import PLANNERS, REPO_ROOT, BuildError, build_planner
 from regress.metrics import plan_label
-from regress.plan import plan_launch, summary
+from regress.plan import DEFAULT_COMPUTE_UNITS, plan_launch, planner, shape_params, summary
 from regress.results import CaseResult, CaseSpec
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 
@@ -108,16 +109,33 @@ def test_hostile_shapes_are_one_clear_error(shape: tuple[int, ...], cus: int, sa
     assert says in str(e.value) and "\n" not in str(e.value) and e.value.code == code
 
 
-def test_the_planner_table_and_a_missing_source(tmp_path: Path) -> None:
+def test_the_planner_table_and_a_missing_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One build path per backend's planner; a backend whose planner source is not in the tree says
-    so in one line, naming the file (the CUDA planner lands from another branch)."""
+    so in one line, naming the file."""
     assert set(PLANNERS) == {"hip", "cuda"}
     assert build_planner("hip", cache_dir=tmp_path).path.is_file()
-    if not (REPO_ROOT / PLANNERS["cuda"].source).is_file():
-        with pytest.raises(BuildError, match=r"kernel/cuda/plan_host\.cpp is missing"):
-            build_planner("cuda", cache_dir=tmp_path)
+    assert build_planner("cuda", cache_dir=tmp_path).path.is_file()
+    gone = dataclasses.replace(PLANNERS["cuda"], source="kernel/cuda/no_such_plan_host.cpp")
+    monkeypatch.setitem(PLANNERS, "cuda", gone)
+    with pytest.raises(BuildError, match=r"kernel/cuda/no_such_plan_host\.cpp is missing"):
+        build_planner("cuda", cache_dir=tmp_path)
     with pytest.raises(BuildError, match="no launch planner for backend 'cpu'"):
         build_planner("cpu", cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["hip", "cuda"])
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [("heads_kv", 2, "heads_kv 2 != heads 4"), ("mask", 1, "mask"), ("lse", 1 << 16, "lse")],
+)
+def test_a_planner_refuses_what_its_forward_refuses(backend: str, field: str, value: int, says: str) -> None:
+    """ABI v2's features: no GPU kernel has them yet, so the plan is refused as the forward is
+    (ra_require_dense_v1), naming the argument and the backend, never planned as a dense call."""
+    params = shape_params(1, 4, 256, 256)
+    setattr(params, field, value)
+    with pytest.raises(KernelError) as e:
+        planner(backend).plan(params, DEFAULT_COMPUTE_UNITS[backend])
+    assert e.value.code == 9 and says in str(e.value) and backend in str(e.value), str(e.value)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
