@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, func, select, text
+from sqlalchemy import ColumnElement, Connection, Row, Text, func, select, text
 from sqlalchemy.orm import Session
 
 from ..errors import UserError
@@ -305,6 +305,29 @@ def stack_by_digest(session: Session, digest: str) -> Stack | None:
 def run_result_count(session: Session, run_id: str) -> int:
     """How many results a run holds."""
     return session.scalar(select(func.count()).select_from(Result).where(Result.run_id == run_id)) or 0
+
+
+def results_within_bytes(session: Session, run_id: str, offset: int, budget: int) -> int:
+    """How many results from `offset` on (stored order, at most 1000) fit in `budget` bytes of
+    stored raw samples: the API's page size, so one GET builds a bounded answer (issue 41 item 5).
+    Counted as the columns' text length, which a damaged JSON value has too."""
+    size = func.coalesce(func.sum(func.length(func.cast(Sample.values, Text))), 0)
+    rows = session.execute(
+        select(Result.id, size)
+        .outerjoin(Sample, Sample.result_id == Result.id)
+        .where(Result.run_id == run_id)
+        .group_by(Result.id)
+        .order_by(Result.id)
+        .offset(offset)
+        .limit(1000)
+    ).all()
+    used = count = 0
+    for _, nbytes in rows:
+        used += int(nbytes)
+        if count and used > budget:
+            break
+        count += 1
+    return count
 
 
 def database_answers(session: Session) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, noload
 
 from ..results import CaseResult, stored_series
 from ..stack_keys import HASHED_KEYS, PINNED_KEYS, stack_digest
@@ -133,10 +133,11 @@ def ensure_dimensions(session: Session, bundle: dict[str, Any], pin: StackPin | 
 
 
 def export_bundle(
-    session: Session, run_id: str, *, offset: int = 0, limit: int | None = None
+    session: Session, run_id: str, *, offset: int = 0, limit: int | None = None, samples: bool = True
 ) -> dict[str, Any]:
     """The run as a schema-versioned bundle (the same document a runner uploads). offset/limit
-    take one page of its results, in stored order (the API's paginated read)."""
+    take one page of its results, in stored order (the API's paginated read); samples=False leaves
+    the raw samples out without loading them."""
     # regress.bundle (and jsonschema with it) is imported where a bundle is made or read, not when
     # a command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
     from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION
@@ -153,6 +154,8 @@ def export_bundle(
         .where(Result.run_id == run_id)
         .order_by(Result.id)
     )
+    if not samples:
+        query = query.options(noload(Result.samples))
     rows = session.execute(query.offset(offset).limit(limit) if limit is not None or offset else query).all()
     return {
         "schema": BUNDLE_SCHEMA,
