@@ -53,7 +53,7 @@ def test_refused_bundles_move_aside(service: Service, tmp_path: Path) -> None:
     clash = conflicting(first)
     big = make_bundle()
     for res in big["results"][:12:2]:  # over the body limit, within the samples per result
-        res["samples"]["time_ms"] = [float(i + 1) / 7 for i in range(TEST_LIMIT_BYTES // 24)]
+        res["samples"]["time_ms"] = [float(i + 1) / 7 for i in range(TEST_LIMIT_BYTES // 32)]
     (tmp_path / "bad.json").write_text("{}")
     paths = [*write(tmp_path / "c", [clash]), *write(tmp_path / "b", [big]), tmp_path / "bad.json"]
     report = upload_bundles(paths, service.url, token, tmp_path / "spool", policy=FAST)
