@@ -17,7 +17,14 @@ from ..pins import pin_for_digest
 from ..store import RunnerToken, queries, utcnow
 from ..store.queries import list_runs as list_runs_query
 from ..store.queries import run_summary
-from ..store.transfer import BundleConflict, StackPin, ensure_dimensions, export_bundle, import_bundle
+from ..store.transfer import (
+    BundleConflict,
+    StackPin,
+    UnreadableRun,
+    ensure_dimensions,
+    export_bundle,
+    import_bundle,
+)
 from ..tokens import lookup_token, may_upload_onto
 from .errors import ApiError, error_response
 from .extensions import store_ext
@@ -289,6 +296,8 @@ def upload() -> Any:
             raise ApiError(409, str(exc)) from exc
         except BundleError as exc:  # a fact of the bundle the store checks (the stack digest)
             raise ApiError(400, f"invalid bundle: {exc}") from exc
+        except UnreadableRun as exc:  # stored under this id, but no reader can compare it
+            raise ApiError(409, str(exc)) from exc
         except IntegrityError:
             # A concurrent upload of the same run id committed first; the next pass sees it.
             if attempt == WRITE_ATTEMPTS - 1:
@@ -313,17 +322,24 @@ def list_runs() -> Any:
     limit = int(text)
     if not 1 <= limit <= 500:
         raise ApiError(400, "limit must be between 1 and 500")
+    skipped: list[tuple[str, str]] = []
     with store_ext.store.reader() as session:
         rows = list_runs_query(
             session,
+            skipped=skipped,
             limit=limit + 1,
             stack_digest=request.args.get("stack"),
             runner=request.args.get("runner"),
             status=request.args.get("status"),
             before=request.args.get("before"),
         )
-        page = [run_summary(run, stack) for run, stack in rows[:limit]]
-    return jsonify(runs=page, next=page[-1]["id"] if len(rows) > limit else None)
+        # The first `limit` of the fetched rows, readable or not, make the page; unreadable ones are
+        # named instead of served (regress.store.readable), and `next` pages past them all.
+        fetched = sorted([run.id for run, _ in rows] + [key for key, _ in skipped], reverse=True)
+        cut = fetched[limit - 1] if len(fetched) > limit else ""
+        page = [run_summary(run, stack) for run, stack in rows if run.id >= cut]
+    unreadable = [{"id": key, "problem": why} for key, why in skipped if key >= cut]
+    return jsonify(runs=page, next=cut or None, unreadable=unreadable)
 
 
 @bp.get("/<run_id>")
@@ -336,13 +352,18 @@ def get_run(run_id: str) -> Any:
             limit = max(
                 1, min(limit, queries.results_within_bytes(session, run_id, offset, SAMPLES_PAGE_BYTES))
             )
+        skipped: list[tuple[str, str]] = []
         try:
-            bundle = export_bundle(session, run_id, offset=offset, limit=limit, samples=with_samples)
+            bundle = export_bundle(
+                session, run_id, offset=offset, limit=limit, samples=with_samples, skipped=skipped
+            )
         except KeyError as exc:
             raise ApiError(404, f"run {run_id} does not exist") from exc
+        except UnreadableRun as exc:
+            raise ApiError(422, str(exc)) from exc
         total = queries.run_result_count(session, run_id)
     # The body stays a bundle (valid against the schema); the page is in the headers.
-    headers = {"X-Total-Results": str(total)}
+    headers = {"X-Total-Results": str(total), "X-Unreadable-Results": str(len(skipped))}
     if offset + len(bundle["results"]) < total:
         args = {} if with_samples else {"samples": "false"}
         after = url_for(

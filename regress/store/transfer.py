@@ -23,11 +23,13 @@ from typing import Any, Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session, noload
 
+from ..errors import UserError
 from ..results import CaseResult, stored_series
 from ..stack_keys import HASHED_KEYS, PINNED_KEYS, stack_digest
 from .build import BUILD_FACTS, Build
 from .bulk import ensure_cases, prepare_results, write_runs
 from .case import Case
+from .readable import result_problem, run_problem
 from .repo import Store, add_result_rows
 from .result import Result
 from .run import Run
@@ -133,11 +135,18 @@ def ensure_dimensions(session: Session, bundle: dict[str, Any], pin: StackPin | 
 
 
 def export_bundle(
-    session: Session, run_id: str, *, offset: int = 0, limit: int | None = None, samples: bool = True
+    session: Session,
+    run_id: str,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+    samples: bool = True,
+    skipped: list[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The run as a schema-versioned bundle (the same document a runner uploads). offset/limit
     take one page of its results, in stored order (the API's paginated read); samples=False leaves
-    the raw samples out without loading them."""
+    the raw samples out without loading them. UnreadableRun when the run's own row is unreadable;
+    unreadable results are left out (and listed in `skipped` as (case name, why))."""
     # regress.bundle (and jsonschema with it) is imported where a bundle is made or read, not when
     # a command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
     from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION
@@ -145,6 +154,9 @@ def export_bundle(
     run = session.get(Run, run_id)
     if run is None:
         raise KeyError(f"run {run_id} does not exist")
+    problem = run_problem(run)
+    if problem is not None:
+        raise UnreadableRun(f"run {run_id} is an unreadable row: {problem}")
     stack = session.get(Stack, run.stack_id)
     assert stack is not None
     build = session.get(Build, run.build_id) if run.build_id else None
@@ -163,8 +175,22 @@ def export_bundle(
         "run": run.to_bundle(),
         "stack": stack.to_bundle(),
         "build": None if build is None else build.to_bundle(),
-        "results": [res.to_case_result(case).to_dict() for res, case in rows],
+        "results": [
+            res.to_case_result(case).to_dict()
+            for res, case in rows
+            if _kept(case.name, result_problem(res, samples=samples), skipped)
+        ],
     }
+
+
+class UnreadableRun(UserError):
+    """A stored run whose own row no reader can use (regress.store.readable)."""
+
+
+def _kept(name: str, problem: str | None, skipped: list[tuple[str, str]] | None) -> bool:
+    if problem is not None and skipped is not None:
+        skipped.append((name, problem))
+    return problem is None
 
 
 def import_bundle(
@@ -270,7 +296,7 @@ def import_files(
             bundle = read_bundle(path)
             pin = pin_for(bundle["stack"]["digest"])
             run_id, created = _store_bundle(store, bundle, pin)
-        except (BundleError, BundleConflict) as exc:
+        except (BundleError, BundleConflict, UnreadableRun) as exc:
             outcomes.append(ImportOutcome(path, "refused", reason=str(exc).removeprefix(f"{path}: ")))
             continue
         state = "stored" if created else "already stored"
