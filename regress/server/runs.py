@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import time
 import zlib
 from datetime import timedelta
@@ -225,7 +226,9 @@ def _gunzip(raw: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def _read_json() -> Any:
+def _read_json() -> tuple[Any, str]:
+    """The body's JSON and the SHA-256 of its (decompressed) bytes, which the answer echoes so the
+    client knows the service read the very bundle it sent (regress.upload checks it)."""
     limit = int(current_app.config["MAX_CONTENT_LENGTH"])
     raw = _read_body(limit)
     encoding = request.headers.get("Content-Encoding", "identity").lower()
@@ -234,7 +237,7 @@ def _read_json() -> Any:
     elif encoding != "identity":
         raise ApiError(400, f"unsupported Content-Encoding {encoding!r} (gzip or none)")
     try:
-        return loads_bundle(raw)
+        return loads_bundle(raw), hashlib.sha256(raw).hexdigest()
     except ValueError as exc:  # not UTF-8, not JSON
         raise ApiError(400, f"body is not JSON: {exc}") from exc
     except RecursionError as exc:
@@ -267,7 +270,7 @@ def _store_bundle(
 @bp.post("")
 def upload() -> Any:
     token = _authenticate()
-    bundle = _read_json()
+    bundle, body_sha256 = _read_json()
     try:
         validate_bundle(bundle)
     except BundleError as exc:
@@ -308,7 +311,13 @@ def upload() -> Any:
                 raise  # app.py answers 503 with Retry-After
             time.sleep(0.05 * 2**attempt)
     current_app.logger.info("run %s from %s: %s", run_id, token.runner, "stored" if created else "duplicate")
-    body = {"run_id": run_id, "created": created, "runner": token.runner, "results": len(bundle["results"])}
+    body = {
+        "run_id": run_id,
+        "created": created,
+        "runner": token.runner,
+        "results": len(bundle["results"]),
+        "sha256": body_sha256,
+    }
     headers = {"Location": url_for("runs.get_run", run_id=run_id)}
     return jsonify(body), (201 if created else 200), headers
 
