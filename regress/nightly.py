@@ -96,6 +96,8 @@ class NightlyOutcome:
     summary: dict[str, Any] = field(default_factory=dict)
     bundle_path: Path | None = None
     regressions: list[int] = field(default_factory=list)
+    upload: list[str] = field(default_factory=list)  # --upload: one line per bundle (UploadReport)
+    upload_refused: bool = False  # the service or the local check refused the bundle
 
 
 Progress = Callable[[str, int, int, CaseResult | None], None]
@@ -343,11 +345,13 @@ def _run(
         gpu_state={"after": device_state(device), **({"workers": pool.states} if pool.states else {})},
     )
     regressions = _analyse(store, run_id)
+    outcome = NightlyOutcome(run_id, exit_code, summary, bundle_path, regressions)
     if opts.upload:
         from .upload import upload_bundles
 
-        upload_bundles([bundle_path], opts.upload)
-    return NightlyOutcome(run_id, exit_code, summary, bundle_path, regressions)
+        report = upload_bundles([bundle_path], opts.upload)  # said, never silent (issue 41 item 19)
+        outcome.upload, outcome.upload_refused = report.lines(), bool(report.rejected)
+    return outcome
 
 
 def compare_build_spec(opts: NightlyOptions) -> str | None:
