@@ -17,6 +17,7 @@ such clients can hold at once.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
+
+from ..escape import visible
 
 HEADER_TIMEOUT_S = 10.0  # request line and headers: a few hundred bytes
 # The whole request: a 64 MiB bundle at 0.5 MiB/s. A runner on a slower link compresses (gzip).
@@ -75,10 +78,31 @@ class _DeadlineServer(TcpWSGIServer):  # type: ignore[misc]
                 channel.will_close = True  # the I/O loop closes it on its next pass
 
 
+def access_log(app: Any, stream: Any = None) -> Any:
+    """One line per answer, `ADDR "METHOD PATH PROTOCOL" STATUS` (werkzeug's shape, which the drills
+    count): waitress writes none of its own."""
+    out = stream or sys.stderr
+
+    def logged(environ: dict[str, Any], start_response: Any) -> Any:
+        def start(status: str, headers: Any, exc_info: Any = None) -> Any:
+            query = f"?{environ['QUERY_STRING']}" if environ.get("QUERY_STRING") else ""
+            line = (
+                f'{environ.get("REMOTE_ADDR", "-")} "{environ.get("REQUEST_METHOD")} '
+                f'{environ.get("PATH_INFO", "")}{query} {environ.get("SERVER_PROTOCOL")}" {status[:3]}'
+            )
+            print(visible(line), file=out, flush=True)  # a path's ESC never reaches a terminal
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start)
+
+    return logged
+
+
 def make_server(app: Any, host: str, port: int, max_body_bytes: int, limits: Limits | None = None) -> Any:
     """A waitress server bound to host:port (port 0: a free one, see `.effective_port`); `.run()`
     serves until `.close()`."""
     limits = limits or Limits()
+    app = access_log(app)
     adj = Adjustments(
         host=host,
         port=port,
