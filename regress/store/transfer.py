@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, noload
+from sqlalchemy.orm import Session, lazyload
 
 from ..errors import UserError
 from ..results import CaseResult, stored_series
@@ -167,7 +167,7 @@ def export_bundle(
         .order_by(Result.id)
     )
     if not samples:
-        query = query.options(noload(Result.samples))
+        query = query.options(lazyload(Result.samples))  # never touched below
     rows = session.execute(query.offset(offset).limit(limit) if limit is not None or offset else query).all()
     return {
         "schema": BUNDLE_SCHEMA,
@@ -176,7 +176,7 @@ def export_bundle(
         "stack": stack.to_bundle(),
         "build": None if build is None else build.to_bundle(),
         "results": [
-            res.to_case_result(case).to_dict()
+            res.to_case_result(case, samples=samples).to_dict()
             for res, case in rows
             if _kept(case.name, result_problem(res, samples=samples), skipped)
         ],
