@@ -64,6 +64,12 @@ def stack_facts(bundle: dict[str, Any], pin: StackPin | None) -> tuple[str | Non
             f"bundle.stack.digest: {st['digest']} is not the digest of bundle.stack.keys "
             f"and schema_version, which is {computed}"
         )
+    extra = sorted(set(st["keys"]) - {*HASHED_KEYS, *PINNED_KEYS})
+    if extra:  # not in the digest: a first uploader's extra key locked the stack for everyone else
+        raise BundleError(
+            f"bundle.stack.keys: has key(s) {', '.join(map(repr, extra[:5]))} that are no stack fact "
+            f"(known: {', '.join(HASHED_KEYS + PINNED_KEYS)})"
+        )
     keys = st["keys"]
     name = pin.name if pin is not None else None
     if pin is not None:  # a pinned stack's facts are its pin's, reviewed in the repository
@@ -95,7 +101,13 @@ def bundle_stack(session: Session, bundle: dict[str, Any], pin: StackPin | None)
     stack = Stack.for_digest(
         session, digest=st["digest"], keys=keys, schema_version=st["schema_version"], name=name
     )
-    stored = {"keys": stack.keys, "schema_version": stack.schema_version}
+    # Only the stack facts are compared: a row stored before extra keys were refused keeps them,
+    # and they no longer lock the stack for every later uploader (issue 41 item 13).
+    known = (*HASHED_KEYS, *PINNED_KEYS)
+    stored = {
+        "keys": {k: v for k, v in stack.keys.items() if k in known},
+        "schema_version": stack.schema_version,
+    }
     where = first_difference(stored, {"keys": keys, "schema_version": st["schema_version"]}, ("stack",))
     if where:
         raise BundleConflict(f"stack {st['digest'][:12]} is stored with other facts (first at {where})")
