@@ -21,6 +21,14 @@ byte while 10 bundles are uploaded through the real client (spool, retries): ans
 500; after space is freed, `upload --flush` stores all 10 once. Needs root for the tmpfs mount;
 without it the family is reported as not run.
 
+**attacks** (issue 41), against `regress serve` as deployed by default (waitress with read
+deadlines; `--server werkzeug` runs it with `--dev-server`): 5 chunked POSTs that declare a 1 MiB
+chunk and drop the connection; 4 malformed chunk sizes; 100 slowloris connections and 30 clients
+trickling a body for 6 s while /healthz is asked every 0.5 s (each wait recorded), then whether the
+server closed every attacker at its deadline; bodies of 1, 4 and 16 MiB of empty gzip members (the
+seconds each took to be refused); a bundle over the samples-per-result limit. Answers are counted
+client-side; the server must still be up at the end.
+
 The 20 s PostgreSQL stop and the service SIGKILL are benchmarks/ingest_faults.py; the mutations are
 tests/ingest/test_bundle_fuzz.py. Prints one JSON object (and writes it to --json). Every wait is
 bounded; run it `nice`d.
@@ -31,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import gzip
 import io
 import itertools
 import json
@@ -39,6 +48,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -66,24 +76,28 @@ from drillkit import (  # noqa: E402
 from ingest_bundles import make_bundle  # noqa: E402
 from real_bundles import real_bundles  # noqa: E402
 
-from regress.bundle import validate_bundle, write_bundle  # noqa: E402
+from regress.bundle import MAX_SAMPLES_PER_RESULT, validate_bundle, write_bundle  # noqa: E402
 from regress.cli import main as regress_main  # noqa: E402
 from regress.store.base import new_run_id  # noqa: E402
 from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 RACERS = 20
-SERVER = "werkzeug"  # --server: `regress serve` (werkzeug) or gunicorn gthread, the documented deployment
+# --server: `regress serve` as deployed (waitress), its --dev-server (werkzeug), or gunicorn gthread
+SERVER = "waitress"
+ATTACK_HEADER_TIMEOUT_S, ATTACK_REQUEST_TIMEOUT_S = 8.0, 12.0
 
 
 class Service:
     """`regress serve` in a subprocess, its access log kept for counting answers."""
 
-    def __init__(self, db_url: str, log: Path) -> None:
+    def __init__(self, db_url: str, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        argv = [sys.executable, "-m", "regress", "serve", "--db", db_url, "--port", str(self.port)]
+        argv = [sys.executable, "-m", "regress", "serve", "--db", db_url, "--port", str(self.port), *extra]
+        if SERVER == "werkzeug":
+            argv.append("--dev-server")
         if SERVER == "gunicorn":
             argv = [
                 "gunicorn", "--preload", "-k", "gthread", "-w", "2", "--threads", "8",
@@ -149,8 +163,121 @@ def race(db_url: str, work: Path) -> dict[str, Any]:
         "posts": sum(statuses.values()),
         "answers": dict(sorted((str(k), v) for k, v in statuses.items())),
         "bundles_with_one_201_and_19_200_and_one_run": per_bundle_ok,
-        "server_5xx": sum(v for k, v in svc.answers().items() if k.startswith("5")),
+        "server_5xx": sum(v for k, v in statuses.items() if k >= 500),  # as the clients saw them
     }
+
+
+# ---- attacks on the server (issue 41) -----------------------------------------------------------
+
+
+def _raw(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def _status_line(sock: socket.socket) -> int:
+    answer = b""
+    with contextlib.suppress(OSError):
+        while b"\r\n" not in answer and (piece := sock.recv(4096)):
+            answer += piece
+    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else 0
+
+
+def attacks(db_url: str, work: Path) -> dict[str, Any]:
+    token = runner_token(db_url, "attack-runner")
+    extra = (
+        "--header-timeout",
+        str(ATTACK_HEADER_TIMEOUT_S),
+        "--request-timeout",
+        str(ATTACK_REQUEST_TIMEOUT_S),
+    )
+    svc = Service(db_url, work / "attacks-serve.log", extra)
+    head = f"POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+    statuses: Counter[int] = Counter()
+    out: dict[str, Any] = {}
+    try:
+        for _ in range(5):  # item 1
+            with _raw(svc.port) as sock:
+                sock.sendall(f"{head}Transfer-Encoding: chunked\r\n\r\n100000\r\n".encode() + b"{" * 4096)
+            time.sleep(0.1)
+        out["alive_after_chunk_drops"] = svc.proc.poll() is None
+        for size in (b"ZZ", b"-5", b"1x", b""):  # item 2
+            with _raw(svc.port) as sock:
+                sock.sendall(
+                    f"{head}Transfer-Encoding: chunked\r\n\r\n".encode() + size + b"\r\n{}\r\n0\r\n\r\n"
+                )
+                code = _status_line(sock)
+                statuses[code] += 1
+        out["malformed_chunk_answers"] = dict(statuses)
+        # item 3: slowloris and trickle
+        loris = [_raw(svc.port) for _ in range(100)]
+        for sock in loris:
+            sock.sendall(b"POST /api/v1/runs HTTP/1.1\r\nHost: x\r\n")
+        tricklers = [_raw(svc.port) for _ in range(30)]
+        for i, sock in enumerate(tricklers):
+            auth = token if i % 2 else "wrong"
+            sock.sendall(
+                f"POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {auth}\r\n"
+                "Content-Length: 100000\r\n\r\n".encode()
+            )
+        waits: list[float] = []
+        healthz_failed = 0
+        started = time.monotonic()
+        for _ in range(12):
+            for sock in loris + tricklers:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b"X")
+            t0 = time.monotonic()
+            try:
+                ok = requests.get(f"{svc.url}/healthz", timeout=5).status_code == 200
+            except requests.RequestException:
+                ok = False
+            waits.append(round(time.monotonic() - t0, 3))
+            healthz_failed += not ok
+            time.sleep(0.5)
+        closed = 0
+        deadline = started + ATTACK_REQUEST_TIMEOUT_S + 10
+        for sock in loris + tricklers:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                while True:
+                    sock.sendall(b"X")
+                    if not sock.recv(65536):
+                        closed += 1
+                        break
+            except (BrokenPipeError, ConnectionResetError):
+                closed += 1
+            except TimeoutError:
+                pass
+            finally:
+                sock.close()
+        out["slow_clients"] = {
+            "connections": len(loris) + len(tricklers),
+            "healthz_waits_s": {"median": sorted(waits)[len(waits) // 2], "max": max(waits)},
+            "healthz_failed": healthz_failed,
+            "closed_by_the_server_within_deadline_plus_10_s": closed,
+        }
+        gz: dict[str, Any] = {}  # item 4
+        for mib in (1, 4, 16):
+            body = gzip.compress(b"", mtime=0) * (mib * 1024 * 1024 // 20)
+            t0 = time.monotonic()
+            resp = requests.post(
+                f"{svc.url}/api/v1/runs", data=body, timeout=300,
+                headers={"Authorization": f"Bearer {token}", "Content-Encoding": "gzip"},
+            )  # fmt: skip
+            statuses[resp.status_code] += 1
+            gz[f"{mib}_MiB"] = {"status": resp.status_code, "seconds": round(time.monotonic() - t0, 2)}
+        out["gzip_empty_members"] = gz
+        bundle = make_bundle()  # item 5
+        bundle["results"][0]["samples"]["time_ms"] = [1.0] * (MAX_SAMPLES_PER_RESULT + 1)
+        resp = post_bundle(svc.url, token, json.dumps(bundle).encode(), timeout=120)
+        statuses[resp.status_code] += 1
+        out["samples_over_limit"] = resp.status_code
+        out["alive_at_end"] = svc.proc.poll() is None and requests.get(f"{svc.url}/healthz", timeout=10).ok
+    finally:
+        svc.stop()
+    out["answers"] = dict(sorted((str(k), v) for k, v in statuses.items()))
+    out["server_5xx"] = sum(v for k, v in statuses.items() if k >= 500)
+    return out
 
 
 # ---- import kills -----------------------------------------------------------------------------
@@ -229,12 +356,14 @@ def readers(db_url: str, work: Path) -> dict[str, Any]:
     ids = stored_run_ids(db_url)
     svc = Service(db_url, work / "readers-serve.log")
     api_ok = 0
+    api_statuses: Counter[int] = Counter()
     try:
         for run_id in ids:
             url: str | None = f"{svc.url}/api/v1/runs/{run_id}"
             good = True
             while url:
                 resp = requests.get(url, timeout=120)
+                api_statuses[resp.status_code] += 1
                 if resp.status_code != 200:
                     good = False
                     break
@@ -264,7 +393,7 @@ def readers(db_url: str, work: Path) -> dict[str, Any]:
         "runs_list_rc": _cli("runs", "list", "--db", db_url, "--limit", "1000"),
         "export_rc": _cli("export", "--db", db_url, "-o", str(work / "export.jsonl")),
         "site_rc": site,
-        "api_5xx": sum(v for k, v in svc.answers().items() if k.startswith("5")),
+        "api_5xx": sum(v for k, v in api_statuses.items() if k >= 500),
     }
 
 
@@ -482,9 +611,9 @@ def main() -> None:
     ap.add_argument("--pg", help="an admin URL of a PostgreSQL server to create databases on")
     ap.add_argument("--import-kills", type=int, default=10)
     ap.add_argument("--site-kills", type=int, default=8)
-    ap.add_argument("--families", default="race,import,readers,site,disk,pgdisk")
+    ap.add_argument("--families", default="race,attacks,import,readers,site,disk,pgdisk")
     ap.add_argument("--seed", type=int, default=24)
-    ap.add_argument("--server", choices=["werkzeug", "gunicorn"], default="werkzeug")
+    ap.add_argument("--server", choices=["waitress", "werkzeug", "gunicorn"], default="waitress")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     families = set(args.families.split(","))
@@ -502,6 +631,8 @@ def main() -> None:
         entry: dict[str, Any] = {}
         if "race" in families:
             entry["race"] = race(db, work)
+        if "attacks" in families:
+            entry["attacks"] = attacks(db, work)
         if "import" in families:
             entry["import_kills"] = import_kills(db, work, args.import_kills, rng)
         if "readers" in families:

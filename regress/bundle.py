@@ -10,9 +10,10 @@ import functools
 import json
 import math
 import re
+import unicodedata
 from collections import deque
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,17 @@ FLOAT_LIMIT = 1e100
 TIME_UNIX_RANGE = (0.0, 32503680000.0)  # 1970-01-01 .. 3000-01-01
 # Timestamps: datetime.fromisoformat, then this range once converted to naive UTC.
 TIME_RANGE = (datetime(1970, 1, 1), datetime(2999, 12, 31))
+# A run cannot have started (or finished) in the future: a far-future started_at made the run every
+# gate's `stack:NAME` baseline. Both doors (the service, `regress import`) allow runner clocks ahead
+# by this much.
+CLOCK_SKEW = timedelta(hours=1)
+# Raw samples: a real nightly holds at most 1,280 per result and 88,000 per run; these bounds are
+# 15x and 11x that. Unbounded, a 28.6 MiB upload took 1.0 GB of server memory (issue 41 item 5).
+MAX_SAMPLES_PER_RESULT = 20_000
+MAX_SAMPLES_PER_RUN = 1_000_000
+# Sample series and metrics that are durations: a reader takes their logarithm (geomean, the gate's
+# ratios), so one that is zero or negative is a value no reader can use (issue 41 item 6).
+_DURATION = re.compile(r"(?:^|:)(?:time_ms|p50_ms|p95_ms|mean_ms)\Z")
 
 
 class BundleError(UserError):
@@ -219,11 +231,26 @@ def max_results() -> int:
 
 
 @functools.cache
+def _anchored(pattern: str) -> re.Pattern[str]:
+    # JSON Schema's `$` is ECMA-262's: the end of the string. Python's also matches before a final
+    # newline, so every `^...$` field took "value\n" (issue 41 item 10: a run id that `runs delete`
+    # could not name, a site file name holding a newline). A final `$` means \Z here.
+    return re.compile(
+        pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    )
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, _schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _anchored(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
 def _validator() -> Any:
     types = Draft202012Validator.TYPE_CHECKER.redefine_many({"number": _is_number, "integer": _is_integer})
     cls = validators.extend(
         Draft202012Validator,
-        validators={"regressJson": _regress_json, "regressNumbers": _regress_numbers},
+        validators={"regressJson": _regress_json, "regressNumbers": _regress_numbers, "pattern": _pattern},
         type_checker=types,
     )
     schema = bundle_schema()
@@ -315,15 +342,20 @@ def validate_bundle(data: Any) -> None:
     """Raises BundleError unless `data` is a bundle the store can hold and every reader can show.
 
     The one validator of a bundle: the service, `regress import` and `regress upload` call it. It
-    checks the JSON Schema (regress/schemas/bundle.schema.json), then that no case repeats. The
-    message names the JSON path of the first problem found.
+    checks the JSON Schema (regress/schemas/bundle.schema.json), then that no case repeats, that
+    durations are positive and that the run is not in the future. The message names the JSON path
+    of the first problem found. Case names, suites and kernels are normalised to NFC in place first
+    (an NFD spelling became a second case that looks the same; issue 41 item 11).
     """
     results = data.get("results") if isinstance(data, dict) else None
+    if isinstance(results, list):
+        _normalise_case_names(results)
     if isinstance(results, list) and len(results) > max_results():  # before any per-result work
         raise BundleError(
             f"bundle.results: holds {len(results):,} results, more than the limit of "
             f"{max_results():,} per run"
         )
+    _check_sample_counts(results)
     deep = _json_problem_depth(data)
     if deep is not None:
         where, repeated = deep
@@ -348,8 +380,10 @@ def validate_bundle(data: Any) -> None:
         raise BundleError(
             f"bundle.run.finished_at: {run['finished_at']!r} is before started_at {run['started_at']!r}"
         )
+    check_clock(run)
     seen: dict[str, int] = {}
     for i, res in enumerate(data["results"]):
+        _check_durations(res, i)
         key = CaseSpec(res["suite"], res["name"], res["params"], res["kernel"]).key
         if "case_key" in res and res["case_key"] != key:
             raise BundleError(
@@ -382,6 +416,81 @@ def _bad_time_unix(value: Any, where: list[str | int]) -> list[str | int] | None
             if found:
                 return found
     return None
+
+
+def _check_sample_counts(results: Any) -> None:
+    """Before the schema walks them: the samples of one result and of the whole run are bounded."""
+    if not isinstance(results, list):
+        return
+    total = 0
+    for i, res in enumerate(results):
+        samples = res.get("samples") if isinstance(res, dict) else None
+        if not isinstance(samples, dict):
+            continue
+        count = sum(len(v) for v in samples.values() if isinstance(v, list))
+        if count > MAX_SAMPLES_PER_RESULT:
+            raise BundleError(
+                f"bundle.results[{i}].samples: holds {count:,} samples, more than the limit of "
+                f"{MAX_SAMPLES_PER_RESULT:,} per result"
+            )
+        total += count
+        if total > MAX_SAMPLES_PER_RUN:
+            raise BundleError(
+                f"bundle.results: holds more than the limit of {MAX_SAMPLES_PER_RUN:,} samples per run"
+            )
+
+
+def unusable_duration(name: str, value: Any) -> bool:
+    """A duration sample or metric that is zero or negative (no reader can take its logarithm).
+    The one rule of both doors and of every reader of stored rows (regress.store.readable)."""
+    return _DURATION.search(name) is not None and isinstance(value, int | float) and not value > 0
+
+
+def _check_durations(res: dict[str, Any], i: int) -> None:
+    for name, values in res["samples"].items():
+        bad = next((j for j, v in enumerate(values) if unusable_duration(name, v)), None)
+        if bad is not None:
+            raise BundleError(
+                f"bundle.results[{i}].samples[{name!r}][{bad}]: {values[bad]!r} is not a duration "
+                "(must be > 0)"
+            )
+    for name, value in res["metrics"].items():
+        if unusable_duration(name, value):
+            raise BundleError(
+                f"bundle.results[{i}].metrics[{name!r}]: {value!r} is not a duration (must be > 0)"
+            )
+
+
+def check_clock(run: dict[str, Any], now: datetime | None = None) -> None:
+    """BundleError when the run started or finished later than now + CLOCK_SKEW (naive UTC)."""
+    latest = (now or datetime.now(UTC).replace(tzinfo=None)) + CLOCK_SKEW
+    for field in ("started_at", "finished_at"):
+        if run.get(field) and parse_timestamp(run[field]) > latest:
+            raise BundleError(
+                f"bundle.run.{field}: {run[field]!r} is later than the clock "
+                f"({latest:%Y-%m-%dT%H:%M:%S}Z, now + {CLOCK_SKEW})"
+            )
+
+
+def _normalise_case_names(results: list[Any]) -> None:
+    for res in results:
+        if not isinstance(res, dict):
+            continue
+        fields = [f for f in ("suite", "name", "kernel") if isinstance(res.get(f), str)]
+        if all(unicodedata.is_normalized("NFC", res[f]) for f in fields):
+            continue
+        old_key = _key_or_none(res)
+        for f in fields:
+            res[f] = unicodedata.normalize("NFC", res[f])
+        if old_key is not None and res.get("case_key") == old_key:
+            res["case_key"] = _key_or_none(res)  # the key of the name as stored
+
+
+def _key_or_none(res: dict[str, Any]) -> str | None:
+    try:
+        return CaseSpec(res["suite"], res["name"], res["params"], res["kernel"]).key
+    except Exception:  # a malformed result: the schema names its problem next
+        return None
 
 
 def _json_problem_depth(data: Any) -> tuple[list[str | int], str | None] | None:

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import re
 
-# C0, DEL and C1 controls; lone surrogates; the two XML non-characters.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-# Characters that can start or change Markdown structure (CommonMark backslash-escapes them). Not
-# `_`: case names are full of it, and inside a word it never starts emphasis.
+# C0, DEL and C1 controls; lone surrogates; the two XML non-characters; and the bidirectional
+# overrides and isolates (U+202A-202E, U+2066-2069), which reorder what follows them on screen
+# (issue 41 item 22: U+202E passed through every report).
+_FORMAT = "\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff{_FORMAT}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff{_FORMAT}]")
+# Characters that can start or change Markdown structure (CommonMark backslash-escapes them).
 _MARKDOWN = re.compile(r"([\\`*\[\]<>|#~&{}$])")
+# `_` between two letters or digits never opens or closes emphasis (case names are full of it and
+# stay as they are); at a word's edge it does: `_x_` rendered as emphasis (issue 41 item 22).
+_EDGE_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
+# A spreadsheet reads a cell starting with one of these as a formula (`=cmd|' /C calc'!A0`).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _shown(match: re.Match[str]) -> str:
@@ -50,7 +57,16 @@ def visible_lines(value: object) -> str:
 def markdown(value: object) -> str:
     """Inline Markdown text (a table cell, a list item): structure characters backslash-escaped,
     controls (newline included) escaped, so one value stays one inert span."""
-    return _CONTROL.sub(_shown, _MARKDOWN.sub(r"\\\1", str(value)))
+    escaped = _EDGE_UNDERSCORE.sub(r"\\_", _MARKDOWN.sub(r"\\\1", str(value)))
+    return _CONTROL.sub(_shown, escaped)
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell a spreadsheet shows as text: a string that would start a formula gets a leading
+    apostrophe (OWASP's advice); numbers and other values stay as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 def xml_text(value: object) -> str:

@@ -114,6 +114,8 @@ class NightlyOutcome:
     bundle_path: Path | None = None
     regressions: list[int] = field(default_factory=list)
     message: str = ""  # how a run that did not end by itself ended ("cancelled by SIGTERM: ...")
+    upload: list[str] = field(default_factory=list)  # --upload: one line per bundle (UploadReport)
+    upload_refused: bool = False  # the service or the local check refused the bundle
 
 
 Progress = Callable[[str, int, int, CaseResult | None], None]
@@ -391,11 +393,13 @@ def _run(
     if why is not None:  # the bundle is written and spooled: analysis and upload wait for the next run
         return NightlyOutcome(run_id, exit_code, summary, bundle_path, message=ended)
     regressions = _analyse(store, run_id)
+    outcome = NightlyOutcome(run_id, exit_code, summary, bundle_path, regressions)
     if opts.upload:
         from .upload import upload_bundles
 
-        upload_bundles([bundle_path], opts.upload)
-    return NightlyOutcome(run_id, exit_code, summary, bundle_path, regressions)
+        report = upload_bundles([bundle_path], opts.upload)  # said, never silent (issue 41 item 19)
+        outcome.upload, outcome.upload_refused = report.lines(), bool(report.rejected)
+    return outcome
 
 
 def _cancel_message(why: str | None, summary: dict[str, Any], skipped: dict[str, int], planned: int) -> str:

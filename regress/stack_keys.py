@@ -29,6 +29,8 @@ HASHED_KEYS = (
 # pin naming it refused every machine but its author's (issue 42: `stack check cpu-local` exit 2,
 # a plain nightly's bundle 409 at its own import). It is a host fact now (run.host.os_kernel).
 PINNED_KEYS = ("torch", "baseline_library", "python")
+# Keys that bundles written before a key was retired still carry: accepted at the door, never compared.
+RETIRED_KEYS = ("os_kernel",)
 
 
 @dataclass

@@ -46,6 +46,8 @@ def create_token(store: Store, runner: str, stacks: list[str] | None = None) -> 
     runner = runner.strip()
     if not runner or len(runner) > 128:
         raise ValueError("runner name must be 1-128 characters")
+    if not runner.isprintable():  # a newline forged a `token list` row, ESC reached the terminal
+        raise ValueError(f"runner name {runner!r} holds a control or format character")
     if stacks is not None:
         stacks = _allowed_stacks(stacks)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)

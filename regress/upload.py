@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import fcntl
 import gzip
+import hashlib
 import json
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,8 @@ class RetryPolicy:
     attempts: int = 5
     base_s: float = 0.5
     cap_s: float = 30.0
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # one attempt, answer read in full included
+    deadline_s: float = 600.0  # every attempt and wait of one bundle together
 
     def delay(self, attempt: int, retry_after: str | None = None) -> float:
         if retry_after and retry_after.isdigit():
@@ -168,9 +170,13 @@ class UploadClient:
         self.session.headers.update({"Authorization": f"Bearer {token}", "User-Agent": "regress-upload"})
         self.sleep = sleep
 
-    def post(self, payload: bytes, attempts: int | None = None) -> requests.Response:
-        """POSTs one bundle, retrying connection errors and retryable statuses with backoff."""
+    def post(self, payload: bytes, attempts: int | None = None) -> Answer:
+        """POSTs one bundle, retrying connection errors, torn answers and retryable statuses with
+        backoff. Each attempt, reading the whole answer included, ends after timeout_s (requests'
+        timeout bounds each socket read only: an answer dripped a byte at a time held one attempt
+        150 s against 60; issue 41 item 21), and all of them after deadline_s."""
         import requests
+        from urllib3.exceptions import HTTPError  # raised by the raw reads of _read_answer
 
         attempts = attempts or self.policy.attempts
         headers = {"Content-Type": "application/json"}
@@ -178,8 +184,10 @@ class UploadClient:
             payload = gzip.compress(payload, compresslevel=5)
             headers["Content-Encoding"] = "gzip"
         last, network = "", False
+        give_up = time.monotonic() + self.policy.deadline_s
         for attempt in range(attempts):
             retry_after = None
+            ends = min(give_up, time.monotonic() + self.policy.timeout_s)
             try:
                 # No redirects: requests turns a POST answered 301/302 (an http:// URL behind an
                 # https proxy) into a GET of the run list, whose 200 the spool took for "stored".
@@ -187,28 +195,91 @@ class UploadClient:
                     self.endpoint,
                     data=payload,
                     headers=headers,
-                    timeout=self.policy.timeout_s,
+                    timeout=max(0.1, ends - time.monotonic()),
                     allow_redirects=False,
+                    stream=True,
                 )
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                answer = _read_answer(resp, ends)
+            except (requests.RequestException, HTTPError, OSError) as exc:  # refused, cut off, torn, slow
                 last, network = f"{type(exc).__name__}: {exc}", True
             else:
-                if resp.status_code not in RETRY_STATUSES:
-                    return resp
-                last, network = f"HTTP {resp.status_code}: {_error_text(resp)}", False
-                retry_after = resp.headers.get("Retry-After")
+                if answer.status_code not in RETRY_STATUSES:
+                    return answer
+                last, network = f"HTTP {answer.status_code}: {_error_text(answer)}", False
+                retry_after = answer.headers.get("Retry-After")
             if attempt < attempts - 1:
-                self.sleep(self.policy.delay(attempt, retry_after))
-        raise _Unreachable(f"{self.endpoint}: {last} (after {attempts} attempts)", network=network)
+                wait = self.policy.delay(attempt, retry_after)
+                if time.monotonic() + wait >= give_up:
+                    last += f" (the deadline of {self.policy.deadline_s:g} s is up)"
+                    break
+                self.sleep(wait)
+        raise _Unreachable(f"{self.endpoint}: {last} (after {attempt + 1} attempts)", network=network)
 
 
-def _error_text(resp: requests.Response) -> str:
+ANSWER_LIMIT_BYTES = 1 << 20  # the service's answers are a few hundred bytes
+
+
+@dataclass
+class Answer:
+    """An HTTP answer read in full within its deadline."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def _read_answer(resp: requests.Response, ends: float) -> Answer:
+    """The whole body by `ends` (monotonic), at most ANSWER_LIMIT_BYTES; TimeoutError past either.
+    A body cut short of its Content-Length raises from urllib3 (requests' ChunkedEncodingError)."""
+    body = bytearray()
+    # read1: what has arrived, at least a byte (iter_content blocks until a whole chunk is in).
+    read = getattr(resp.raw, "read1", None) or (lambda n, decode_content: resp.raw.read(1, decode_content))
+    try:
+        while piece := read(8192, decode_content=True):
+            body += piece
+            if time.monotonic() > ends:
+                raise TimeoutError("the answer did not arrive in time")
+            if len(body) > ANSWER_LIMIT_BYTES:
+                raise TimeoutError(f"the answer is larger than {ANSWER_LIMIT_BYTES} bytes")
+        declared = resp.headers.get("Content-Length")
+        if declared is not None and declared.isdigit() and int(declared) != len(body):
+            raise TimeoutError(f"the answer was cut off ({len(body)} of {declared} bytes)")
+    finally:
+        resp.close()
+    return Answer(resp.status_code, resp.headers, bytes(body))
+
+
+def _error_text(resp: Answer) -> str:
     try:
         doc = resp.json()
     except ValueError:
         return resp.text[:500]
     # A proxy's JSON need not be an object: .get on a list raised AttributeError.
     return str(doc.get("error", resp.text) if isinstance(doc, dict) else doc)[:500]
+
+
+def _confirmed(resp: Answer, run_id: str, sha256: str) -> str | None:
+    """None when the answer is the service's JSON naming this run and the SHA-256 of the bytes
+    sent; else why not. Anything else with status 200 (a proxy's maintenance page, a torn or
+    foreign answer) was taken for "stored" and the bundle deleted (issue 41 item 20)."""
+    try:
+        doc = resp.json()
+    except ValueError:
+        return "the answer is not JSON"
+    if not isinstance(doc, dict):
+        return "the answer is not a JSON object"
+    if doc.get("run_id") != run_id:
+        return f"the answer names run {str(doc.get('run_id'))[:40]!r}, not {run_id}"
+    if doc.get("sha256") != sha256:
+        return "the answer's sha256 is not that of the bundle sent"
+    return None
 
 
 @contextmanager
@@ -271,9 +342,15 @@ def _send_spooled(
         _reject(spool_dir, spooled, f"invalid bundle: {exc}")
         return UploadOutcome(origin, None, "invalid", message=str(exc))
     run_id = bundle["run"]["id"]
-    resp = client.post(json.dumps(bundle, sort_keys=True, default=str).encode(), attempts)
+    payload = json.dumps(bundle, sort_keys=True, default=str).encode()
+    resp = client.post(payload, attempts)
     code = resp.status_code
     if code in (200, 201):
+        doubt = _confirmed(resp, run_id, hashlib.sha256(payload).hexdigest())
+        if doubt is not None:  # kept in the spool: only an answer that names it proves it stored
+            message = f"HTTP {code}, but {doubt}: kept in the spool"
+            _Backoff.load(spooled).failed(spooled, message, time.time())
+            return UploadOutcome(origin, run_id, "spooled", code, message)
         spooled.unlink(missing_ok=True)
         _retry_file(spooled).unlink(missing_ok=True)
         return UploadOutcome(origin, run_id, "stored" if code == 201 else "duplicate", code)

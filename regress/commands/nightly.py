@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..errors import EXIT_UNDECIDED
+from ..escape import visible
 from ..metrics import drill_tolerance_word
 from ..runner import DEFAULT_TIME_LIMIT_FLOOR_S, parse_duration, parse_inject
 from ..suite_facts import DEFAULT_SUITES
@@ -18,6 +20,17 @@ if TYPE_CHECKING:
 
     from ..nightly import NightlyOptions, NightlyOutcome
     from ..results import CaseResult
+
+
+def _trigger(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """At most the column's length, no control character: a longer one was a PostgreSQL
+    StringDataRightTruncation traceback after the whole run (issue 41 item 12)."""
+    from ..store.run import Run
+
+    most = Run.__table__.c.trigger.type.length
+    if len(value) > most or not value.isprintable() or not value:
+        raise click.BadParameter(f"must be 1 to {most} printable characters, not {visible(value)!r}")
+    return value
 
 
 @click.command()
@@ -73,7 +86,11 @@ if TYPE_CHECKING:
 )
 @click.option("--seed", default=42, show_default=True, type=int)
 @click.option(
-    "--trigger", default="manual", show_default=True, help="Why this run happened (nightly, gate, ...)."
+    "--trigger",
+    default="manual",
+    show_default=True,
+    callback=_trigger,
+    help="Why this run happened (nightly, gate, ...); at most 32 characters.",
 )
 @click.option("--runner", help="Runner name recorded with the run.")
 @click.pass_context
@@ -155,7 +172,10 @@ def nightly(
 
         outcome = run_nightly(opts, progress)
     print_summary(outcome, Console(), next_command=next_gate_command(opts, outcome))
-    ctx.exit(outcome.exit_code)
+    for line in outcome.upload:
+        click.echo(f"upload: {visible(line)}", err=True)
+    # A refused bundle is a run the service will never hold: not a success (the spool keeps it aside).
+    ctx.exit(EXIT_UNDECIDED if outcome.upload_refused and outcome.exit_code == 0 else outcome.exit_code)
 
 
 def next_gate_command(opts: NightlyOptions, outcome: NightlyOutcome) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from ..escape import readable, visible
+from ..escape import csv_cell, readable, visible
 from . import listing, options
 
 
@@ -33,8 +33,11 @@ def list_runs(db_url: str | None, limit: int, as_json: bool, as_tsv: bool) -> No
 
     store = open_store(db_url, must_exist=True)
     reap_stale_runs(store)
+    skipped: list[tuple[str, str]] = []
     with store.reader() as session:
-        data = [run_summary(run, stack) for run, stack in queries.list_runs(session, limit=limit)]
+        rows_in = queries.list_runs(session, limit=limit, skipped=skipped)
+        data = [run_summary(run, stack) for run, stack in rows_in]
+    _warn_skipped("run", skipped)
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -69,8 +72,10 @@ def show_run(run_id: str, db_url: str | None, as_json: bool, as_tsv: bool) -> No
     from ..store.transfer import export_bundle
 
     store = open_store(db_url, must_exist=True)
+    skipped: list[tuple[str, str]] = []
     with store.reader() as session:
-        bundle = export_bundle(session, find_run(session, run_id).id)
+        bundle = export_bundle(session, find_run(session, run_id).id, skipped=skipped)
+    _warn_skipped("result", skipped)
     if as_json:
         click.echo(json.dumps(bundle, indent=1, default=str))
         return
@@ -165,18 +170,31 @@ def export(db_url: str | None, fmt: str, suite: str | None, output: Any) -> None
 
     store = open_store(db_url, must_exist=True)
     out = output if output is not None else sys.stdout
+    skipped: list[tuple[str, str]] = []
     with store.reader() as session:  # streamed: a year of results need not fit in memory
-        rows = queries.export_rows(session, suite=suite)
+        rows = queries.export_rows(session, suite=suite, skipped=skipped)
         if fmt == "jsonl":
             for row in rows:
                 out.write(json.dumps(row, default=str) + "\n")
-            return
-        writer = csv.writer(out)
-        writer.writerow(EXPORT_FIELDS)
-        for row in rows:
-            writer.writerow(
-                [json.dumps(row[f], sort_keys=True) if f == "metrics" else row[f] for f in EXPORT_FIELDS]
-            )
+        else:
+            writer = csv.writer(out)
+            writer.writerow(EXPORT_FIELDS)
+            for row in rows:  # uploaded text is no spreadsheet formula (`=cmd|...`): csv_cell
+                writer.writerow(
+                    [
+                        csv_cell(json.dumps(row[f], sort_keys=True) if f == "metrics" else row[f])
+                        for f in EXPORT_FIELDS
+                    ]
+                )
+    _warn_skipped("result", skipped)
+
+
+def _warn_skipped(what: str, skipped: list[tuple[str, str]]) -> None:
+    """One line on stderr naming the rows no reader can use (regress.store.readable)."""
+    if skipped:
+        from ..store.readable import describe_skipped
+
+        click.echo(f"regress: {visible(describe_skipped(what, skipped))}", err=True)
 
 
 COMMANDS = [runs, export]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import UserError
+from ..escape import visible
 from . import options
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ def create(runner: str, stacks: str | None, db_url: str | None) -> None:
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     click.echo(
-        f"token {info.id} for runner {info.runner!r} (shown once, store it as REGRESS_TOKEN):", err=True
+        f"token {info.id} for runner {visible(repr(info.runner))} (shown once, store it as REGRESS_TOKEN):",
+        err=True,
     )
     click.echo(token)
 
@@ -73,7 +75,7 @@ def revoke(ctx: click.Context, token_id: int | None, runner: str | None, db_url:
         which = f"id {token_id}" if token_id is not None else f"runner {runner!r}"
         raise UserError(f"no live token with {which} (see `regress token list`)")
     for info in revoked:
-        click.echo(f"revoked token {info.id} of runner {info.runner!r}")
+        click.echo(f"revoked token {info.id} of runner {visible(repr(info.runner))}")
     ctx.exit(0)
 
 
@@ -88,10 +90,10 @@ def list_(db_url: str | None) -> None:
     click.echo(f"{'id':>4}  {'runner':<24} {'created':<19}  {'last used':<19}  {'revoked':<19}  stacks")
     for t in rows:
         click.echo(
-            f"{t.id:>4}  {t.runner:<24} {t.created_at:%Y-%m-%d %H:%M:%S}  "
+            f"{t.id:>4}  {visible(t.runner):<24} {t.created_at:%Y-%m-%d %H:%M:%S}  "
             f"{f'{t.last_used_at:%Y-%m-%d %H:%M:%S}' if t.last_used_at else '-':<19}  "
             f"{f'{t.revoked_at:%Y-%m-%d %H:%M:%S}' if t.revoked_at else '-':<19}  "
-            f"{','.join(t.stacks) if t.stacks is not None else 'any'}"
+            f"{visible(','.join(t.stacks)) if t.stacks is not None else 'any'}"
         )
 
 

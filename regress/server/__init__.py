@@ -1,7 +1,7 @@
 """The results service: a Flask WSGI app that runners upload bundles to (DESIGN §8).
 
-    regress serve --host 127.0.0.1 --port 8080          # development / small teams
-    gunicorn --preload -w 4 'regress.server:create_app()'  # production
+    regress serve --host 0.0.0.0 --port 8080            # waitress, with read deadlines (server/wsgi.py)
+    regress serve --dev-server                         # werkzeug, for debugging only
 
 One blueprint per resource (health, runs, series), each with its OpenAPI fragment beside its views;
 `GET /api/v1/openapi.json` joins them. Writes go through regress.store.repo in one transaction.

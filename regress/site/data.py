@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -194,9 +196,11 @@ def _load_rows(engine: Engine) -> tuple[dict[int, StackRow], dict[str, RunRow], 
 
 
 def _load_results(
-    engine: Engine, run_ids: list[str] | None
+    engine: Engine, run_ids: list[str] | None, runs: Mapping[str, Any], cases: Mapping[int, Any]
 ) -> tuple[dict[str, list[Any]], dict[str, str], dict[int, str], dict[int, str]]:
-    """Result rows of `run_ids` (None: all) as columns; run as run id for now."""
+    """Result rows of `run_ids` (None: all) as columns; run as run id for now. Only those of the
+    `runs` and `cases` read before: an upload that committed in between (its results, not its run
+    row) crashed the render with a KeyError (issue 41 item 8); the next render shows it."""
     cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
     speedup_name: dict[str, str] = {}
     messages: dict[int, str] = {}
@@ -209,6 +213,8 @@ def _load_results(
             if v:
                 band[r.result_id] = (percentile(v, 5), percentile(v, 95))
         for r in queries.results(conn, run_ids):
+            if r.run_id not in runs or r.case_id not in cases:
+                continue
             m = _obj(r.metrics)
             lo = m.get("p05_ms", m.get("p5_ms"))
             hi = m.get("p95_ms")
@@ -267,7 +273,7 @@ def load(engine: Engine, cache_dir: Path | None, *, full: bool = False) -> SiteD
     if cached is not None and not np.isin(cached[0]["case"], np.fromiter(cases, dtype=np.int64)).all():
         cached = None  # rows of cases the store does not have: a damaged or foreign cache
     if cached is None:
-        cols, speedup_name, messages, plans = _load_results(engine, None)
+        cols, speedup_name, messages, plans = _load_results(engine, None, run_index, cases)
         table = _to_arrays(cols, run_index)
         reloaded, full_reload = set(run_order), True
     else:
@@ -286,7 +292,7 @@ def load(engine: Engine, cache_dir: Path | None, *, full: bool = False) -> SiteD
         messages = {k: v for k, v in messages.items() if k in kept_ids}
         plans = {k: v for k, v in plans.items() if k in kept_ids}
         if dirty:
-            cols, sp, msg, pl = _load_results(engine, dirty)
+            cols, sp, msg, pl = _load_results(engine, dirty, run_index, cases)
             new = _to_arrays(cols, run_index)
             table = {c: np.concatenate([kept[c], new[c]]) for c in COLUMNS}
             speedup_name.update(sp)
@@ -334,7 +340,7 @@ def _read_cache(cache_dir: Path) -> tuple[Any, ...] | None:
             return None
         with np.load(arr_path, allow_pickle=False) as npz:
             table = {c: npz[c] for c in COLUMNS}
-    except (OSError, ValueError, KeyError, EOFError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None  # no cache or a damaged one: read everything again
     return _checked_cache(meta, table)
 

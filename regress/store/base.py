@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Self
 from sqlalchemy import JSON, MetaData, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Session, mapped_column
+from sqlalchemy.types import TypeDecorator
 
 # Stable constraint names, so migrations can address them on every backend.
 NAMING_CONVENTION = {
@@ -22,13 +23,44 @@ NAMING_CONVENTION = {
 }
 
 
+class Unreadable(dict[str, Any]):
+    """What a JSON column that holds no JSON reads as (SQLite keeps any text in it): an empty value
+    that every reader can iterate, marked so that regress.store.readable names the row and skips
+    it. Before, one such row gave a traceback in `runs list`, `export`, `site`, `gate` and a 500
+    from the API (issue 41 item 7)."""
+
+    def __init__(self, text: object) -> None:
+        super().__init__()
+        self.text = repr(text)[:60]
+
+
+class StoredJSON(TypeDecorator[Any]):
+    """JSON in and out; a stored text that is not JSON reads as Unreadable instead of raising."""
+
+    impl = JSON
+    cache_ok = True
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        inner = self.impl_instance.result_processor(dialect, coltype)
+        if inner is None:  # the driver decodes (PostgreSQL): it never holds invalid JSON
+            return None
+
+        def process(value: Any) -> Any:
+            try:
+                return inner(value)
+            except ValueError:  # json.JSONDecodeError, and UnicodeDecodeError of bad bytes
+                return Unreadable(value)
+
+        return process
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: ClassVar[dict[Any, Any]] = {
-        dict[str, Any]: JSON,
-        list[Any]: JSON,
-        list[float]: JSON,
-        list[str]: JSON,
+        dict[str, Any]: StoredJSON,
+        list[Any]: StoredJSON,
+        list[float]: StoredJSON,
+        list[str]: StoredJSON,
     }
 
     @classmethod

@@ -286,11 +286,43 @@ def _known_revisions(engine: Engine) -> Iterator[None]:
         ) from None
 
 
+# pg_advisory_xact_lock key of schema changes: any constant that no other lock of this database uses.
+_MIGRATION_LOCK_KEY = 0x7265677265737331  # "regress1"
+
+
+@contextmanager
+def _one_migrator(engine: Engine) -> Iterator[None]:
+    """Schema changes one at a time. Two commands creating a new database's schema at once raced:
+    SQLite answered a misleading "cannot connect" (database is locked), PostgreSQL an
+    IntegrityError traceback (issue 41 item 17). SQLite: an exclusive lock on a file beside the
+    database; PostgreSQL: a transaction-scoped advisory lock, taken by the caller's connection
+    (see _lock_postgres). The second migrator waits, then finds the schema at head: a no-op."""
+    path = sqlite_path(str(engine.url))
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".migrate.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _lock_postgres(conn: Any) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     from alembic import command
 
     cfg = alembic_config(engine)
-    with _reachable(engine), _known_revisions(engine), engine.begin() as conn:
+    with _reachable(engine), _known_revisions(engine), _one_migrator(engine), engine.begin() as conn:
+        _lock_postgres(conn)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
@@ -299,7 +331,8 @@ def downgrade(engine: Engine, revision: str) -> None:
     from alembic import command
 
     cfg = alembic_config(engine)
-    with _reachable(engine), _known_revisions(engine), engine.begin() as conn:
+    with _reachable(engine), _known_revisions(engine), _one_migrator(engine), engine.begin() as conn:
+        _lock_postgres(conn)
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
 

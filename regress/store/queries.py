@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, func, select, text
+from sqlalchemy import ColumnElement, Connection, Row, Text, func, select, text
 from sqlalchemy.orm import Session
 
 from ..errors import UserError
@@ -21,6 +21,7 @@ from ..stats import upper_median
 from .build import Build
 from .case import Case
 from .gate import GateDecision
+from .readable import result_problem, run_problem
 from .regression import Regression
 from .result import Result, Sample
 from .run import FINISHED_STATES, REAPED_NOTE, Run
@@ -38,8 +39,10 @@ def list_runs(
     runner: str | None = None,
     status: str | None = None,
     before: str | None = None,
+    skipped: list[tuple[str, str]] | None = None,
 ) -> list[tuple[Run, Stack]]:
-    """Newest first by run id (ids are time-sortable, so `before` pages through them)."""
+    """Newest first by run id (ids are time-sortable, so `before` pages through them). Unreadable
+    runs (regress.store.readable) are left out and, with `skipped`, listed there as (id, why)."""
     query = select(Run, Stack).join(Stack, Stack.id == Run.stack_id)
     if stack_digest:
         query = query.where(Stack.digest == stack_digest)
@@ -50,7 +53,13 @@ def list_runs(
     if before:
         query = query.where(Run.id < before)
     rows = session.execute(query.order_by(Run.id.desc()).limit(limit)).all()
-    return [(run, stack) for run, stack in rows]
+    return [(run, stack) for run, stack in rows if _readable(run.id, run_problem(run), skipped)]
+
+
+def _readable(key: str, problem: str | None, skipped: list[tuple[str, str]] | None) -> bool:
+    if problem is not None and skipped is not None:
+        skipped.append((key, problem))
+    return problem is None
 
 
 def count_runs(session: Session) -> int:
@@ -102,9 +111,14 @@ def run_summary(run: Run, stack: Stack) -> dict[str, Any]:
 
 
 def export_rows(
-    session: Session, *, suite: str | None = None, since_run: str | None = None
+    session: Session,
+    *,
+    suite: str | None = None,
+    since_run: str | None = None,
+    skipped: list[tuple[str, str]] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """One row per stored result, oldest run first, with run, stack and case identity."""
+    """One row per stored result, oldest run first, with run, stack and case identity; unreadable
+    rows are left out (and listed in `skipped` as ('run/case', why))."""
     query = (
         select(Result, Run, Case, Stack)
         .join(Run, Run.id == Result.run_id)
@@ -117,6 +131,9 @@ def export_rows(
     if since_run:
         query = query.where(Run.id >= since_run)
     for res, run, case, stack in session.execute(query).yield_per(500):
+        problem = run_problem(run) or result_problem(res, samples=False)
+        if not _readable(f"{run.id}/{case.name}", problem, skipped):
+            continue
         yield {
             "run_id": run.id,
             "run_status": run.status,
@@ -307,6 +324,29 @@ def run_result_count(session: Session, run_id: str) -> int:
     return session.scalar(select(func.count()).select_from(Result).where(Result.run_id == run_id)) or 0
 
 
+def results_within_bytes(session: Session, run_id: str, offset: int, budget: int) -> int:
+    """How many results from `offset` on (stored order, at most 1000) fit in `budget` bytes of
+    stored raw samples: the API's page size, so one GET builds a bounded answer (issue 41 item 5).
+    Counted as the columns' text length, which a damaged JSON value has too."""
+    size = func.coalesce(func.sum(func.length(func.cast(Sample.values, Text))), 0)
+    rows = session.execute(
+        select(Result.id, size)
+        .outerjoin(Sample, Sample.result_id == Result.id)
+        .where(Result.run_id == run_id)
+        .group_by(Result.id)
+        .order_by(Result.id)
+        .offset(offset)
+        .limit(1000)
+    ).all()
+    used = count = 0
+    for _, nbytes in rows:
+        used += int(nbytes)
+        if count and used > budget:
+            break
+        count += 1
+    return count
+
+
 def database_answers(session: Session) -> None:
     """One round trip to the database; raises the driver's error when it does not answer."""
     session.execute(text("SELECT 1"))
@@ -315,12 +355,15 @@ def database_answers(session: Session) -> None:
 # --- one run's results and a series' past: the nightly analysis and the gate ---------------------
 
 
-def run_results_with_cases(session: Session, run_id: str) -> list[tuple[Result, Case]]:
-    """Every result of the run with its case (its samples load on first use)."""
+def run_results_with_cases(
+    session: Session, run_id: str, skipped: list[tuple[str, str]] | None = None
+) -> list[tuple[Result, Case]]:
+    """Every readable result of the run with its case; unreadable ones are left out (and listed in
+    `skipped` as (case name, why)): the gate and the analysis never judge them."""
     rows = session.execute(
         select(Result, Case).join(Case, Case.id == Result.case_id).where(Result.run_id == run_id)
     ).all()
-    return [(res, case) for res, case in rows]
+    return [(res, case) for res, case in rows if _readable(case.name, result_problem(res), skipped)]
 
 
 def passing_results_of_suite(session: Session, suite: str) -> list[tuple[Result, Case]]:
@@ -381,7 +424,8 @@ def series_histories(
             .order_by(Result.case_id, ranked.c.rank)
         ).all()
         for r, res in rows:
-            out.setdefault(res.case_id, []).append((r, res))
+            if run_problem(r) is None and result_problem(res) is None:  # history: skipped quietly
+                out.setdefault(res.case_id, []).append((r, res))
     return {cid: out.get(cid, []) for cid in ids}
 
 
@@ -474,7 +518,7 @@ def series_points(session: Session, *, case_id: int, stack_id: int, drills: bool
     )
     if not drills:
         query = query.where(Run.is_drill.is_(False))
-    return [(res, run) for res, run in session.execute(query)]
+    return [(res, run) for res, run in session.execute(query) if result_problem(res) is None]
 
 
 # --- runner tokens ----------------------------------------------------------------------------

@@ -55,12 +55,13 @@ class Result(Base):
         ]
         return row
 
-    def to_case_result(self, case: Case) -> CaseResult:
+    def to_case_result(self, case: Case, samples: bool = True) -> CaseResult:
+        """samples=False: without the raw samples (not loaded, if the query did not load them)."""
         return CaseResult(
             case=case.spec(),
             status=self.status,  # type: ignore[arg-type]
             metrics=self.metrics,
-            samples={s.name: s.values for s in self.samples},
+            samples={s.name: s.values for s in self.samples} if samples else {},
             message=self.message,
             device=self.device,
         )

@@ -21,13 +21,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
+from ..errors import UserError
 from ..results import CaseResult, stored_series
-from ..stack_keys import HASHED_KEYS, drifted_keys, stack_digest
+from ..stack_keys import HASHED_KEYS, PINNED_KEYS, RETIRED_KEYS, drifted_keys, stack_digest
 from .build import BUILD_FACTS, Build
 from .bulk import ensure_cases, prepare_results, write_runs
 from .case import Case
+from .readable import result_problem, run_problem
 from .repo import Store, add_result_rows
 from .result import Result
 from .run import Run
@@ -62,6 +64,12 @@ def stack_facts(bundle: dict[str, Any], pin: StackPin | None) -> tuple[str | Non
             f"bundle.stack.digest: {st['digest']} is not the digest of bundle.stack.keys "
             f"and schema_version, which is {computed}"
         )
+    extra = sorted(set(st["keys"]) - {*HASHED_KEYS, *PINNED_KEYS, *RETIRED_KEYS})
+    if extra:  # not in the digest: a first uploader's extra key locked the stack for everyone else
+        raise BundleError(
+            f"bundle.stack.keys: has key(s) {', '.join(map(repr, extra[:5]))} that are no stack fact "
+            f"(known: {', '.join(HASHED_KEYS + PINNED_KEYS)})"
+        )
     keys = st["keys"]
     name = pin.name if pin is not None else None
     if pin is not None:  # a pinned stack's facts are its pin's, reviewed in the repository
@@ -93,7 +101,13 @@ def bundle_stack(session: Session, bundle: dict[str, Any], pin: StackPin | None)
     stack = Stack.for_digest(
         session, digest=st["digest"], keys=keys, schema_version=st["schema_version"], name=name
     )
-    stored = {"keys": stack.keys, "schema_version": stack.schema_version}
+    # Only the stack facts are compared: a row stored before extra keys were refused keeps them,
+    # and they no longer lock the stack for every later uploader (issue 41 item 13).
+    known = (*HASHED_KEYS, *PINNED_KEYS)
+    stored = {
+        "keys": {k: v for k, v in stack.keys.items() if k in known},
+        "schema_version": stack.schema_version,
+    }
     where = first_difference(stored, {"keys": keys, "schema_version": st["schema_version"]}, ("stack",))
     if where:
         raise BundleConflict(f"stack {st['digest'][:12]} is stored with other facts (first at {where})")
@@ -133,10 +147,18 @@ def ensure_dimensions(session: Session, bundle: dict[str, Any], pin: StackPin | 
 
 
 def export_bundle(
-    session: Session, run_id: str, *, offset: int = 0, limit: int | None = None
+    session: Session,
+    run_id: str,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+    samples: bool = True,
+    skipped: list[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The run as a schema-versioned bundle (the same document a runner uploads). offset/limit
-    take one page of its results, in stored order (the API's paginated read)."""
+    take one page of its results, in stored order (the API's paginated read); samples=False leaves
+    the raw samples out without loading them. UnreadableRun when the run's own row is unreadable;
+    unreadable results are left out (and listed in `skipped` as (case name, why))."""
     # regress.bundle (and jsonschema with it) is imported where a bundle is made or read, not when
     # a command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
     from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION
@@ -144,6 +166,9 @@ def export_bundle(
     run = session.get(Run, run_id)
     if run is None:
         raise KeyError(f"run {run_id} does not exist")
+    problem = run_problem(run)
+    if problem is not None:
+        raise UnreadableRun(f"run {run_id} is an unreadable row: {problem}")
     stack = session.get(Stack, run.stack_id)
     assert stack is not None
     build = session.get(Build, run.build_id) if run.build_id else None
@@ -153,6 +178,8 @@ def export_bundle(
         .where(Result.run_id == run_id)
         .order_by(Result.id)
     )
+    if not samples:
+        query = query.options(lazyload(Result.samples))  # never touched below
     rows = session.execute(query.offset(offset).limit(limit) if limit is not None or offset else query).all()
     return {
         "schema": BUNDLE_SCHEMA,
@@ -160,8 +187,22 @@ def export_bundle(
         "run": run.to_bundle(),
         "stack": stack.to_bundle(),
         "build": None if build is None else build.to_bundle(),
-        "results": [res.to_case_result(case).to_dict() for res, case in rows],
+        "results": [
+            res.to_case_result(case, samples=samples).to_dict()
+            for res, case in rows
+            if _kept(case.name, result_problem(res, samples=samples), skipped)
+        ],
     }
+
+
+class UnreadableRun(UserError):
+    """A stored run whose own row no reader can use (regress.store.readable)."""
+
+
+def _kept(name: str, problem: str | None, skipped: list[tuple[str, str]] | None) -> bool:
+    if problem is not None and skipped is not None:
+        skipped.append((name, problem))
+    return problem is None
 
 
 def import_bundle(
@@ -267,7 +308,7 @@ def import_files(
             bundle = read_bundle(path)
             pin = pin_for(bundle["stack"]["digest"])
             run_id, created = _store_bundle(store, bundle, pin)
-        except (BundleError, BundleConflict) as exc:
+        except (BundleError, BundleConflict, UnreadableRun) as exc:
             outcomes.append(ImportOutcome(path, "refused", reason=str(exc).removeprefix(f"{path}: ")))
             continue
         state = "stored" if created else "already stored"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import threading
 from typing import Any
@@ -37,6 +38,7 @@ def test_upload_stores_run_and_reads_back(service: Service) -> None:
         "created": True,
         "runner": "mi300x-01",
         "results": 13,
+        "sha256": hashlib.sha256(resp.request.body or b"").hexdigest(),  # of the bytes it read
     }
     assert resp.headers["Location"] == f"/api/v1/runs/{bundle['run']['id']}"
 

@@ -52,7 +52,8 @@ def test_refused_bundles_move_aside(service: Service, tmp_path: Path) -> None:
     assert upload_bundles(write(tmp_path, [first]), service.url, token, tmp_path / "spool").ok
     clash = conflicting(first)
     big = make_bundle()
-    big["results"][0]["samples"]["time_ms"] = [float(i) / 7 for i in range(TEST_LIMIT_BYTES // 4)]
+    for res in big["results"][:12:2]:  # over the body limit, within the samples per result
+        res["samples"]["time_ms"] = [float(i + 1) / 7 for i in range(TEST_LIMIT_BYTES // 32)]
     (tmp_path / "bad.json").write_text("{}")
     paths = [*write(tmp_path / "c", [clash]), *write(tmp_path / "b", [big]), tmp_path / "bad.json"]
     report = upload_bundles(paths, service.url, token, tmp_path / "spool", policy=FAST)

@@ -152,7 +152,7 @@ def _one_perf_result(value: int, sample: int) -> dict[str, Any]:
     bundle = json.loads(min(BUNDLES, key=lambda p: p.stat().st_size).read_text())
     perf = copy.deepcopy(next(r for r in bundle["results"] if r["suite"] == "perf"))
     perf["metrics"]["cycles"] = value
-    perf["samples"]["time_ms"][0] = sample
+    perf["samples"]["time_ms"][0] = abs(sample) or 1  # a timing is > 0 (both doors refuse others)
     return {**bundle, "results": [perf]}
 
 
