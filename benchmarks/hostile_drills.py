@@ -78,6 +78,7 @@ from real_bundles import real_bundles  # noqa: E402
 
 from regress.bundle import MAX_SAMPLES_PER_RESULT, validate_bundle, write_bundle  # noqa: E402
 from regress.cli import main as regress_main  # noqa: E402
+from regress.stats import upper_median  # noqa: E402
 from regress.store.base import new_run_id  # noqa: E402
 from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
 
@@ -252,7 +253,7 @@ def attacks(db_url: str, work: Path) -> dict[str, Any]:
                 sock.close()
         out["slow_clients"] = {
             "connections": len(loris) + len(tricklers),
-            "healthz_waits_s": {"median": sorted(waits)[len(waits) // 2], "max": max(waits)},
+            "healthz_waits_s": {"median": upper_median(waits), "max": max(waits)},
             "healthz_failed": healthz_failed,
             "closed_by_the_server_within_deadline_plus_10_s": closed,
         }

@@ -108,7 +108,8 @@ def bundle_stack(session: Session, bundle: dict[str, Any], pin: StackPin | None)
         "keys": {k: v for k, v in stack.keys.items() if k in known},
         "schema_version": stack.schema_version,
     }
-    where = first_difference(stored, {"keys": keys, "schema_version": st["schema_version"]}, ("stack",))
+    sent = {"keys": {k: v for k, v in keys.items() if k in known}, "schema_version": st["schema_version"]}
+    where = first_difference(stored, sent, ("stack",))
     if where:
         raise BundleConflict(f"stack {st['digest'][:12]} is stored with other facts (first at {where})")
     return stack
