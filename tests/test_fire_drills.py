@@ -28,9 +28,9 @@ from regress.build import build_kernel
 from regress.cases import Shape
 from regress.gate import gate, gate_ab
 from regress.kernel import load_library
-from regress.nightly import NightlyOptions, run_nightly
+from regress.nightly import NightlyOptions, plan_cases, run_nightly
 from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
-from regress.store import Result, Run
+from regress.store import Case, Result, Run
 from regress.store.repo import Store, open_store
 from regress.suites.common import make_inputs
 
@@ -126,8 +126,13 @@ def test_slowdown_drill_is_never_passed_and_records_its_cost(
         perf = [r for r in session.query(Result).filter(Result.run_id == drill) if r.status == "pass"]
         assert perf and all(r.metrics["drill_requested_pct"] == DRILL_SLOWDOWN_PCT for r in perf)
         assert all(math.isfinite(r.metrics["drill_measured_pct"]) for r in perf)
-        names = {frozenset(s.name for s in r.samples) for r in perf}
-        assert names == {frozenset({"time_ms", "baseline:sdpa_cpu:time_ms", *AB_ARMS})}
+        # Every passing perf case stores both arms; the SDPA control too, except on varlen cases,
+        # which no baseline takes (ABI v2).
+        for r in perf:
+            case = session.get(Case, r.case_id)
+            assert case is not None
+            control = set() if "seqs" in case.params else {"baseline:sdpa_cpu:time_ms"}
+            assert {s.name for s in r.samples} == {"time_ms", *control, *AB_ARMS}, case.name
         clean_names = {
             s.name for r in session.query(Result).filter(Result.run_id == clean[-1]) for s in r.samples
         }
@@ -281,13 +286,14 @@ def test_gate_ab_on_two_pinned_stacks_runs_and_judges_one_ab_run(
     with store.reader() as session:
         run = session.query(Run).one()
         perf = list(session.query(Result).filter(Result.run_id == run.id))
-        assert run.trigger == "gate" and len(perf) == 18
+        quick_perf = [spec for _, spec in plan_cases(NightlyOptions(backend="cpu", quick=True), "cpu", "cpu")]
+        assert run.trigger == "gate" and len(perf) == sum(spec.suite == "perf" for spec in quick_perf)
         passed = [r for r in perf if r.status == "pass"]
         assert all({s.name for s in r.samples} >= set(AB_ARMS) for r in passed)
         assert all(r.metrics["ab_baseline"].startswith("stack cpu-local") for r in passed)
     store.engine.dispose()
     assert first["power"]["mode"] == "ab" and first["exit_code"] == code == VERDICT_EXIT[first["verdict"]]
-    assert len(first["rows"]) == 18 and first["candidate_run"] == run.id
+    assert len(first["rows"]) == len(perf) and first["candidate_run"] == run.id
     assert main([*args, "--run", run.id[:10]]) == code  # the same samples, the same verdict
     again = json.loads(capsys.readouterr().out)
     assert again["rows"] == first["rows"]
