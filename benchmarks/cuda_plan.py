@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from regress.abi import RA_ABI_VERSION, RA_HEAD_DIM, DeviceFacts, LaunchPlan, Params  # noqa: E402
+from regress.abi import RA_HEAD_DIM, DeviceFacts, LaunchPlan, Params  # noqa: E402
+from regress.plan import shape_params  # noqa: E402
 
 SOURCE = ROOT / "kernel" / "cuda" / "plan_host.cpp"
 COMPILE = ("g++", "-std=c++17", "-O2", "-shared", "-fPIC", "-Ikernel/include")  # + flags, source, -o out
@@ -88,15 +89,10 @@ def build_info(flags: Iterable[str] = ()) -> dict[str, Any]:
 def params(
     b: int, h: int, sq: int, sk: int, strides: dict[str, tuple[int, int, int, int]] | None = None
 ) -> Params:
-    """BHSD params (or `strides` per tensor name) on a fake 16-byte-aligned address: the planner
-    touches no memory behind the pointers."""
-    p = Params()
-    p.abi_version = RA_ABI_VERSION
-    p.q = p.k = p.v = p.o = 1 << 20
-    p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim = b, h, sq, sk, HEAD_DIM
-    p.heads_kv = h  # ABI v2: dense heads; no mask, cu_seqlens or LSE (the zeroed fields)
-    for name, s in (("q", sq), ("k", sk), ("v", sk), ("o", sq)):
-        st = (strides or {}).get(name, (h * s * HEAD_DIM, s * HEAD_DIM, HEAD_DIM, 1))
+    """BHSD params (or `strides` per tensor name) whose pointers are never read: regress.plan's own
+    shape_params, so this script and the package ask the planner with the same call."""
+    p = shape_params(b, h, sq, sk, layout="bhsd")
+    for name, st in (strides or {}).items():
         getattr(p, f"{name}_stride")[:] = st
     return p
 
