@@ -183,6 +183,44 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const flo
   }
 }
 
+/* The v2 kernels' stores of a warp's 16 rows where a TMA box does not fit them (epilogue 2's
+ * staging and stmatrix, as store_tile_tma): a varlen tile's rows across its sequence's end (the TMA
+ * tensor is the packed total: a box would write the next sequence's rows) and packed GQA tiles
+ * (rows of several heads). Lane l stores d-half l % 2 of row l / 2 with eight 16-byte stores to
+ * `row_out` (its row's first element), nothing where it is nullptr. */
+template <int kRound>
+__device__ __forceinline__ void store_tile_rows(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
+                                                uint16_t* row_out, int lane, bool flip0) {
+  float inv[2];
+  row_inverses(l_part, inv);
+  if (lane == 0) bulk_wait_read<0>(); /* an earlier TMA store from `so` */
+  __syncwarp();
+  const uint32_t base = smem_u32(so);
+  const int mat = lane >> 3;
+  const int row = (mat & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int i = 0; i < 16; i += 2) {
+    uint32_t w[4];
+    w[0] = round_pack<kRound>(acc[4 * i + 0] * inv[0], acc[4 * i + 1] * inv[0]);
+    w[1] = round_pack<kRound>(acc[4 * i + 2] * inv[1], acc[4 * i + 3] * inv[1]);
+    w[2] = round_pack<kRound>(acc[4 * i + 4] * inv[0], acc[4 * i + 5] * inv[0]);
+    w[3] = round_pack<kRound>(acc[4 * i + 6] * inv[1], acc[4 * i + 7] * inv[1]);
+    if (RA_INJECT_NONDET && flip0 && i == 0 && lane == 0) w[0] ^= 1u;
+    const int j = i + (mat >> 1);
+    stmatrix_x4(base + (j >> 3) * 2048 + row * 128 + (((j & 7) ^ (row & 7)) << 4), w);
+  }
+  __syncwarp();
+  const int r = lane >> 1, half = lane & 1;
+  if (row_out) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const uint4 v = *reinterpret_cast<const uint4*>(so + half * 1024 + r * 64 + ((c ^ (r & 7)) << 3));
+      *reinterpret_cast<uint4*>(row_out + half * 64 + c * 8) = v;
+    }
+  }
+  __syncwarp(); /* the next tile's stmatrix rewrites `so` */
+}
+
 /* Before the CTA exits: its shared memory must outlive the reads, and the writes must be done. */
 __device__ __forceinline__ void store_tile_tma_drain(int lane) {
   if (lane == 0) bulk_wait<0>();

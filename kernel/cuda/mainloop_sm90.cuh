@@ -25,6 +25,7 @@
 #include "drill.cuh"
 #include "trace.cuh"
 #include "epilogue.cuh"
+#include "mask.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
 #include "smem.h"
@@ -348,9 +349,10 @@ struct TileBlocks {
  * over [0, kH), then in the loop: O rescaled, P.V over the first k-steps issued, exps over
  * [kH, kNT) beside it, S_{n+1} and the second k-steps issued, block n + 1's begin and first exps
  * beside those, and the wait for them all. */
-template <bool kNQK, class P, bool kDyn, class Softmax>
+template <bool kNQK, class P, bool kDyn, class Softmax, class Mk = TailMask>
 __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const TileBlocks& b, float (&o)[64],
-                                                float (&corr)[2], Softmax& sfm, uint32_t (&pf)[P::kBlockN / 4]) {
+                                                float (&corr)[2], Softmax& sfm, uint32_t (&pf)[P::kBlockN / 4],
+                                                const Mk& mk = Mk{}) {
   constexpr int kStages = P::kStages;
   constexpr int kBN = P::kBlockN;
   constexpr int kNT = kBN / 8;      /* column tiles of 8 keys */
@@ -361,8 +363,8 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
   float(&s)[kBN / 2] = h.s;
   const int nb = b.nb, kv = b.kv, lane = b.lane;
   float ms[2], sum[2];
-  if (nb == 1 && b.tail)
-    sfm.template begin<true, true>(s, p.scale_log2, b.last_valid, b.qc, corr, ms, sum);
+  if (mk.masks(b, 0))
+    mk.template begin<true>(sfm, s, p.scale_log2, b, 0, corr, ms, sum);
   else
     sfm.template begin<true, false>(s, p.scale_log2, kBN, b.qc, corr, ms, sum);
   sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
@@ -395,8 +397,8 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
      * below, ptxas scheduled them past the wait, out from beside the product */
     /* kEarlyFrags: and their bf16 fragments, which no wgmma in flight reads (P_n's first half
      * is done; its second half reads the other registers) */
-    if (n + 1 == nb - 1 && b.tail) {
-      sfm.template begin<false, true>(s, p.scale_log2, b.last_valid, b.qc, corr, ms, sum);
+    if (mk.masks(b, n + 1)) {
+      mk.template begin<false>(sfm, s, p.scale_log2, b, n + 1, corr, ms, sum);
       sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
       if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
     } else {
@@ -419,6 +421,7 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
     const bool dyn_next = h.template resolve_next_early<kNQK>(b.tq, kv, nb);
     if (!kEarlyFrags && nb > 1) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
     mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+    mk.before_last_pv(sm, sl);
     wgmma_fence();
     gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
     wgmma_commit();

@@ -212,8 +212,22 @@ def plan_metrics(ctx: SuiteContext, shape: Shape, layout: str, mode: str) -> dic
     next to the timing it explains."""
     from regress.plan import summary
 
-    plan = ctx.library.plan(shape.b, shape.h, shape.sq, shape.sk, layout=layout, rounding=mode)
+    plan = ctx.library.plan(
+        shape.b, shape.h, shape.sq, shape.sk, layout=layout, rounding=mode, **plan_v2(shape)
+    )
     return {} if plan is None else summary(plan)
+
+
+def plan_v2(shape: Shape) -> dict[str, Any]:
+    """regress.plan.shape_params' ABI v2 keywords for a case's shape (none for a dense one)."""
+    kw: dict[str, Any] = {}
+    if shape.hkv and shape.hkv != shape.h:
+        kw["heads_kv"] = shape.hkv
+    if shape.mask != "none":
+        kw["mask"] = shape.mask
+    if shape.seqs is not None:
+        kw["max_seqlen"] = (max(a for a, _ in shape.seqs), max(c for _, c in shape.seqs))
+    return kw
 
 
 def for_device(ctx: SuiteContext, *, gpu: tuple[T, T], cpu: tuple[T, T]) -> T:
