@@ -225,11 +225,14 @@ __device__ __forceinline__ void consume_v2(const FwdParams& p, SmemV2<P>& sm, in
         tr.in[r] = R::row(p, t, row_in_tile + 8 * r, tr.head[r], tr.i[r]) && tr.i[r] < t.len_q;
         tr.lim[r] = Mask::limit(p, tr.i[r], t.len_q, t.len_k);
       }
-      RowMask<Seq::kVarlen> mk;
+      RowMask<Seq::kVarlen || Mask::kCausal> mk;
       mk.from = tile_first_masked<Mask, kBN>(p, t.m << lr, t.len_q, t.len_k);
       mk.lim[0] = tr.lim[0];
       mk.lim[1] = tr.lim[1];
-      mk.zero_from = min(max(t.len_k - (t.nb - 1) * kBN, 0), kBN);
+      /* the last block's keys no row of the tile sees: past its last row's limit (causal) or past
+       * the sequence (varlen; a fixed-length tensor ends there, and TMA has zero-filled them) */
+      const int lim_max = Mask::limit(p, min(((t.m + 1) << lr) - 1, t.len_q - 1), t.len_q, t.len_k);
+      mk.zero_from = Seq::kVarlen || lim_max < t.len_k ? min(max(lim_max - (t.nb - 1) * kBN, 0), kBN) : kBN;
       mk.zero_threads = R::wg_idle(p, t, 1) ? 128 : 256;
       mk.zero_tid = wg * 128 + tid;
       float o[64];

@@ -17,9 +17,12 @@
  *   TailMask  the dense kernels: the last block when seqlen_k is not a multiple of kBN, every row
  *             alike (the code the device measured, unchanged)
  *   RowMask   the v2 kernels: blocks >= `from`, each of the thread's two rows at its own limit; with
- *             kVarlen, the V rows past the sequence's end in its last block are zeroed first (TMA
- *             fills them from the next sequence, whose NaN or Inf would reach this one's P.V as 0 x
- *             NaN; past the packed tensor TMA's own zero fill does it, as for the dense kernels)
+ *             kZero (causal or varlen), the last block's V rows that no row of the tile sees are
+ *             zeroed before its P.V: a masked key's p is 0, but 0 x NaN (or Inf) in its V row would
+ *             still reach every row's output, and a varlen tile's last block holds the next
+ *             sequence's rows (TMA zero-fills only past the whole tensor). Rows some rows of the tile
+ *             see and others do not (the diagonal's 16-key steps) cannot be zeroed for some rows
+ *             only: docs/numerics.md §1b states that gap.
  */
 #pragma once
 #include "params.cuh"
@@ -72,11 +75,11 @@ struct TailMask {
 constexpr int kBarZeroV = 5;
 
 /* The v2 kernels' mask: blocks >= from, row r of this thread at key limit lim[r] (tile keys). */
-template <bool kVarlen>
+template <bool kZero>
 struct RowMask {
   int from;
   int lim[2];
-  int zero_from; /* kVarlen: the last block's first row past the sequence (kBN: none) */
+  int zero_from; /* kZero: the last block's first V row no row of the tile sees (kBN: none) */
   int zero_threads, zero_tid; /* the consumer threads that read V (128 or 256) and this one's index */
 
   template <class B>
@@ -92,7 +95,7 @@ struct RowMask {
   /* After the last block's V has landed, before any wgmma reads it. */
   template <class SmemT>
   __device__ __forceinline__ void before_last_pv(SmemT& sm, int stage) const {
-    if constexpr (kVarlen) {
+    if constexpr (kZero) {
       constexpr int kBN = sizeof(sm.v[0][0]) / (64 * sizeof(uint16_t));
       if (zero_from >= kBN) return; /* the same for every thread of both warpgroups */
       const int chunks = (kBN - zero_from) * 8; /* 16-byte chunks of one d-half's rows */
