@@ -387,9 +387,13 @@ inline LaunchPlan plan_sm90(const PlanInput& in) {
  * 128 rows (64 where its second warpgroup has none), however few of them lie below seqlen_q; a packed
  * tile holds the `group` query heads of one K/V head, R rows each (R = 128 / group, or the smallest
  * power of two >= Sq where that is fewer), so decode's one row per head becomes `group` rows of one
- * tile that reads the K/V head once. Taken where it computes fewer rows (in 64-row warpgroups):
- *   unpacked: group x ceil64(Sq) per K/V head;  packed: ceil(Sq / R) x ceil64(group x R).
- * RA_CUDA_PACK_GQA=0: never. Returns log2 R, or -1 for no packing. */
+ * tile that reads the K/V head once. The rows each computes (in 64-row warpgroups), per K/V head:
+ *   unpacked: group x ceil64(Sq);  packed: ceil(Sq / R) x ceil64(group x R),
+ * and, as FlashAttention-3 asks of its tile efficiencies, packing is taken only where it computes at
+ * most kPackGqaRatio of the unpacked rows: a long prompt's packed tiles (R = 32 rows a head at 4 heads)
+ * would save a fraction of a warpgroup per head and cut each head's causal diagonal into 4 times as
+ * many tiles. A varlen call asks with max_seqlen_q. RA_CUDA_PACK_GQA=0: never. Returns log2 R, or -1. */
+constexpr int kPackGqaRatioPercent = 90; /* FlashAttention-3's 0.9 (hopper/heuristics.h) */
 inline int pack_gqa_log2_rows(int group, int64_t sq) {
   if (!RA_CUDA_PACK_GQA || group < 2 || group > sm90::kBlockM || (group & (group - 1)) != 0 || sq < 1) return -1;
   int lr = 0;
@@ -398,7 +402,7 @@ inline int pack_gqa_log2_rows(int group, int64_t sq) {
   auto ceil64 = [](int64_t x) { return (x + 63) / 64 * 64; };
   const int64_t packed = (sq + r - 1) / r * ceil64(group * r);
   const int64_t unpacked = group * ceil64(sq);
-  return packed < unpacked ? lr : -1;
+  return RA_CUDA_PACK_GQA == 2 || 100 * packed <= kPackGqaRatioPercent * unpacked ? lr : -1;
 }
 
 /* FlashAttention-3's L2 swizzle (tile_scheduler.hpp): a causal launch's tiles are cut into sections

@@ -284,6 +284,13 @@ def test_packing_takes_the_fewest_rows() -> None:
     assert not d["kind"].startswith("sm90_v2")
     off = cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8), flags=("-DRA_CUDA_PACK_GQA=0",))
     assert off["kind"] == "sm90_v2" and off["block_q"] == 128
+    # a long prompt: 8 fewer rows in 8000 would pack at "fewer" (FlashAttention-3 asks for 10 %)
+    long = v2_params(64, 32, 26000, 26000, heads_kv=8, max_seqlen=(7697, 7697))
+    assert cp.plan_of(long)["kind"] == "sm90_v2_varlen"
+    always = cp.plan_of(long, flags=("-DRA_CUDA_PACK_GQA=2",))
+    assert always["kind"] == "sm90_v2_varlen_packgqa" and always["block_q"] == 128  # 4 heads x 32 rows
+    causal = v2_params(2, 32, 8192, 8192, heads_kv=8, mask="causal_top_left")
+    assert cp.plan_of(causal, flags=("-DRA_CUDA_PACK_GQA=2",))["kind"] == "sm90_v2_packgqa_causal"
 
 
 def test_v2_workspace_and_its_limit() -> None:
