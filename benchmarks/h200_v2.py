@@ -50,12 +50,21 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
+def ab_speed(r: CaseResult) -> float:
+    """With an A/B arm ($REGRESS_AB_BASELINE_LIB): the other build's time over ours, the median over
+    the paired blocks (regress.detect.paired's statistic); > 1: ours faster. NaN without one."""
+    from regress.detect.paired import block_log_ratios
+    from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
+    from regress.stats import median
+
+    d = block_log_ratios(r.samples.get(AB_BASELINE_SAMPLE, []), r.samples.get(AB_CANDIDATE_SAMPLE, []))
+    return math.exp(-median(d)) if d else math.nan
+
+
 def table(results: list[CaseResult]) -> list[str]:
     perf = [r for r in results if r.case.suite == "perf" and r.status == "pass"]
-    lines = [
-        "| family | mode | ours TFLOP/s | ours ms | vs cuDNN | vs FA2 | vs FA2 varlen | plan |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    head = "| family | mode | ours TFLOP/s | ours ms | vs cuDNN | vs FA2 | vs FA2 varlen | A/B | plan |"
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     by: dict[tuple[str, str, str], list[float]] = {}
     for r in perf:
         m = r.metrics
@@ -63,7 +72,7 @@ def table(results: list[CaseResult]) -> list[str]:
         cells = [m.get(f"speedup_vs_{b}", math.nan) for b in ("sdpa_cudnn", "sdpa_flash", "fa2_varlen")]
         lines.append(
             f"| {fam} | {r.case.params['mode']} | {m['tflops']:.0f} | {m['p50_ms']:.3f} | "
-            + " | ".join("–" if not math.isfinite(c) else f"{c:.3f}" for c in cells)
+            + " | ".join("–" if not math.isfinite(c) else f"{c:.3f}" for c in [*cells, ab_speed(r)])
             + f" | {m.get('plan_kind', '')} |"
         )
         for b, c in zip(("sdpa_cudnn", "sdpa_flash", "fa2_varlen"), cells, strict=True):

@@ -7,6 +7,9 @@
 # benchmarks/h200_v2.py: the suites' v2 cases (ULP, determinism, perf against cuDNN / FlashAttention-2
 # / FlashAttention-2 varlen, the Llama-3-8B e2e layer), its table last. Outputs in $OUT.
 #   run(command="cp -a .devwork/i40cuda/. . && bash benchmarks/h200_v2.sh", carry=[".devwork/i40cuda", "wheels"])
+# Optional: .devwork/i40cache (a carried build cache: REGRESS_CACHE_DIR, so nvcc does not run), AB_LIB
+# (a second library, relative to the tree, timed A/B in the perf cases), NO_QUICK=1 (skip the quick
+# suites test), TESTS_S / QUICK_S / SUITES_S (step timeouts), ITERS (perf rounds, default 50).
 set -uo pipefail
 source benchmarks/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
@@ -53,7 +56,18 @@ if [ "$smoke_rc" = 0 ]; then
   echo "v2 gpu tests exit $tests_rc after $(($(date +%s) - T0)) s: $(tail -1 "$OUT/gpu-tests.log")"
   grep -E "^(FAILED|ERROR)|Error|assert" "$OUT/gpu-tests.log" | head -20
 fi
+quick_rc=skipped
+if [ "$smoke_rc" = 0 ] && [ "$tests_rc" != 124 ] && [ -z "${NO_QUICK:-}" ]; then
+  T0=$(date +%s)  # the quick suites with this library, v2 cases gated like the dense ones
+  timeout "${QUICK_S:-200}" python3 -m pytest -q -s -m "" -p no:cacheprovider tests/suites/test_suites_gpu.py \
+    >"$OUT/quick-suites.log" 2>&1
+  quick_rc=$?
+  echo "quick suites exit $quick_rc after $(($(date +%s) - T0)) s: $(tail -1 "$OUT/quick-suites.log")"
+fi
 suites_rc=skipped
+# AB_LIB (a build beside this one, e.g. -DRA_CUDA_PACK_GQA=2): every v2 perf case also times it in an
+# A/B phase of the same rounds (perf.py's REGRESS_AB_BASELINE_LIB); the table's A/B column
+[ -n "${AB_LIB:-}" ] && export REGRESS_AB_BASELINE_LIB=$PWD/$AB_LIB REGRESS_AB_BASELINE_LABEL="${AB_LABEL:-$AB_LIB}"
 if [ "$smoke_rc" = 0 ] && [ "$tests_rc" != 124 ]; then  # a hung kernel would hang these too
   T0=$(date +%s)
   timeout "${SUITES_S:-300}" python3 benchmarks/h200_v2.py --out "$OUT" --iterations "${ITERS:-50}" >"$OUT/v2.log" 2>&1
@@ -61,7 +75,8 @@ if [ "$smoke_rc" = 0 ] && [ "$tests_rc" != 124 ]; then  # a hung kernel would ha
   echo "v2 suites exit $suites_rc after $(($(date +%s) - T0)) s"
   grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -20
 fi
-tar -czf "$OUT/logs.tgz" -C "$OUT" build.log smoke.log gpu-tests.log v2.log 2>/dev/null
-echo "| build | smoke | v2 gpu tests | v2 suites |"; echo "|---|---|---|---|"
-echo "| $build_rc | $smoke_rc | $tests_rc | $suites_rc |"
+tar -czf "$OUT/logs.tgz" -C "$OUT" build.log smoke.log gpu-tests.log quick-suites.log v2.log 2>/dev/null
+rm -f "$OUT/build.log" "$OUT/smoke.log"
+echo "| build | smoke | v2 gpu tests | quick suites | v2 suites |"; echo "|---|---|---|---|---|"
+echo "| $build_rc | $smoke_rc | $tests_rc | $quick_rc | $suites_rc |"
 sed -n '/^| family/,$p' "$OUT/v2.log" 2>/dev/null
