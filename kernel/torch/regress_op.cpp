@@ -225,11 +225,6 @@ void check_tensor(const char* name, const Tensor& t, c10::DeviceType want, const
                     c10::DeviceTypeName(want, /*lower_case=*/true), " tensors");
 }
 
-void check_devices(const Tensor& q, const Tensor& k, const Tensor& v) {
-  TORCH_CHECK_VALUE(q.device() == k.device() && k.device() == v.device(), "q, k, v are on different devices: ",
-                    q.device(), ", ", k.device(), ", ", v.device());
-}
-
 void check_seqlens(const char* name, const Tensor& cu, const c10::Device& device) {
   TORCH_CHECK_VALUE(cu.scalar_type() == c10::ScalarType::Int && cu.dim() == 1 && cu.numel() >= 2, name,
                     " must be a 1-D int32 tensor of batch + 1 >= 2 entries, got torch.", py_dtype(cu.scalar_type()),
@@ -273,13 +268,44 @@ void check_heads(const Tensor& q, const Tensor& k, int64_t b, int64_t h, int64_t
 
 // ---- the call --------------------------------------------------------------------------------------
 
-struct Call {
-  ra_attention_params p{};
-  Call() { p.abi_version = RA_ABI_VERSION; }
+struct Dims {
+  int64_t b, h, sq, sk, d, hk;
 };
 
-// Runs the filled parameter block on q's device and torch's current stream there.
-void launch(const Backend& be, Call& c, const Tensor& q) {
+// The parameter block of a call: pointers, sizes, (batch, head, seq, dim) strides (a packed varlen
+// tensor reads as bshd with no batch stride), scale (0 selects 1/sqrt(head_dim)), rounding, heads_kv,
+// mask. The varlen fields stay 0 for a dense call.
+ra_attention_params params_for(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, bool bshd,
+                               const Dims& n, const std::optional<double>& scale, int rounding, int mask) {
+  ra_attention_params p{};
+  p.abi_version = RA_ABI_VERSION;
+  p.q = static_cast<const uint16_t*>(q.const_data_ptr());
+  p.k = static_cast<const uint16_t*>(k.const_data_ptr());
+  p.v = static_cast<const uint16_t*>(v.const_data_ptr());
+  p.o = static_cast<uint16_t*>(out.mutable_data_ptr());
+  p.batch = n.b, p.heads = n.h, p.seqlen_q = n.sq, p.seqlen_k = n.sk, p.head_dim = n.d, p.heads_kv = n.hk;
+  bhsd_strides(q, bshd, p.q_stride);
+  bhsd_strides(k, bshd, p.k_stride);
+  bhsd_strides(v, bshd, p.v_stride);
+  bhsd_strides(out, bshd, p.o_stride);
+  p.scale = scale.has_value() ? static_cast<float>(*scale) : 0.0f;
+  p.rounding = rounding;
+  p.mask = mask;
+  return p;
+}
+
+// q, k, v: dtype, rank, device type, one device (check_call_v2's order).
+void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, c10::DeviceType want, const std::string& backend,
+               bool packed) {
+  check_tensor("q", q, want, backend, packed);
+  check_tensor("k", k, want, backend, packed);
+  check_tensor("v", v, want, backend, packed);
+  TORCH_CHECK_VALUE(q.device() == k.device() && k.device() == v.device(), "q, k, v are on different devices: ",
+                    q.device(), ", ", k.device(), ", ", v.device());
+}
+
+// Runs the parameter block on q's device and torch's current stream there.
+void launch(const Backend& be, ra_attention_params& p, const Tensor& q) {
   char err[512];
   ra_status st;
   if (q.is_cuda()) {
@@ -287,15 +313,15 @@ void launch(const Backend& be, Call& c, const Tensor& q) {
     c10::OptionalDeviceGuard guard;  // the library launches on the current device: q's, for the call
     if (impl.getDevice() != q.device()) guard.reset_device(q.device());
     try {
-      c.p.stream = impl.getStream(q.device()).native_handle();
+      p.stream = impl.getStream(q.device()).native_handle();
     } catch (const c10::Error& e) {
       TORCH_CHECK(false, "regress: this torch build gives no native handle of its current stream on ",
                   q.device(), " (", e.what_without_backtrace(),
                   "); set REGRESS_OP=python to use the Python operator");
     }
-    st = be.fwd(&c.p, err, sizeof err);
+    st = be.fwd(&p, err, sizeof err);
   } else {
-    st = be.fwd(&c.p, err, sizeof err);
+    st = be.fwd(&p, err, sizeof err);
   }
   TORCH_CHECK(st == RA_OK, be.name, " kernel refused the call: ", err, " [ra_status ", static_cast<int>(st), "]");
 }
@@ -331,32 +357,17 @@ Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, Sv la
   TORCH_CHECK_VALUE(known_layout, "layout ", py_repr(layout), " is not 'bshd' or 'bhsd'");
   const int rnd = rounding_code(view(rounding));
   check_scale(scale);
-  check_tensor("q", q, want, be.name, false);
-  check_tensor("k", k, want, be.name, false);
-  check_tensor("v", v, want, be.name, false);
-  check_devices(q, k, v);
+  check_qkv(q, k, v, want, be.name, false);
   const auto [b, h, sq, d] = bhsd_shape(q, bshd);
   const auto [kb, kh, sk, kd] = bhsd_shape(k, bshd);
   TORCH_CHECK_VALUE(bhsd_shape(v, bshd) == bhsd_shape(k, bshd), "k ", py_shape(k), " and v ", py_shape(v),
                     " differ in shape");
   check_heads(q, k, b, h, d, kb, kh, kd, py_layout(false, layout));
-  Tensor out = at::empty(q.sizes(), q.options().dtype(c10::ScalarType::BFloat16).memory_format(c10::MemoryFormat::Contiguous));
+  const auto opts = q.options().memory_format(c10::MemoryFormat::Contiguous);
+  Tensor out = at::empty(q.sizes(), opts.dtype(c10::ScalarType::BFloat16));
 
-  Call c;
-  c.p.q = static_cast<const uint16_t*>(q.const_data_ptr());
-  c.p.k = static_cast<const uint16_t*>(k.const_data_ptr());
-  c.p.v = static_cast<const uint16_t*>(v.const_data_ptr());
-  c.p.o = static_cast<uint16_t*>(out.mutable_data_ptr());
-  c.p.batch = b, c.p.heads = h, c.p.seqlen_q = sq, c.p.seqlen_k = sk, c.p.head_dim = d;
-  bhsd_strides(q, bshd, c.p.q_stride);
-  bhsd_strides(k, bshd, c.p.k_stride);
-  bhsd_strides(v, bshd, c.p.v_stride);
-  bhsd_strides(out, bshd, c.p.o_stride);
-  c.p.scale = scale.has_value() ? static_cast<float>(*scale) : 0.0f;  // 0 selects 1/sqrt(head_dim)
-  c.p.rounding = rnd;
-  c.p.heads_kv = kh;
-  c.p.mask = mask;
-  launch(be, c, q);
+  ra_attention_params p = params_for(q, k, v, out, bshd, {b, h, sq, sk, d, kh}, scale, rnd, mask);
+  launch(be, p, q);
   return out;
 }
 
@@ -371,10 +382,7 @@ std::tuple<Tensor, Tensor> varlen_kernel(const Tensor& q, const Tensor& k, const
   const c10::DeviceType want = S == kCpu ? c10::DeviceType::CPU : c10::DeviceType::CUDA;
   const int rnd = rounding_code(view(rounding));
   check_scale(softmax_scale);
-  check_tensor("q", q, want, be.name, true);
-  check_tensor("k", k, want, be.name, true);
-  check_tensor("v", v, want, be.name, true);
-  check_devices(q, k, v);
+  check_qkv(q, k, v, want, be.name, true);
   check_seqlens("cu_seqlens_q", cu_seqlens_q, q.device());
   check_seqlens("cu_seqlens_k", cu_seqlens_k, q.device());
   TORCH_CHECK_VALUE(cu_seqlens_q.numel() == cu_seqlens_k.numel(), "cu_seqlens_q has ", cu_seqlens_q.numel(),
@@ -391,26 +399,14 @@ std::tuple<Tensor, Tensor> varlen_kernel(const Tensor& q, const Tensor& k, const
   Tensor out = at::empty(q.sizes(), opts.dtype(c10::ScalarType::BFloat16));
   Tensor lse = at::empty({h, sq}, opts.dtype(c10::ScalarType::Float));
 
-  Call c;
-  c.p.q = static_cast<const uint16_t*>(q.const_data_ptr());
-  c.p.k = static_cast<const uint16_t*>(k.const_data_ptr());
-  c.p.v = static_cast<const uint16_t*>(v.const_data_ptr());
-  c.p.o = static_cast<uint16_t*>(out.mutable_data_ptr());
-  c.p.batch = b, c.p.heads = h, c.p.seqlen_q = sq, c.p.seqlen_k = sk, c.p.head_dim = d;
-  bhsd_strides(q, true, c.p.q_stride);
-  bhsd_strides(k, true, c.p.k_stride);
-  bhsd_strides(v, true, c.p.v_stride);
-  bhsd_strides(out, true, c.p.o_stride);
-  c.p.scale = softmax_scale.has_value() ? static_cast<float>(*softmax_scale) : 0.0f;
-  c.p.rounding = rnd;
-  c.p.heads_kv = kh;
-  c.p.mask = causal ? RA_MASK_CAUSAL_BOTTOM_RIGHT : RA_MASK_NONE;  // FlashAttention's causal
-  c.p.cu_seqlens_q = static_cast<const int32_t*>(cu_seqlens_q.const_data_ptr());
-  c.p.cu_seqlens_k = static_cast<const int32_t*>(cu_seqlens_k.const_data_ptr());
-  c.p.max_seqlen_q = max_seqlen_q;
-  c.p.max_seqlen_k = max_seqlen_k;
-  c.p.lse = lse.mutable_data_ptr<float>();
-  launch(be, c, q);
+  const int mask = causal ? RA_MASK_CAUSAL_BOTTOM_RIGHT : RA_MASK_NONE;  // FlashAttention's causal
+  ra_attention_params p = params_for(q, k, v, out, true, {b, h, sq, sk, d, kh}, softmax_scale, rnd, mask);
+  p.cu_seqlens_q = static_cast<const int32_t*>(cu_seqlens_q.const_data_ptr());
+  p.cu_seqlens_k = static_cast<const int32_t*>(cu_seqlens_k.const_data_ptr());
+  p.max_seqlen_q = max_seqlen_q;
+  p.max_seqlen_k = max_seqlen_k;
+  p.lse = lse.mutable_data_ptr<float>();
+  launch(be, p, q);
   return {out, lse};
 }
 

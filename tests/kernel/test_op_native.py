@@ -320,8 +320,9 @@ def test_backward_refused_and_forward_unchanged_under_grad() -> None:
 
 
 def test_the_operator_library_is_built_once_through_the_build_cache() -> None:
-    art = build_op()
-    assert art.cached and art.path.name == "libregress_op.so" and art.backend == "torch-op"
+    first, art = build_op(), build_op()
+    assert art.cached and art.path == first.path and art.path.name == "libregress_op.so"
+    assert art.backend == "torch-op" and not art.compile_only
     assert f'-DRA_TORCH_VERSION="{torch.__version__}"' in art.flags
     assert art.path.parent.name.startswith("torch-op-")
     meta = json.loads((art.path.parent / "build.json").read_text())
