@@ -157,6 +157,50 @@ PLANNERS: dict[str, Recipe] = {
     for backend, src in PLANNER_SOURCES.items()
 }
 
+# The torch operator (issue 40): kernel/torch/regress_op.cpp, the CPU/CUDA/autograd kernels of
+# torch.ops.regress.* in C++, built by the system C++ compiler against the running torch's headers
+# and libraries (no GPU toolkit: it reaches the device through torch's device-generic stream API and
+# the kernel libraries through dlopen). Its argv names torch's version, location and C++ ABI, so a
+# different torch is a different cache entry. regress/op_native.py loads it.
+OP_SOURCE = "kernel/torch/regress_op.cpp"
+
+
+def op_recipe() -> Recipe:
+    """The operator library's recipe for the torch this process imports (C++20 from torch 2.13 on,
+    whose headers require it; C++17 before, as torch.utils.cpp_extension of each version)."""
+    import torch
+    from torch.torch_version import TorchVersion
+
+    root = Path(torch.__file__).resolve().parent
+    std = "-std=c++20" if TorchVersion(torch.__version__) >= (2, 13) else "-std=c++17"
+    return Recipe(
+        argv=(
+            "g++",
+            "-O2",
+            std,
+            "-fPIC",
+            "-shared",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            f'-DRA_TORCH_VERSION="{torch.__version__}"',
+            "-Ikernel",
+            "-isystem",
+            str(root / "include"),
+            OP_SOURCE,
+            "-o",
+            OUT,
+            f"-L{root / 'lib'}",
+            "-lc10",
+            "-ltorch_cpu",
+            f"-Wl,-rpath,{root / 'lib'}",
+            "-ldl",
+        ),
+        source=OP_SOURCE,
+        dirs=("kernel/include", "kernel/torch"),
+        output="libregress_op.so",
+        report="none",
+    )
+
+
 INJECT_MACROS: dict[str, str] = {
     "slowdown_pct": "RA_INJECT_SLOWDOWN_PCT",
     "ulp": "RA_INJECT_ULP",
@@ -472,6 +516,24 @@ def build_planner(backend: str, *, cache_dir: Path | None = None) -> BuildArtifa
         extra=[],
         inject_clean={},
         compiler=None,
+        cache_dir=cache_dir,
+    )
+
+
+def build_op(*, compiler: str | None = None, cache_dir: Path | None = None) -> BuildArtifact:
+    """Build (or fetch from the cache) the torch operator library (`op_recipe`). Raises BuildError
+    when the source, the compiler or torch's headers are missing or the compiler fails."""
+    recipe = op_recipe()
+    if not (Path(recipe.argv[recipe.argv.index("-isystem") + 1]) / "torch" / "library.h").is_file():
+        raise BuildError("torch-op: this torch install has no C++ headers (torch/include/torch/library.h)")
+    return _build(
+        "torch-op",
+        recipe,
+        "torch-op",
+        compile_only=False,
+        extra=[],
+        inject_clean={},
+        compiler=compiler,
         cache_dir=cache_dir,
     )
 

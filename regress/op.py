@@ -1,8 +1,8 @@
-"""The kernel as a PyTorch operator: `torch.ops.regress.attention`.
+"""The kernel as a PyTorch operator: `torch.ops.regress.attention` and `.varlen_attention`.
 
-An operator in the `regress` namespace over the same C ABI library that `regress.kernel` loads with
-ctypes (docs/architecture.md, "A torch operator over a C ABI library"): the library is still built
-by the vendor compiler alone, with no torch C++ headers, and the operator is registered from Python.
+Operators in the `regress` namespace over the same C ABI library that `regress.kernel` loads with
+ctypes (docs/architecture.md, "A torch operator over a C ABI library"): the kernel libraries are
+still built by the vendor compiler alone, with no torch C++ headers.
 
   CPU tensors   the golden model (libregress_attn_cpu.so)
   CUDA tensors  the CUDA kernel, or the HIP kernel on a ROCm build of torch
@@ -12,12 +12,23 @@ Two operators: `attention` (dense, SDPA's is_causal / enable_gqa semantics plus 
 and `varlen_attention` (packed sequences, flash_attn_varlen_func's argument order; causal is
 bottom-right as in FlashAttention >= 2.1). docs/serving.md has a worked example of each.
 
-Registered with `torch.library.Library` (define + one Python kernel per dispatch key + a fake
-kernel) rather than the `torch.library.custom_op` decorator: the decorator adds a Python autograd
-wrapper that runs on every call (~30 µs of host time per call measured on CPU, against ~4 µs for
-the plain registration). The op is forward-only: its autograd kernel (CPU and CUDA) lets the forward
-run and gives the output a backward that raises, where torch's fallback would only warn and return
-no gradient. Inputs that need no gradient go straight to the kernel below autograd.
+The schemas and the fake kernels are defined here. The CPU, CUDA and autograd kernels are C++
+(kernel/torch/regress_op.cpp, built and loaded by regress.op_native; issue 40): behind torch's
+dispatcher, Python kernels that only allocate the output already cost more host time than SDPA's
+whole call on small shapes (docs/perf-notes.md, "The torch operator's host cost"). Where the C++
+library cannot be built or loaded (no C++ compiler, a torch without headers) the same kernels in
+Python below are registered instead, with a warning that says why: the same library runs the same
+bits either way, only the host time differs.
+REGRESS_OP=python asks for the Python kernels, REGRESS_OP=native refuses to fall back.
+`IMPLEMENTATION` says which ones this process runs. `python_ops()` registers the Python kernels under
+a second namespace (`regress_python`), so tests and benchmarks hold the two side by side.
+
+The Python kernels are registered with `torch.library.Library` (define + one Python kernel per
+dispatch key + a fake kernel) rather than the `torch.library.custom_op` decorator, whose Python
+autograd wrapper costs ~30 µs of host time per call. Both implementations are forward-only: their
+autograd kernel (CPU and CUDA) lets the forward run and gives the output a backward that raises,
+where torch's fallback would only warn and return no gradient. Inputs that need no gradient go
+straight to the kernel below autograd.
 
 The CUDA kernel launches on torch's current stream, allocates nothing but the output (through
 torch's allocator) and does no host synchronisation, so a call can be captured in a CUDA graph.
@@ -28,10 +39,14 @@ time.
 
 from __future__ import annotations
 
+import os
+import re
+import warnings
 from typing import Any
 
 import torch
 
+from regress.abi import KernelError
 from regress.loader import backend_for_device, default_library
 from regress.results import LAYOUTS
 
@@ -48,10 +63,10 @@ VARLEN_SCHEMA = (
     " bool causal=False, str rounding='rtna') -> (Tensor, Tensor)"
 )
 ALIGNMENTS = {"top_left": "causal_top_left", "bottom_right": "causal_bottom_right"}
-
-_LIB = torch.library.Library("regress", "DEF")  # kept referenced: the registrations live as long as it
-_LIB.define(SCHEMA)
-_LIB.define(VARLEN_SCHEMA)
+NAMESPACE = "regress"
+PYTHON_NAMESPACE = "regress_python"  # python_ops(): the Python kernels beside the C++ ones
+IMPLEMENTATIONS = ("native", "python")
+OP_ENV = "REGRESS_OP"  # "python": the Python kernels; "native": the C++ ones or an error; unset: auto
 
 
 def dense_mask(is_causal: bool, causal_alignment: str) -> str:
@@ -138,19 +153,24 @@ def _varlen_impl(
     return out, lse
 
 
-for _key in ("CPU", "CUDA"):
-    _LIB.impl("attention", _attention_impl, _key)
-    _LIB.impl("varlen_attention", _varlen_impl, _key)
+# How the C++ kernels end a refusal of the kernel library (regress_op.cpp `launch`): torch turns C++
+# errors into RuntimeError, so the ra_status travels in the text and kernel_error reads it back.
+_REFUSAL = re.compile(r"(.*) \[ra_status (\d+)\]", re.S)
 
 
-def backward_error(name: str) -> str:
+def kernel_error(exc: RuntimeError) -> KernelError | None:
+    """The KernelError that a RuntimeError of the C++ kernels stands for (the library refused the
+    call: same text as the Python path's KernelError, same code), None for any other error."""
+    m = _REFUSAL.fullmatch(str(exc))
+    return None if m is None else KernelError(m.group(1), int(m.group(2)))
+
+
+def backward_error(op: str) -> str:
+    """The refusal of a backward through `op` ("regress::attention"); regress_op.cpp says the same."""
     return (
-        f"regress::{name} has no backward: the kernel is forward-only. Run it under torch.no_grad() "
+        f"{op} has no backward: the kernel is forward-only. Run it under torch.no_grad() "
         "or torch.inference_mode(), or detach its inputs"
     )
-
-
-BACKWARD_ERROR = backward_error("attention")
 
 
 class _ForwardOnly(torch.autograd.Function):
@@ -158,52 +178,46 @@ class _ForwardOnly(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, name: str, keyset: torch._C.DispatchKeySet, *args: Any
+        ctx: Any, op: torch._ops.OpOverload, keyset: torch._C.DispatchKeySet, *args: Any
     ) -> Any:
-        ctx.op_name = name
-        return _redispatch(name, keyset, *args)
+        ctx.op_name = op._schema.name
+        return _redispatch(op, keyset, *args)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> None:  # type: ignore[override]
         raise RuntimeError(backward_error(ctx.op_name))
 
 
-def _redispatch(name: str, keyset: torch._C.DispatchKeySet, *args: Any) -> Any:
-    after = keyset & torch._C._after_autograd_keyset
-    return getattr(torch.ops.regress, name).default.redispatch(after, *args)
+def _redispatch(op: torch._ops.OpOverload, keyset: torch._C.DispatchKeySet, *args: Any) -> Any:
+    return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 
 
 def _needs_grad(*ts: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
-def _attention_autograd(
-    keyset: torch._C.DispatchKeySet,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *args: Any,
-) -> torch.Tensor:
-    if _needs_grad(q, k, v):
-        return _ForwardOnly.apply("attention", keyset, q, k, v, *args)  # type: ignore[no-any-return]
-    return _redispatch("attention", keyset, q, k, v, *args)  # type: ignore[no-any-return]
+def _autograd_kernel(op: torch._ops.OpOverload) -> Any:
+    """The Python autograd kernel of `op`: forward-only (see the module doc)."""
+
+    def kernel(
+        keyset: torch._C.DispatchKeySet, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any
+    ) -> Any:
+        if _needs_grad(q, k, v):
+            return _ForwardOnly.apply(op, keyset, q, k, v, *args)
+        return _redispatch(op, keyset, q, k, v, *args)
+
+    return kernel
 
 
-def _varlen_autograd(
-    keyset: torch._C.DispatchKeySet,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *args: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    if _needs_grad(q, k, v):
-        return _ForwardOnly.apply("varlen_attention", keyset, q, k, v, *args)  # type: ignore[no-any-return]
-    return _redispatch("varlen_attention", keyset, q, k, v, *args)  # type: ignore[no-any-return]
-
-
-for _key in ("AutogradCPU", "AutogradCUDA"):
-    _LIB.impl("attention", _attention_autograd, _key, with_keyset=True)
-    _LIB.impl("varlen_attention", _varlen_autograd, _key, with_keyset=True)
+def _register_python_kernels(lib: torch.library.Library) -> None:
+    """The Python CPU, CUDA and autograd kernels of both ops of `lib`'s namespace."""
+    ops = getattr(torch.ops, lib.ns)
+    for key in ("CPU", "CUDA"):
+        lib.impl("attention", _attention_impl, key)
+        lib.impl("varlen_attention", _varlen_impl, key)
+    for key in ("AutogradCPU", "AutogradCUDA"):
+        lib.impl("attention", _autograd_kernel(ops.attention.default), key, with_keyset=True)
+        lib.impl("varlen_attention", _autograd_kernel(ops.varlen_attention.default), key, with_keyset=True)
 
 
 def _check_bf16(**ts: torch.Tensor) -> None:
@@ -213,7 +227,6 @@ def _check_bf16(**ts: torch.Tensor) -> None:
         )
 
 
-@torch.library.register_fake("regress::attention", lib=_LIB)
 def _attention_fake(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -233,7 +246,6 @@ def _attention_fake(
     return q.new_empty(q.shape)
 
 
-@torch.library.register_fake("regress::varlen_attention", lib=_LIB)
 def _varlen_fake(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -252,9 +264,65 @@ def _varlen_fake(
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
+def _define(ns: str) -> torch.library.Library:
+    """Both schemas and their fake kernels in namespace `ns` (kept referenced by the caller: the
+    registrations live as long as the Library)."""
+    lib = torch.library.Library(ns, "DEF")
+    lib.define(SCHEMA)
+    lib.define(VARLEN_SCHEMA)
+    torch.library.register_fake(f"{ns}::attention", _attention_fake, lib=lib)
+    torch.library.register_fake(f"{ns}::varlen_attention", _varlen_fake, lib=lib)
+    return lib
+
+
+def _choose_kernels(lib: torch.library.Library) -> tuple[str, str]:
+    """Register the C++ kernels, or the Python ones where they cannot be had: (implementation, why)."""
+    from regress import op_native
+
+    want = os.environ.get(OP_ENV, "").strip().lower()
+    if want not in ("", *IMPLEMENTATIONS):
+        raise ValueError(f"{OP_ENV}={want!r}: expected 'native', 'python' or unset")
+    if want == "python":
+        _register_python_kernels(lib)
+        return "python", f"{OP_ENV}=python"
+    try:
+        info = op_native.load()
+    except op_native.NativeOpUnavailable as exc:
+        if want == "native":
+            raise
+        warnings.warn(
+            "regress: torch.ops.regress runs its Python kernels (the same kernel library and bits, "
+            f"more host time per call; set {OP_ENV}=python to choose them quietly): {exc}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        _register_python_kernels(lib)
+        return "python", str(exc)
+    return "native", f"{info['path']} (torch {info['torch']}, ABI v{info['abi']})"
+
+
+_LIB = _define(NAMESPACE)
+IMPLEMENTATION, IMPLEMENTATION_REASON = _choose_kernels(_LIB)
+"""Which kernels torch.ops.regress.* run in this process ("native": C++, "python"), and why
+(the library's path, or the reason the C++ one could not be had)."""
+
 attention_op = torch.ops.regress.attention.default
 """The operator overload: attention_op(q, k, v, layout, rounding, scale, is_causal, causal_alignment,
 enable_gqa)."""
 varlen_attention_op = torch.ops.regress.varlen_attention.default
 """The varlen overload: varlen_attention_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 max_seqlen_k, dropout_p, softmax_scale, causal, rounding) -> (out, softmax_lse)."""
+
+_PYTHON_LIB: list[torch.library.Library] = []
+
+
+def python_ops() -> tuple[torch._ops.OpOverload, torch._ops.OpOverload]:
+    """(attention, varlen_attention) with the Python kernels, as torch.ops.regress_python.*, whichever
+    kernels torch.ops.regress runs: the two implementations side by side in one process (tests
+    hold them to the same bits and errors; benchmarks/op_host.py times both)."""
+    if not _PYTHON_LIB:
+        lib = _define(PYTHON_NAMESPACE)
+        _register_python_kernels(lib)
+        _PYTHON_LIB.append(lib)
+    ops = getattr(torch.ops, PYTHON_NAMESPACE)
+    return ops.attention.default, ops.varlen_attention.default

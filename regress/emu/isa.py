@@ -1,7 +1,9 @@
 """Operand decoding and instruction semantics of the gfx942 subset the attention kernels use.
 
 `compile_instruction` turns one decoded `Instr` into a closure over a `Wave` plus the static facts the
-hazard checker and the cost trace need (`Meta`). Semantics follow AMD's CDNA3 ISA reference; the
+hazard checker and the cost trace need (`Meta`). The closure comes from the instruction's family: a
+table maps each mnemonic (exactly, or by a pattern for the sized forms) to one compiler (`family`);
+adding an instruction is adding a family or a row to a family's table. Semantics follow AMD's CDNA3 ISA reference; the
 floating-point cores live in regress.emu.fp. An instruction outside the subset is refused when the
 kernel is loaded (UnsupportedInstruction), never skipped.
 """
@@ -441,403 +443,12 @@ def _compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Me
             meta.sreads += _regs(op, "s")
     if name in ("v_fmac_f32",):
         meta.vreads += meta.vwrites
-    fn = _compile(name, ins, ops, meta, index_of)
-    return fn, meta
+    compiler = family_of(name)
+    if compiler is None:
+        raise UnsupportedInstruction(ins.text)
+    return compiler(Site(name, ins, ops, meta, index_of)), meta
 
 
-def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: dict[int, int]) -> Exec:
-    if name.endswith("_sdwa"):
-        return _compile_sdwa(name.removesuffix("_sdwa"), ins, ops)
-    if name in _PK_U16:
-        return _compile_pk_u16(name, ins, ops)
-    # ---- vector ALU ----
-    if name in _U32_BIN:
-        f, d, a, b = _U32_BIN[name], ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
-
-        def run(w: Wave) -> None:
-            w.vset(d, np.asarray(f(a(w), b(w)), dtype=np.uint32))
-
-        return run
-    if name in _F32_BIN:
-        f, d, af, bf = _F32_BIN[name], ops[0].index, reader_f32(ops[1]), reader_f32(ops[2])
-
-        def run(w: Wave) -> None:
-            w.vsetf(d, f(af(w), bf(w)))
-
-        return run
-    if name in _VCMP or name in _VCMP_F:
-        cmp = _VCMP.get(name) or _VCMP_F[name]
-        rd = reader_f32 if name in _VCMP_F else reader_u32
-        a, b = rd(ops[1]), rd(ops[2])
-        dst = ops[0].index
-
-        def run(w: Wave) -> None:
-            lanes = np.broadcast_to(cmp(a(w), b(w)), (64,)) & w.mask
-            w.set_mask_reg(dst, lanes)
-
-        return run
-    if name == "v_mov_b32":
-        d, a = ops[0].index, reader_u32(ops[1])
-        return lambda w: w.vset(d, _full(a(w), np.uint32))
-    if name == "v_mov_b64":
-        d, a = ops[0].index, reader_u64(ops[1])
-
-        def run(w: Wave) -> None:
-            w.vset64(d, _full(a(w), np.uint64))
-
-        return run
-    if name == "v_cndmask_b32":
-        d, a, b = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
-        sel = ops[3].index if len(ops) > 3 else VCC
-
-        def run(w: Wave) -> None:
-            w.vset(
-                d, np.where(w.lanes(sel), _full(b(w), np.uint32), _full(a(w), np.uint32)).astype(np.uint32)
-            )
-
-        return run
-    if name in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
-        # popcount of the mask bits below this lane, in the low or the high half of the 64 lanes.
-        d, a, b = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
-        below = _BELOW_LO if name.endswith("lo_u32_b32") else _BELOW_HI
-
-        def run(w: Wave) -> None:
-            m = _full(a(w), np.uint32)[:, None] & below
-            cnt = np.unpackbits(m.view(np.uint8).reshape(64, 4), axis=1).sum(axis=1)
-            w.vset(d, ((cnt.astype(np.uint64) + np.asarray(b(w), np.uint64)) & M32).astype(np.uint32))
-
-        return run
-    if name == "v_nop":
-        return lambda w: None
-    if name == "v_log_f32":
-        d, a = ops[0].index, reader_f32(ops[1])
-        return lambda w: w.vsetf(d, fp.log2_f32(_full(a(w), np.float32)))
-    if name == "v_readfirstlane_b32":
-        d, a = ops[0].index, reader_u32(ops[1])
-
-        def run(w: Wave) -> None:
-            x = _full(a(w), np.uint32)
-            act = np.flatnonzero(w.mask)
-            w.sset(d, int(x[act[0] if act.size else 0]))
-
-        return run
-    if name in ("v_fma_f32", "v_fmac_f32"):
-        d = ops[0].index
-        a, b = reader_f32(ops[1]), reader_f32(ops[2])
-        c = reader_f32(ops[3]) if name == "v_fma_f32" else reader_f32(Operand("v", d))
-        return lambda w: w.vsetf(
-            d, fp.fma_f32(_full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32))
-        )
-    if name == "v_max3_f32":
-        d, a, b, c = ops[0].index, reader_f32(ops[1]), reader_f32(ops[2]), reader_f32(ops[3])
-        return lambda w: w.vsetf(d, np.fmax(np.fmax(a(w), b(w)), c(w), dtype=np.float32))
-    if name in ("v_exp_f32", "v_rcp_f32", "v_rcp_iflag_f32"):
-        f1 = fp.exp2_f32 if name == "v_exp_f32" else fp.rcp_f32
-        d, a = ops[0].index, reader_f32(ops[1])
-        return lambda w: w.vsetf(d, f1(_full(a(w), np.float32)))
-    if name == "v_cvt_f32_u32":
-        d, a = ops[0].index, reader_u32(ops[1])
-        return lambda w: w.vsetf(d, _full(a(w), np.uint32).astype(np.float32))
-    if name == "v_cvt_u32_f32":
-        d, af = ops[0].index, reader_f32(ops[1])
-
-        def run(w: Wave) -> None:
-            x = _full(af(w), np.float32).astype(np.float64)
-            x = np.where(np.isnan(x), 0.0, np.clip(np.trunc(x), 0.0, float(M32)))
-            w.vset(d, x.astype(np.uint32))
-
-        return run
-    if name == "v_add3_u32":
-        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
-        return lambda w: w.vset(d, ((np.asarray(a(w), np.uint64) + b(w) + c(w)) & M32).astype(np.uint32))
-    if name == "v_lshl_or_b32":
-        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
-        return lambda w: w.vset(
-            d,
-            (((np.asarray(a(w), np.uint64) << (np.asarray(b(w), np.uint64) & 31)) & M32) | c(w)).astype(
-                np.uint32
-            ),
-        )
-    if name == "v_lshl_add_u32":
-        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
-        return lambda w: w.vset(
-            d,
-            (
-                (((np.asarray(a(w), np.uint64) << (np.asarray(b(w), np.uint64) & 31)) & M32) + c(w)) & M32
-            ).astype(np.uint32),
-        )
-    if name in ("v_or3_b32", "v_mad_u32_u24"):
-        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
-        if name == "v_or3_b32":
-            return lambda w: w.vset(d, _full(a(w) | b(w) | c(w), np.uint32))
-        return lambda w: w.vset(
-            d, _full((_u24(a(w)) * _u24(b(w)) + np.asarray(c(w), np.uint64)) & M32, np.uint32)
-        )
-    if name == "v_and_or_b32":
-        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
-        return lambda w: w.vset(d, _full((a(w) & b(w)) | c(w), np.uint32))
-    if name == "v_bfe_u32":
-        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
-
-        def run(w: Wave) -> None:
-            off = np.asarray(b(w), np.uint64) & 31
-            width = np.asarray(c(w), np.uint64) & 31
-            w.vset(
-                d,
-                _full(
-                    (np.asarray(a(w), np.uint64) >> off) & ((np.uint64(1) << width) - np.uint64(1)), np.uint32
-                ),
-            )
-
-        return run
-    if name == "v_perm_b32":
-        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
-
-        def run(w: Wave) -> None:
-            sel = c(w)
-            if isinstance(sel, int) and _perm_plain(sel):
-                # A wave-uniform selector of source bytes only (the bf16 packing case): one gather.
-                pool = np.empty((2, 64), np.uint32)
-                pool[0], pool[1] = b(w), a(w)
-                cols = _perm_cols(sel)
-                w.vset(d, np.ascontiguousarray(pool.T).view(np.uint8)[:, cols].copy().view(np.uint32).ravel())
-                return
-            w.vset(d, perm_b32(_full(a(w), np.uint32), _full(b(w), np.uint32), _full(sel, np.uint32)))
-
-        return run
-    if name == "v_lshl_add_u64":
-        d, a, b, c = ops[0].index, reader_u64(ops[1]), reader_u32(ops[2]), reader_u64(ops[3])
-
-        def run(w: Wave) -> None:
-            sh = np.asarray(b(w), np.uint64) & np.uint64(63)
-            w.vset64(d, _full((np.asarray(a(w), np.uint64) << sh) + np.asarray(c(w), np.uint64), np.uint64))
-
-        return run
-    if name == "v_lshlrev_b64":
-        d, a, b = ops[0].index, reader_u32(ops[1]), reader_u64(ops[2])
-
-        def run(w: Wave) -> None:
-            sh = np.asarray(a(w), np.uint64) & np.uint64(63)
-            w.vset64(d, _full(np.asarray(b(w), np.uint64) << sh, np.uint64))
-
-        return run
-    if name in _CARRY_OPS:
-        # VOP2/VOP3b with a carry (borrow) out in a lane mask and, for addc/subb, a carry in.
-        d, sd = ops[0].index, ops[1].index
-        a, b = reader_u32(ops[2]), reader_u32(ops[3])
-        add, rev, cin = _CARRY_OPS[name]
-        cin_reg = (ops[4].index if len(ops) > 4 else VCC) if cin else None
-        if "clamp" in ins.modifiers:
-            raise UnsupportedInstruction(ins.text)
-
-        def run(w: Wave) -> None:
-            x = _full(a(w), np.uint32).astype(np.int64)
-            y = _full(b(w), np.uint32).astype(np.int64)
-            if rev:
-                x, y = y, x
-            c = w.lanes(cin_reg).astype(np.int64) if cin_reg is not None else 0
-            r = x + y + c if add else x - y - c
-            out = (r > 0xFFFFFFFF) if add else (r < 0)
-            w.vset(d, (r & 0xFFFFFFFF).astype(np.uint32))
-            w.set_mask_reg(sd, out & w.mask)
-
-        return run
-    if name == "v_mad_u64_u32":
-        d, sd = ops[0].index, ops[1].index
-        a, b, c = reader_u32(ops[2]), reader_u32(ops[3]), reader_u64(ops[4])
-
-        def run(w: Wave) -> None:
-            addend = _full(c(w), np.uint64)
-            r = np.asarray(a(w), np.uint64) * np.asarray(b(w), np.uint64) + addend
-            w.vset64(d, _full(r, np.uint64))
-            w.set_mask_reg(sd, _full(r < addend, bool) & w.mask)
-
-        return run
-    if name in _PK_F32:
-        # Packed fp32: the low result from each source's op_sel register of the pair, the high one
-        # from its op_sel_hi register (defaults [0,..] and [1,..]).
-        f, n = _PK_F32[name]
-        d, srcs = ops[0].index, ops[1 : 1 + n]
-        hi_sel = [
-            int(x)
-            for x in ins.modifiers.get("op_sel_hi", "[" + ",".join("1" * n) + "]").strip("[]").split(",")
-        ]
-        lo_sel = [
-            int(x) for x in ins.modifiers.get("op_sel", "[" + ",".join("0" * n) + "]").strip("[]").split(",")
-        ]
-        if "clamp" in ins.modifiers or any(o.neg or o.abs for o in srcs):
-            raise UnsupportedInstruction(ins.text)
-        # neg_lo / neg_hi: per source, negate the operand feeding the low / the high result.
-        neg_lo, neg_hi = (
-            [int(x) for x in ins.modifiers.get(k, "[" + ",".join("0" * n) + "]").strip("[]").split(",")]
-            for k in ("neg_lo", "neg_hi")
-        )
-
-        def half(op: Operand, sel: int, neg: int) -> Reader:
-            r = reader_f32(Operand(op.kind, op.index + sel, 1, op.value) if op.kind != "imm" else op)
-            return (lambda w: np.negative(np.asarray(r(w), np.float32))) if neg else r
-
-        los = [half(o, lo_sel[k], neg_lo[k]) for k, o in enumerate(srcs)]
-        his = [half(o, hi_sel[k], neg_hi[k]) for k, o in enumerate(srcs)]
-
-        def run(w: Wave) -> None:
-            lo = f(*(r(w) for r in los))
-            hi = f(*(r(w) for r in his))
-            w.vsetf(d, lo)
-            w.vsetf(d + 1, hi)
-
-        return run
-    if name == "v_div_scale_f32":
-        d, sd = ops[0].index, ops[1].index
-        a, b, c = reader_f32(ops[2]), reader_f32(ops[3]), reader_f32(ops[4])
-
-        def run(w: Wave) -> None:
-            r, vcc = fp.div_scale_f32(
-                _full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32)
-            )
-            w.vsetf(d, r)
-            w.set_mask_reg(sd, vcc & w.mask)
-
-        return run
-    if name == "v_div_fmas_f32":
-        d, a, b, c = ops[0].index, reader_f32(ops[1]), reader_f32(ops[2]), reader_f32(ops[3])
-        meta.sreads += (VCC, VCC + 1)
-
-        def run(w: Wave) -> None:
-            w.vsetf(
-                d,
-                fp.div_fmas_f32(
-                    _full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32), w.lanes(VCC)
-                ),
-            )
-
-        return run
-    if name == "v_div_fixup_f32":
-        d, a, b, c = ops[0].index, reader_f32(ops[1]), reader_f32(ops[2]), reader_f32(ops[3])
-        return lambda w: w.vsetf(
-            d, fp.div_fixup_f32(_full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32))
-        )
-    if name in MFMA_PASSES:
-        return _compile_mfma(name, ins, ops, meta)
-    # ---- memory ----
-    if m := _BUFFER.match(name):
-        return _compile_buffer(name, m.group(1), int(m.group(2)[1]) if m.group(2) else 1, ins, ops, meta)
-    if name in _DS_READ2:
-        ndw, scale = _DS_READ2[name]
-        d, a = ops[0].index, reader_u32(ops[1])
-        offs = tuple(int(ins.modifiers.get(f"offset{i}", "0"), 0) * scale for i in (0, 1))
-        return lambda w: w.lds_read2(a(w), offs, d, ndw)
-    if name == "ds_swizzle_b32":
-        d, a = ops[0].index, reader_u32(ops[1])
-        src_lane = swizzle_lanes(ins.modifiers.get("offset", "0"))
-        return lambda w: w.ds_swizzle(d, a(w), src_lane)
-    if name.startswith(("scratch_load_dword", "scratch_store_dword")):
-        # Private memory (architected flat scratch): lane address = offset + vaddr + saddr.
-        store = name.startswith("scratch_store")
-        ndw = {"": 1, "x2": 2, "x3": 3, "x4": 4}[name.rsplit("dword", 1)[1]]
-        vaddr, data_op, saddr = (ops[0], ops[1], ops[2]) if store else (ops[1], ops[0], ops[2])
-        offset = int(ins.modifiers.get("offset", "0"), 0)
-        va = reader_u32(vaddr) if vaddr.kind != "off" else (lambda w: 0)
-        sa = reader_u32(saddr) if saddr.kind != "off" else (lambda w: 0)
-        di = data_op.index
-        return lambda w: w.scratch(np.asarray(va(w), np.uint64) + np.uint64(sa(w) + offset), di, ndw, store)
-    if name == "global_store_short":
-        addr16, off16, src16 = reader_u64(ops[0]), int(ins.modifiers.get("offset", "0"), 0), ops[1].index
-        if ops[2].kind != "off":
-            raise UnsupportedInstruction(ins.text)
-        return lambda w: w.global_store(addr16(w), off16, src16, 1, nbytes=2)
-    if name.startswith("global_load_dword") or name.startswith("global_store_dword"):
-        store = name.startswith("global_store")
-        ndw = {"": 1, "x2": 2, "x3": 3, "x4": 4}[name.rsplit("dword", 1)[1]]
-        data_op = ops[1] if store else ops[0]
-        addr_op, saddr = (ops[0], ops[2]) if store else (ops[1], ops[2])
-        offset = int(ins.modifiers.get("offset", "0"), 0)
-        if saddr.kind == "off":
-            addr: Reader = reader_u64(addr_op)
-        else:  # saddr + 32-bit vaddr offset
-            s64, v32 = reader_u64(saddr), reader_u32(addr_op)
-            addr = lambda w: np.uint64(s64(w)) + np.asarray(v32(w), np.uint64)  # noqa: E731
-        di = data_op.index
-        if store:
-            return lambda w: w.global_store(addr(w), offset, di, ndw)
-        return lambda w: w.global_load(addr(w), offset, di, ndw)
-    if name in (
-        "ds_read_b128",
-        "ds_read_b64",
-        "ds_read_b32",
-        "ds_write_b128",
-        "ds_write_b64",
-        "ds_write_b32",
-    ):
-        nbytes = int(name.rsplit("_b", 1)[1]) // 8
-        offset = int(ins.modifiers.get("offset", "0"), 0)
-        if name.startswith("ds_read"):
-            d, a = ops[0].index, reader_u32(ops[1])
-            return lambda w: w.lds_read(a(w), offset, d, nbytes // 4)
-        a, src = reader_u32(ops[0]), ops[1].index
-        return lambda w: w.lds_write(a(w), offset, src, nbytes // 4)
-    if name == "ds_permute_b32":
-        d, a, src = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
-        offset = int(ins.modifiers.get("offset", "0"), 0)
-        return lambda w: w.ds_permute(d, a(w), src(w), offset)
-    if name == "ds_bpermute_b32":
-        d, a, src = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
-        offset = int(ins.modifiers.get("offset", "0"), 0)
-        return lambda w: w.ds_bpermute(d, a(w), src(w), offset)
-    if name.startswith("s_load_dword"):
-        ndw = {"": 1, "x2": 2, "x4": 4, "x8": 8, "x16": 16}[name.removeprefix("s_load_dword")]
-        d, base = ops[0].index, reader_u64(ops[1])
-        off = reader_u32(ops[2])
-        return lambda w: w.smem_load(d, int(base(w)) + int(off(w)), ndw)
-    # ---- scalar ----
-    if name in ("s_nop",):
-        meta.wait_states = int(ins.operands[0], 0) + 1
-        return lambda w: None
-    if name == "s_setprio":
-        # Issue priority between the waves of a SIMD: no effect on results; the wave keeps it for a
-        # scheduler that models arbitration.
-        prio = int(ins.operands[0], 0) & 3
-
-        def run(w: Wave) -> None:
-            w.prio = prio
-
-        return run
-    if name == "s_waitcnt":
-        vm, lgkm = _waitcnt(ins.operands)
-        return lambda w: w.waitcnt(vm, lgkm)
-    if name == "s_barrier":
-        return lambda w: -1
-    if name == "s_endpgm":
-        return lambda w: -2
-    if name == "s_branch" or name.startswith("s_cbranch"):
-        tgt_addr = ins.branch_target
-        if tgt_addr not in index_of:
-            raise UnsupportedInstruction(f"branch to 0x{tgt_addr:x} is not an instruction boundary")
-        tgt = index_of[tgt_addr]
-        meta.target = tgt
-        cond: Callable[[Wave], bool] = {
-            "s_branch": lambda w: True,
-            "s_cbranch_scc0": lambda w: w.scc == 0,
-            "s_cbranch_scc1": lambda w: w.scc == 1,
-            "s_cbranch_vccz": lambda w: (w.s[VCC] | w.s[VCC + 1]) == 0,
-            "s_cbranch_vccnz": lambda w: (w.s[VCC] | w.s[VCC + 1]) != 0,
-            "s_cbranch_execz": lambda w: w.exec == 0,
-            "s_cbranch_execnz": lambda w: w.exec != 0,
-        }[name]
-        if name in ("s_cbranch_vccz", "s_cbranch_vccnz"):
-            meta.sreads += (VCC, VCC + 1)
-        return lambda w: tgt if cond(w) else None
-    return _compile_salu(name, ins, ops, meta)
-
-
-_BUFFER = re.compile(r"^buffer_(load|store)_dword(x[234])?$")
-# ds_read2*: (dwords per element, bytes per offset unit); the st64 forms step 64 elements.
-_DS_READ2 = {
-    "ds_read2_b32": (1, 4),
-    "ds_read2_b64": (2, 8),
-    "ds_read2st64_b32": (1, 256),
-    "ds_read2st64_b64": (2, 512),
-}
 _LANE = np.arange(64, dtype=np.uint64)
 _MASK_BELOW = (np.uint64(1) << _LANE) - np.uint64(1)  # lane l: bits 0 .. l-1
 _BELOW_LO = (_MASK_BELOW & np.uint64(M32)).astype(np.uint32)[:, None]
@@ -873,39 +484,484 @@ def swizzle_lanes(offset: str) -> np.ndarray:
     return (lane & 0x20) | (((lane & and_m) | or_m) ^ xor_m)
 
 
-def _compile_buffer(name: str, op: str, ndw: int, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
-    """MUBUF buffer_load/store_dword[x2,x3,x4] over a raw buffer resource (CDNA3 ISA, "Buffer
-    Instructions"): address = base + soffset + inst_offset + (offen ? vaddr : 0), every dword checked
-    against num_records with soffset counted (machine.Wave._buffer_dwords), out-of-range loads read 0
-    and stores are dropped. With `lds` the dword goes to LDS at M0 + inst_offset + 4 * lane instead
-    of a VGPR."""
-    mods = ins.modifiers
-    lds = "lds" in mods
-    if "offen" not in mods and ops[1 if not lds else 0].kind != "off":
-        raise UnsupportedInstruction(f"{ins.text}: vaddr without offen/idxen")
-    if lds and (op == "store" or ndw != 1):
-        raise UnsupportedInstruction(ins.text)
-    data_op, vaddr, rsrc, soff = (None, *ops) if lds else ops
-    if rsrc.kind != "s" or rsrc.count != 4:
-        raise UnsupportedInstruction(f"{ins.text}: resource operand")
-    inst_off = int(mods.get("offset", "0"), 0)
-    voff = reader_u32(vaddr) if "offen" in mods else (lambda w: 0)
-    sof = reader_u32(soff)
-    ri = rsrc.index
-    if lds:
-        meta.sreads += (M0,)
-        return lambda w: w.buffer_load_lds(w.s[ri : ri + 4], sof(w), voff(w), inst_off)
-    assert data_op is not None
-    di = data_op.index
-    if op == "store":
-        return lambda w: w.buffer_store(w.s[ri : ri + 4], sof(w), voff(w), inst_off, di, ndw)
-    return lambda w: w.buffer_load(w.s[ri : ri + 4], sof(w), voff(w), inst_off, di, ndw)
+# --- the instruction families ---------------------------------------------------------------------
+#
+# Each family compiles the instructions of one shape of semantics (a table of binary ops, a memory
+# access, a branch) from a `Site`. `family` registers it under its exact mnemonics, or under a
+# pattern for the families whose mnemonics encode a size (`global_load_dwordx4`); a mnemonic matches
+# at most one family (tests/emu/test_isa.py), so the order of the table decides nothing. A mnemonic
+# that matches none is refused when the kernel is loaded.
 
 
-def _compile_mfma(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
+@dataclass
+class Site:
+    """One instruction being compiled: its mnemonic without the encoding suffix, the decoded operands
+    and the static facts a family may add to (`meta`), plus the reader shorthands every family uses."""
+
+    name: str
+    ins: Instr
+    ops: list[Operand]
+    meta: Meta
+    index_of: dict[int, int]  # entry-relative address -> instruction index (branch targets)
+
+    @property
+    def d(self) -> int:
+        """The first operand's register: the destination, or a store's address."""
+        return self.ops[0].index
+
+    def u32(self, k: int) -> Reader:
+        return reader_u32(self.ops[k])
+
+    def u64(self, k: int) -> Reader:
+        return reader_u64(self.ops[k])
+
+    def f32(self, k: int) -> Reader:
+        return reader_f32(self.ops[k])
+
+    def offset(self, key: str = "offset") -> int:
+        return int(self.ins.modifiers.get(key, "0"), 0)
+
+    def sel(self, key: str, n: int, default: str) -> list[int]:
+        """A per-source modifier list (op_sel, neg_lo, ...), `default` for each of `n` sources if absent."""
+        text = self.ins.modifiers.get(key, "[" + ",".join(default * n) + "]")
+        return [int(x) for x in text.strip("[]").split(",")]
+
+
+Compiler = Callable[[Site], Exec]
+_BY_NAME: dict[str, Compiler] = {}
+_BY_PATTERN: list[tuple[re.Pattern[str], Compiler]] = []
+
+
+def family(*names: str, pattern: str | None = None) -> Callable[[Compiler], Compiler]:
+    """Registers a family compiler for exact mnemonics and/or a full-match pattern."""
+
+    def register(fn: Compiler) -> Compiler:
+        for n in names:
+            if n in _BY_NAME:
+                raise ValueError(f"{n} is in two instruction families")
+            _BY_NAME[n] = fn
+        if pattern is not None:
+            _BY_PATTERN.append((re.compile(pattern), fn))
+        return fn
+
+    return register
+
+
+def family_of(name: str) -> Compiler | None:
+    """The family that compiles mnemonic `name` (without _e32/_e64), None when none does."""
+    fn = _BY_NAME.get(name)
+    if fn is not None:
+        return fn
+    return next((fn for p, fn in _BY_PATTERN if p.fullmatch(name)), None)
+
+
+# ---- vector ALU: tables of element-wise ops ----
+
+
+@family(*_U32_BIN)
+def _valu_u32_bin(s: Site) -> Exec:
+    f, d, a, b = _U32_BIN[s.name], s.d, s.u32(1), s.u32(2)
+
+    def run(w: Wave) -> None:
+        w.vset(d, np.asarray(f(a(w), b(w)), dtype=np.uint32))
+
+    return run
+
+
+@family(*_F32_BIN)
+def _valu_f32_bin(s: Site) -> Exec:
+    f, d, af, bf = _F32_BIN[s.name], s.d, s.f32(1), s.f32(2)
+
+    def run(w: Wave) -> None:
+        w.vsetf(d, f(af(w), bf(w)))
+
+    return run
+
+
+@family(*_VCMP, *_VCMP_F)
+def _valu_compare(s: Site) -> Exec:
+    name = s.name
+    cmp = _VCMP.get(name) or _VCMP_F[name]
+    rd = reader_f32 if name in _VCMP_F else reader_u32
+    a, b = rd(s.ops[1]), rd(s.ops[2])
+    dst = s.d
+
+    def run(w: Wave) -> None:
+        lanes = np.broadcast_to(cmp(a(w), b(w)), (64,)) & w.mask
+        w.set_mask_reg(dst, lanes)
+
+    return run
+
+
+@family(pattern=r".+_sdwa")
+def _valu_sdwa(s: Site) -> Exec:
+    """SDWA forms (sub-dword selects on the sources, whole-dword destination only)."""
+    name, mods, ops = s.name.removesuffix("_sdwa"), s.ins.modifiers, s.ops
+    if mods.get("dst_sel", "DWORD") != "DWORD" or mods.get("dst_unused", "UNUSED_PAD") != "UNUSED_PAD":
+        raise UnsupportedInstruction(s.ins.text)
+    a = _sdwa_reader(ops[1], mods.get("src0_sel", "DWORD"))
+    b = _sdwa_reader(ops[2], mods.get("src1_sel", "DWORD"))
+    if name in _VCMP:
+        cmp, dst = _VCMP[name], ops[0].index
+
+        def run_cmp(w: Wave) -> None:
+            w.set_mask_reg(dst, np.broadcast_to(cmp(a(w), b(w)), (64,)) & w.mask)
+
+        return run_cmp
+    if name in _U32_BIN:
+        f, d = _U32_BIN[name], ops[0].index
+        return lambda w: w.vset(d, _full(np.asarray(f(a(w), b(w))), np.uint32))
+    raise UnsupportedInstruction(s.ins.text)
+
+
+@family(*_PK_U16)
+def _valu_pk_u16(s: Site) -> Exec:
+    """Packed 16-bit integer ops: lo half from op_sel, hi half from op_sel_hi (default [0,0] / [1,1])."""
+    if any(k in s.ins.modifiers for k in ("neg_lo", "neg_hi", "clamp")):
+        raise UnsupportedInstruction(s.ins.text)
+    hi_sel = [int(x) for x in s.ins.modifiers.get("op_sel_hi", "[1,1]").strip("[]").split(",")]
+    lo_sel = [int(x) for x in s.ins.modifiers.get("op_sel", "[0,0]").strip("[]").split(",")]
+    f, d, a, b = _PK_U16[s.name], s.d, s.u32(1), s.u32(2)
+
+    def half(x: Any, sel: int) -> np.ndarray:
+        return (np.asarray(x, np.uint32) >> np.uint32(16 * sel)) & np.uint32(0xFFFF)
+
+    def run(w: Wave) -> None:
+        x, y = a(w), b(w)
+        lo = f(half(x, lo_sel[0]), half(y, lo_sel[1])) & 0xFFFF
+        hi = f(half(x, hi_sel[0]), half(y, hi_sel[1])) & 0xFFFF
+        w.vset(d, _full(np.asarray(lo | (hi << np.uint32(16)), np.uint32), np.uint32))
+
+    return run
+
+
+@family(*_PK_F32)
+def _valu_pk_f32(s: Site) -> Exec:
+    """Packed fp32: the low result from each source's op_sel register of the pair, the high one from
+    its op_sel_hi register (defaults [0,..] and [1,..]); neg_lo / neg_hi negate, per source, the
+    operand feeding the low / the high result."""
+    f, n = _PK_F32[s.name]
+    d, srcs = s.d, s.ops[1 : 1 + n]
+    hi_sel, lo_sel = s.sel("op_sel_hi", n, "1"), s.sel("op_sel", n, "0")
+    if "clamp" in s.ins.modifiers or any(o.neg or o.abs for o in srcs):
+        raise UnsupportedInstruction(s.ins.text)
+    neg_lo, neg_hi = s.sel("neg_lo", n, "0"), s.sel("neg_hi", n, "0")
+
+    def half(op: Operand, sel: int, neg: int) -> Reader:
+        r = reader_f32(Operand(op.kind, op.index + sel, 1, op.value) if op.kind != "imm" else op)
+        return (lambda w: np.negative(np.asarray(r(w), np.float32))) if neg else r
+
+    los = [half(o, lo_sel[k], neg_lo[k]) for k, o in enumerate(srcs)]
+    his = [half(o, hi_sel[k], neg_hi[k]) for k, o in enumerate(srcs)]
+
+    def run(w: Wave) -> None:
+        lo = f(*(r(w) for r in los))
+        hi = f(*(r(w) for r in his))
+        w.vsetf(d, lo)
+        w.vsetf(d + 1, hi)
+
+    return run
+
+
+# ---- vector ALU: moves, selects and lane counts ----
+
+
+@family("v_mov_b32")
+def _v_mov_b32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+    return lambda w: w.vset(d, _full(a(w), np.uint32))
+
+
+@family("v_mov_b64")
+def _v_mov_b64(s: Site) -> Exec:
+    d, a = s.d, s.u64(1)
+
+    def run(w: Wave) -> None:
+        w.vset64(d, _full(a(w), np.uint64))
+
+    return run
+
+
+@family("v_cndmask_b32")
+def _v_cndmask_b32(s: Site) -> Exec:
+    d, a, b = s.d, s.u32(1), s.u32(2)
+    sel = s.ops[3].index if len(s.ops) > 3 else VCC
+
+    def run(w: Wave) -> None:
+        w.vset(d, np.where(w.lanes(sel), _full(b(w), np.uint32), _full(a(w), np.uint32)).astype(np.uint32))
+
+    return run
+
+
+@family("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32")
+def _v_mbcnt(s: Site) -> Exec:
+    """The popcount of the mask bits below this lane, in the low or the high half of the 64 lanes."""
+    d, a, b = s.d, s.u32(1), s.u32(2)
+    below = _BELOW_LO if s.name.endswith("lo_u32_b32") else _BELOW_HI
+
+    def run(w: Wave) -> None:
+        m = _full(a(w), np.uint32)[:, None] & below
+        cnt = np.unpackbits(m.view(np.uint8).reshape(64, 4), axis=1).sum(axis=1)
+        w.vset(d, ((cnt.astype(np.uint64) + np.asarray(b(w), np.uint64)) & M32).astype(np.uint32))
+
+    return run
+
+
+@family("v_nop")
+def _v_nop(s: Site) -> Exec:
+    return lambda w: None
+
+
+@family("v_readfirstlane_b32")
+def _v_readfirstlane_b32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+
+    def run(w: Wave) -> None:
+        x = _full(a(w), np.uint32)
+        act = np.flatnonzero(w.mask)
+        w.sset(d, int(x[act[0] if act.size else 0]))
+
+    return run
+
+
+# ---- vector ALU: fp32 arithmetic, transcendentals and conversions ----
+
+
+@family("v_fma_f32", "v_fmac_f32")
+def _v_fma_f32(s: Site) -> Exec:
+    d = s.d
+    a, b = s.f32(1), s.f32(2)
+    c = s.f32(3) if s.name == "v_fma_f32" else reader_f32(Operand("v", d))
+    return lambda w: w.vsetf(
+        d, fp.fma_f32(_full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32))
+    )
+
+
+@family("v_max3_f32")
+def _v_max3_f32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.f32(1), s.f32(2), s.f32(3)
+    return lambda w: w.vsetf(d, np.fmax(np.fmax(a(w), b(w)), c(w), dtype=np.float32))
+
+
+@family("v_log_f32", "v_exp_f32", "v_rcp_f32", "v_rcp_iflag_f32")
+def _valu_transcendental(s: Site) -> Exec:
+    f1 = {"v_log_f32": fp.log2_f32, "v_exp_f32": fp.exp2_f32}.get(s.name, fp.rcp_f32)
+    d, a = s.d, s.f32(1)
+    return lambda w: w.vsetf(d, f1(_full(a(w), np.float32)))
+
+
+@family("v_cvt_f32_u32")
+def _v_cvt_f32_u32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+    return lambda w: w.vsetf(d, _full(a(w), np.uint32).astype(np.float32))
+
+
+@family("v_cvt_u32_f32")
+def _v_cvt_u32_f32(s: Site) -> Exec:
+    d, af = s.d, s.f32(1)
+
+    def run(w: Wave) -> None:
+        x = _full(af(w), np.float32).astype(np.float64)
+        x = np.where(np.isnan(x), 0.0, np.clip(np.trunc(x), 0.0, float(M32)))
+        w.vset(d, x.astype(np.uint32))
+
+    return run
+
+
+@family("v_div_scale_f32")
+def _v_div_scale_f32(s: Site) -> Exec:
+    d, sd = s.d, s.ops[1].index
+    a, b, c = s.f32(2), s.f32(3), s.f32(4)
+
+    def run(w: Wave) -> None:
+        r, vcc = fp.div_scale_f32(_full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32))
+        w.vsetf(d, r)
+        w.set_mask_reg(sd, vcc & w.mask)
+
+    return run
+
+
+@family("v_div_fmas_f32")
+def _v_div_fmas_f32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.f32(1), s.f32(2), s.f32(3)
+    s.meta.sreads += (VCC, VCC + 1)
+
+    def run(w: Wave) -> None:
+        w.vsetf(
+            d,
+            fp.div_fmas_f32(
+                _full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32), w.lanes(VCC)
+            ),
+        )
+
+    return run
+
+
+@family("v_div_fixup_f32")
+def _v_div_fixup_f32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.f32(1), s.f32(2), s.f32(3)
+    return lambda w: w.vsetf(
+        d, fp.div_fixup_f32(_full(a(w), np.float32), _full(b(w), np.float32), _full(c(w), np.float32))
+    )
+
+
+# ---- vector ALU: three-source integer ops and 64-bit shifts ----
+
+
+@family("v_add3_u32")
+def _v_add3_u32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+    return lambda w: w.vset(d, ((np.asarray(a(w), np.uint64) + b(w) + c(w)) & M32).astype(np.uint32))
+
+
+@family("v_lshl_or_b32")
+def _v_lshl_or_b32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+    return lambda w: w.vset(
+        d,
+        (((np.asarray(a(w), np.uint64) << (np.asarray(b(w), np.uint64) & 31)) & M32) | c(w)).astype(
+            np.uint32
+        ),
+    )
+
+
+@family("v_lshl_add_u32")
+def _v_lshl_add_u32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+    return lambda w: w.vset(
+        d,
+        ((((np.asarray(a(w), np.uint64) << (np.asarray(b(w), np.uint64) & 31)) & M32) + c(w)) & M32).astype(
+            np.uint32
+        ),
+    )
+
+
+@family("v_or3_b32")
+def _v_or3_b32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+    return lambda w: w.vset(d, _full(a(w) | b(w) | c(w), np.uint32))
+
+
+@family("v_mad_u32_u24")
+def _v_mad_u32_u24(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+    return lambda w: w.vset(
+        d, _full((_u24(a(w)) * _u24(b(w)) + np.asarray(c(w), np.uint64)) & M32, np.uint32)
+    )
+
+
+@family("v_and_or_b32")
+def _v_and_or_b32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+    return lambda w: w.vset(d, _full((a(w) & b(w)) | c(w), np.uint32))
+
+
+@family("v_bfe_u32")
+def _v_bfe_u32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+
+    def run(w: Wave) -> None:
+        off = np.asarray(b(w), np.uint64) & 31
+        width = np.asarray(c(w), np.uint64) & 31
+        w.vset(
+            d,
+            _full((np.asarray(a(w), np.uint64) >> off) & ((np.uint64(1) << width) - np.uint64(1)), np.uint32),
+        )
+
+    return run
+
+
+@family("v_perm_b32")
+def _v_perm_b32(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+
+    def run(w: Wave) -> None:
+        sel = c(w)
+        if isinstance(sel, int) and _perm_plain(sel):
+            # A wave-uniform selector of source bytes only (the bf16 packing case): one gather.
+            pool = np.empty((2, 64), np.uint32)
+            pool[0], pool[1] = b(w), a(w)
+            cols = _perm_cols(sel)
+            w.vset(d, np.ascontiguousarray(pool.T).view(np.uint8)[:, cols].copy().view(np.uint32).ravel())
+            return
+        w.vset(d, perm_b32(_full(a(w), np.uint32), _full(b(w), np.uint32), _full(sel, np.uint32)))
+
+    return run
+
+
+@family("v_lshl_add_u64")
+def _v_lshl_add_u64(s: Site) -> Exec:
+    d, a, b, c = s.d, s.u64(1), s.u32(2), s.u64(3)
+
+    def run(w: Wave) -> None:
+        sh = np.asarray(b(w), np.uint64) & np.uint64(63)
+        w.vset64(d, _full((np.asarray(a(w), np.uint64) << sh) + np.asarray(c(w), np.uint64), np.uint64))
+
+    return run
+
+
+@family("v_lshlrev_b64")
+def _v_lshlrev_b64(s: Site) -> Exec:
+    d, a, b = s.d, s.u32(1), s.u64(2)
+
+    def run(w: Wave) -> None:
+        sh = np.asarray(a(w), np.uint64) & np.uint64(63)
+        w.vset64(d, _full(np.asarray(b(w), np.uint64) << sh, np.uint64))
+
+    return run
+
+
+# ---- vector ALU: ops with a carry or a scalar mask out ----
+
+
+@family(*_CARRY_OPS)
+def _valu_carry(s: Site) -> Exec:
+    """VOP2/VOP3b with a carry (borrow) out in a lane mask and, for addc/subb, a carry in."""
+    ops = s.ops
+    d, sd = ops[0].index, ops[1].index
+    a, b = s.u32(2), s.u32(3)
+    add, rev, cin = _CARRY_OPS[s.name]
+    cin_reg = (ops[4].index if len(ops) > 4 else VCC) if cin else None
+    if "clamp" in s.ins.modifiers:
+        raise UnsupportedInstruction(s.ins.text)
+
+    def run(w: Wave) -> None:
+        x = _full(a(w), np.uint32).astype(np.int64)
+        y = _full(b(w), np.uint32).astype(np.int64)
+        if rev:
+            x, y = y, x
+        c = w.lanes(cin_reg).astype(np.int64) if cin_reg is not None else 0
+        r = x + y + c if add else x - y - c
+        out = (r > 0xFFFFFFFF) if add else (r < 0)
+        w.vset(d, (r & 0xFFFFFFFF).astype(np.uint32))
+        w.set_mask_reg(sd, out & w.mask)
+
+    return run
+
+
+@family("v_mad_u64_u32")
+def _v_mad_u64_u32(s: Site) -> Exec:
+    d, sd = s.d, s.ops[1].index
+    a, b, c = s.u32(2), s.u32(3), s.u64(4)
+
+    def run(w: Wave) -> None:
+        addend = _full(c(w), np.uint64)
+        r = np.asarray(a(w), np.uint64) * np.asarray(b(w), np.uint64) + addend
+        w.vset64(d, _full(r, np.uint64))
+        w.set_mask_reg(sd, _full(r < addend, bool) & w.mask)
+
+    return run
+
+
+# ---- matrix cores ----
+
+
+@family(*MFMA_PASSES)
+def _mfma(s: Site) -> Exec:
     """The modelled bf16 MFMAs: VGPR operands, C a VGPR block or an inline constant (the literal 0
     of a first accumulation: the same value in every element), no broadcast or lane-group modifiers."""
-    d, a, b, c = ops[0], ops[1], ops[2], ops[3]
+    name, ins, meta = s.name, s.ins, s.meta
+    d, a, b, c = s.ops[0], s.ops[1], s.ops[2], s.ops[3]
     nacc, core = (4, fp.mfma_f32_16x16x16_bf16) if "16x16" in name else (16, fp.mfma_f32_32x32x8_bf16)
     if (
         set(ins.modifiers) & {"cbsz", "abid", "blgp"}
@@ -941,44 +997,200 @@ def _compile_mfma(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
     return run
 
 
-def _compile_sdwa(name: str, ins: Instr, ops: list[Operand]) -> Exec:
-    """SDWA forms (sub-dword selects on the sources, whole-dword destination only)."""
+# ---- memory: buffer, global, scratch, scalar ----
+
+_DWORDS = {"": 1, "x2": 2, "x3": 3, "x4": 4}
+
+
+@family(pattern=r"buffer_(load|store)_dword(x[234])?")
+def _buffer(s: Site) -> Exec:
+    """MUBUF buffer_load/store_dword[x2,x3,x4] over a raw buffer resource (CDNA3 ISA, "Buffer
+    Instructions"): address = base + soffset + inst_offset + (offen ? vaddr : 0), every dword checked
+    against num_records with soffset counted (machine.Wave._buffer_dwords), out-of-range loads read 0
+    and stores are dropped. With `lds` the dword goes to LDS at M0 + inst_offset + 4 * lane instead
+    of a VGPR."""
+    ins, ops = s.ins, s.ops
+    op, ndw = s.name.split("_")[1], _DWORDS[s.name.rsplit("dword", 1)[1]]
     mods = ins.modifiers
-    if mods.get("dst_sel", "DWORD") != "DWORD" or mods.get("dst_unused", "UNUSED_PAD") != "UNUSED_PAD":
+    lds = "lds" in mods
+    if "offen" not in mods and ops[1 if not lds else 0].kind != "off":
+        raise UnsupportedInstruction(f"{ins.text}: vaddr without offen/idxen")
+    if lds and (op == "store" or ndw != 1):
         raise UnsupportedInstruction(ins.text)
-    a = _sdwa_reader(ops[1], mods.get("src0_sel", "DWORD"))
-    b = _sdwa_reader(ops[2], mods.get("src1_sel", "DWORD"))
-    if name in _VCMP:
-        cmp, dst = _VCMP[name], ops[0].index
+    data_op, vaddr, rsrc, soff = (None, *ops) if lds else ops
+    if rsrc.kind != "s" or rsrc.count != 4:
+        raise UnsupportedInstruction(f"{ins.text}: resource operand")
+    inst_off = s.offset()
+    voff = reader_u32(vaddr) if "offen" in mods else (lambda w: 0)
+    sof = reader_u32(soff)
+    ri = rsrc.index
+    if lds:
+        s.meta.sreads += (M0,)
+        return lambda w: w.buffer_load_lds(w.s[ri : ri + 4], sof(w), voff(w), inst_off)
+    assert data_op is not None
+    di = data_op.index
+    if op == "store":
+        return lambda w: w.buffer_store(w.s[ri : ri + 4], sof(w), voff(w), inst_off, di, ndw)
+    return lambda w: w.buffer_load(w.s[ri : ri + 4], sof(w), voff(w), inst_off, di, ndw)
 
-        def run_cmp(w: Wave) -> None:
-            w.set_mask_reg(dst, np.broadcast_to(cmp(a(w), b(w)), (64,)) & w.mask)
 
-        return run_cmp
-    if name in _U32_BIN:
-        f, d = _U32_BIN[name], ops[0].index
-        return lambda w: w.vset(d, _full(np.asarray(f(a(w), b(w))), np.uint32))
-    raise UnsupportedInstruction(ins.text)
+@family(pattern=r"global_(load|store)_dword(x[234])?")
+def _global_dword(s: Site) -> Exec:
+    ops = s.ops
+    store = s.name.startswith("global_store")
+    ndw = _DWORDS[s.name.rsplit("dword", 1)[1]]
+    data_op = ops[1] if store else ops[0]
+    addr_op, saddr = (ops[0], ops[2]) if store else (ops[1], ops[2])
+    offset = s.offset()
+    if saddr.kind == "off":
+        addr: Reader = reader_u64(addr_op)
+    else:  # saddr + 32-bit vaddr offset
+        s64, v32 = reader_u64(saddr), reader_u32(addr_op)
+        addr = lambda w: np.uint64(s64(w)) + np.asarray(v32(w), np.uint64)  # noqa: E731
+    di = data_op.index
+    if store:
+        return lambda w: w.global_store(addr(w), offset, di, ndw)
+    return lambda w: w.global_load(addr(w), offset, di, ndw)
 
 
-def _compile_pk_u16(name: str, ins: Instr, ops: list[Operand]) -> Exec:
-    """Packed 16-bit integer ops: lo half from op_sel, hi half from op_sel_hi (default [0,0] / [1,1])."""
-    if any(k in ins.modifiers for k in ("neg_lo", "neg_hi", "clamp")):
-        raise UnsupportedInstruction(ins.text)
-    hi_sel = [int(x) for x in ins.modifiers.get("op_sel_hi", "[1,1]").strip("[]").split(",")]
-    lo_sel = [int(x) for x in ins.modifiers.get("op_sel", "[0,0]").strip("[]").split(",")]
-    f, d, a, b = _PK_U16[name], ops[0].index, reader_u32(ops[1]), reader_u32(ops[2])
+@family("global_store_short")
+def _global_store_short(s: Site) -> Exec:
+    addr16, off16, src16 = s.u64(0), s.offset(), s.ops[1].index
+    if s.ops[2].kind != "off":
+        raise UnsupportedInstruction(s.ins.text)
+    return lambda w: w.global_store(addr16(w), off16, src16, 1, nbytes=2)
 
-    def half(x: Any, sel: int) -> np.ndarray:
-        return (np.asarray(x, np.uint32) >> np.uint32(16 * sel)) & np.uint32(0xFFFF)
+
+@family(pattern=r"scratch_(load|store)_dword(x[234])?")
+def _scratch(s: Site) -> Exec:
+    """Private memory (architected flat scratch): lane address = offset + vaddr + saddr."""
+    ops = s.ops
+    store = s.name.startswith("scratch_store")
+    ndw = _DWORDS[s.name.rsplit("dword", 1)[1]]
+    vaddr, data_op, saddr = (ops[0], ops[1], ops[2]) if store else (ops[1], ops[0], ops[2])
+    offset = s.offset()
+    va = reader_u32(vaddr) if vaddr.kind != "off" else (lambda w: 0)
+    sa = reader_u32(saddr) if saddr.kind != "off" else (lambda w: 0)
+    di = data_op.index
+    return lambda w: w.scratch(np.asarray(va(w), np.uint64) + np.uint64(sa(w) + offset), di, ndw, store)
+
+
+@family(pattern=r"s_load_dword(x2|x4|x8|x16)?")
+def _s_load(s: Site) -> Exec:
+    ndw = {"": 1, "x2": 2, "x4": 4, "x8": 8, "x16": 16}[s.name.removeprefix("s_load_dword")]
+    d, base = s.d, s.u64(1)
+    off = s.u32(2)
+    return lambda w: w.smem_load(d, int(base(w)) + int(off(w)), ndw)
+
+
+# ---- memory: LDS ----
+
+# ds_read2*: (dwords per element, bytes per offset unit); the st64 forms step 64 elements.
+_DS_READ2 = {
+    "ds_read2_b32": (1, 4),
+    "ds_read2_b64": (2, 8),
+    "ds_read2st64_b32": (1, 256),
+    "ds_read2st64_b64": (2, 512),
+}
+
+
+@family("ds_read_b128", "ds_read_b64", "ds_read_b32", "ds_write_b128", "ds_write_b64", "ds_write_b32")
+def _ds_read_write(s: Site) -> Exec:
+    nbytes = int(s.name.rsplit("_b", 1)[1]) // 8
+    offset = s.offset()
+    if s.name.startswith("ds_read"):
+        d, a = s.d, s.u32(1)
+        return lambda w: w.lds_read(a(w), offset, d, nbytes // 4)
+    a, src = s.u32(0), s.ops[1].index
+    return lambda w: w.lds_write(a(w), offset, src, nbytes // 4)
+
+
+@family(*_DS_READ2)
+def _ds_read2(s: Site) -> Exec:
+    ndw, scale = _DS_READ2[s.name]
+    d, a = s.d, s.u32(1)
+    offs = tuple(s.offset(f"offset{i}") * scale for i in (0, 1))
+    return lambda w: w.lds_read2(a(w), offs, d, ndw)
+
+
+@family("ds_swizzle_b32")
+def _ds_swizzle_b32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+    src_lane = swizzle_lanes(s.ins.modifiers.get("offset", "0"))
+    return lambda w: w.ds_swizzle(d, a(w), src_lane)
+
+
+@family("ds_permute_b32", "ds_bpermute_b32")
+def _ds_permute(s: Site) -> Exec:
+    d, a, src = s.d, s.u32(1), s.u32(2)
+    offset = s.offset()
+    if s.name == "ds_permute_b32":
+        return lambda w: w.ds_permute(d, a(w), src(w), offset)
+    return lambda w: w.ds_bpermute(d, a(w), src(w), offset)
+
+
+# ---- the sequencer: waits, priority, barrier, end, branches ----
+
+
+@family("s_nop")
+def _s_nop(s: Site) -> Exec:
+    s.meta.wait_states = int(s.ins.operands[0], 0) + 1
+    return lambda w: None
+
+
+@family("s_setprio")
+def _s_setprio(s: Site) -> Exec:
+    # Issue priority between the waves of a SIMD: no effect on results; the wave keeps it for a
+    # scheduler that models arbitration.
+    prio = int(s.ins.operands[0], 0) & 3
 
     def run(w: Wave) -> None:
-        x, y = a(w), b(w)
-        lo = f(half(x, lo_sel[0]), half(y, lo_sel[1])) & 0xFFFF
-        hi = f(half(x, hi_sel[0]), half(y, hi_sel[1])) & 0xFFFF
-        w.vset(d, _full(np.asarray(lo | (hi << np.uint32(16)), np.uint32), np.uint32))
+        w.prio = prio
 
     return run
+
+
+@family("s_waitcnt")
+def _s_waitcnt(s: Site) -> Exec:
+    vm, lgkm = _waitcnt(s.ins.operands)
+    return lambda w: w.waitcnt(vm, lgkm)
+
+
+@family("s_barrier")
+def _s_barrier(s: Site) -> Exec:
+    return lambda w: -1
+
+
+@family("s_endpgm")
+def _s_endpgm(s: Site) -> Exec:
+    return lambda w: -2
+
+
+_BRANCH_IF: dict[str, Callable[[Wave], bool]] = {
+    "s_branch": lambda w: True,
+    "s_cbranch_scc0": lambda w: w.scc == 0,
+    "s_cbranch_scc1": lambda w: w.scc == 1,
+    "s_cbranch_vccz": lambda w: (w.s[VCC] | w.s[VCC + 1]) == 0,
+    "s_cbranch_vccnz": lambda w: (w.s[VCC] | w.s[VCC + 1]) != 0,
+    "s_cbranch_execz": lambda w: w.exec == 0,
+    "s_cbranch_execnz": lambda w: w.exec != 0,
+}
+
+
+@family(*_BRANCH_IF)
+def _branch(s: Site) -> Exec:
+    tgt_addr = s.ins.branch_target
+    if tgt_addr not in s.index_of:
+        raise UnsupportedInstruction(f"branch to 0x{tgt_addr:x} is not an instruction boundary")
+    tgt = s.index_of[tgt_addr]
+    s.meta.target = tgt
+    cond = _BRANCH_IF[s.name]
+    if s.name in ("s_cbranch_vccz", "s_cbranch_vccnz"):
+        s.meta.sreads += (VCC, VCC + 1)
+    return lambda w: tgt if cond(w) else None
+
+
+# ---- scalar ALU ----
 
 
 def _pick(w: Wave, first: bool, x: int, y: int) -> int:
@@ -991,120 +1203,149 @@ _SAVEEXEC: dict[str, Callable[[int, int], int]] = {
     "s_or_saveexec_b64": lambda s0, ex: s0 | ex,
     "s_andn2_saveexec_b64": lambda s0, ex: s0 & ~ex,
 }
+_SALU_BIN32: dict[str, Callable[[Wave, int, int], int]] = {
+    "s_add_u32": lambda w, x, y: w.carry(x + y),
+    "s_addc_u32": lambda w, x, y: w.carry(x + y + w.scc),
+    "s_sub_u32": lambda w, x, y: w.borrow(x - y),
+    "s_add_i32": lambda w, x, y: w.overflow(_s32(x) + _s32(y)),
+    "s_sub_i32": lambda w, x, y: w.overflow(_s32(x) - _s32(y)),
+    "s_mul_i32": lambda w, x, y: (x * y) & M32,
+    "s_mul_hi_u32": lambda w, x, y: (x * y) >> 32,
+    "s_mul_hi_i32": lambda w, x, y: ((_s32(x) * _s32(y)) >> 32) & M32,
+    "s_ashr_i32": lambda w, x, y: w.nz((_s32(x) >> (y & 31)) & M32),
+    # min/max: SCC = 1 when S0 is the one chosen.
+    "s_max_i32": lambda w, x, y: _pick(w, _s32(x) > _s32(y), x, y),
+    "s_min_i32": lambda w, x, y: _pick(w, _s32(x) < _s32(y), x, y),
+    "s_max_u32": lambda w, x, y: _pick(w, x > y, x, y),
+    "s_min_u32": lambda w, x, y: _pick(w, x < y, x, y),
+    "s_and_b32": lambda w, x, y: w.nz(x & y),
+    "s_or_b32": lambda w, x, y: w.nz(x | y),
+    "s_xor_b32": lambda w, x, y: w.nz(x ^ y),
+    "s_andn2_b32": lambda w, x, y: w.nz(x & ~y & M32),
+    "s_lshl_b32": lambda w, x, y: w.nz((x << (y & 31)) & M32),
+    "s_lshr_b32": lambda w, x, y: w.nz(x >> (y & 31)),
+}
+_SALU_BIN64: dict[str, Callable[[Wave, int, int], int]] = {
+    "s_and_b64": lambda w, x, y: w.nz(x & y),
+    "s_or_b64": lambda w, x, y: w.nz(x | y),
+    "s_xor_b64": lambda w, x, y: w.nz(x ^ y),
+    "s_andn2_b64": lambda w, x, y: w.nz(x & ~y & M64),
+    "s_orn2_b64": lambda w, x, y: w.nz((x | ~y) & M64),
+    "s_lshl_b64": lambda w, x, y: w.nz((x << (y & 63)) & M64),
+}
+_S_CMP = {
+    "lt": int.__lt__,
+    "le": int.__le__,
+    "gt": int.__gt__,
+    "ge": int.__ge__,
+    "eq": int.__eq__,
+    "lg": int.__ne__,
+}
 
 
-def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec:
-    def r32(k: int) -> Reader:
-        return reader_u32(ops[k])
+@family(*_SALU_BIN32)
+def _salu_bin32(s: Site) -> Exec:
+    f2, d, a, b = _SALU_BIN32[s.name], s.d, s.u32(1), s.u32(2)
+    return lambda w: w.sset(d, f2(w, a(w), b(w)))
 
-    def r64(k: int) -> Reader:
-        return reader_u64(ops[k])
 
-    if name == "s_movk_i32":
-        d, v = ops[0].index, int(ins.operands[1], 0) & 0xFFFF
-        v = (v - 0x10000 if v & 0x8000 else v) & M32
-        return lambda w: w.sset(d, v)
-    if name in ("s_mov_b32", "s_mov_b64"):
-        d = ops[0].index
-        if name == "s_mov_b32":
-            a = r32(1)
-            return lambda w: w.sset(d, a(w))
-        a = r64(1)
-        return lambda w: w.sset64(d, a(w))
-    if name == "s_cselect_b32":
-        d, a, b = ops[0].index, r32(1), r32(2)
-        return lambda w: w.sset(d, a(w) if w.scc else b(w))
-    if name == "s_cselect_b64":
-        d, a, b = ops[0].index, r64(1), r64(2)
-        return lambda w: w.sset64(d, a(w) if w.scc else b(w))
-    if name.startswith("s_cmp_"):
-        rel = name.split("_")[2]
-        a, b = (r64(0), r64(1)) if name.endswith("_u64") else (r32(0), r32(1))
-        signed = name.endswith("_i32")
-        f = {
-            "lt": int.__lt__,
-            "le": int.__le__,
-            "gt": int.__gt__,
-            "ge": int.__ge__,
-            "eq": int.__eq__,
-            "lg": int.__ne__,
-        }[rel]
+@family(*_SALU_BIN64)
+def _salu_bin64(s: Site) -> Exec:
+    f2, d, a = _SALU_BIN64[s.name], s.d, s.u64(1)
+    b = s.u32(2) if s.name == "s_lshl_b64" else s.u64(2)
+    return lambda w: w.sset64(d, f2(w, a(w), b(w)))
 
-        def run(w: Wave) -> None:
-            x, y = a(w), b(w)
-            if signed:
-                x, y = _s32(x), _s32(y)
-            w.scc = int(f(x, y))
 
-        return run
-    if name in _SAVEEXEC:
-        # D = EXEC; EXEC = f(S0, EXEC); SCC = EXEC != 0.
-        d, a, fx = ops[0].index, r64(1), _SAVEEXEC[name]
+@family("s_movk_i32")
+def _s_movk_i32(s: Site) -> Exec:
+    d, v = s.d, int(s.ins.operands[1], 0) & 0xFFFF
+    v = (v - 0x10000 if v & 0x8000 else v) & M32
+    return lambda w: w.sset(d, v)
 
-        def run(w: Wave) -> None:
-            old = w.exec
-            new = fx(a(w), old) & M64
-            w.sset64(d, old)
-            w.sset64(EXEC, new)
-            w.scc = int(new != 0)
 
-        return run
-    if name in ("s_addk_i32", "s_mulk_i32"):
-        # D = D op sign-extended simm16; s_addk sets SCC on signed overflow, s_mulk leaves it.
-        d, v = ops[0].index, int(ins.operands[1], 0) & 0xFFFF
-        k = v - 0x10000 if v & 0x8000 else v
-        meta.sreads += (d,)
-        if name == "s_addk_i32":
-            return lambda w: w.sset(d, w.overflow(_s32(w.s[d]) + k))
-        return lambda w: w.sset(d, (_s32(w.s[d]) * k) & M32)
-    if name == "s_abs_i32":
-        d, a = ops[0].index, r32(1)
-        return lambda w: w.sset(d, w.nz(abs(_s32(a(w))) & M32))
-    if name == "s_getpc_b64":
-        # The address of the next instruction in the loaded image (Launch.code_base + offset).
-        d, nxt = ops[0].index, ins.addr + 4
-        return lambda w: w.sset64(d, w.getpc(nxt))
-    bin32: dict[str, Callable[[Wave, int, int], int]] = {
-        "s_add_u32": lambda w, x, y: w.carry(x + y),
-        "s_addc_u32": lambda w, x, y: w.carry(x + y + w.scc),
-        "s_sub_u32": lambda w, x, y: w.borrow(x - y),
-        "s_add_i32": lambda w, x, y: w.overflow(_s32(x) + _s32(y)),
-        "s_sub_i32": lambda w, x, y: w.overflow(_s32(x) - _s32(y)),
-        "s_mul_i32": lambda w, x, y: (x * y) & M32,
-        "s_mul_hi_u32": lambda w, x, y: (x * y) >> 32,
-        "s_mul_hi_i32": lambda w, x, y: ((_s32(x) * _s32(y)) >> 32) & M32,
-        "s_ashr_i32": lambda w, x, y: w.nz((_s32(x) >> (y & 31)) & M32),
-        # min/max: SCC = 1 when S0 is the one chosen.
-        "s_max_i32": lambda w, x, y: _pick(w, _s32(x) > _s32(y), x, y),
-        "s_min_i32": lambda w, x, y: _pick(w, _s32(x) < _s32(y), x, y),
-        "s_max_u32": lambda w, x, y: _pick(w, x > y, x, y),
-        "s_min_u32": lambda w, x, y: _pick(w, x < y, x, y),
-        "s_and_b32": lambda w, x, y: w.nz(x & y),
-        "s_or_b32": lambda w, x, y: w.nz(x | y),
-        "s_xor_b32": lambda w, x, y: w.nz(x ^ y),
-        "s_andn2_b32": lambda w, x, y: w.nz(x & ~y & M32),
-        "s_lshl_b32": lambda w, x, y: w.nz((x << (y & 31)) & M32),
-        "s_lshr_b32": lambda w, x, y: w.nz(x >> (y & 31)),
-    }
-    if name in bin32:
-        f2, d, a, b = bin32[name], ops[0].index, r32(1), r32(2)
-        return lambda w: w.sset(d, f2(w, a(w), b(w)))
-    bin64: dict[str, Callable[[Wave, int, int], int]] = {
-        "s_and_b64": lambda w, x, y: w.nz(x & y),
-        "s_or_b64": lambda w, x, y: w.nz(x | y),
-        "s_xor_b64": lambda w, x, y: w.nz(x ^ y),
-        "s_andn2_b64": lambda w, x, y: w.nz(x & ~y & M64),
-        "s_orn2_b64": lambda w, x, y: w.nz((x | ~y) & M64),
-        "s_lshl_b64": lambda w, x, y: w.nz((x << (y & 63)) & M64),
-    }
-    if name in bin64:
-        f2, d, a = bin64[name], ops[0].index, r64(1)
-        b = r32(2) if name == "s_lshl_b64" else r64(2)
-        return lambda w: w.sset64(d, f2(w, a(w), b(w)))
-    if name == "s_bitset1_b32":
-        d, a = ops[0].index, r32(1)
-        return lambda w: w.sset(d, w.s[d] | (1 << (a(w) & 31)))
-    raise UnsupportedInstruction(ins.text)
+@family("s_mov_b32")
+def _s_mov_b32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+    return lambda w: w.sset(d, a(w))
+
+
+@family("s_mov_b64")
+def _s_mov_b64(s: Site) -> Exec:
+    d, a = s.d, s.u64(1)
+    return lambda w: w.sset64(d, a(w))
+
+
+@family("s_cselect_b32")
+def _s_cselect_b32(s: Site) -> Exec:
+    d, a, b = s.d, s.u32(1), s.u32(2)
+    return lambda w: w.sset(d, a(w) if w.scc else b(w))
+
+
+@family("s_cselect_b64")
+def _s_cselect_b64(s: Site) -> Exec:
+    d, a, b = s.d, s.u64(1), s.u64(2)
+    return lambda w: w.sset64(d, a(w) if w.scc else b(w))
+
+
+@family(pattern=r"s_cmp_(lt|le|gt|ge|eq|lg)_.+")
+def _s_cmp(s: Site) -> Exec:
+    name = s.name
+    f = _S_CMP[name.split("_")[2]]
+    a, b = (s.u64(0), s.u64(1)) if name.endswith("_u64") else (s.u32(0), s.u32(1))
+    signed = name.endswith("_i32")
+
+    def run(w: Wave) -> None:
+        x, y = a(w), b(w)
+        if signed:
+            x, y = _s32(x), _s32(y)
+        w.scc = int(f(x, y))
+
+    return run
+
+
+@family(*_SAVEEXEC)
+def _s_saveexec(s: Site) -> Exec:
+    """D = EXEC; EXEC = f(S0, EXEC); SCC = EXEC != 0."""
+    d, a, fx = s.d, s.u64(1), _SAVEEXEC[s.name]
+
+    def run(w: Wave) -> None:
+        old = w.exec
+        new = fx(a(w), old) & M64
+        w.sset64(d, old)
+        w.sset64(EXEC, new)
+        w.scc = int(new != 0)
+
+    return run
+
+
+@family("s_addk_i32", "s_mulk_i32")
+def _s_addk_mulk(s: Site) -> Exec:
+    """D = D op sign-extended simm16; s_addk sets SCC on signed overflow, s_mulk leaves it."""
+    d, v = s.d, int(s.ins.operands[1], 0) & 0xFFFF
+    k = v - 0x10000 if v & 0x8000 else v
+    s.meta.sreads += (d,)
+    if s.name == "s_addk_i32":
+        return lambda w: w.sset(d, w.overflow(_s32(w.s[d]) + k))
+    return lambda w: w.sset(d, (_s32(w.s[d]) * k) & M32)
+
+
+@family("s_abs_i32")
+def _s_abs_i32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+    return lambda w: w.sset(d, w.nz(abs(_s32(a(w))) & M32))
+
+
+@family("s_getpc_b64")
+def _s_getpc_b64(s: Site) -> Exec:
+    """The address of the next instruction in the loaded image (Launch.code_base + offset)."""
+    d, nxt = s.d, s.ins.addr + 4
+    return lambda w: w.sset64(d, w.getpc(nxt))
+
+
+@family("s_bitset1_b32")
+def _s_bitset1_b32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+    return lambda w: w.sset(d, w.s[d] | (1 << (a(w) & 31)))
 
 
 @functools.cache

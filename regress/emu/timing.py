@@ -53,6 +53,7 @@ KIND_NAMES = (
 )
 # The unit class an op takes at an issue opportunity; None: a sequencer instruction.
 UNIT = {VALU: 0, MFMA: 0, SALU: 1, SMEM: 1, VMEM: 2, LDS: 3, BRANCH: 4}
+_MAY_HOLD = frozenset({VALU, MFMA, WAIT})  # the kinds whose issue waits on a pipeline or a counter
 RecordT = tuple[list[int], dict[int, int]]
 
 
@@ -283,60 +284,235 @@ class _Wave:
         self.pk_at = 0  # ... and its packed-F32 VALU ops until then
 
 
+@dataclass(frozen=True)
+class _Rates:
+    """The constants one replay reads (REPLAY_PARAMS of a parameter set), in the units the loop uses."""
+
+    issue: int  # clocks between a SIMD's issue opportunities
+    simds: int
+    pass_clk: int
+    vmem_lat: int
+    lds_lat: int
+    smem_lat: int
+    l1_bpc: float
+    lds_bpc: float
+    branch_cycles: int
+    barrier_clk: int
+    block_share: float
+    own_block: float
+    trans_cycles: int
+    hold_cycles: int
+    hold_cycles_8: int
+    pk_extra: int
+    pk_simd: bool
+    straddle_clk: int
+
+    @classmethod
+    def of(cls, p: dict[str, float]) -> _Rates:
+        issue = int(p["issue_clocks"])
+        return cls(
+            issue=issue,
+            simds=int(p["simds"]),
+            pass_clk=int(p["mfma_pass_clocks"]),
+            vmem_lat=round(p["vmem_latency"]),
+            lds_lat=round(p["lds_latency"]),
+            smem_lat=int(p["smem_latency"]),
+            l1_bpc=p["l1_bytes_per_clk"],
+            lds_bpc=p["lds_bytes_per_clk"],
+            branch_cycles=int(p["branch_issue_cycles"]),
+            barrier_clk=int(p["barrier_clocks"]),
+            block_share=p["mfma_valu_block"],
+            own_block=p["mfma_own_valu_block"],
+            trans_cycles=int(p["trans_issue_cycles"]),
+            hold_cycles=int(p["mfma_valu_hold_cycles"]),
+            hold_cycles_8=int(p["mfma_valu_hold_cycles_8pass"]),
+            pk_extra=int(p["mfma_pk_f32_extra_cycles"]),
+            pk_simd=bool(p["mfma_pk_f32_simd_wide"]),
+            straddle_clk=int(p["fetch_straddle_cycles"]) * issue,
+        )
+
+
+class _Units:
+    """The CU's shared pipelines, when each is next free and how long each was busy: per SIMD its
+    VALU port, matrix core and packed-F32 window; per CU its LDS and vector memory path. Also the
+    clocks every wave spent, by bucket, and the instructions issued, by kind."""
+
+    def __init__(self, simds: int) -> None:
+        self.valu_free = [0] * simds
+        self.xdl_free = [0] * simds
+        self.pk_free = [0] * simds  # pk_simd: a packed-F32 VALU op may issue from here (the SIMD's last MFMA)
+        self.xdl_busy = [0] * simds
+        self.xdl_by_passes: Counter[int] = Counter()
+        self.valu_busy = [0] * simds
+        self.lds_free = 0
+        self.vmem_free = 0
+        self.lds_busy = 0
+        self.vmem_busy = 0
+        self.cost: Counter[str] = Counter()
+        self.issued: Counter[str] = Counter()
+
+
+def _held(w: _Wave, op: Op, s: int, t: int, u: _Units, r: _Rates) -> bool:
+    """Whether a VALU, MFMA or s_waitcnt of wave `w` on SIMD `s` must wait at clock `t` (a busy port,
+    its own MFMA, the matrix core, outstanding memory); books why and, where known, until when."""
+    k = op.kind
+    if k == WAIT:
+        need = t
+        if len(w.vm) > op.arg:
+            need = max(need, w.vm[len(w.vm) - op.arg - 1])
+        if len(w.lgkm) > op.arg2:
+            srt = sorted(w.lgkm)
+            need = max(need, srt[len(srt) - op.arg2 - 1])
+        if need > t:
+            vm_need = w.vm[len(w.vm) - op.arg - 1] if len(w.vm) > op.arg else 0
+            w.reason = "wait vmcnt" if vm_need >= need else "wait lgkmcnt"
+            w.ready = -(-need // r.issue) * r.issue
+            return True
+        return False
+    if u.valu_free[s] > t:
+        w.reason = "valu busy"
+        return True
+    if k == VALU and w.valu_at > t:
+        w.ready = w.valu_at
+        w.reason = "own MFMA"
+        return True
+    if k == VALU and op.arg == 2 and (pk := u.pk_free[s] if r.pk_simd else w.pk_at) > t:
+        w.ready = pk
+        w.reason = "packed f32 behind MFMA"
+        return True
+    if k == MFMA and u.xdl_free[s] > t:
+        w.ready = u.xdl_free[s]
+        w.reason = "matrix core busy"
+        return True
+    return False
+
+
+def _issue(w: _Wave, op: Op, s: int, t: int, u: _Units, r: _Rates) -> int:
+    """Issues `op` of wave `w` at clock `t`: books the pipelines it occupies, the memory results it
+    will return, the clocks the wave waited for it; returns the clocks the wave is busy issuing it."""
+    k = op.kind
+    issue = r.issue
+    cost = u.cost
+    cost[w.reason] += t - w.since
+    own = issue
+    if k == VALU:
+        busy = issue * (r.trans_cycles if op.arg == 1 else 1)
+        u.valu_free[s] = t + busy
+        u.valu_busy[s] += busy
+        cost["valu"] += issue
+    elif k == MFMA:
+        busy = op.arg * r.pass_clk
+        # The VALU port: its hold cycles, plus the share of the MFMA's run it cannot co-issue.
+        hold = (r.hold_cycles_8 if op.arg >= 8 else r.hold_cycles) * issue
+        u.valu_free[s] = t + hold + round(r.block_share * (busy - hold))
+        u.pk_free[s] = max(u.pk_free[s], t + (op.arg + r.pk_extra) * issue)
+        w.pk_at = t + (op.arg + r.pk_extra) * issue
+        w.valu_at = t + issue + round(r.own_block * (busy - issue))
+        u.xdl_free[s] = t + busy
+        u.xdl_busy[s] += busy
+        u.xdl_by_passes[op.arg] += busy
+        cost["mfma"] += issue
+    elif k == LDS:
+        cyc = w.lds.get(w.i, 2)
+        start = max(t, u.lds_free)
+        u.lds_free = start + cyc
+        u.lds_busy += cyc
+        done = start + cyc + r.lds_lat
+        w.lgkm = [c for c in w.lgkm if c > t]
+        w.lgkm.append(max(done, w.lgkm[-1]) if w.lgkm else done)
+        cost["lds"] += issue
+    elif k == VMEM:
+        cyc = math.ceil(op.arg / r.l1_bpc)
+        start = max(t, u.vmem_free)
+        u.vmem_free = start + cyc
+        u.vmem_busy += cyc
+        done = start + cyc + r.vmem_lat
+        if op.arg2:  # the dwords are written into LDS: its bandwidth, booked at issue
+            lcyc = math.ceil(op.arg / r.lds_bpc)
+            u.lds_free = max(u.lds_free, t) + lcyc
+            u.lds_busy += lcyc
+        w.vm = [c for c in w.vm if c > t]
+        w.vm.append(max(done, w.vm[-1]) if w.vm else done)
+        cost["vmem"] += issue
+    elif k == SMEM:
+        w.lgkm = [c for c in w.lgkm if c > t]
+        w.lgkm.append(t + r.smem_lat)
+        cost["salu"] += issue
+    elif k == SALU:
+        cost["salu"] += issue
+    elif k == BRANCH:
+        taken = w.i + 1 < w.n and w.pcs[w.i + 1] != w.pcs[w.i] + 1
+        own = issue * (r.branch_cycles if taken else 1)
+        cost["branch"] += own
+    elif k == NOP:
+        own = issue * op.arg
+        cost["s_nop"] += own
+    elif k == WAIT:
+        w.vm = [c for c in w.vm if c > t]
+        w.lgkm = [c for c in w.lgkm if c > t]
+        cost["waitcnt"] += issue
+    elif k == PRIO:
+        w.prio = op.arg
+        cost["salu"] += issue
+    elif k == BARRIER:
+        cost["barrier"] += issue
+    if op.straddle and r.straddle_clk:  # its second fetch window arrives a quad later
+        own += r.straddle_clk
+        cost["fetch"] += r.straddle_clk
+    u.issued[KIND_NAMES[k]] += 1
+    return own
+
+
+class _Barriers:
+    """s_barrier per workgroup: a wave that reaches one waits until every live wave of its workgroup
+    has; then all of them go on `barrier_clk` later. A wave that ends no longer counts."""
+
+    def __init__(self, waves: list[_Wave], barrier_clk: int) -> None:
+        self.waves = waves
+        self.clk = barrier_clk
+        self.live = Counter(w.wg for w in waves if not w.done)
+        self.arrived: Counter[int] = Counter()
+
+    def arrive(self, w: _Wave, t: int) -> None:
+        w.barrier = True
+        w.reason = "barrier"
+        self.arrived[w.wg] += 1
+        if self.arrived[w.wg] == self.live[w.wg]:
+            self._release(w.wg, t + self.clk)
+
+    def leave(self, w: _Wave, t: int) -> None:
+        self.live[w.wg] -= 1
+        if self.arrived[w.wg] and self.arrived[w.wg] == self.live[w.wg]:
+            self._release(w.wg, t + self.clk)
+
+    def _release(self, g: int, when: int) -> None:
+        for w in self.waves:
+            if w.wg == g and w.barrier:
+                w.barrier = False
+                w.ready = max(w.ready, when)
+                w.reason = "barrier"
+        self.arrived[g] = 0
+
+
 def replay(
     kernel: Kernel, workgroups: Sequence[Sequence[RecordT]], params: dict[str, float] | None = None
 ) -> CuRun:
-    """Runs the recorded waves of `workgroups`, all resident on one CU from clock 0."""
-    p = C | (params or {})
+    """Runs the recorded waves of `workgroups`, all resident on one CU from clock 0: the issue loop.
+    Every issue opportunity each SIMD offers its ready waves, by priority then age, one instruction
+    per wave and per unit class; `_held` says which must wait, `_issue` books what an issue costs,
+    `_Barriers` holds waves at s_barrier."""
+    r = _Rates.of(C | (params or {}))
     ops = static_ops_cached(kernel)
-    issue = int(p["issue_clocks"])
-    simds = int(p["simds"])
-    pass_clk = int(p["mfma_pass_clocks"])
-    vmem_lat = round(p["vmem_latency"])
-    lds_lat = round(p["lds_latency"])
-    smem_lat = int(p["smem_latency"])
-    l1_bpc = p["l1_bytes_per_clk"]
-    branch_cycles = int(p["branch_issue_cycles"])
-    barrier_clk = int(p["barrier_clocks"])
-    block_share = p["mfma_valu_block"]
-    own_block = p["mfma_own_valu_block"]
-    trans_cycles = int(p["trans_issue_cycles"])
-    hold_cycles = int(p["mfma_valu_hold_cycles"])
-    hold_cycles_8 = int(p["mfma_valu_hold_cycles_8pass"])
-    pk_extra = int(p["mfma_pk_f32_extra_cycles"])
-    pk_simd = bool(p["mfma_pk_f32_simd_wide"])
-    straddle_clk = int(p["fetch_straddle_cycles"]) * issue
-
+    issue, simds = r.issue, r.simds
     waves: list[_Wave] = []
     for g, wg in enumerate(workgroups):
         for k, rec in enumerate(wg):
             waves.append(_Wave(rec, k % simds, len(waves), g))
     by_simd = [[w for w in waves if w.simd == s] for s in range(simds)]
-    live_in_wg = Counter(w.wg for w in waves if not w.done)
-    arrived: Counter[int] = Counter()
-    valu_free = [0] * simds
-    xdl_free = [0] * simds
-    pk_free = [0] * simds  # pk_simd: a packed-F32 VALU op may issue from here (the SIMD's last MFMA)
-    xdl_busy = [0] * simds
-    xdl_by_passes: Counter[int] = Counter()
-    valu_busy = [0] * simds
-    lds_free = 0
-    vmem_free = 0
-    lds_busy = 0
-    vmem_busy = 0
-    cost: Counter[str] = Counter()
-    issued: Counter[str] = Counter()
+    barriers = _Barriers(waves, r.barrier_clk)
+    u = _Units(simds)
     live = sum(not w.done for w in waves)
     t = 0
-
-    def release(g: int, when: int) -> None:
-        for w in waves:
-            if w.wg == g and w.barrier:
-                w.barrier = False
-                w.ready = max(w.ready, when)
-                w.reason = "barrier"
-        arrived[g] = 0
-
     while live:
         any_issue = False
         for s in range(simds):
@@ -353,122 +529,23 @@ def replay(
                 if unit is not None and used >> unit & 1:
                     w.reason = "arbitration"
                     continue
-                if k in (VALU, MFMA):
-                    if valu_free[s] > t:
-                        w.reason = "valu busy"
-                        continue
-                    if k == VALU and w.valu_at > t:
-                        w.ready = w.valu_at
-                        w.reason = "own MFMA"
-                        continue
-                    if k == VALU and op.arg == 2 and (pk := pk_free[s] if pk_simd else w.pk_at) > t:
-                        w.ready = pk
-                        w.reason = "packed f32 behind MFMA"
-                        continue
-                    if k == MFMA and xdl_free[s] > t:
-                        w.ready = xdl_free[s]
-                        w.reason = "matrix core busy"
-                        continue
-                elif k == WAIT:
-                    need = t
-                    if len(w.vm) > op.arg:
-                        need = max(need, w.vm[len(w.vm) - op.arg - 1])
-                    if len(w.lgkm) > op.arg2:
-                        srt = sorted(w.lgkm)
-                        need = max(need, srt[len(srt) - op.arg2 - 1])
-                    if need > t:
-                        vm_need = w.vm[len(w.vm) - op.arg - 1] if len(w.vm) > op.arg else 0
-                        w.reason = "wait vmcnt" if vm_need >= need else "wait lgkmcnt"
-                        w.ready = -(-need // issue) * issue
-                        continue
-                # --- issue ---
-                cost[w.reason] += t - w.since
-                own = issue
+                if k in _MAY_HOLD and _held(w, op, s, t, u, r):
+                    continue
                 if unit is not None:
                     used |= 1 << unit
-                if k == VALU:
-                    busy = issue * (trans_cycles if op.arg == 1 else 1)
-                    valu_free[s] = t + busy
-                    valu_busy[s] += busy
-                    cost["valu"] += issue
-                elif k == MFMA:
-                    busy = op.arg * pass_clk
-                    # The VALU port: its hold cycles, plus the share of the MFMA's run it cannot co-issue.
-                    hold = (hold_cycles_8 if op.arg >= 8 else hold_cycles) * issue
-                    valu_free[s] = t + hold + round(block_share * (busy - hold))
-                    pk_free[s] = max(pk_free[s], t + (op.arg + pk_extra) * issue)
-                    w.pk_at = t + (op.arg + pk_extra) * issue
-                    w.valu_at = t + issue + round(own_block * (busy - issue))
-                    xdl_free[s] = t + busy
-                    xdl_busy[s] += busy
-                    xdl_by_passes[op.arg] += busy
-                    cost["mfma"] += issue
-                elif k == LDS:
-                    cyc = w.lds.get(w.i, 2)
-                    start = max(t, lds_free)
-                    lds_free = start + cyc
-                    lds_busy += cyc
-                    done = start + cyc + lds_lat
-                    w.lgkm = [c for c in w.lgkm if c > t]
-                    w.lgkm.append(max(done, w.lgkm[-1]) if w.lgkm else done)
-                    cost["lds"] += issue
-                elif k == VMEM:
-                    cyc = math.ceil(op.arg / l1_bpc)
-                    start = max(t, vmem_free)
-                    vmem_free = start + cyc
-                    vmem_busy += cyc
-                    done = start + cyc + vmem_lat
-                    if op.arg2:  # the dwords are written into LDS: its bandwidth, booked at issue
-                        lcyc = math.ceil(op.arg / p["lds_bytes_per_clk"])
-                        lds_free = max(lds_free, t) + lcyc
-                        lds_busy += lcyc
-                    w.vm = [c for c in w.vm if c > t]
-                    w.vm.append(max(done, w.vm[-1]) if w.vm else done)
-                    cost["vmem"] += issue
-                elif k == SMEM:
-                    w.lgkm = [c for c in w.lgkm if c > t]
-                    w.lgkm.append(t + smem_lat)
-                    cost["salu"] += issue
-                elif k == SALU:
-                    cost["salu"] += issue
-                elif k == BRANCH:
-                    taken = w.i + 1 < w.n and w.pcs[w.i + 1] != w.pcs[w.i] + 1
-                    own = issue * (branch_cycles if taken else 1)
-                    cost["branch"] += own
-                elif k == NOP:
-                    own = issue * op.arg
-                    cost["s_nop"] += own
-                elif k == WAIT:
-                    w.vm = [c for c in w.vm if c > t]
-                    w.lgkm = [c for c in w.lgkm if c > t]
-                    cost["waitcnt"] += issue
-                elif k == PRIO:
-                    w.prio = op.arg
-                    cost["salu"] += issue
-                elif k == BARRIER:
-                    cost["barrier"] += issue
-                if op.straddle and straddle_clk:  # its second fetch window arrives a quad later
-                    own += straddle_clk
-                    cost["fetch"] += straddle_clk
-                issued[KIND_NAMES[k]] += 1
+                own = _issue(w, op, s, t, u, r)
                 any_issue = True
                 w.i += 1
                 w.ready = t + own
                 w.since = t + own
                 w.reason = "arbitration"
                 if k == BARRIER:
-                    w.barrier = True
-                    arrived[w.wg] += 1
-                    w.reason = "barrier"
-                    if arrived[w.wg] == live_in_wg[w.wg]:
-                        release(w.wg, t + barrier_clk)
+                    barriers.arrive(w, t)
                 if k == END or w.i >= w.n:
                     w.done = True
                     w.end = max([t + own, *w.vm, *w.lgkm])
                     live -= 1
-                    live_in_wg[w.wg] -= 1
-                    if arrived[w.wg] and arrived[w.wg] == live_in_wg[w.wg]:
-                        release(w.wg, t + barrier_clk)
+                    barriers.leave(w, t)
         if any_issue:
             t += issue
         else:
@@ -482,14 +559,14 @@ def replay(
     return CuRun(
         clocks,
         len(waves),
-        xdl_busy,
-        valu_busy,
-        lds_busy,
-        vmem_busy,
-        cost,
-        issued,
+        u.xdl_busy,
+        u.valu_busy,
+        u.lds_busy,
+        u.vmem_busy,
+        u.cost,
+        u.issued,
         [w.end for w in waves],
-        xdl_by_passes,
+        u.xdl_by_passes,
     )
 
 

@@ -87,19 +87,24 @@ def interleaved_rounds(
     *,
     thread_clock: bool = False,
     prime_cycles: int = PRIME_CYCLES,
+    host: bool = False,
 ) -> dict[str, list[float]]:
     """Milliseconds per call, by key: `warm` untimed rounds, then `iters` timed rounds of every
     runner once (each called with the round's index), the order reversed every other round so no
     runner always follows the same neighbour; a GPU round starts behind a spin of `prime_cycles`
-    (Timer.prime). `device`: "cpu" or a torch GPU device."""
+    (Timer.prime). `device`: "cpu" or a torch GPU device. With `host`, the host's clock times each
+    call on a GPU too (what the calling thread spends to enqueue it: the eager host cost), and the
+    device is synchronised after each round, untimed, so no round waits on a full launch queue."""
     for i in range(warm):
         for _, fn in runners:
             fn(i)
     synchronize(device)
-    timer = Timer(device != "cpu", thread_clock=thread_clock)
+    timer = Timer(device != "cpu" and not host, thread_clock=thread_clock)
     for i in range(iters):
         order = runners if i % 2 == 0 else runners[::-1]
         timer.prime(prime_cycles)
         for key, fn in order:
             timer.time(key, functools.partial(fn, i))
+        if host:
+            synchronize(device)
     return timer.samples()

@@ -77,6 +77,7 @@ def test_wheel_carries_sources_migrations_web_and_pins(installed: tuple[Path, Pa
     for needed in (
         "regress/_share/kernel/include/regress_attn.h",
         "regress/_share/kernel/cpu/attention_cpu.cpp",
+        "regress/_share/kernel/torch/regress_op.cpp",
         "regress/_share/migrations/env.py",
         "regress/_share/web/templates/index.html.j2",
         "regress/_share/runners/stacks/cpu-local.toml",
@@ -94,6 +95,13 @@ def test_installed_package_runs_from_an_empty_directory(installed: tuple[Path, P
     assert nightly.returncode == 0, nightly.stdout[-3000:] + nightly.stderr[-3000:]
     assert (work / ".regress" / "regress.db").is_file()
     assert (Path(env["HOME"]) / ".cache" / "regress" / "build").is_dir()  # not inside site-packages
+    # The torch operator's C++ kernels build from the wheel's copy of kernel/torch (issue 40).
+    code = (
+        "from regress import op; import torch; q = torch.zeros(1, 2, 1, 128).bfloat16(); "
+        "print(op.IMPLEMENTATION, op.attention_op(q, q, q, 'bshd', 'rtne').shape)"
+    )
+    op = _sh(["python", "-c", code], work, env)
+    assert op.stdout.split()[0] == "native", op.stdout + op.stderr[-2000:]
 
     demo = _sh(["regress", "demo-history", "--nights", "4", "--stacks", "1", "--cases", "12", "--db",
                 "sqlite:///demo.db"], work, env)  # fmt: skip

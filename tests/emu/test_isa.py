@@ -409,3 +409,26 @@ def test_pk_fma_f32_neg_lo_and_neg_hi(asm_kernel):
     hazards, _ = k(out)
     assert not hazards
     assert out.tolist() == [[-2.0 * 4.0 + 0.5, 3.0 * 5.0 - 1.0]] * 64
+
+
+def test_every_mnemonic_has_exactly_one_family() -> None:
+    """The instruction table (isa.family): no exact mnemonic is also matched by a pattern family, and
+    no two pattern families match the same sized form, so the order of registration decides nothing;
+    a mnemonic outside the subset has no family (refused at load)."""
+    from regress.emu import isa
+
+    sized = [
+        *(f"buffer_{op}_dword{n}" for op in ("load", "store") for n in ("", "x2", "x3", "x4")),
+        *(f"global_{op}_dword{n}" for op in ("load", "store") for n in ("", "x2", "x3", "x4")),
+        *(f"scratch_{op}_dword{n}" for op in ("load", "store") for n in ("", "x2", "x3", "x4")),
+        *(f"s_load_dword{n}" for n in ("", "x2", "x4", "x8", "x16")),
+        *(f"s_cmp_{rel}_{t}" for rel in ("lt", "le", "gt", "ge", "eq", "lg") for t in ("i32", "u32", "u64")),
+        "v_add_u32_sdwa",
+        "v_cmp_eq_u32_sdwa",
+    ]
+    for name in [*isa._BY_NAME, *sized]:
+        matches = [p.pattern for p, _ in isa._BY_PATTERN if p.fullmatch(name)]
+        assert len(matches) + (name in isa._BY_NAME) == 1, (name, matches)
+        assert isa.family_of(name) is not None
+    for name in ("v_mfma_f32_4x4x4_16b_f16", "s_cmp_bitcmp0_b32", "global_load_dwordx5", "s_sleep"):
+        assert isa.family_of(name) is None, name
