@@ -7,12 +7,14 @@
 # benchmarks/h200_v2.py: the suites' v2 cases (ULP, determinism, perf against cuDNN / FlashAttention-2
 # / FlashAttention-2 varlen, the Llama-3-8B e2e layer), its table last. Outputs in $OUT.
 #   run(command="cp -a .devwork/i40cuda/. . && bash benchmarks/h200_v2.sh", carry=[".devwork/i40cuda", "wheels"])
-# Optional: .devwork/i40cache (a carried build cache: REGRESS_CACHE_DIR, so nvcc does not run), AB_LIB
+# Optional: .devwork/i40cache or i40cache.tgz (a carried build cache: REGRESS_CACHE_DIR, so nvcc does not run), AB_LIB
 # (a second library, relative to the tree, timed A/B in the perf cases), NO_QUICK=1 (skip the quick
 # suites test), TESTS_S / QUICK_S / SUITES_S (step timeouts), ITERS (perf rounds, default 50).
 set -uo pipefail
 source benchmarks/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+# a carried build cache (a tarball where the 64 MiB a call carries is short) skips nvcc
+[ -f .devwork/i40cache.tgz ] && tar -xzf .devwork/i40cache.tgz -C .devwork
 [ -d .devwork/i40cache ] && export REGRESS_CACHE_DIR=$PWD/.devwork/i40cache
 T0=$(date +%s)
 timeout 420 python3 -m regress build --backend cuda >"$OUT/build.log" 2>&1
