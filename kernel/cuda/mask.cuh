@@ -71,8 +71,13 @@ struct TailMask {
   __device__ __forceinline__ void before_last_pv(SmemT&, int) const {}
 };
 
-/* Named barrier of the consumer warpgroups that zero V rows together (ids 3 and 4: split.cuh's). */
+/* Named barriers of the consumer warpgroups that zero V rows (ids 3 and 4: split.cuh's): 5 when both
+ * read the block (256 threads), 6 when the second has no row of the tile (128). Two ids, not one id
+ * with two counts: a warpgroup with no row of tile A runs ahead into tile B, and its 256-thread wait
+ * there must never meet the first warpgroup's 128-thread wait of tile A on the same barrier (mixed
+ * counts on one barrier: the H200 stopped the launch with an illegal instruction, device call 2). */
 constexpr int kBarZeroV = 5;
+constexpr int kBarZeroV0 = 6;
 
 /* The v2 kernels' mask: blocks >= from, row r of this thread at key limit lim[r] (tile keys). */
 template <bool kZero>
@@ -106,7 +111,7 @@ struct RowMask {
         reinterpret_cast<uint4*>(row0)[c - half * chunks] = z;
       }
       fence_proxy_async_smem(); /* the wgmmas read shared memory through the async proxy */
-      named_bar_sync(kBarZeroV, zero_threads);
+      named_bar_sync(zero_threads == 256 ? kBarZeroV : kBarZeroV0, zero_threads);
     }
   }
 };
