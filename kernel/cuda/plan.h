@@ -389,12 +389,18 @@ inline LaunchPlan plan_sm90(const PlanInput& in) {
  * power of two >= Sq where that is fewer), so decode's one row per head becomes `group` rows of one
  * tile that reads the K/V head once. The rows each computes (in 64-row warpgroups), per K/V head:
  *   unpacked: group x ceil64(Sq);  packed: ceil(Sq / R) x ceil64(group x R),
- * and, as FlashAttention-3 asks of its tile efficiencies, packing is taken only where it computes at
- * most kPackGqaRatio of the unpacked rows: a long prompt's packed tiles (R = 32 rows a head at 4 heads)
- * would save a fraction of a warpgroup per head and cut each head's causal diagonal into 4 times as
- * many tiles. A varlen call asks with max_seqlen_q. RA_CUDA_PACK_GQA=0: never. Returns log2 R, or -1. */
+ * and, as FlashAttention-3 asks of its tile efficiencies, a fixed-length call packs only where that
+ * computes at most kPackGqaRatio of the unpacked rows. A varlen call always packs, as FlashAttention-3
+ * does (its lengths are in device memory: max_seqlen_q sizes R, but a mix of many short sequences
+ * wastes a partial 128-row tile per sequence and head, which packed tiles of R rows mostly do not).
+ * Measured on the H200 (docs/perf-notes.md v18, call 3's A/B against RA_CUDA_PACK_GQA=2): packing
+ * every GQA call was 4-15 % slower on causal GQA prefill at 2k-16k, 6 % on non-causal GQA at 4k and
+ * 7 % on a chunked prefill (kept unpacked by the ratio), equal on a causal varlen prefill mix and
+ * 9 % and 7 % faster on the non-causal varlen prefill and chunked-prefill varlen mixes (the varlen
+ * rule). RA_CUDA_PACK_GQA=0: never; 2: every call (FlashAttention-3's newer heuristic packs every
+ * causal call too; the first measurement above is why this one does not). Returns log2 R, or -1. */
 constexpr int kPackGqaRatioPercent = 90; /* FlashAttention-3's 0.9 (hopper/heuristics.h) */
-inline int pack_gqa_log2_rows(int group, int64_t sq) {
+inline int pack_gqa_log2_rows(int group, int64_t sq, bool varlen = false) {
   if (!RA_CUDA_PACK_GQA || group < 2 || group > sm90::kBlockM || (group & (group - 1)) != 0 || sq < 1) return -1;
   int lr = 0;
   while ((group << (lr + 1)) <= sm90::kBlockM && (int64_t{1} << lr) < sq) ++lr;
@@ -402,7 +408,7 @@ inline int pack_gqa_log2_rows(int group, int64_t sq) {
   auto ceil64 = [](int64_t x) { return (x + 63) / 64 * 64; };
   const int64_t packed = (sq + r - 1) / r * ceil64(group * r);
   const int64_t unpacked = group * ceil64(sq);
-  return RA_CUDA_PACK_GQA == 2 || 100 * packed <= kPackGqaRatioPercent * unpacked ? lr : -1;
+  return RA_CUDA_PACK_GQA == 2 || varlen || 100 * packed <= kPackGqaRatioPercent * unpacked ? lr : -1;
 }
 
 /* FlashAttention-3's L2 swizzle (tile_scheduler.hpp): a causal launch's tiles are cut into sections
@@ -430,7 +436,7 @@ inline LaunchPlan plan_v2(const PlanInput& in) {
   const int group = in.heads / (in.heads_kv > 0 ? in.heads_kv : in.heads);
   const int64_t sq = in.varlen ? in.max_seqlen_q : in.seqlen_q;
   const int64_t sk = in.varlen ? in.max_seqlen_k : in.seqlen_k;
-  const int lr = pack_gqa_log2_rows(group, sq);
+  const int lr = pack_gqa_log2_rows(group, sq, in.varlen);
   const bool pack = lr >= 0;
   const bool causal = in.mask != RA_MASK_NONE;
   lp.kind = v2_kind(causal, in.varlen, pack);

@@ -219,8 +219,9 @@ V2_TABLE = [
     (
         (64, 32, 26000, 26000),
         dict(heads_kv=8, mask="causal_bottom_right", max_seqlen=(8000, 8000)),
-        "sm90_v2_varlen_causal",
+        "sm90_v2_varlen_packgqa_causal",
     ),
+    ((64, 32, 26000, 26000), dict(heads_kv=32, max_seqlen=(8000, 8000)), "sm90_v2_varlen"),  # MHA: no pack
     ((64, 32, 64, 64000), dict(heads_kv=8, max_seqlen=(1, 1000)), "sm90_v2_varlen_packgqa"),
     (
         (64, 32, 64, 64000),
@@ -277,20 +278,20 @@ def test_packing_takes_the_fewest_rows() -> None:
     assert cp.plan_of(v2_params(4, 32, 16, 8192, heads_kv=8))["block_q"] == 64
     assert cp.plan_of(v2_params(4, 32, 100, 8192, heads_kv=8))["kind"] == "sm90_v2"
     assert cp.plan_of(v2_params(1, 32, 2048, 2048, heads_kv=8))["kind"] == "sm90_v2"
-    assert (
-        cp.plan_of(v2_params(1, 24, 1, 512, heads_kv=8))["kind"] == "sm90_v2"
-    )  # 3 heads a group: not a power of 2
+    three = cp.plan_of(v2_params(1, 24, 1, 512, heads_kv=8))  # 3 heads a group: not a power of 2
+    assert three["kind"] == "sm90_v2"
     d = cp.plan(16, 32, 1, 8192)  # dense MHA decode: the dense kernels, unchanged
     assert not d["kind"].startswith("sm90_v2")
     off = cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8), flags=("-DRA_CUDA_PACK_GQA=0",))
     assert off["kind"] == "sm90_v2" and off["block_q"] == 128
-    # a long prompt: 8 fewer rows in 8000 would pack at "fewer" (FlashAttention-3 asks for 10 %)
-    long = v2_params(64, 32, 26000, 26000, heads_kv=8, max_seqlen=(7697, 7697))
-    assert cp.plan_of(long)["kind"] == "sm90_v2_varlen"
-    always = cp.plan_of(long, flags=("-DRA_CUDA_PACK_GQA=2",))
-    assert always["kind"] == "sm90_v2_varlen_packgqa" and always["block_q"] == 128  # 4 heads x 32 rows
-    causal = v2_params(2, 32, 8192, 8192, heads_kv=8, mask="causal_top_left")
+    # a long prompt: 8 fewer rows in 7697 would pack at "fewer" (FlashAttention-3 asks for 10 %)
+    causal = v2_params(1, 32, 7697, 7697, heads_kv=8, mask="causal_top_left")
+    assert cp.plan_of(causal)["kind"] == "sm90_v2_causal"
     assert cp.plan_of(causal, flags=("-DRA_CUDA_PACK_GQA=2",))["kind"] == "sm90_v2_packgqa_causal"
+    # varlen always packs (FlashAttention-3's rule): 4 heads x 32 rows at a longest sequence of 7697
+    mix = v2_params(64, 32, 26000, 26000, heads_kv=8, max_seqlen=(7697, 7697))
+    assert cp.plan_of(mix)["kind"] == "sm90_v2_varlen_packgqa" and cp.plan_of(mix)["block_q"] == 128
+    assert cp.plan_of(mix, flags=("-DRA_CUDA_PACK_GQA=0",))["kind"] == "sm90_v2_varlen"
 
 
 def test_v2_workspace_and_its_limit() -> None:
