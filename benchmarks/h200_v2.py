@@ -2,6 +2,7 @@
 with their own code (regress.suites), and a table of them against the issue's bars.
 
   python benchmarks/h200_v2.py --out DIR [--suites ulp,determinism,perf,e2e] [--iterations N]
+  python benchmarks/h200_v2.py --table DIR/v2-results.json.gz     (the table of a run again)
 
 Runs every case of the named suites whose params carry a v2 axis (hkv, mask, seqs): ULP and
 determinism gate the contract; perf times ours, cuDNN and FlashAttention-2 through SDPA (is_causal,
@@ -30,6 +31,7 @@ from regress.build import build_kernel  # noqa: E402
 from regress.cases import spec_shape  # noqa: E402
 from regress.kernel import load_library  # noqa: E402
 from regress.results import CaseResult  # noqa: E402
+from regress.stats import geomean  # noqa: E402
 from regress.suites import SuiteContext, get_suite  # noqa: E402
 
 V2_KEYS = {"hkv", "mask", "seqs"}
@@ -43,11 +45,6 @@ def group_of(r: CaseResult) -> str:
     if s.sq <= 64:
         return "decode"
     return "causal" if s.mask != "none" else "gqa"
-
-
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
 def ab_speed(r: CaseResult) -> float:
@@ -81,7 +78,9 @@ def table(results: list[CaseResult]) -> list[str]:
     for (g, mode, b), xs in sorted(by.items()):
         fin = [x for x in xs if math.isfinite(x)]
         if fin:
-            lines.append(f"| {g} | {mode} | {b} | {geomean(fin):.3f} | {min(fin):.3f} | {len(fin)} |")
+            lines.append(
+                f"| {g} | {mode} | {b} | {geomean(fin) or math.nan:.3f} | {min(fin):.3f} | {len(fin)} |"
+            )
     long_causal = [
         r.metrics["tflops"]
         for r in perf
@@ -98,13 +97,39 @@ def table(results: list[CaseResult]) -> list[str]:
     return lines
 
 
+def load_results(path: Path) -> list[CaseResult]:
+    """The results a run wrote (v2-results.json.gz), for the table again."""
+    from regress.results import CaseSpec
+
+    with gzip.open(path, "rt") as f:
+        blob = json.load(f)
+    return [
+        CaseResult(
+            case=CaseSpec(suite=x["suite"], name=x["case"], params=x["params"]),
+            status=x["status"],
+            metrics=x["metrics"],
+            samples=x["samples"],
+            message=x["message"],
+        )
+        for x in blob
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--table", type=Path, default=None, help="print the table of a v2-results.json.gz and stop"
+    )
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--suites", default="ulp,determinism,perf,e2e")
     ap.add_argument("--iterations", type=int, default=None)
     ap.add_argument("--lib", type=Path, default=None, help="a built library (default: regress build's)")
     args = ap.parse_args()
+    if args.table is not None:
+        print("\n".join(table(load_results(args.table))))
+        return 0
+    if args.out is None:
+        ap.error("--out is required (or --table FILE)")
     args.out.mkdir(parents=True, exist_ok=True)
     lib = load_library(args.lib or build_kernel("cuda").path)
     ctx = SuiteContext(
