@@ -65,6 +65,16 @@ namespace ra_cuda {
 // ---------------------------------------------------------------------------------------------
 // kernels: thin compositions of the parts
 
+/* One thread of the CTA, before the warpgroups part: the mbarriers, and the tensor maps prefetched. */
+template <class SmemT>
+__device__ __forceinline__ void cta_prologue(const FwdParams& p, SmemT& sm) {
+  sm90::init_barriers(sm);
+  tma_prefetch_desc(&p.tma_q);
+  tma_prefetch_desc(&p.tma_k);
+  tma_prefetch_desc(&p.tma_v);
+  tma_prefetch_desc(&p.tma_o);
+}
+
 /* kMerge: the decode split's merge in the kernel (split.cuh's merge_if_last); only launches with
  * p.merge_in_kernel take this instantiation. */
 template <int kRound, Layout L, bool kNQK, class Plan, bool kMerge, bool kDyn, bool kTail>
@@ -74,13 +84,7 @@ __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
       *reinterpret_cast<sm90::Smem<Plan>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   if (RA_CUDA_TRACE && threadIdx.x == 0) trace(kTraceEntryNs), trace(kTraceEntry);
-  if (threadIdx.x == 0) {
-    sm90::init_barriers(sm);
-    tma_prefetch_desc(&p.tma_q);
-    tma_prefetch_desc(&p.tma_k);
-    tma_prefetch_desc(&p.tma_v);
-    tma_prefetch_desc(&p.tma_o);
-  }
+  if (threadIdx.x == 0) cta_prologue(p, sm);
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -149,13 +153,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_v2(const __gr
   sm90::SmemV2<Plan>& sm =
       *reinterpret_cast<sm90::SmemV2<Plan>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
-  if (threadIdx.x == 0) {
-    sm90::init_barriers(sm);
-    tma_prefetch_desc(&p.tma_q);
-    tma_prefetch_desc(&p.tma_k);
-    tma_prefetch_desc(&p.tma_v);
-    tma_prefetch_desc(&p.tma_o);
-  }
+  if (threadIdx.x == 0) cta_prologue(p, sm);
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<40>();

@@ -146,15 +146,12 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[64], const fl
   __syncwarp(); /* the next tile's epilogue rewrites `so` */
 }
 
-/* Epilogue 2. `so`: the warp's 4 KB staging, 1024-byte aligned, two d-halves of 16 rows x 128 B
- * (the TMA box of tma_o), 16-byte chunk c of row r at c ^ (r & 7): TMA's 128-byte swizzle, which
- * also makes each 8 x 8 stmatrix conflict-free. The warp's previous stores from `so` must have read
- * it first (bulk_wait_read); lane 0 issues and commits this tile's, and the CTA waits for all of
- * them before it exits (store_tile_tma_drain). row_base: first of the warp's 16 rows. */
+/* Epilogue 2's staging: the warp's 16 rows rounded (with the drills) and written by stmatrix into
+ * `so`, two d-halves of 16 rows x 128 B, 16-byte chunk c of row r at c ^ (r & 7), once the warp's
+ * previous TMA stores from it have read it; returns its shared address. */
 template <int kRound>
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
-                                               const CUtensorMap* tma_o, int row_base, int h, int b, int lane,
-                                               bool flip0) {
+__device__ __forceinline__ uint32_t stage_tile(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
+                                               int lane, bool flip0) {
   float inv[2];
   row_inverses(l_part, inv);
   if (lane == 0) bulk_wait_read<0>();
@@ -174,6 +171,19 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const flo
     const int j = i + (mat >> 1); /* n8-tile = 16-byte chunk j & 7 of d-half j >> 3 */
     stmatrix_x4(base + (j >> 3) * 2048 + row * 128 + (((j & 7) ^ (row & 7)) << 4), w);
   }
+  return base;
+}
+
+/* Epilogue 2. `so`: the warp's 4 KB staging, 1024-byte aligned, two d-halves of 16 rows x 128 B
+ * (the TMA box of tma_o), 16-byte chunk c of row r at c ^ (r & 7): TMA's 128-byte swizzle, which
+ * also makes each 8 x 8 stmatrix conflict-free. The warp's previous stores from `so` must have read
+ * it first (bulk_wait_read); lane 0 issues and commits this tile's, and the CTA waits for all of
+ * them before it exits (store_tile_tma_drain). row_base: first of the warp's 16 rows. */
+template <int kRound>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
+                                               const CUtensorMap* tma_o, int row_base, int h, int b, int lane,
+                                               bool flip0) {
+  const uint32_t base = stage_tile<kRound>(acc, l_part, so, lane, flip0);
   fence_proxy_async_smem();
   __syncwarp();
   if (lane == 0) {
@@ -191,24 +201,7 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const flo
 template <int kRound>
 __device__ __forceinline__ void store_tile_rows(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
                                                 uint16_t* row_out, int lane, bool flip0) {
-  float inv[2];
-  row_inverses(l_part, inv);
-  if (lane == 0) bulk_wait_read<0>(); /* an earlier TMA store from `so` */
-  __syncwarp();
-  const uint32_t base = smem_u32(so);
-  const int mat = lane >> 3;
-  const int row = (mat & 1) * 8 + (lane & 7);
-#pragma unroll
-  for (int i = 0; i < 16; i += 2) {
-    uint32_t w[4];
-    w[0] = round_pack<kRound>(acc[4 * i + 0] * inv[0], acc[4 * i + 1] * inv[0]);
-    w[1] = round_pack<kRound>(acc[4 * i + 2] * inv[1], acc[4 * i + 3] * inv[1]);
-    w[2] = round_pack<kRound>(acc[4 * i + 4] * inv[0], acc[4 * i + 5] * inv[0]);
-    w[3] = round_pack<kRound>(acc[4 * i + 6] * inv[1], acc[4 * i + 7] * inv[1]);
-    if (RA_INJECT_NONDET && flip0 && i == 0 && lane == 0) w[0] ^= 1u;
-    const int j = i + (mat >> 1);
-    stmatrix_x4(base + (j >> 3) * 2048 + row * 128 + (((j & 7) ^ (row & 7)) << 4), w);
-  }
+  stage_tile<kRound>(acc, l_part, so, lane, flip0);
   __syncwarp();
   const int r = lane >> 1, half = lane & 1;
   if (row_out) {

@@ -84,6 +84,20 @@ __device__ __forceinline__ int ld_tile_id(int* slot) {
   return tile;
 }
 
+/* The dynamic scheduler's end (the producer's, after its last take): every CTA has taken its last
+ * tile before it counts itself done, and the last one resets both counters for the next launch.
+ * The fences (release, acquire: split.cuh's pattern) order each CTA's last take before its count and
+ * the reset after every count (any grid size: a CTA past the tiles takes nothing and counts itself
+ * all the same). */
+__device__ __forceinline__ void reset_tile_counter_if_last(const FwdParams& p) {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  if (atomicAdd(&p.tile_counter[1], 1) == (int)gridDim.x - 1) {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    atomicExch(&p.tile_counter[0], 0);
+    atomicExch(&p.tile_counter[1], 0);
+  }
+}
+
 /* kDyn: the dynamic scheduler's instantiation (tile_scheduler.cuh), launched only with
  * p.tile_counter set; the static one keeps the code it had before the scheduler existed. kTail:
  * the tail split's (RA_CUDA_TAIL_SPLIT), the same loop over tail_coord's work items. */
@@ -131,16 +145,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
     st_tile_id(&sm.tile_id[qs], p.num_tiles);
     mbar_arrive(&sm.q_full[qs]);
-    /* every CTA has taken its last tile before it counts itself done: the last one resets. The
-     * fences (release, acquire: split.cuh's pattern) order each CTA's last take before its count
-     * and the reset after every count (any grid size: a CTA past num_tiles takes nothing and
-     * counts itself all the same). */
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    if (atomicAdd(&p.tile_counter[1], 1) == (int)gridDim.x - 1) {
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      atomicExch(&p.tile_counter[0], 0);
-      atomicExch(&p.tile_counter[1], 0);
-    }
+    reset_tile_counter_if_last(p);
   }
 }
 
@@ -309,11 +314,11 @@ struct QK0 {
   }
 };
 
-/* wg_idle's tile: releases the stages it would have read, then issues the next tile's S. */
-template <class P, bool kDyn>
-__device__ __forceinline__ void idle_tile(const QK0<P, kDyn>& h, int lane, int nb, int qs, int& kv, int tq) {
+/* A warpgroup with no row of a tile of nb key blocks (its block 0's K already released): it releases
+ * the Q stage and the K/V stages it would have read, so the producer's ring keeps turning. */
+template <class P>
+__device__ __forceinline__ void release_tile(Smem<P>& sm, int lane, int nb, int qs, int kv) {
   constexpr int kStages = P::kStages;
-  Smem<P>& sm = h.sm;
   warp_release(&sm.q_empty[qs], lane);
   for (int n = 0; n < nb; ++n) {
     const int kc = kv + n;
@@ -324,6 +329,12 @@ __device__ __forceinline__ void idle_tile(const QK0<P, kDyn>& h, int lane, int n
     mbar_wait(&sm.v_full[kc % kStages], (kc / kStages) & 1);
     warp_release(&sm.v_empty[kc % kStages], lane);
   }
+}
+
+/* wg_idle's tile: releases the stages it would have read, then issues the next tile's S. */
+template <class P, bool kDyn>
+__device__ __forceinline__ void idle_tile(const QK0<P, kDyn>& h, int lane, int nb, int qs, int& kv, int tq) {
+  release_tile<P>(h.sm, lane, nb, qs, kv);
   kv += nb;
   if (h.resolve_next(tq + 1)) {
     h.wait(tq + 1, kv);

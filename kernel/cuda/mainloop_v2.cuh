@@ -97,31 +97,7 @@ __device__ __forceinline__ void produce_v2(const FwdParams& p, SmemV2<P>& sm) {
   none.m = none.hg = none.b = none.q0 = none.len_q = none.k0 = none.len_k = none.nb = 0;
   st_tile_info(sm.tile_info[qs], none);
   mbar_arrive(&sm.q_full[qs]);
-  if (p.tile_counter) { /* the dense dynamic scheduler's reset (mainloop_sm90.cuh's produce) */
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    if (atomicAdd(&p.tile_counter[1], 1) == (int)gridDim.x - 1) {
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      atomicExch(&p.tile_counter[0], 0);
-      atomicExch(&p.tile_counter[1], 0);
-    }
-  }
-}
-
-/* A warpgroup with no row of the tile: it releases the stages it would have read (idle_tile's
- * loop, the next tile's S issued by the caller). */
-template <class P>
-__device__ __forceinline__ void release_tile(Smem<P>& sm, int lane, int nb, int qs, int kv) {
-  constexpr int kStages = P::kStages;
-  warp_release(&sm.q_empty[qs], lane);
-  for (int n = 0; n < nb; ++n) {
-    const int kc = kv + n;
-    if (n > 0) {
-      mbar_wait(&sm.k_full[kc % kStages], (kc / kStages) & 1);
-      warp_release(&sm.k_empty[kc % kStages], lane);
-    }
-    mbar_wait(&sm.v_full[kc % kStages], (kc / kStages) & 1);
-    warp_release(&sm.v_empty[kc % kStages], lane);
-  }
+  if (p.tile_counter) reset_tile_counter_if_last(p);
 }
 
 /* The rows of one thread: r = 0 its first row, 1 the one 8 below (softmax.cuh's layout). */
