@@ -6,7 +6,10 @@
 # guard rows around varlen outputs, bit-for-bit relations, CUDA graphs; and the quick suites), then
 # benchmarks/h200_v2.py: the suites' v2 cases (ULP, determinism, perf against cuDNN / FlashAttention-2
 # / FlashAttention-2 varlen, the Llama-3-8B e2e layer), its table last. Outputs in $OUT.
-#   run(command="cp -a .devwork/i40cuda/. . && bash benchmarks/h200_v2.sh", carry=[".devwork/i40cuda", "wheels"])
+#   run(command="bash benchmarks/h200_v2.sh", carry=["wheels"])      (the merged tree: ~7 min with the nvcc build)
+# Issue 40's calls ran a branch's changed files over main's tree, with the library prebuilt here:
+#   run(command="python3 -c \"import tarfile; tarfile.open('.devwork/i40.txz').extractall('.devwork')\" &&
+#       cp -a .devwork/i40cuda/. . && AB_LIB=... bash benchmarks/h200_v2.sh", carry=[".devwork/i40.txz", "wheels"])
 # Optional: .devwork/i40cache or i40cache.tgz (a carried build cache: REGRESS_CACHE_DIR, so nvcc does not run), AB_LIB
 # (a second library, relative to the tree, timed A/B in the perf cases), NO_QUICK=1 (skip the quick
 # suites test), TESTS_S / QUICK_S / SUITES_S (step timeouts), ITERS (perf rounds, default 50).
