@@ -2,7 +2,9 @@
 # The default sm_90a library's SASS at BASE_COMMIT against this working tree's: both built by the
 # build module's own nvcc command (regress/build.py's COMMANDS["cuda"]), dumped with cuobjdump
 # -sass, diffed. Prints the diff's line count last (0: identical machine code, kernel symbols
-# included). The base's dump is cached in $SASS_CACHE (default /tmp/sass_diff), keyed by commit.
+# included), then kernel by kernel: the base's kernels against the tree's of the same symbol (the last
+# line; a tree that adds kernels, issue 40's v2 ones, shows them as new). The base's dump is cached in
+# $SASS_CACHE (default /tmp/sass_diff), keyed by commit.
 #   benchmarks/sass_diff.sh 8814587          (issue 37's proof: the refactor changed no instruction)
 #   EXTRA_FLAGS="-DRA_CUDA_SPLIT=1" benchmarks/sass_diff.sh 8814587   (both built with extra -D flags)
 set -euo pipefail
@@ -67,3 +69,30 @@ echo "tree: $(wc -l <"$new/new.sass") SASS lines, $(grep -c 'Function :' "$new/n
 diff "$old" "$new/new.sass" >"$new/diff" || true
 head -40 "$new/diff"
 echo "diff lines: $(wc -l <"$new/diff")"
+# Kernel by kernel (issue 40: the tree adds kernels, and a larger fatbin's header says "compressed"):
+# every kernel of the base against the tree's kernel of the same symbol. The last line: 0 changed
+# means the base's machine code is all in the tree as it was.
+python3 - "$old" "$new/new.sass" <<'PY'
+import re, sys
+def kernels(path):
+    out, name = {}, None
+    for line in open(path):
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            out[name] = []
+        elif name is not None:
+            out[name].append(line)
+    return out
+base, tree = kernels(sys.argv[1]), kernels(sys.argv[2])
+missing = [k for k in base if k not in tree]
+changed = [k for k in base if k in tree and base[k] != tree[k]]
+new = [k for k in tree if k not in base]
+for k in missing:
+    print(f"missing in the tree: {k}")
+for k in changed:
+    print(f"changed: {k}")
+print(f"new kernels: {len(new)}")
+print(f"base kernels: {len(base)}, identical in the tree: {len(base) - len(missing) - len(changed)}, "
+      f"changed: {len(changed)}, missing: {len(missing)}")
+PY

@@ -341,9 +341,11 @@ class Library(Protocol):
 
     def build_info(self) -> dict[str, Any]: ...
 
-    def plan(self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str) -> dict[str, Any] | None:
+    def plan(
+        self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str, **v2: Any
+    ) -> dict[str, Any] | None:
         """The launch plan this library runs for the shape (its ra_plan_launch on its device), None
-        for a backend without a planner."""
+        for a backend without a planner; `v2`: regress.plan.shape_params' ABI v2 keywords."""
         ...
 
     def forward(

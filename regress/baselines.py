@@ -8,6 +8,11 @@ differs; no copies of the inputs).
   sdpa_flash  torch SDPA, FlashAttention-2 backend   NVIDIA, rtne
   sdpa_cudnn  torch SDPA, cuDNN backend              NVIDIA, rtne
   aiter       aiter.flash_attn_func (fmha v3)        ROCm, rtne / rtna / rtz via how_v3_bf16_cvt
+  fa2_varlen  FlashAttention-2's varlen path         NVIDIA, rtne; packed varlen calls only
+              (aten::_flash_attention_forward)        (varlen_baselines, not available_baselines)
+
+SDPA takes ABI v2's masks and grouped-query heads in its own spelling (is_causal, causal_lower_right,
+enable_gqa); cuDNN and FlashAttention-2 both run them on the GPU.
 """
 
 from __future__ import annotations
@@ -68,6 +73,24 @@ class Baseline:
         return self._run(q, k, v, layout, rounding, scale)
 
     takes_masks = False
+    takes_varlen = False
+
+    def varlen(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        cu_seqlens_k: torch.Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        *,
+        scale: float | None = None,
+        mask: str = "none",
+    ) -> torch.Tensor:
+        """A packed varlen call ([total, H, D] tensors, FlashAttention's arguments); only baselines
+        with takes_varlen (varlen_baselines) have one."""
+        raise ValueError(f"baseline {self.name} takes no packed varlen call")
 
     def _run_masked(
         self,
@@ -152,6 +175,8 @@ class SdpaBaseline(Baseline):
         kw: dict[str, Any] = {"scale": scale, "enable_gqa": kh.shape[1] != qh.shape[1]}
         if mask == "causal_top_left":
             kw["is_causal"] = True
+        elif mask == "causal_bottom_right" and qh.shape[2] == 1:
+            pass  # one query row aligned bottom-right sees every key: the unmasked call, SDPA's cheapest
         elif mask == "causal_bottom_right":
             from torch.nn.attention.bias import causal_lower_right
 
@@ -198,6 +223,80 @@ class AiterBaseline(Baseline):
         if isinstance(o, tuple):  # some versions also return the log-sum-exp
             o = o[0]
         return o.transpose(1, 2) if layout == "bhsd" else o
+
+
+class FlashVarlenBaseline(Baseline):
+    """FlashAttention-2's varlen path as torch ships it (aten::_flash_attention_forward with
+    cu_seqlens): packed q [total_q, H, D], k and v [total_k, H_kv, D] (grouped-query heads native),
+    causal aligned bottom-right per sequence (FlashAttention >= 2.1). Takes varlen calls only."""
+
+    def __init__(self) -> None:
+        super().__init__("fa2_varlen", "cuda", ("rtne",))
+
+    def _run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layout: Layout,
+        rounding: str,
+        scale: float | None,
+    ) -> torch.Tensor:
+        raise ValueError("fa2_varlen takes packed varlen calls only (Baseline.varlen)")
+
+    takes_varlen = True
+
+    def varlen(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        cu_seqlens_k: torch.Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        *,
+        scale: float | None = None,
+        mask: str = "none",
+    ) -> torch.Tensor:
+        if mask == "causal_top_left":
+            raise ValueError("fa2_varlen aligns causal masks bottom-right (FlashAttention >= 2.1) only")
+        out = torch.ops.aten._flash_attention_forward(
+            q,
+            k,
+            v,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            0.0,
+            mask != "none",
+            False,
+            scale=scale,
+        )
+        return out[0]  # type: ignore[no-any-return]
+
+
+@functools.cache
+def varlen_baselines(device: str) -> list[Baseline]:
+    """The baselines that take a packed varlen call on this device type (FlashAttention-2's varlen
+    path on NVIDIA), each probed with a tiny causal call of three sequences."""
+    if device.split(":")[0] != "cuda" or torch_gpu_backend() != "cuda":
+        return []
+    found: list[Baseline] = []
+    try:
+        bl = FlashVarlenBaseline()
+        g = torch.Generator(device="cpu").manual_seed(0)
+        q, k, v = (torch.randn((10, 4, 128), generator=g).to("cuda", torch.bfloat16) for _ in range(3))
+        cu = torch.tensor([0, 1, 4, 10], dtype=torch.int32, device="cuda")
+        o = bl.varlen(
+            q, k[:, :2].contiguous(), v[:, :2].contiguous(), cu, cu, 6, 6, mask="causal_bottom_right"
+        )
+        if o.shape == q.shape and bool(torch.isfinite(o.float()).all()):
+            found.append(bl)
+    except Exception:  # no flash kernel in this torch build, or it refuses the call
+        pass
+    return found
 
 
 def _candidates(device: str) -> Iterator[Callable[[], Baseline]]:

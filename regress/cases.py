@@ -233,3 +233,17 @@ VARLEN_MIX_GPU: list[tuple[int, int]] = prefill_seqs(
 VARLEN_MIX_CPU: list[tuple[int, int]] = prefill_seqs(
     serving_mix(12, 2, short=(8, 96), long=(300, 600), seed=7)
 )
+# A continuous-batching decode step: 64 sequences of one new token against caches of 128-8000 keys
+# (most short, a few long), and a chunked-prefill step: 16 prompt chunks of 32-2048 tokens against
+# what their sequences already hold (0-6000 keys) plus themselves (causal bottom-right per sequence).
+VARLEN_DECODE_GPU: list[tuple[int, int]] = [
+    (1, n) for n in serving_mix(56, 8, short=(128, 2048), long=(4000, 8000), seed=11)
+]
+VARLEN_CHUNK_GPU: list[tuple[int, int]] = [
+    (q, q + c)
+    for q, c in zip(
+        serving_mix(12, 4, short=(32, 512), long=(1024, 2048), seed=13),
+        serving_mix(10, 6, short=(1, 600), long=(2000, 6000), seed=17),
+        strict=True,
+    )
+]

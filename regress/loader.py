@@ -52,9 +52,12 @@ class KernelLibrary:
     def build_info(self) -> dict[str, Any]:
         return json.loads(self._lib.ra_build_info().decode())
 
-    def plan(self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str) -> dict[str, Any] | None:
+    def plan(
+        self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str, **v2: Any
+    ) -> dict[str, Any] | None:
         """This library's own plan for the shape on the current device (its ra_plan_launch, so a
-        drill or A/B build reports its own rule), None where the library exports no planner."""
+        drill or A/B build reports its own rule), None where the library exports no planner.
+        `v2`: regress.plan.shape_params' ABI v2 keywords (heads_kv, mask, max_seqlen, lse)."""
         if not hasattr(self._lib, "ra_plan_launch"):
             return None
         from regress import plan as planning
@@ -66,7 +69,7 @@ class KernelLibrary:
             if self.device_type == "cuda"
             else 1
         )
-        params = planning.shape_params(b, h, sq, sk, layout=layout, rounding=rounding)
+        params = planning.shape_params(b, h, sq, sk, layout=layout, rounding=rounding, **v2)
         return {"backend": self.backend, "compute_units": cus, **self._planner.plan(params, cus).to_dict()}
 
     @property

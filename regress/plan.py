@@ -26,7 +26,7 @@ from regress.abi import (
     Params,
 )
 from regress.build import PLANNERS, build_planner
-from regress.results import LAYOUTS, ROUNDING_CODE
+from regress.results import LAYOUTS, MASK_CODE, ROUNDING_CODE
 
 # What the device reports as its compute units (hipDeviceAttributeMultiprocessorCount, the SM count),
 # for a plan asked without a device: MI300X and H200.
@@ -137,22 +137,49 @@ def planner(backend: str, cache_dir: Path | None = None) -> Planner:
     return Planner(backend, build_planner(backend, cache_dir=cache_dir).path)
 
 
-def shape_params(b: int, h: int, sq: int, sk: int, *, layout: str = "bshd", rounding: str = "rtne") -> Params:
-    """An ra_attention_params of contiguous tensors of this shape whose pointers are never read."""
+def shape_params(
+    b: int,
+    h: int,
+    sq: int,
+    sk: int,
+    *,
+    layout: str = "bshd",
+    rounding: str = "rtne",
+    heads_kv: int = 0,
+    mask: str = "none",
+    max_seqlen: tuple[int, int] | None = None,
+    lse: bool = False,
+) -> Params:
+    """An ra_attention_params of contiguous tensors of this shape whose pointers are never read.
+
+    ABI v2: `heads_kv` K/V heads (0: h), the mask, `max_seqlen` = (max q, max k) for a varlen call of
+    b packed sequences whose totals are sq and sk ([total, H, D], batch stride 0), and an LSE. The
+    planner reads no cu_seqlens (they live in device memory), so they are never-read pointers too."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     if rounding not in ROUNDING_CODE:
         raise ValueError(f"rounding {rounding!r} is not one of {', '.join(ROUNDING_CODE)}")
+    if mask not in MASK_CODE:
+        raise ValueError(f"mask {mask!r} is not one of {', '.join(MASK_CODE)}")
     d = RA_HEAD_DIM
+    hk = heads_kv or h
     p = Params()
     p.abi_version = RA_ABI_VERSION
     p.q = p.k = p.v = p.o = _FAKE_POINTER
     p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim = b, h, sq, sk, d
-    p.heads_kv = h  # ABI v2: dense heads; mask none, no cu_seqlens, no LSE (the zeroed fields)
-    for name, s in (("q_stride", sq), ("k_stride", sk), ("v_stride", sk), ("o_stride", sq)):
-        # (batch, head, seq, dim) element strides of [B,S,H,D] or [B,H,S,D]
-        st = (s * h * d, d, h * d, 1) if layout == "bshd" else (h * s * d, s * d, d, 1)
+    p.heads_kv, p.mask = hk, MASK_CODE[mask]  # type: ignore[index]
+    for name, s, n in (("q_stride", sq, h), ("k_stride", sk, hk), ("v_stride", sk, hk), ("o_stride", sq, h)):
+        # (batch, head, seq, dim) element strides of [B,S,H,D] or [B,H,S,D]; varlen: [total, H, D]
+        if max_seqlen is not None:
+            st: tuple[int, ...] = (0, d, n * d, 1)
+        else:
+            st = (s * n * d, d, n * d, 1) if layout == "bshd" else (n * s * d, s * d, d, 1)
         getattr(p, name)[:] = st
+    if max_seqlen is not None:
+        p.cu_seqlens_q = p.cu_seqlens_k = _FAKE_POINTER
+        p.max_seqlen_q, p.max_seqlen_k = max_seqlen
+    if lse:
+        p.lse = _FAKE_POINTER
     p.scale = 0.0
     p.rounding = ROUNDING_CODE[rounding]  # type: ignore[index]
     return p
@@ -170,12 +197,28 @@ def plan_launch(
     rounding: str = "rtne",
     max_workspace_bytes: int = 0,
     cache_dir: Path | None = None,
+    heads_kv: int = 0,
+    mask: str = "none",
+    max_seqlen: tuple[int, int] | None = None,
+    lse: bool = False,
 ) -> dict[str, Any]:
     """The backend's plan for a shape on a device of `compute_units` (default: MI300X's 304 CUs,
-    H200's 132 SMs), as plain data; with the launches for the gfx942 planner."""
+    H200's 132 SMs), as plain data; with the launches for the gfx942 planner. The ABI v2 keywords
+    are shape_params'."""
     cus = DEFAULT_COMPUTE_UNITS.get(backend, 0) if compute_units is None else compute_units
     p = planner(backend, cache_dir)
-    params = shape_params(b, h, sq, sk, layout=layout, rounding=rounding)
+    params = shape_params(
+        b,
+        h,
+        sq,
+        sk,
+        layout=layout,
+        rounding=rounding,
+        heads_kv=heads_kv,
+        mask=mask,
+        max_seqlen=max_seqlen,
+        lse=lse,
+    )
     plan = p.plan(params, cus, max_workspace_bytes)
     launches = p.launches(params, plan) if p.lists_launches else []
     out = {"backend": backend, "compute_units": cus, **plan.to_dict()}

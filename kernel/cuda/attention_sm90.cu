@@ -56,6 +56,7 @@
 #include "../include/regress_attn.h"
 #include "mainloop_sm80.cuh"
 #include "mainloop_sm90.cuh"
+#include "mainloop_v2.cuh"
 #include "params.cuh"
 #include "plan.h"
 
@@ -63,6 +64,16 @@ namespace ra_cuda {
 
 // ---------------------------------------------------------------------------------------------
 // kernels: thin compositions of the parts
+
+/* One thread of the CTA, before the warpgroups part: the mbarriers, and the tensor maps prefetched. */
+template <class SmemT>
+__device__ __forceinline__ void cta_prologue(const FwdParams& p, SmemT& sm) {
+  sm90::init_barriers(sm);
+  tma_prefetch_desc(&p.tma_q);
+  tma_prefetch_desc(&p.tma_k);
+  tma_prefetch_desc(&p.tma_v);
+  tma_prefetch_desc(&p.tma_o);
+}
 
 /* kMerge: the decode split's merge in the kernel (split.cuh's merge_if_last); only launches with
  * p.merge_in_kernel take this instantiation. */
@@ -73,13 +84,7 @@ __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
       *reinterpret_cast<sm90::Smem<Plan>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   if (RA_CUDA_TRACE && threadIdx.x == 0) trace(kTraceEntryNs), trace(kTraceEntry);
-  if (threadIdx.x == 0) {
-    sm90::init_barriers(sm);
-    tma_prefetch_desc(&p.tma_q);
-    tma_prefetch_desc(&p.tma_k);
-    tma_prefetch_desc(&p.tma_v);
-    tma_prefetch_desc(&p.tma_o);
-  }
+  if (threadIdx.x == 0) cta_prologue(p, sm);
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -137,6 +142,29 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_tail(const __
 #endif
 }
 
+/* ABI v2 (issue 40; plan.h's rule 0): grouped-query heads, causal masks, varlen, the LSE
+ * (mainloop_v2.cuh), one instantiation per rounding x mask x lengths x packing; the strided layout
+ * only (the TMA path reads no stride in code). Its own kernels: the dense ones keep their code. */
+template <int kRound, class Mask, class Seq, bool kPack>
+__global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_v2(const __grid_constant__ FwdParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Plan = sm90::MainPlan;
+  extern __shared__ uint8_t smem_raw[];
+  sm90::SmemV2<Plan>& sm =
+      *reinterpret_cast<sm90::SmemV2<Plan>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+  if (threadIdx.x == 0) cta_prologue(p, sm);
+  __syncthreads();
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) sm90::produce_v2<Mask, Seq, kPack>(p, sm);
+  } else {
+    setmaxnreg_inc<232>();
+    sm90::consume_v2<kRound, Mask, Seq, kPack>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);
+  }
+#endif
+}
+
 template <int kRound, Layout L>
 __global__ void __launch_bounds__(sm80::kThreads) attn_fwd_mma_sync(const __grid_constant__ FwdParams p) {
   extern __shared__ uint8_t smem_raw[];
@@ -179,8 +207,8 @@ struct DeviceInfo {
   int major = 0;
   int minor = 0;
   /* bit per kernel instantiation, kind x 6 + (rounding, layout): smem attribute set on this device
-   * (atomic: any thread may launch) */
-  std::atomic<uint64_t> attr_done{0};
+   * (atomic: any thread may launch); two words for plan.h's kKinds x 6 bits */
+  std::atomic<uint64_t> attr_done[2] = {{0}, {0}};
   std::atomic<bool> ready{false}; /* the three fields above are set (release) before it is read true */
 };
 constexpr int kMaxDevices = 64;
@@ -211,7 +239,7 @@ constexpr CUtensorMapL2promotion kL2Promotion = RA_CUDA_L2_PROMO == 0     ? CU_T
 /* (d, seq, head, batch) -> 64 x box_rows x 1 x 1 boxes, 128-byte swizzle, zero fill out of range
  * (loads) or nothing written out of range (stores). */
 bool encode_tma(CUtensorMap* map, const uint16_t* base, const int64_t stride[4], int64_t seqlen, int64_t heads,
-                int64_t batch, cuuint32_t box_rows) {
+                int64_t batch, cuuint32_t box_rows, cuuint32_t box_heads = 1) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = get_encode_fn();
   if (!encode) return false;
   cuuint64_t dims[4] = {(cuuint64_t)RA_HEAD_DIM, (cuuint64_t)seqlen, (cuuint64_t)heads, (cuuint64_t)batch};
@@ -220,7 +248,7 @@ bool encode_tma(CUtensorMap* map, const uint16_t* base, const int64_t stride[4],
   const int64_t es[3] = {stride[2], stride[1], stride[0]};
   cuuint64_t strides[3];
   for (int i = 0; i < 3; ++i) strides[i] = (cuuint64_t)((sizes[i] == 1 ? (int64_t)RA_HEAD_DIM : es[i]) * 2);
-  cuuint32_t box[4] = {64, box_rows, 1, 1};
+  cuuint32_t box[4] = {64, box_rows, box_heads, 1};
   cuuint32_t estr[4] = {1, 1, 1, 1};
   CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<uint16_t*>(base), dims, strides, box, estr,
                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, kL2Promotion,
@@ -235,7 +263,7 @@ struct TmapKey {
   const void* base;
   int64_t stride[3];
   int64_t seqlen, heads, batch;
-  uint32_t box_rows;
+  uint32_t box_rows, box_heads;
 };
 constexpr int kTmapCacheSize = 16;
 struct TmapCache {
@@ -247,8 +275,8 @@ struct TmapCache {
 thread_local TmapCache t_tmaps;
 
 bool encode_tma_cached(CUtensorMap* map, const uint16_t* base, const int64_t stride[4], int64_t seqlen,
-                       int64_t heads, int64_t batch, cuuint32_t box_rows) {
-  if (!RA_CUDA_TMAP_CACHE) return encode_tma(map, base, stride, seqlen, heads, batch, box_rows);
+                       int64_t heads, int64_t batch, cuuint32_t box_rows, cuuint32_t box_heads = 1) {
+  if (!RA_CUDA_TMAP_CACHE) return encode_tma(map, base, stride, seqlen, heads, batch, box_rows, box_heads);
   TmapKey key;
   memset(&key, 0, sizeof key); /* padding too: keys compare with memcmp */
   key.base = base;
@@ -257,13 +285,14 @@ bool encode_tma_cached(CUtensorMap* map, const uint16_t* base, const int64_t str
   key.heads = heads;
   key.batch = batch;
   key.box_rows = box_rows;
+  key.box_heads = box_heads;
   TmapCache& c = t_tmaps;
   for (int i = 0; i < c.used; ++i)
     if (memcmp(&c.key[i], &key, sizeof key) == 0) {
       *map = c.map[i];
       return true;
     }
-  if (!encode_tma(map, base, stride, seqlen, heads, batch, box_rows)) return false;
+  if (!encode_tma(map, base, stride, seqlen, heads, batch, box_rows, box_heads)) return false;
   c.key[c.next] = key;
   c.map[c.next] = *map;
   c.next = (c.next + 1) % kTmapCacheSize;
@@ -275,14 +304,15 @@ ra_status device_error(cudaError_t e, const char* what, char* err, size_t err_le
   return ra_fail(err, err_len, RA_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* `bit`: the instantiation's index, 0..63 (launch() numbers them: kind x 6 + (rounding, layout)) */
-static_assert(kKinds * 6 <= 64, "one bit per kernel instantiation");
+/* `bit`: the instantiation's index, 0..127 (launch() numbers them: kind x 6 + (rounding, layout)) */
+static_assert(kKinds * 6 <= 128, "one bit per kernel instantiation");
 template <class Kernel>
 cudaError_t ensure_smem_attr(Kernel kernel, DeviceInfo& dev, unsigned bit, size_t bytes) {
-  const uint64_t mask = uint64_t{1} << bit;
-  if (dev.attr_done.load(std::memory_order_acquire) & mask) return cudaSuccess;
+  std::atomic<uint64_t>& word = dev.attr_done[bit / 64];
+  const uint64_t mask = uint64_t{1} << (bit % 64);
+  if (word.load(std::memory_order_acquire) & mask) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-  if (e == cudaSuccess) dev.attr_done.fetch_or(mask, std::memory_order_release);
+  if (e == cudaSuccess) word.fetch_or(mask, std::memory_order_release);
   return e;
 }
 
@@ -359,6 +389,45 @@ WorkspacePtrs split_workspace(int dev, cudaStream_t stream, size_t floats_bytes,
 bool encode_kv_boxes(FwdParams& p, int n) {
   return encode_tma_cached(&p.tma_k, p.k, p.k_stride, p.seqlen_k, p.heads, p.batch, (cuuint32_t)n) &&
          encode_tma_cached(&p.tma_v, p.v, p.v_stride, p.seqlen_k, p.heads, p.batch, (cuuint32_t)n);
+}
+
+/* A runtime flag as a compile-time one (the v2 kernels' mask, lengths and packing). */
+template <class G>
+void with_bool(bool v, G&& g) {
+  if (v)
+    g(std::true_type{});
+  else
+    g(std::false_type{});
+}
+
+/* A v2 plan (plan.h's rule 0): the varlen pre-pass where the plan has one, then attn_fwd_sm90_v2 of
+ * the plan's kind (causal, varlen, packed) and the call's rounding. */
+ra_status launch_v2(FwdParams& p, const LaunchPlan& lp, int rounding, DeviceInfo& dev, cudaStream_t stream,
+                    char* err, size_t err_len) {
+  const int k = (int)lp.kind - (int)Kind::kV2;
+  cudaError_t e = cudaSuccess;
+  ra_variant::dispatch(rounding, Layout::kStrided, [&](auto round_c, auto) {
+    constexpr int R = decltype(round_c)::value;
+    with_bool(k & 1, [&](auto causal_c) {
+      with_bool(k & 2, [&](auto varlen_c) {
+        with_bool(k & 4, [&](auto pack_c) {
+          using Mask = std::conditional_t<decltype(causal_c)::value, CausalMask, NoMask>;
+          using Seq = std::conditional_t<decltype(varlen_c)::value, VarSeq, FixedSeq>;
+          constexpr bool kPack = decltype(pack_c)::value;
+          if (lp.prepare) {
+            attn_varlen_tiles<Mask, kPack><<<1, kVarPrepThreads, 0, stream>>>(p);
+            if ((e = cudaGetLastError()) != cudaSuccess) return;
+          }
+          auto kernel = attn_fwd_sm90_v2<R, Mask, Seq, kPack>;
+          e = ensure_smem_attr(kernel, dev, (unsigned)lp.kind * 6 + (unsigned)(R * 2), lp.shared_bytes);
+          if (e == cudaSuccess) kernel<<<(unsigned)lp.grid[0], lp.threads, lp.shared_bytes, stream>>>(p);
+          if (e == cudaSuccess) e = cudaGetLastError();
+        });
+      });
+    });
+  });
+  if (e != cudaSuccess) return device_error(e, "kernel launch", err, err_len);
+  return RA_OK;
 }
 
 /* The launch plan.h planned, its workspace in p's pointers: the kernel lp.kind names (one template
@@ -448,6 +517,19 @@ void apply_plan(FwdParams& p, const LaunchPlan& lp, const WorkspacePtrs& ws) {
   p.tail_first = lp.tail_first;
   p.tail_splits = lp.tail_splits;
   p.tail_blocks = lp.tail_blocks;
+  if (is_v2_kind(lp.kind)) {
+    p.pack_log2_rows = lp.pack_log2_rows;
+    p.head_groups = lp.head_groups;
+    p.v2_m_blocks = lp.v2_m_blocks;
+    p.v2_tiles = lp.num_tiles;
+    p.l2_section = lp.l2_section;
+    if (lp.dynamic) p.tile_counter = ws.counters;
+    if (lp.prepare) {
+      p.var_count = reinterpret_cast<int*>(ws.floats);
+      p.var_tiles = reinterpret_cast<VarTile*>(ws.floats + 4);
+    }
+    return;
+  }
   if (lp.num_splits > 1 || lp.tail_splits > 1) {
     p.part_o = ws.floats;
     p.part_ml = ws.floats + lp.ml_offset;
@@ -461,8 +543,7 @@ void apply_plan(FwdParams& p, const LaunchPlan& lp, const WorkspacePtrs& ws) {
 using namespace ra_cuda;
 
 extern "C" ra_status ra_validate(const ra_attention_params* params, char* err, size_t err_len) {
-  const ra_status st = ra_validate_params(params, err, err_len);
-  return st != RA_OK ? st : ra_require_dense_v1(params, "cuda", err, err_len); /* until the kernels gain v2 */
+  return ra_validate_params(params, err, err_len); /* cu_seqlens' contents: the varlen pre-pass, on the device */
 }
 
 extern "C" const char* ra_backend_name(void) { return "cuda"; }
@@ -549,13 +630,39 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   const bool bhsd = P->q_stride[2] == RA_HEAD_DIM && P->k_stride[2] == RA_HEAD_DIM && P->v_stride[2] == RA_HEAD_DIM &&
                     P->o_stride[2] == RA_HEAD_DIM;
   const Layout layout = bhsd ? Layout::kPacked : Layout::kStrided;
+  const bool v2 = is_v2_call(P);
 
   bool use_tma = !RA_CUDA_FORCE_MMA_SYNC;
-  if (use_tma)
+  if (use_tma && !v2)
     use_tma = encode_tma_cached(&p.tma_q, P->q, P->q_stride, P->seqlen_q, P->heads, P->batch, sm90::kBlockM) &&
               encode_tma_cached(&p.tma_k, P->k, P->k_stride, P->seqlen_k, P->heads, P->batch, sm90::kBlockN) &&
               encode_tma_cached(&p.tma_v, P->v, P->v_stride, P->seqlen_k, P->heads, P->batch, sm90::kBlockN) &&
               encode_tma_cached(&p.tma_o, P->o, P->o_stride, P->seqlen_q, P->heads, P->batch, 16);
+  LaunchPlan lp;
+  if (v2) {
+    /* ABI v2: K/V have heads_kv heads; a varlen call's tensors are one packed batch entry; a packed
+     * GQA plan's Q box is R rows of kv_group heads (pack_gqa.cuh) */
+    const int64_t batch = P->cu_seqlens_q ? 1 : P->batch;
+    lp = plan_v2(plan_input(P, true, dev.sm_count, kMaxWorkspaceBytes));
+    const bool pack = lp.kind >= Kind::kV2Pack;
+    const int group = (int)(P->heads / P->heads_kv);
+    const cuuint32_t q_rows = pack ? 1u << lp.pack_log2_rows : (cuuint32_t)sm90::kBlockM;
+    use_tma = use_tma &&
+              encode_tma_cached(&p.tma_q, P->q, P->q_stride, P->seqlen_q, P->heads, batch, q_rows,
+                                pack ? (cuuint32_t)group : 1u) &&
+              encode_tma_cached(&p.tma_k, P->k, P->k_stride, P->seqlen_k, P->heads_kv, batch, sm90::kBlockN) &&
+              encode_tma_cached(&p.tma_v, P->v, P->v_stride, P->seqlen_k, P->heads_kv, batch, sm90::kBlockN) &&
+              encode_tma_cached(&p.tma_o, P->o, P->o_stride, P->seqlen_q, P->heads, batch, 16);
+    if (!use_tma) return refuse_v2_fallback(err, err_len);
+    p.heads_kv = (int)P->heads_kv;
+    p.kv_group = group;
+    p.mask_bottom_right = P->mask == RA_MASK_CAUSAL_BOTTOM_RIGHT ? 1 : 0;
+    p.max_seqlen_q = (int)P->max_seqlen_q;
+    p.max_seqlen_k = (int)P->max_seqlen_k;
+    p.cu_seqlens_q = P->cu_seqlens_q;
+    p.cu_seqlens_k = P->cu_seqlens_k;
+    p.lse = P->lse;
+  }
 
   cudaStream_t stream = static_cast<cudaStream_t>(P->stream);
   (void)cudaGetLastError(); /* an earlier, unrelated error must not be reported as ours */
@@ -564,17 +671,21 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   RA_INJECT_CRASH_LAUNCH(P->seqlen_q);        /* drill: the process dies here */
   const unsigned long long n = ++g_launches;
   p.nondet_flip = (RA_INJECT_NONDET && (n & 1ull)) ? 1 : 0;
-  PlanInput in{p.batch, p.heads, p.seqlen_q, p.seqlen_k, use_tma, dev.sm_count, kMaxWorkspaceBytes};
-  LaunchPlan lp;
-  if (!plan(in, lp)) return refuse_heads(P->heads, err, err_len);
+  PlanInput in = plan_input(P, use_tma, dev.sm_count, kMaxWorkspaceBytes);
+  if (!v2 && !plan(in, lp)) return refuse_heads(P->heads, err, err_len);
   WorkspacePtrs ws{nullptr, nullptr};
   if (lp.workspace_bytes() > 0) {
     ws = split_workspace(dev_id, stream, lp.partial_floats * sizeof(float), lp.counters);
-    if (!ws.floats) { /* no workspace to be had (a per-thread stream, a full table, no memory): none planned */
+    if (!ws.counters) { /* no workspace to be had (a per-thread stream, a full table, no memory): none planned */
+      if (lp.prepare)
+        return ra_fail(err, err_len, RA_ERR_DEVICE,
+                       "varlen needs a workspace for its tile list (none on a per-thread default stream, or "
+                       "the allocation failed)");
       in.max_workspace = 0;
       plan(in, lp);
     }
   }
   apply_plan(p, lp, ws);
+  if (is_v2_kind(lp.kind)) return launch_v2(p, lp, P->rounding, dev, stream, err, err_len);
   return launch(p, lp, P->rounding, layout, dev, stream, err, err_len);
 }

@@ -146,15 +146,12 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[64], const fl
   __syncwarp(); /* the next tile's epilogue rewrites `so` */
 }
 
-/* Epilogue 2. `so`: the warp's 4 KB staging, 1024-byte aligned, two d-halves of 16 rows x 128 B
- * (the TMA box of tma_o), 16-byte chunk c of row r at c ^ (r & 7): TMA's 128-byte swizzle, which
- * also makes each 8 x 8 stmatrix conflict-free. The warp's previous stores from `so` must have read
- * it first (bulk_wait_read); lane 0 issues and commits this tile's, and the CTA waits for all of
- * them before it exits (store_tile_tma_drain). row_base: first of the warp's 16 rows. */
+/* Epilogue 2's staging: the warp's 16 rows rounded (with the drills) and written by stmatrix into
+ * `so`, two d-halves of 16 rows x 128 B, 16-byte chunk c of row r at c ^ (r & 7), once the warp's
+ * previous TMA stores from it have read it; returns its shared address. */
 template <int kRound>
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
-                                               const CUtensorMap* tma_o, int row_base, int h, int b, int lane,
-                                               bool flip0) {
+__device__ __forceinline__ uint32_t stage_tile(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
+                                               int lane, bool flip0) {
   float inv[2];
   row_inverses(l_part, inv);
   if (lane == 0) bulk_wait_read<0>();
@@ -174,6 +171,19 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const flo
     const int j = i + (mat >> 1); /* n8-tile = 16-byte chunk j & 7 of d-half j >> 3 */
     stmatrix_x4(base + (j >> 3) * 2048 + row * 128 + (((j & 7) ^ (row & 7)) << 4), w);
   }
+  return base;
+}
+
+/* Epilogue 2. `so`: the warp's 4 KB staging, 1024-byte aligned, two d-halves of 16 rows x 128 B
+ * (the TMA box of tma_o), 16-byte chunk c of row r at c ^ (r & 7): TMA's 128-byte swizzle, which
+ * also makes each 8 x 8 stmatrix conflict-free. The warp's previous stores from `so` must have read
+ * it first (bulk_wait_read); lane 0 issues and commits this tile's, and the CTA waits for all of
+ * them before it exits (store_tile_tma_drain). row_base: first of the warp's 16 rows. */
+template <int kRound>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
+                                               const CUtensorMap* tma_o, int row_base, int h, int b, int lane,
+                                               bool flip0) {
+  const uint32_t base = stage_tile<kRound>(acc, l_part, so, lane, flip0);
   fence_proxy_async_smem();
   __syncwarp();
   if (lane == 0) {
@@ -181,6 +191,27 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[64], const flo
     tma_store_4d(tma_o, base + 2048, 64, row_base, h, b);
     bulk_commit();
   }
+}
+
+/* The v2 kernels' stores of a warp's 16 rows where a TMA box does not fit them (epilogue 2's
+ * staging and stmatrix, as store_tile_tma): a varlen tile's rows across its sequence's end (the TMA
+ * tensor is the packed total: a box would write the next sequence's rows) and packed GQA tiles
+ * (rows of several heads). Lane l stores d-half l % 2 of row l / 2 with eight 16-byte stores to
+ * `row_out` (its row's first element), nothing where it is nullptr. */
+template <int kRound>
+__device__ __forceinline__ void store_tile_rows(const float (&acc)[64], const float (&l_part)[2], uint16_t* so,
+                                                uint16_t* row_out, int lane, bool flip0) {
+  stage_tile<kRound>(acc, l_part, so, lane, flip0);
+  __syncwarp();
+  const int r = lane >> 1, half = lane & 1;
+  if (row_out) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const uint4 v = *reinterpret_cast<const uint4*>(so + half * 1024 + r * 64 + ((c ^ (r & 7)) << 3));
+      *reinterpret_cast<uint4*>(row_out + half * 64 + c * 8) = v;
+    }
+  }
+  __syncwarp(); /* the next tile's stmatrix rewrites `so` */
 }
 
 /* Before the CTA exits: its shared memory must outlive the reads, and the writes must be done. */

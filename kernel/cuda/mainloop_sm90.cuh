@@ -25,6 +25,7 @@
 #include "drill.cuh"
 #include "trace.cuh"
 #include "epilogue.cuh"
+#include "mask.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
 #include "smem.h"
@@ -83,6 +84,20 @@ __device__ __forceinline__ int ld_tile_id(int* slot) {
   return tile;
 }
 
+/* The dynamic scheduler's end (the producer's, after its last take): every CTA has taken its last
+ * tile before it counts itself done, and the last one resets both counters for the next launch.
+ * The fences (release, acquire: split.cuh's pattern) order each CTA's last take before its count and
+ * the reset after every count (any grid size: a CTA past the tiles takes nothing and counts itself
+ * all the same). */
+__device__ __forceinline__ void reset_tile_counter_if_last(const FwdParams& p) {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  if (atomicAdd(&p.tile_counter[1], 1) == (int)gridDim.x - 1) {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    atomicExch(&p.tile_counter[0], 0);
+    atomicExch(&p.tile_counter[1], 0);
+  }
+}
+
 /* kDyn: the dynamic scheduler's instantiation (tile_scheduler.cuh), launched only with
  * p.tile_counter set; the static one keeps the code it had before the scheduler existed. kTail:
  * the tail split's (RA_CUDA_TAIL_SPLIT), the same loop over tail_coord's work items. */
@@ -130,16 +145,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, Smem<P>& sm) {
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
     st_tile_id(&sm.tile_id[qs], p.num_tiles);
     mbar_arrive(&sm.q_full[qs]);
-    /* every CTA has taken its last tile before it counts itself done: the last one resets. The
-     * fences (release, acquire: split.cuh's pattern) order each CTA's last take before its count
-     * and the reset after every count (any grid size: a CTA past num_tiles takes nothing and
-     * counts itself all the same). */
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    if (atomicAdd(&p.tile_counter[1], 1) == (int)gridDim.x - 1) {
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      atomicExch(&p.tile_counter[0], 0);
-      atomicExch(&p.tile_counter[1], 0);
-    }
+    reset_tile_counter_if_last(p);
   }
 }
 
@@ -308,11 +314,11 @@ struct QK0 {
   }
 };
 
-/* wg_idle's tile: releases the stages it would have read, then issues the next tile's S. */
-template <class P, bool kDyn>
-__device__ __forceinline__ void idle_tile(const QK0<P, kDyn>& h, int lane, int nb, int qs, int& kv, int tq) {
+/* A warpgroup with no row of a tile of nb key blocks (its block 0's K already released): it releases
+ * the Q stage and the K/V stages it would have read, so the producer's ring keeps turning. */
+template <class P>
+__device__ __forceinline__ void release_tile(Smem<P>& sm, int lane, int nb, int qs, int kv) {
   constexpr int kStages = P::kStages;
-  Smem<P>& sm = h.sm;
   warp_release(&sm.q_empty[qs], lane);
   for (int n = 0; n < nb; ++n) {
     const int kc = kv + n;
@@ -323,6 +329,12 @@ __device__ __forceinline__ void idle_tile(const QK0<P, kDyn>& h, int lane, int n
     mbar_wait(&sm.v_full[kc % kStages], (kc / kStages) & 1);
     warp_release(&sm.v_empty[kc % kStages], lane);
   }
+}
+
+/* wg_idle's tile: releases the stages it would have read, then issues the next tile's S. */
+template <class P, bool kDyn>
+__device__ __forceinline__ void idle_tile(const QK0<P, kDyn>& h, int lane, int nb, int qs, int& kv, int tq) {
+  release_tile<P>(h.sm, lane, nb, qs, kv);
   kv += nb;
   if (h.resolve_next(tq + 1)) {
     h.wait(tq + 1, kv);
@@ -348,9 +360,10 @@ struct TileBlocks {
  * over [0, kH), then in the loop: O rescaled, P.V over the first k-steps issued, exps over
  * [kH, kNT) beside it, S_{n+1} and the second k-steps issued, block n + 1's begin and first exps
  * beside those, and the wait for them all. */
-template <bool kNQK, class P, bool kDyn, class Softmax>
+template <bool kNQK, class P, bool kDyn, class Softmax, class Mk = TailMask>
 __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const TileBlocks& b, float (&o)[64],
-                                                float (&corr)[2], Softmax& sfm, uint32_t (&pf)[P::kBlockN / 4]) {
+                                                float (&corr)[2], Softmax& sfm, uint32_t (&pf)[P::kBlockN / 4],
+                                                const Mk& mk = Mk{}) {
   constexpr int kStages = P::kStages;
   constexpr int kBN = P::kBlockN;
   constexpr int kNT = kBN / 8;      /* column tiles of 8 keys */
@@ -361,8 +374,8 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
   float(&s)[kBN / 2] = h.s;
   const int nb = b.nb, kv = b.kv, lane = b.lane;
   float ms[2], sum[2];
-  if (nb == 1 && b.tail)
-    sfm.template begin<true, true>(s, p.scale_log2, b.last_valid, b.qc, corr, ms, sum);
+  if (mk.masks(b, 0))
+    mk.template begin<true>(sfm, s, p.scale_log2, b, 0, corr, ms, sum);
   else
     sfm.template begin<true, false>(s, p.scale_log2, kBN, b.qc, corr, ms, sum);
   sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
@@ -395,8 +408,8 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
      * below, ptxas scheduled them past the wait, out from beside the product */
     /* kEarlyFrags: and their bf16 fragments, which no wgmma in flight reads (P_n's first half
      * is done; its second half reads the other registers) */
-    if (n + 1 == nb - 1 && b.tail) {
-      sfm.template begin<false, true>(s, p.scale_log2, b.last_valid, b.qc, corr, ms, sum);
+    if (mk.masks(b, n + 1)) {
+      mk.template begin<false>(sfm, s, p.scale_log2, b, n + 1, corr, ms, sum);
       sfm.template exps<0, kH>(s, p.scale_log2, ms, sum);
       if (kEarlyFrags) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
     } else {
@@ -419,6 +432,7 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
     const bool dyn_next = h.template resolve_next_early<kNQK>(b.tq, kv, nb);
     if (!kEarlyFrags && nb > 1) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
     mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+    mk.before_last_pv(sm, sl);
     wgmma_fence();
     gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
     wgmma_commit();

@@ -17,6 +17,13 @@ constexpr int kHeadDim = 128;
  * the HIP backend (../common/variant.h). */
 using ra_variant::Layout;
 
+/* One tile of a varlen launch, as the pre-pass lists it (seqlen.cuh): sequence b's query block m,
+ * its packed rows, lengths, and key blocks to run. */
+struct alignas(16) VarTile {
+  int q0, len_q, k0, len_k;
+  int m, nb, b, unused;
+};
+
 struct FwdParams {
   /* TMA descriptors, used only by the sm_90a path: (d, seq, head, batch) boxes of 64 x 128 x 1 x 1
    * for the loads, 64 x 16 x 1 x 1 (one warp's rows) for the output's stores. */
@@ -61,6 +68,23 @@ struct FwdParams {
   int tail_first;
   int tail_splits;
   int tail_blocks;
+  /* ---- ABI v2 (issue 40): read by the v2 kernels only (mainloop_v2.cuh); appended, so the dense
+   * kernels' fields keep their offsets and those kernels their code ---- */
+  int heads_kv;
+  int kv_group;          /* heads / heads_kv: query head h reads K/V head h / kv_group */
+  int mask_bottom_right; /* causal kernels: 1 bottom-right (offset len_k - len_q), 0 top-left */
+  int pack_log2_rows;    /* pack GQA (pack_gqa.cuh): log2 R, query rows of each of the kv_group heads of a tile */
+  int head_groups;       /* a tile's head index: query heads, or K/V heads where packed */
+  int v2_m_blocks;       /* fixed lengths: query blocks per (batch, head index) */
+  int v2_tiles;          /* fixed lengths: tiles of the launch */
+  int l2_section;        /* fixed lengths: (batch, head index) pairs a scheduling section holds */
+  int max_seqlen_q;      /* varlen: ABI's bound on a sequence's query rows */
+  int max_seqlen_k;
+  const int* cu_seqlens_q; /* varlen: int32 [batch + 1] on the device */
+  const int* cu_seqlens_k;
+  float* lse;              /* optional fp32 log-sum-exp: ((b * heads + h) * seqlen_q + q0 + i) */
+  VarTile* var_tiles;       /* varlen: the tiles the pre-pass listed, heaviest first (seqlen.cuh) */
+  int* var_count;            /* varlen: how many it listed */
 };
 
 template <Layout L>

@@ -48,8 +48,22 @@ enum class Kind : int32_t {
   kTailSplit = 5,     /* attn_fwd_sm90_tail: the last partial round's tiles split over keys */
   kLong = 6,          /* attn_fwd_sm90_long: key blocks of RA_CUDA_LONG_BLOCK_N keys */
   kMmaSync = 7,       /* attn_fwd_mma_sync: the fallback */
+  /* ABI v2 (issue 40): attn_fwd_sm90_v2<R, Mask, Seq, kPack>, kind 8 + causal + 2 varlen + 4 packed
+   * (rule 0 below): the dense kernels above never take a v2 feature, so their code is unchanged */
+  kV2 = 8,
+  kV2Causal = 9,
+  kV2Varlen = 10,
+  kV2VarlenCausal = 11,
+  kV2Pack = 12,
+  kV2PackCausal = 13,
+  kV2VarlenPack = 14,
+  kV2VarlenPackCausal = 15,
 };
-constexpr int kKinds = 8;
+constexpr int kKinds = 16;
+constexpr Kind v2_kind(bool causal, bool varlen, bool pack) {
+  return Kind(int32_t(Kind::kV2) + (causal ? 1 : 0) + (varlen ? 2 : 0) + (pack ? 4 : 0));
+}
+constexpr bool is_v2_kind(Kind k) { return int32_t(k) >= int32_t(Kind::kV2); }
 
 inline const char* kind_name(Kind k) {
   switch (k) {
@@ -61,6 +75,14 @@ inline const char* kind_name(Kind k) {
     case Kind::kTailSplit: return "sm90_tail_split";
     case Kind::kLong: return "sm90_long";
     case Kind::kMmaSync: return "sm80_mma_sync";
+    case Kind::kV2: return "sm90_v2";
+    case Kind::kV2Causal: return "sm90_v2_causal";
+    case Kind::kV2Varlen: return "sm90_v2_varlen";
+    case Kind::kV2VarlenCausal: return "sm90_v2_varlen_causal";
+    case Kind::kV2Pack: return "sm90_v2_packgqa";
+    case Kind::kV2PackCausal: return "sm90_v2_packgqa_causal";
+    case Kind::kV2VarlenPack: return "sm90_v2_varlen_packgqa";
+    case Kind::kV2VarlenPackCausal: return "sm90_v2_varlen_packgqa_causal";
   }
   return "unknown";
 }
@@ -183,6 +205,13 @@ struct PlanInput {
   bool tma;
   int sms;
   size_t max_workspace;
+  /* ABI v2 (0 / false: a dense call; seqlen_q/k are then the packed totals of a varlen call) */
+  int heads_kv = 0;
+  int mask = 0;
+  bool varlen = false;
+  int max_seqlen_q = 0, max_seqlen_k = 0;
+  bool lse = false;
+  bool v2() const { return (heads_kv != 0 && heads_kv != heads) || mask != 0 || varlen || lse; }
 };
 
 /* A launch: the kernel, its FwdParams fields (num_* ... tail_blocks), its grid, and the workspace:
@@ -207,6 +236,13 @@ struct LaunchPlan {
   int64_t merge_grid; /* attn_merge_splits' blocks of 32 * kMergeRowsPerBlock threads */
   size_t shared_bytes;
   size_t partial_floats, ml_offset, counters;
+  /* ABI v2 (plan_v2): the FwdParams fields of the v2 kernels; a varlen plan's workspace is its tile
+   * list as `partial_floats` (its length in the first 16 bytes, then var_entries VarTiles of 8 ints:
+   * not among the counters, which other launches on the stream expect at 0), then the dynamic
+   * scheduler's 2 counters */
+  int pack_log2_rows, head_groups, v2_m_blocks, l2_section;
+  int64_t var_entries;
+  bool prepare; /* attn_varlen_tiles before the kernel */
   size_t workspace_bytes() const { return partial_floats * sizeof(float) + counters * sizeof(int); }
 };
 
@@ -346,8 +382,107 @@ inline LaunchPlan plan_sm90(const PlanInput& in) {
   return lp;
 }
 
-/* The plan (rule 1 and the rest); false only where the fallback cannot hold the heads. */
+/* ---- ABI v2: the v2 kernels' plan (rule 0) ----
+ * Grouped-query packing (FlashAttention-3's should_pack_gqa): a tile of one query head computes
+ * 128 rows (64 where its second warpgroup has none), however few of them lie below seqlen_q; a packed
+ * tile holds the `group` query heads of one K/V head, R rows each (R = 128 / group, or the smallest
+ * power of two >= Sq where that is fewer), so decode's one row per head becomes `group` rows of one
+ * tile that reads the K/V head once. The rows each computes (in 64-row warpgroups), per K/V head:
+ *   unpacked: group x ceil64(Sq);  packed: ceil(Sq / R) x ceil64(group x R),
+ * and, as FlashAttention-3 asks of its tile efficiencies, a fixed-length call packs only where that
+ * computes at most kPackGqaRatio of the unpacked rows. A varlen call always packs, as FlashAttention-3
+ * does (its lengths are in device memory: max_seqlen_q sizes R, but a mix of many short sequences
+ * wastes a partial 128-row tile per sequence and head, which packed tiles of R rows mostly do not).
+ * Measured on the H200 (docs/perf-notes.md v18, call 3's A/B against RA_CUDA_PACK_GQA=2): packing
+ * every GQA call was 4-15 % slower on causal GQA prefill at 2k-16k, 6 % on non-causal GQA at 4k and
+ * 7 % on a chunked prefill (kept unpacked by the ratio), equal on a causal varlen prefill mix and
+ * 9 % and 7 % faster on the non-causal varlen prefill and chunked-prefill varlen mixes (the varlen
+ * rule). RA_CUDA_PACK_GQA=0: never; 2: every call (FlashAttention-3's newer heuristic packs every
+ * causal call too; the first measurement above is why this one does not). Returns log2 R, or -1. */
+constexpr int kPackGqaRatioPercent = 90; /* FlashAttention-3's 0.9 (hopper/heuristics.h) */
+inline int pack_gqa_log2_rows(int group, int64_t sq, bool varlen = false) {
+  if (!RA_CUDA_PACK_GQA || group < 2 || group > sm90::kBlockM || (group & (group - 1)) != 0 || sq < 1) return -1;
+  int lr = 0;
+  while ((group << (lr + 1)) <= sm90::kBlockM && (int64_t{1} << lr) < sq) ++lr;
+  const int64_t r = int64_t{1} << lr;
+  auto ceil64 = [](int64_t x) { return (x + 63) / 64 * 64; };
+  const int64_t packed = (sq + r - 1) / r * ceil64(group * r);
+  const int64_t unpacked = group * ceil64(sq);
+  return RA_CUDA_PACK_GQA == 2 || varlen || 100 * packed <= kPackGqaRatioPercent * unpacked ? lr : -1;
+}
+
+/* FlashAttention-3's L2 swizzle (tile_scheduler.hpp): a causal launch's tiles are cut into sections
+ * of as many K/V heads as fit kL2SectionBytes (their K and V over seqlen_k keys), each K/V head's
+ * query heads with it where unpacked, so that the CTAs running at one time, spread over a section's
+ * query blocks, read K/V blocks their neighbours have brought into L2 (tile_scheduler.cuh's
+ * v2_tile_order). FlashAttention-3's 32 MB of the H100's 50 MB; the H200 has 60 MB. */
+constexpr int64_t kL2SectionBytes = int64_t{32} << 20;
+inline int l2_section_pairs(int64_t seqlen_k, int group_per_pair, int64_t pairs) {
+  const int64_t kv_head_bytes = seqlen_k * RA_HEAD_DIM * 2 /* bf16 */ * 2 /* K and V */;
+  int64_t heads = kL2SectionBytes / (kv_head_bytes > 0 ? kv_head_bytes : 1);
+  heads = (heads < 1 ? 1 : heads) * group_per_pair;
+  return (int)(heads < pairs ? heads : pairs);
+}
+
+/* Rule 0: a call with any ABI v2 feature (grouped-query heads, a causal mask, varlen, the LSE) runs a
+ * v2 kernel (mainloop_v2.cuh), the dense ones never: one kernel over (batch, head index, query
+ * block) tiles taken longest first from the dynamic counter (causal: tile_scheduler.cuh's
+ * v2_tile_order; varlen: seqlen.cuh's pre-pass lists them heaviest first), no split over keys, 128 x
+ * 128 tiles (the causal diagonal is then one block of each tile), one CTA per SM at most. A varlen
+ * plan's tiles are an upper bound (the lengths are in device memory): entries <= ceil(total_q / R) +
+ * batch, head_groups tiles each. */
+inline LaunchPlan plan_v2(const PlanInput& in) {
+  LaunchPlan lp{};
+  const int group = in.heads / (in.heads_kv > 0 ? in.heads_kv : in.heads);
+  const int64_t sq = in.varlen ? in.max_seqlen_q : in.seqlen_q;
+  const int64_t sk = in.varlen ? in.max_seqlen_k : in.seqlen_k;
+  const int lr = pack_gqa_log2_rows(group, sq, in.varlen);
+  const bool pack = lr >= 0;
+  const bool causal = in.mask != RA_MASK_NONE;
+  lp.kind = v2_kind(causal, in.varlen, pack);
+  lp.pack_log2_rows = pack ? lr : 7;
+  lp.head_groups = pack ? in.heads / group : in.heads;
+  const int rows = 1 << lp.pack_log2_rows;
+  lp.block_m = pack ? group * rows : sm90::kBlockM;
+  lp.block_n = sm90::kBlockN;
+  lp.threads = sm90::kThreads;
+  lp.launches = 1;
+  lp.batch_per_launch = in.batch;
+  lp.num_m_blocks = (int)((sq + rows - 1) / rows);
+  lp.num_n_blocks = (int)(sk > 0 ? (sk + sm90::kBlockN - 1) / sm90::kBlockN : 1);
+  lp.num_splits = 1;
+  lp.split_blocks = lp.num_n_blocks;
+  size_t floats = 0, counters = 2; /* the dynamic counter's two */
+  if (in.varlen) {
+    lp.var_entries = (in.seqlen_q + rows - 1) / rows + in.batch;
+    lp.tiles = lp.var_entries * lp.head_groups;
+    lp.prepare = true;
+    floats = 4 + (size_t)lp.var_entries * 8; /* the list's length (16 bytes), then 8 ints per VarTile */
+  } else {
+    lp.v2_m_blocks = lp.num_m_blocks;
+    lp.tiles = (int64_t)in.batch * lp.head_groups * lp.v2_m_blocks;
+    const int64_t pairs = (int64_t)in.batch * lp.head_groups;
+    lp.l2_section = causal ? l2_section_pairs(in.seqlen_k, pack ? 1 : group, pairs) : 1;
+  }
+  if (floats * sizeof(float) + counters * sizeof(int) <= in.max_workspace) {
+    lp.partial_floats = floats;
+    lp.counters = counters;
+    lp.dynamic = true;
+  } /* else a fixed-length launch takes the static order; a varlen one cannot run (launch refuses) */
+  lp.num_tiles = (int)(lp.tiles < INT32_MAX ? lp.tiles : INT32_MAX);
+  lp.grid[0] = lp.tiles < in.sms ? lp.tiles : in.sms;
+  lp.grid[1] = lp.grid[2] = 1;
+  lp.shared_bytes = sm90::kSmemBytesV2<sm90::MainPlan>;
+  return lp;
+}
+
+/* The plan (rule 1 and the rest); false only where the fallback cannot hold the heads. A v2 call
+ * needs the TMA path (the fallback has no v2 feature): the callers refuse it first (refuse_v2). */
 inline bool plan(const PlanInput& in, LaunchPlan& lp) {
+  if (in.v2() && in.tma && !RA_CUDA_FORCE_MMA_SYNC) {
+    lp = plan_v2(in);
+    return true;
+  }
   if (RA_CUDA_FORCE_MMA_SYNC || !in.tma) return plan_mma_sync(in, lp);
   lp = plan_sm90(in);
   return true;
@@ -364,10 +499,11 @@ inline bool tma_expressible_tensor(const int64_t stride[4], int64_t seqlen, int6
   return true;
 }
 inline bool tma_expressible(const ra_attention_params* P) {
-  return tma_expressible_tensor(P->q_stride, P->seqlen_q, P->heads, P->batch) &&
-         tma_expressible_tensor(P->k_stride, P->seqlen_k, P->heads, P->batch) &&
-         tma_expressible_tensor(P->v_stride, P->seqlen_k, P->heads, P->batch) &&
-         tma_expressible_tensor(P->o_stride, P->seqlen_q, P->heads, P->batch);
+  const int64_t batch = P->cu_seqlens_q ? 1 : P->batch; /* varlen: one packed batch entry */
+  return tma_expressible_tensor(P->q_stride, P->seqlen_q, P->heads, batch) &&
+         tma_expressible_tensor(P->k_stride, P->seqlen_k, P->heads_kv, batch) &&
+         tma_expressible_tensor(P->v_stride, P->seqlen_k, P->heads_kv, batch) &&
+         tma_expressible_tensor(P->o_stride, P->seqlen_q, P->heads, batch);
 }
 
 /* The message of a plan_mma_sync refusal (launch() and ra_plan_launch say the same). */
@@ -378,26 +514,46 @@ inline ra_status refuse_heads(int64_t heads, char* err, size_t err_len) {
                  (long long)heads, kMaxGridY);
 }
 
+/* Whether the call uses an ABI v2 feature (a v2 kernel runs it). */
+inline bool is_v2_call(const ra_attention_params* P) {
+  return P->heads_kv != P->heads || P->mask != RA_MASK_NONE || P->cu_seqlens_q != nullptr || P->lse != nullptr;
+}
+
+/* A v2 call whose tensors only the mma.sync fallback can address (or a FORCE_MMA_SYNC build): the
+ * fallback has none of v2's features (launch() and ra_plan_launch say the same). */
+inline ra_status refuse_v2_fallback(char* err, size_t err_len) {
+  return ra_fail(err, err_len, RA_ERR_UNSUPPORTED,
+                 "GQA, masks, varlen and the LSE run on the sm_90a TMA path only; these strides need the mma.sync "
+                 "fallback (a zero or >= 2^40-byte stride), which has none of them");
+}
+
+/* The plan input of a call: its sizes and v2 fields. */
+inline PlanInput plan_input(const ra_attention_params* P, bool tma, int sms, size_t max_workspace) {
+  PlanInput in{(int)P->batch, (int)P->heads, (int)P->seqlen_q, (int)P->seqlen_k, tma, sms, max_workspace};
+  in.heads_kv = (int)P->heads_kv;
+  in.mask = P->mask;
+  in.varlen = P->cu_seqlens_q != nullptr;
+  in.max_seqlen_q = (int)P->max_seqlen_q;
+  in.max_seqlen_k = (int)P->max_seqlen_k;
+  in.lse = P->lse != nullptr;
+  return in;
+}
+
 /* ra_plan_launch's body (attention_sm90.cu and plan_host.cpp export it): validate exactly as
  * ra_attention_fwd does, plan, and copy the plan into the ABI's struct. */
 inline ra_status plan_launch_abi(const ra_attention_params* P, const ra_device_facts* dev, ra_launch_plan* out,
                                  char* err, size_t err_len) {
   ra_status st = ra_validate_params(P, err, err_len);
-  /* the plan refuses what the forward refuses: no sm_90a kernel has ABI v2's features yet */
-  if (st == RA_OK) st = ra_require_dense_v1(P, "cuda", err, err_len);
   if (st != RA_OK) return st;
   if (!dev) return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "device facts is a null pointer");
   if (!out) return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "plan is a null pointer");
   if (dev->compute_units < 1)
     return ra_fail(err, err_len, RA_ERR_DEVICE, "device facts: %d SMs, must be >= 1", (int)dev->compute_units);
+  const bool tma = tma_expressible(P) && !RA_CUDA_FORCE_MMA_SYNC;
+  if (is_v2_call(P) && !tma) return refuse_v2_fallback(err, err_len);
   if (err && err_len) err[0] = '\0';
-  const PlanInput in{(int)P->batch,
-                     (int)P->heads,
-                     (int)P->seqlen_q,
-                     (int)P->seqlen_k,
-                     tma_expressible(P),
-                     (int)dev->compute_units,
-                     dev->max_workspace_bytes > 0 ? (size_t)dev->max_workspace_bytes : kMaxWorkspaceBytes};
+  const PlanInput in = plan_input(P, tma_expressible(P), (int)dev->compute_units,
+                                  dev->max_workspace_bytes > 0 ? (size_t)dev->max_workspace_bytes : kMaxWorkspaceBytes);
   LaunchPlan lp;
   if (!plan(in, lp)) return refuse_heads(P->heads, err, err_len);
   ra_launch_plan r{};

@@ -23,6 +23,13 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+/* log2(x). lg2.approx: +0 -> -Inf, NaN -> NaN; ~2^-22 relative (the LSE's, mainloop_v2.cuh). */
+__device__ __forceinline__ float lg2(float x) {
+  float y;
+  asm("lg2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /* Two fp32 -> bf16x2 (round to nearest even; NaN stays NaN), lo in the low half. */
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t r;

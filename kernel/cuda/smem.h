@@ -93,8 +93,17 @@ struct Smem : OStaging<P::kOStaging> {
                              * accessed as shared (st_tile_id, ld_tile_id): a generic access through
                              * the aligned base leaves the shared window (ST.E, LD.E.STRONG.SYS) */
 };
+/* The v2 kernels' (mainloop_v2.cuh): the dense layout, then each Q stage's TileInfo (pack_gqa.cuh:
+ * 8 ints), which the producer writes before the stage's arrive and the consumers read after its wait. */
+template <class P>
+struct SmemV2 : Smem<P> {
+  alignas(16) int tile_info[P::kQStages][8];
+};
 template <class P>
 constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the base to 1024 */
+template <class P>
+constexpr size_t kSmemBytesV2 = sizeof(SmemV2<P>) + 1024;
+static_assert(sizeof(SmemV2<MainPlan>) + 1024 <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 static_assert(kSmemBytes<MainPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 static_assert(kSmemBytes<LongPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");
 static_assert(kSmemBytes<ShortPlan> <= 227 * 1024, "over the sm_90 limit of dynamic shared memory per block");

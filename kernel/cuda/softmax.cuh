@@ -131,6 +131,24 @@ struct OnlineSoftmax {
     }
   }
 
+  /* ABI v2's masks (mask.cuh's RowMask): each of the thread's two rows keeps its columns < lim[r]
+   * (r: row r, 1: row r + 8; a limit <= 0 masks the whole row's block), the rest become -Inf; then
+   * begin<kFirst, false>. */
+  template <bool kFirst>
+  __device__ __forceinline__ void begin_rows(float (&s)[NT * 4], float scale_log2, int lim0, int lim1, int qc,
+                                             float (&corr)[2], float (&ms)[2], float (&sum)[2]) {
+    const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int c = 8 * i + qc + j;
+        if (c >= lim0) s[4 * i + j] = kNegInf;
+        if (c >= lim1) s[4 * i + 2 + j] = kNegInf;
+      }
+    begin<kFirst, false>(s, scale_log2, NT * 8, qc, corr, ms, sum);
+  }
+
   /* p = 2^(s * scale - ms) on column tiles [I0, I1), added to each row's sum in column order. */
   template <int I0, int I1>
   __device__ __forceinline__ void exps(float (&s)[NT * 4], float scale_log2, const float (&ms)[2],

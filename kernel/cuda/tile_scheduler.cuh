@@ -66,4 +66,24 @@ __device__ __forceinline__ TileCoord tail_coord(const FwdParams& p, int i, int& 
   return decode_tile(i, p.num_m_blocks, p.heads, 1);
 }
 
+/* The v2 kernels' order over fixed-length tiles (seqlen.cuh's FixedSeq; always taken from the
+ * dynamic counter, mainloop_v2.cuh): FlashAttention-3's L2 sections. The (batch, head index) pairs,
+ * head fastest (so the query heads of one K/V head are neighbours), are cut into sections of
+ * p.l2_section pairs (plan.h: as many K/V heads as fit 32 MB of L2); within a section query blocks
+ * are the major order, pairs the minor, so the CTAs running at one time share the section's K/V in
+ * L2; causal launches take each section's query blocks longest first (the last block first), so the
+ * heavy diagonal tiles start early and the light ones fill the end of the launch. l2_section = 1 is
+ * the dense kernels' order (query block fastest). */
+__device__ __forceinline__ void v2_tile_order(const FwdParams& p, int tile, bool longest_first, int& bh, int& m) {
+  const int pairs = p.batch * p.head_groups;
+  const int per_section = p.l2_section * p.v2_m_blocks;
+  const int section = tile / per_section;
+  const int rem = tile - section * per_section;
+  const int first = section * p.l2_section;
+  const int size = min(p.l2_section, pairs - first); /* the last section may be smaller */
+  const int mi = rem / size;
+  bh = first + (rem - mi * size);
+  m = longest_first ? p.v2_m_blocks - 1 - mi : mi;
+}
+
 }  // namespace ra_cuda

@@ -9,7 +9,7 @@ import click
 
 from ..backends import BACKENDS, resolve
 from ..errors import UserError
-from ..results import LAYOUTS, ROUNDING_MODES
+from ..results import LAYOUTS, MASKS, ROUNDING_MODES
 from . import options
 
 _POSITIVE = click.IntRange(min=1)
@@ -30,6 +30,16 @@ def _plan_text(plan: dict[str, object]) -> list[str]:
     return lines
 
 
+def _max_seqlen(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        q, k = (int(x) for x in text.split(","))
+    except ValueError:
+        raise UserError(f"--varlen {text!r}: give MAXQ,MAXK, two integers") from None
+    return q, k
+
+
 @click.command("plan")
 @click.argument("b", type=_POSITIVE)
 @click.argument("h", type=_POSITIVE)
@@ -44,6 +54,16 @@ def _plan_text(plan: dict[str, object]) -> list[str]:
 )
 @click.option("--layout", type=click.Choice(LAYOUTS), default="bshd", show_default=True)
 @click.option("--rounding", type=click.Choice(ROUNDING_MODES), default="rtne", show_default=True)
+@click.option("--heads-kv", type=_POSITIVE, default=None, help="K/V heads (grouped-query); default H.")
+@click.option("--mask", type=click.Choice(MASKS), default="none", show_default=True)
+@click.option(
+    "--varlen",
+    "max_seqlen",
+    metavar="MAXQ,MAXK",
+    default=None,
+    help="A varlen call: B packed sequences whose totals are SQ and SK and whose longest are MAXQ, MAXK.",
+)
+@click.option("--lse", is_flag=True, help="The call writes the log-sum-exp.")
 @click.option("--json", "as_json", is_flag=True, help="The plan as JSON.")
 def plan_cmd(
     b: int,
@@ -54,10 +74,15 @@ def plan_cmd(
     compute_units: int | None,
     layout: str,
     rounding: str,
+    heads_kv: int | None,
+    mask: str,
+    max_seqlen: str | None,
+    lse: bool,
     as_json: bool,
 ) -> None:
     """Print the launch plan for B x H heads, SQ queries, SK keys (head_dim 128), asked of the
-    backend's planner (hip and hip-emu: gfx942's, cuda: sm_90a's; cpu has none)."""
+    backend's planner (hip and hip-emu: gfx942's, cuda: sm_90a's; cpu has none). ABI v2's axes:
+    --heads-kv, --mask, --varlen, --lse."""
     from ..abi import KernelError
     from ..build import BuildError
     from ..plan import plan_launch
@@ -65,7 +90,18 @@ def plan_cmd(
     backend = BACKENDS[resolve(backend)].kernel  # whose kernel source it builds: hip-emu runs hip's
     try:
         plan = plan_launch(
-            backend, b, h, sq, sk, compute_units=compute_units, layout=layout, rounding=rounding
+            backend,
+            b,
+            h,
+            sq,
+            sk,
+            compute_units=compute_units,
+            layout=layout,
+            rounding=rounding,
+            heads_kv=heads_kv or 0,
+            mask=mask,
+            max_seqlen=_max_seqlen(max_seqlen),
+            lse=lse,
         )
     except BuildError as e:
         raise UserError(str(e)) from None

@@ -219,9 +219,12 @@ class EmuLibrary:
         self.last_trace = trace
         return out
 
-    def plan(self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str) -> dict[str, Any] | None:
-        """The gfx942 planner's plan for the shape on the emulated device's CUs (what forward runs)."""
-        params = planning.shape_params(b, h, sq, sk, layout=layout, rounding=rounding)
+    def plan(
+        self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str, **v2: Any
+    ) -> dict[str, Any] | None:
+        """The gfx942 planner's plan for the shape on the emulated device's CUs (what forward runs);
+        `v2`: regress.plan.shape_params' ABI v2 keywords."""
+        params = planning.shape_params(b, h, sq, sk, layout=layout, rounding=rounding, **v2)
         plan = planning.planner("hip").plan(params, self.cus)
         return {"backend": "hip", "compute_units": self.cus, **plan.to_dict()}
 

@@ -134,8 +134,8 @@ def make_inputs(
     """Seeded bf16 Q, K, V in `layout` (see make_inputs_bhsd); a varlen shape's are packed
     [total, H, D] (its layout is bshd's with the batch folded into the sequence)."""
     q, k, v = make_inputs_bhsd(shape, seed=seed, device=device, kind=kind)
-    if shape.seqs is not None:
-        return to_layout(q, "bshd")[0], to_layout(k, "bshd")[0], to_layout(v, "bshd")[0]
+    if shape.seqs is not None:  # contiguous, as servers and FlashAttention's varlen API hold them
+        return tuple(to_layout(t, "bshd")[0].contiguous() for t in (q, k, v))  # type: ignore[return-value]
     return to_layout(q, layout), to_layout(k, layout), to_layout(v, layout)
 
 
@@ -162,6 +162,30 @@ def call_kwargs(shape: Shape, device: str) -> dict[str, Any]:
         kw["max_seqlen_q"] = max(a for a, _ in shape.seqs)
         kw["max_seqlen_k"] = max(c for _, c in shape.seqs)
     return kw
+
+
+def call_varlen_baseline(
+    bl: Any,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kw: dict[str, Any],
+    *,
+    mask: str,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """A baseline's packed varlen call (Baseline.varlen) with call_kwargs' cu_seqlens and lengths."""
+    return bl.varlen(  # type: ignore[no-any-return]
+        q,
+        k,
+        v,
+        kw["cu_seqlens_q"],
+        kw["cu_seqlens_k"],
+        kw["max_seqlen_q"],
+        kw["max_seqlen_k"],
+        scale=scale,
+        mask=mask,
+    )
 
 
 def call_reference(
@@ -212,8 +236,22 @@ def plan_metrics(ctx: SuiteContext, shape: Shape, layout: str, mode: str) -> dic
     next to the timing it explains."""
     from regress.plan import summary
 
-    plan = ctx.library.plan(shape.b, shape.h, shape.sq, shape.sk, layout=layout, rounding=mode)
+    plan = ctx.library.plan(
+        shape.b, shape.h, shape.sq, shape.sk, layout=layout, rounding=mode, **plan_v2(shape)
+    )
     return {} if plan is None else summary(plan)
+
+
+def plan_v2(shape: Shape) -> dict[str, Any]:
+    """regress.plan.shape_params' ABI v2 keywords for a case's shape (none for a dense one)."""
+    kw: dict[str, Any] = {}
+    if shape.hkv and shape.hkv != shape.h:
+        kw["heads_kv"] = shape.hkv
+    if shape.mask != "none":
+        kw["mask"] = shape.mask
+    if shape.seqs is not None:
+        kw["max_seqlen"] = (max(a for a, _ in shape.seqs), max(c for _, c in shape.seqs))
+    return kw
 
 
 def for_device(ctx: SuiteContext, *, gpu: tuple[T, T], cpu: tuple[T, T]) -> T:

@@ -30,7 +30,17 @@ from typing import Any
 
 import torch
 
-from regress.cases import VARLEN_MIX_CPU, VARLEN_MIX_GPU, Shape, perf_case, prefill_seqs, spec_shape
+from regress.baselines import varlen_baselines
+from regress.cases import (
+    VARLEN_CHUNK_GPU,
+    VARLEN_DECODE_GPU,
+    VARLEN_MIX_CPU,
+    VARLEN_MIX_GPU,
+    Shape,
+    perf_case,
+    prefill_seqs,
+    spec_shape,
+)
 from regress.gpu_state import device_state
 from regress.metrics import timing_metrics
 from regress.phases import phase
@@ -46,6 +56,7 @@ from regress.stats import median
 from regress.suites.base import SuiteContext
 from regress.suites.common import (
     call_kwargs,
+    call_varlen_baseline,
     derive_seed,
     for_device,
     guarded,
@@ -229,9 +240,9 @@ def _baseline_mode(bl: Any, mode: str) -> str:
 
 
 # ABI v2's families (issue 40), bshd, every mode. TFLOP/s count the unmasked work only (Shape.flops).
-# On a backend whose kernels lack the feature they skip (RA_ERR_UNSUPPORTED). Baselines take dense
-# equal-head calls only, so these cases time the kernel alone until the baselines gain the masked,
-# GQA and varlen calls (cuDNN through SDPA, FlashAttention-2's varlen path).
+# On a backend whose kernels lack the feature they skip (RA_ERR_UNSUPPORTED). The baselines time the
+# same calls: SDPA (cuDNN, FlashAttention-2) with is_causal / causal_lower_right / enable_gqa, and for
+# the packed varlen batches FlashAttention-2's varlen path (regress.baselines.varlen_baselines).
 V2_CPU_QUICK = [
     Shape(1, 4, 192, 192, hkv=1, mask="causal_top_left"),
     Shape.varlen(2, prefill_seqs([1, 7, 40, 200]), hkv=1, mask="causal_bottom_right"),
@@ -249,11 +260,16 @@ V2_GPU_QUICK = [
 ]
 V2_GPU = [
     *(Shape(16 // (s // 2048), 32, s, s, hkv=8, mask="causal_top_left") for s in (2048, 4096, 8192, 16384)),
+    Shape(2, 32, 8192, 8192, mask="causal_top_left"),  # causal multi-head at 8k (no K/V sharing)
     Shape(4, 32, 4096, 4096, hkv=8),  # non-causal GQA 32/8 at 4k
     Shape(4, 32, 2048, 4096, hkv=8, mask="causal_bottom_right"),  # chunked prefill against a cache
     Shape(16, 32, 1, 8192, hkv=8, mask="causal_bottom_right"),  # decode, GQA, 8k cache
+    # packed batches against FlashAttention-2's varlen path: prefill (causal and not), a decode step
+    # of 64 sequences, a chunked-prefill step (regress.cases' serving mixes)
     Shape.varlen(32, VARLEN_MIX_GPU, hkv=8, mask="causal_bottom_right"),
     Shape.varlen(32, VARLEN_MIX_GPU, hkv=8),
+    Shape.varlen(32, VARLEN_DECODE_GPU, hkv=8, mask="causal_bottom_right"),
+    Shape.varlen(32, VARLEN_CHUNK_GPU, hkv=8, mask="causal_bottom_right"),
 ]
 
 
@@ -311,15 +327,20 @@ class PerfSuite:
         varlen = shape.seqs is not None
         if is_v2(shape):
             kernel(0)  # a backend without the feature refuses here: the case skips (guarded)
-        if varlen and ctx.baselines:  # masked and GQA calls go to the baselines that take them
-            notes.append("baselines not timed: none takes a packed varlen batch")
-        for bl in [] if varlen else ctx.baselines:
+        # masked and GQA calls go to the baselines that take them (SDPA's is_causal, causal_lower_right,
+        # enable_gqa); a packed varlen batch to FlashAttention-2's varlen path on the same tensors
+        baselines = (varlen_baselines(ctx.device) if ctx.baselines else []) if varlen else ctx.baselines
+        if varlen and ctx.baselines and not baselines:
+            notes.append("baselines not timed: none takes a packed varlen batch on this device")
+        for bl in baselines:
             bmode = _baseline_mode(bl, mode)
             if bmode != mode:
                 notes.append(f"{bl.name} timed at {bmode} (it has no {mode})")
 
             def baseline(i: int, bl: Any = bl, bmode: str = bmode) -> object:
                 q, k, v = sets[i % n_sets]
+                if varlen:
+                    return call_varlen_baseline(bl, q, k, v, kw, mask=shape.mask)
                 return bl(q, k, v, layout=layout, rounding=bmode, mask=shape.mask)
 
             runners.append((f"baseline:{bl.name}:time_ms", baseline))

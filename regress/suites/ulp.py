@@ -34,6 +34,7 @@ import torch
 
 from regress import numerics, reference
 from regress.backends import BACKENDS
+from regress.baselines import varlen_baselines
 from regress.cases import HEAD_DIM, VARLEN_MIX_CPU, VARLEN_MIX_GPU, Shape, prefill_seqs, spec_shape, ulp_case
 from regress.emu.peers.aiter import Aiter, AiterEmu, PeerUnavailable
 from regress.gpu_state import device_state
@@ -47,6 +48,7 @@ from regress.suites.common import (
     call_bits,
     call_kwargs,
     call_reference,
+    call_varlen_baseline,
     for_device,
     guarded,
     make_inputs,
@@ -281,20 +283,27 @@ class UlpSuite:
 
         shape = spec_shape(spec)
         varlen = shape.seqs is not None
-        if varlen and ctx.baselines:  # masked and GQA calls go to the baselines that take them
-            notes.append("baselines not run: none takes a packed varlen batch")
-        for bl in ctx.baselines:
-            if varlen or not bl.supports(mode):
+        # masked and GQA calls go to the baselines that take them; a packed varlen batch to
+        # FlashAttention-2's varlen path (its output [total, H, D] compares like ours)
+        baselines = (varlen_baselines(ctx.device) if ctx.baselines else []) if varlen else ctx.baselines
+        if varlen and ctx.baselines and not baselines:
+            notes.append("baselines not run: none takes a packed varlen batch on this device")
+        kw = call_kwargs(shape, ctx.device) if varlen else {}
+        for bl in baselines:
+            if not bl.supports(mode):
                 continue
             try:
                 with phase("baseline"):
-                    bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5, mask=shape.mask)
+                    if varlen:
+                        bo = call_varlen_baseline(bl, q, k, v, kw, mask=shape.mask, scale=HEAD_DIM**-0.5)
+                    else:
+                        bo = bl(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5, mask=shape.mask)
                     synchronize(ctx.device)
             except Exception as exc:  # a broken baseline must not hide the kernel's numbers
                 notes.append(f"baseline {bl.name} failed: {type(exc).__name__}: {exc}")
                 continue
             with phase("compare"):
-                b_bits = reference.to_bhsd_bits(bo, layout)
+                b_bits = call_bits(bo, shape, layout)
                 bm = compare(b_bits, ref_bits, ref, mag, self._mag_ulp)
             for key_ in ("scaled_ulp_max", "scaled_ulp_p9999", "plain_ulp_max", "nonfinite_mismatches"):
                 metrics[f"baseline:{bl.name}:{key_}"] = bm[key_]

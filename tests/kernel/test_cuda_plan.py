@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import cuda_plan as cp
 
+from regress.plan import shape_params
+
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to build the host planner")
 
 SMS = cp.H200_SMS
@@ -197,3 +199,146 @@ def test_a_workspace_limit_is_never_exceeded(shape: tuple[int, int, int, int], l
     d = cp.plan_of(cp.params(*shape), max_workspace=limit)
     assert d["workspace_bytes"] <= limit
     invariants(d, *shape, max_ws=limit)
+
+
+# ---- ABI v2 (issue 40): plan.h's rule 0, the v2 kernels ------------------------------------------
+
+
+def v2_params(b: int, h: int, sq: int, sk: int, **kw: object) -> object:
+    """BSHD params with ABI v2 fields (regress.plan.shape_params' keywords)."""
+    return shape_params(b, h, sq, sk, **kw)  # type: ignore[arg-type]
+
+
+# (B, H, Sq, Sk, v2 keywords) -> the kernel the default build plans
+V2_TABLE = [
+    ((2, 32, 8192, 8192), dict(heads_kv=8, mask="causal_top_left"), "sm90_v2_causal"),
+    ((4, 32, 4096, 4096), dict(heads_kv=8), "sm90_v2"),  # non-causal GQA: 32 rows a head, no packing
+    ((2, 8, 1024, 1024), dict(lse=True), "sm90_v2"),  # the LSE alone is a v2 call
+    ((16, 32, 1, 8192), dict(heads_kv=8, mask="causal_bottom_right"), "sm90_v2_packgqa_causal"),
+    ((4, 32, 16, 8192), dict(heads_kv=8), "sm90_v2_packgqa"),  # speculative decode, 16 rows x 4 heads
+    (
+        (64, 32, 26000, 26000),
+        dict(heads_kv=8, mask="causal_bottom_right", max_seqlen=(8000, 8000)),
+        "sm90_v2_varlen_packgqa_causal",
+    ),
+    ((64, 32, 26000, 26000), dict(heads_kv=32, max_seqlen=(8000, 8000)), "sm90_v2_varlen"),  # MHA: no pack
+    ((64, 32, 64, 64000), dict(heads_kv=8, max_seqlen=(1, 1000)), "sm90_v2_varlen_packgqa"),
+    (
+        (64, 32, 64, 64000),
+        dict(heads_kv=8, mask="causal_bottom_right", max_seqlen=(1, 1000)),
+        "sm90_v2_varlen_packgqa_causal",
+    ),
+    ((2, 32, 2048, 2048), dict(heads_kv=32, mask="causal_bottom_right"), "sm90_v2_causal"),  # MHA causal
+]
+
+
+def v2_invariants(
+    d: dict, b: int, h: int, sq: int, sk: int, kw: dict, max_ws: int = MAX_WS, sms: int = SMS
+) -> None:
+    kind = d["kind"]
+    assert kind.startswith("sm90_v2"), kind
+    assert ("causal" in kind) == (kw.get("mask", "none") != "none")
+    varlen = kw.get("max_seqlen") is not None
+    assert ("varlen" in kind) == varlen
+    hk = kw.get("heads_kv") or h
+    g = h // hk
+    assert d["threads"] == 384 and d["splits"] == 1 and d["tail_splits"] == 0 and d["merge"] == 0
+    assert 0 < d["shared_bytes"] <= SMEM_LIMIT and d["block_k"] == 128
+    rows = d["block_q"]  # query rows a tile holds: 128, or (packed) g heads x R rows
+    if "packgqa" in kind:
+        assert rows % g == 0 and rows <= 128 and (rows // g) & (rows // g - 1) == 0
+        heads_of_tile, r = hk, rows // g
+    else:
+        assert rows == 128
+        heads_of_tile, r = h, 128
+    if varlen:
+        entries = -(-sq // r) + b  # the pre-pass's bound: ceil(total / R) + sequences
+        assert d["tiles"] == entries * heads_of_tile
+        if d["dynamic_scheduler"]:
+            assert d["workspace_bytes"] == 16 + entries * 32 + 8
+    else:
+        assert d["tiles"] == b * heads_of_tile * -(-sq // r)
+        assert d["workspace_bytes"] == (8 if d["dynamic_scheduler"] else 0)
+    assert d["workspace_bytes"] <= max_ws
+    assert d["grid"][0] == min(d["tiles"], sms) and d["grid"][1:] == [1, 1]
+
+
+@pytest.mark.parametrize(("shape", "kw", "kind"), V2_TABLE, ids=[f"{s}-{k}" for s, _, k in V2_TABLE])
+def test_v2_calls_plan_a_v2_kernel(shape: tuple[int, int, int, int], kw: dict, kind: str) -> None:
+    d = cp.plan_of(v2_params(*shape, **kw))
+    assert d["kind"] == kind, d
+    assert d["dynamic_scheduler"] == 1
+    v2_invariants(d, *shape, kw)
+
+
+def test_packing_takes_the_fewest_rows() -> None:
+    """pack_gqa_log2_rows: decode's one row a head packs 4 heads x 1 row into one tile (a warpgroup);
+    at 2k rows a head packing computes no fewer rows, so each head keeps its own tiles."""
+    assert cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8))["block_q"] == 4
+    assert cp.plan_of(v2_params(4, 32, 16, 8192, heads_kv=8))["block_q"] == 64
+    assert cp.plan_of(v2_params(4, 32, 100, 8192, heads_kv=8))["kind"] == "sm90_v2"
+    assert cp.plan_of(v2_params(1, 32, 2048, 2048, heads_kv=8))["kind"] == "sm90_v2"
+    three = cp.plan_of(v2_params(1, 24, 1, 512, heads_kv=8))  # 3 heads a group: not a power of 2
+    assert three["kind"] == "sm90_v2"
+    d = cp.plan(16, 32, 1, 8192)  # dense MHA decode: the dense kernels, unchanged
+    assert not d["kind"].startswith("sm90_v2")
+    off = cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8), flags=("-DRA_CUDA_PACK_GQA=0",))
+    assert off["kind"] == "sm90_v2" and off["block_q"] == 128
+    # a long prompt: 8 fewer rows in 7697 would pack at "fewer" (FlashAttention-3 asks for 10 %)
+    causal = v2_params(1, 32, 7697, 7697, heads_kv=8, mask="causal_top_left")
+    assert cp.plan_of(causal)["kind"] == "sm90_v2_causal"
+    assert cp.plan_of(causal, flags=("-DRA_CUDA_PACK_GQA=2",))["kind"] == "sm90_v2_packgqa_causal"
+    # varlen always packs (FlashAttention-3's rule): 4 heads x 32 rows at a longest sequence of 7697
+    mix = v2_params(64, 32, 26000, 26000, heads_kv=8, max_seqlen=(7697, 7697))
+    assert cp.plan_of(mix)["kind"] == "sm90_v2_varlen_packgqa" and cp.plan_of(mix)["block_q"] == 128
+    assert cp.plan_of(mix, flags=("-DRA_CUDA_PACK_GQA=0",))["kind"] == "sm90_v2_varlen"
+
+
+def test_v2_workspace_and_its_limit() -> None:
+    """A fixed-length v2 launch takes the counter's 8 bytes, or without them the static order; a
+    varlen one cannot run without its tile list (ra_attention_fwd refuses it then)."""
+    p = v2_params(2, 32, 8192, 8192, heads_kv=8, mask="causal_top_left")
+    assert cp.plan_of(p, max_workspace=4)["dynamic_scheduler"] == 0
+    assert cp.plan_of(p, max_workspace=4)["workspace_bytes"] == 0
+    v = v2_params(4, 8, 1000, 1000, max_seqlen=(600, 600))
+    d = cp.plan_of(v)
+    assert d["workspace_bytes"] == 16 + (-(-1000 // 128) + 4) * 32 + 8
+    assert cp.plan_of(v, max_workspace=64)["workspace_bytes"] == 0
+
+
+def test_v2_on_fallback_strides_is_refused() -> None:
+    """The mma.sync fallback has no v2 feature: a GQA call whose K/V only it can address is refused
+    (RA_ERR_UNSUPPORTED, naming the path), never planned as a dense fallback; so is every v2 call of
+    a FORCE_MMA_SYNC build."""
+    p = v2_params(4, 8, 64, 256, heads_kv=2)
+    p.k_stride[:] = (0, 256 * 128, 128, 1)
+    with pytest.raises(cp.PlanError, match="TMA path only") as e:
+        cp.plan_of(p)
+    assert e.value.code == 9
+    with pytest.raises(cp.PlanError, match="TMA path only"):
+        cp.plan_of(v2_params(1, 4, 64, 64, mask="causal_top_left"), flags=("-DRA_CUDA_FORCE_MMA_SYNC=1",))
+
+
+v2_shapes = st.tuples(
+    st.integers(1, 16),
+    st.sampled_from([1, 2, 4, 8, 16]),  # K/V heads
+    st.sampled_from([1, 2, 3, 4, 8]),  # query heads per K/V head
+    st.one_of(st.integers(1, 300), st.integers(1, 20000)),
+    st.one_of(st.integers(1, 300), st.integers(1, 40000)),
+    st.sampled_from(["none", "causal_top_left", "causal_bottom_right"]),
+    st.booleans(),  # varlen
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(v2_shapes, st.sampled_from([1, 8, 132]), st.integers(0, 1 << 20))
+def test_every_v2_plan_keeps_the_invariants(shape: tuple, sms: int, limit: int) -> None:
+    b, hk, g, sq, sk, mask, varlen = shape
+    h = hk * g
+    kw: dict = {"heads_kv": hk, "mask": mask, "lse": g == 1 and mask == "none"}
+    if varlen:  # b sequences packed: totals >= b, the longest no more than the totals
+        sq, sk = max(sq, b), max(sk, b)
+        kw["max_seqlen"] = (-(-sq // b) + (sq % 7), -(-sk // b))
+        kw["max_seqlen"] = (min(kw["max_seqlen"][0], sq), kw["max_seqlen"][1])
+    d = cp.plan_of(v2_params(b, h, sq, sk, **kw), sms=sms, max_workspace=limit or MAX_WS)
+    v2_invariants(d, b, h, sq, sk, kw, max_ws=limit or MAX_WS, sms=sms)

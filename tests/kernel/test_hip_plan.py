@@ -123,14 +123,15 @@ def test_the_planner_table_and_a_missing_source(tmp_path: Path, monkeypatch: pyt
         build_planner("cpu", cache_dir=tmp_path)
 
 
-@pytest.mark.parametrize("backend", ["hip", "cuda"])
+@pytest.mark.parametrize("backend", ["hip"])
 @pytest.mark.parametrize(
     ("field", "value", "says"),
     [("heads_kv", 2, "heads_kv 2 != heads 4"), ("mask", 1, "mask"), ("lse", 1 << 16, "lse")],
 )
 def test_a_planner_refuses_what_its_forward_refuses(backend: str, field: str, value: int, says: str) -> None:
-    """ABI v2's features: no GPU kernel has them yet, so the plan is refused as the forward is
-    (ra_require_dense_v1), naming the argument and the backend, never planned as a dense call."""
+    """ABI v2's features: the gfx942 kernels lack them yet, so the plan is refused as the forward is
+    (ra_require_dense_v1), naming the argument and the backend, never planned as a dense call. (The
+    sm_90a planner plans them: tests/kernel/test_cuda_plan.py.)"""
     params = shape_params(1, 4, 256, 256)
     setattr(params, field, value)
     with pytest.raises(KernelError) as e:
@@ -166,6 +167,32 @@ def test_regress_plan_prints_the_plan() -> None:
     assert cuda.returncode == 0, cuda.stderr
     assert json.loads(cuda.stdout) == plan_launch("cuda", 2, 8, 1, 32768)
     assert json.loads(cuda.stdout)["kind"].startswith("sm90_") and json.loads(cuda.stdout)["splits"] > 1
+    # ABI v2's axes (issue 40): a causal GQA prefill and a varlen batch plan the v2 kernels
+    causal = _cli(
+        "plan", "2", "32", "8192", "8192", "--backend", "cuda", "--heads-kv", "8", "--mask", "causal_top_left"
+    )
+    assert causal.returncode == 0 and causal.stdout.startswith("sm90_v2_causal  (cuda, 132"), causal.stderr
+    varlen = _cli(
+        "plan", "64", "32", "26000", "26000", "--backend", "cuda", "--heads-kv", "8", "--mask",
+        "causal_bottom_right", "--varlen", "8000,8000", "--lse", "--json",
+    )  # fmt: skip
+    assert varlen.returncode == 0, varlen.stderr
+    want = plan_launch(
+        "cuda",
+        64,
+        32,
+        26000,
+        26000,
+        heads_kv=8,
+        mask="causal_bottom_right",
+        max_seqlen=(8000, 8000),
+        lse=True,
+    )
+    assert json.loads(varlen.stdout) == want and want["kind"] == "sm90_v2_varlen_packgqa_causal"
+    bad_varlen = _cli("plan", "2", "8", "64", "64", "--backend", "cuda", "--varlen", "64")
+    assert bad_varlen.returncode == 2 and "MAXQ,MAXK" in bad_varlen.stderr
+    refused = _cli("plan", "2", "8", "64", "64", "--backend", "hip", "--mask", "causal_top_left")
+    assert refused.returncode == 2 and "hip planner refused" in refused.stderr
 
 
 def test_plan_label_reads_what_a_result_recorded() -> None:
