@@ -53,6 +53,7 @@ def test_a_squatted_run_id_does_not_lock_its_runner_out(service: Service, tmp_pa
 
     key = qualified_key(run_id, "b")
     assert resp.json()["key"] == run_id  # the first runner's run keeps its id as its key
+    assert report.lines() == [f"stored    {run_id} [201]: stored under the key {key}"]
     b_token = service.token("b")
     again = post(service, genuine, b_token)  # its re-send: a duplicate, under its own key
     assert again.status_code == 200 and again.json()["key"] == key, again.text
