@@ -327,9 +327,10 @@ def import_files(
 
 
 def _store_bundle(store: Store, bundle: dict[str, Any], pin: StackPin | None) -> tuple[str, bool]:
-    """One transaction; once more where another writer stored the same run between this one's
-    look-up and its insert (two imports of one bundle at once): the second look finds it, so the run
-    is "already stored" (or a conflict), not an IntegrityError that stops the remaining files."""
+    """One transaction; once more where another writer stored a run under this run id between this
+    one's look-up and its insert (two imports of one bundle at once, or another runner's run under
+    the same id): the second look finds it, so the run is "already stored" (or a conflict), or is
+    stored under its own key, never an IntegrityError that stops the remaining files."""
     from sqlalchemy.exc import IntegrityError
 
     try:
@@ -338,6 +339,9 @@ def _store_bundle(store: Store, bundle: dict[str, Any], pin: StackPin | None) ->
     except IntegrityError:
         with store.transaction() as session:
             run = bundle["run"]
-            if run_of_runner(session, Run.owner(run, None), run["id"]) is None:
+            if (
+                session.get(Run, run["id"]) is None
+                and run_of_runner(session, Run.owner(run, None), run["id"]) is None
+            ):
                 raise  # not that race: some other constraint
             return import_bundle(session, bundle, pin=pin, validated=True)

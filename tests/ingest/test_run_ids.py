@@ -111,3 +111,32 @@ def test_import_keys_a_run_by_its_runner_and_id(
     url = str(store.engine.url.render_as_string(hide_password=False))
     assert main(["runs", "show", key, "--db", url]) == 0
     assert f"runner b, key {key}" in capsys.readouterr().out
+
+
+def test_an_import_that_races_another_runners_run_is_stored_under_its_own_key(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runner a's run is stored between runner b's look-up of the free key and b's insert: the
+    insert meets the primary key, and the second pass stores b's run under its own key (the retry
+    asked only for b's own run, so it re-raised the IntegrityError and stopped the import)."""
+    from regress.store import transfer
+    from regress.store.run import qualified_key
+
+    first = make_bundle(runner="a")
+    second = conflicting(first)
+    second["run"]["runner"] = "b"
+    paths = []
+    for name, bundle in (("a", first), ("b", second)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(bundle))
+    assert import_files(store, paths[:1], pin_for=pin_for_digest)[0].state == "stored"
+    real, looks = transfer._free_key, []
+
+    def looked_before_a_stored(session: Any, given_id: str, owner: str | None) -> str:
+        looks.append(owner)
+        return given_id if len(looks) == 1 else real(session, given_id, owner)
+
+    monkeypatch.setattr(transfer, "_free_key", looked_before_a_stored)
+    [outcome] = import_files(store, paths[1:], pin_for=pin_for_digest)
+    assert (outcome.state, outcome.run_id) == ("stored", qualified_key(first["run"]["id"], "b"))
+    assert looks == ["b", "b"]
