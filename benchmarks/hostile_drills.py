@@ -22,12 +22,18 @@ byte while 10 bundles are uploaded through the real client (spool, retries): ans
 without it the family is reported as not run.
 
 **attacks** (issue 41), against `regress serve` as deployed by default (waitress with read
-deadlines; `--server werkzeug` runs it with `--dev-server`): 5 chunked POSTs that declare a 1 MiB
-chunk and drop the connection; 4 malformed chunk sizes; 100 slowloris connections and 30 clients
+deadlines; `--server werkzeug` runs it with `--dev-server`): 6 chunked POSTs that declare a chunk of
+2, 1 and 64 MiB, send 4 KiB of it and drop the connection or half-close it (a 2 MiB chunk killed
+werkzeug with SIGSEGV); 4 malformed chunk sizes; 100 slowloris connections and 30 clients
 trickling a body for 6 s while /healthz is asked every 0.5 s (each wait recorded), then whether the
 server closed every attacker at its deadline; bodies of 1, 4 and 16 MiB of empty gzip members (the
 seconds each took to be refused); a bundle over the samples-per-result limit. Answers are counted
 client-side; the server must still be up at the end.
+
+**owners** (issue 41 items 13, 14): per committed bundle, a squatter stores other content under its
+run id first and a mutant of its build record (one `build.stats` key dropped) is stored first; then
+the genuine runner's bundle goes through the real upload client. Each genuine run must be stored,
+its re-send a duplicate, and read back (`?runner=`) as sent.
 
 The 20 s PostgreSQL stop and the service SIGKILL are benchmarks/ingest_faults.py; the mutations are
 tests/ingest/test_bundle_fuzz.py. Prints one JSON object (and writes it to --json). Every wait is
@@ -196,11 +202,18 @@ def attacks(db_url: str, work: Path) -> dict[str, Any]:
     statuses: Counter[int] = Counter()
     out: dict[str, Any] = {}
     try:
-        for _ in range(5):  # item 1
+        # item 1: a chunk larger than the server's 1 MiB read (werkzeug's de-chunking then read
+        # past its buffer: SIGSEGV), no larger, and the body limit; dropped or half-closed
+        for size, half_close in itertools.product((0x200000, 0x100000, 0x4000000), (False, True)):
             with _raw(svc.port) as sock:
-                sock.sendall(f"{head}Transfer-Encoding: chunked\r\n\r\n100000\r\n".encode() + b"{" * 4096)
+                sock.sendall(f"{head}Transfer-Encoding: chunked\r\n\r\n{size:x}\r\n".encode() + b"{" * 4096)
+                if half_close:
+                    sock.shutdown(socket.SHUT_WR)
+                    statuses[_status_line(sock)] += 1
             time.sleep(0.1)
         out["alive_after_chunk_drops"] = svc.proc.poll() is None
+        out["chunk_drop_answers"] = dict(sorted((str(k), v) for k, v in statuses.items()))
+        statuses.clear()
         for size in (b"ZZ", b"-5", b"1x", b""):  # item 2
             with _raw(svc.port) as sock:
                 sock.sendall(
@@ -279,6 +292,70 @@ def attacks(db_url: str, work: Path) -> dict[str, Any]:
     out["answers"] = dict(sorted((str(k), v) for k, v in statuses.items()))
     out["server_5xx"] = sum(v for k, v in statuses.items() if k >= 500)
     return out
+
+
+# ---- owners: run ids and build records (issue 41 items 13, 14) ----------------------------------
+
+
+def owners(db_url: str, work: Path) -> dict[str, Any]:
+    """Two passes over the committed real bundles. **Squat** (item 14; the builds left out, so no
+    build row is shared with the next pass): a squatter stores other content under a bundle's run
+    id, then the genuine runner's spooled bundle goes through the real upload client (before: 403
+    for ever, kept in the spool). **Build records** (item 13; fresh run ids): a mutant of the build
+    record that dropped one `build.stats` key is stored first, then the genuine bundle (before: 409
+    for every later genuine upload of that artifact). Each genuine run must be stored by the client,
+    its re-send a duplicate, and read back (`?runner=`) as sent."""
+    from regress.bundle import canonical, normalised
+    from regress.pins import pin_for_digest
+    from regress.store.transfer import stack_facts
+
+    tokens = {name: runner_token(db_url, name) for name in ("squatter", "mutant", "genuine")}
+    svc = Service(db_url, work / "owners-serve.log")
+    counts: Counter[str] = Counter()
+
+    def send(who: str, bundle: dict[str, Any]) -> int:
+        return post_bundle(svc.url, tokens[who], json.dumps(bundle).encode(), timeout=120).status_code
+
+    def genuine(bundle: dict[str, Any], family: str) -> None:
+        spool = work / "owners-spool" / bundle["run"]["id"]
+        path = write_bundle(bundle, work / "owners-out")
+        report = upload_bundles([path], svc.url, tokens["genuine"], spool, policy=POLICY)
+        counts[f"{family}_genuine_stored_by_the_client"] += report.stored == [bundle["run"]["id"]]
+        counts[f"{family}_genuine_left_in_spool"] += len(spooled_files(spool))
+        counts[f"{family}_genuine_resend_duplicate"] += send("genuine", bundle) == 200
+        read = requests.get(
+            f"{svc.url}/api/v1/runs/{bundle['run']['id']}", params={"runner": "genuine"}, timeout=120
+        )
+        sent = canonical({**bundle, "run": {**bundle["run"], "runner": "genuine"}})
+        # a run that declared drift from its pin is stored under the pin's keys (reliability.md)
+        pin = pin_for_digest(bundle["stack"]["digest"])
+        sent["stack"]["keys"] = normalised(stack_facts(bundle, pin)[1])
+        counts[f"{family}_genuine_read_back_as_sent"] += read.ok and canonical(read.json()) == sent
+        counts[f"{family}_bundles"] += 1
+
+    try:
+        for bundle in real_bundles(results=20, samples=20):
+            bundle["build"] = None
+            squat = copy.deepcopy(bundle)
+            squat["run"]["message"] = "squatted"
+            counts["squat_stored_first"] += send("squatter", squat) == 201
+            genuine(bundle, "squat")
+        for bundle in real_bundles(results=20, samples=20):
+            if not (bundle.get("build") or {}).get("stats"):
+                continue
+            evil = copy.deepcopy(bundle)
+            evil["run"]["id"] = new_run_id()
+            evil["build"]["stats"].pop(sorted(evil["build"]["stats"])[0])
+            counts["build_mutant_stored_first"] += send("mutant", evil) == 201
+            genuine(bundle, "build")
+    finally:
+        svc.stop()
+    answers = svc.answers()
+    return {
+        **dict(sorted(counts.items())),
+        "answers": dict(sorted(answers.items())),
+        "server_5xx": sum(v for k, v in answers.items() if k.startswith("5")),
+    }
 
 
 # ---- import kills -----------------------------------------------------------------------------
@@ -612,7 +689,7 @@ def main() -> None:
     ap.add_argument("--pg", help="an admin URL of a PostgreSQL server to create databases on")
     ap.add_argument("--import-kills", type=int, default=10)
     ap.add_argument("--site-kills", type=int, default=8)
-    ap.add_argument("--families", default="race,attacks,import,readers,site,disk,pgdisk")
+    ap.add_argument("--families", default="race,attacks,owners,import,readers,site,disk,pgdisk")
     ap.add_argument("--seed", type=int, default=24)
     ap.add_argument("--server", choices=["waitress", "werkzeug", "gunicorn"], default="waitress")
     ap.add_argument("--json", type=Path)
@@ -634,6 +711,8 @@ def main() -> None:
             entry["race"] = race(db, work)
         if "attacks" in families:
             entry["attacks"] = attacks(db, work)
+        if "owners" in families:
+            entry["owners"] = owners(db, work)
         if "import" in families:
             entry["import_kills"] = import_kills(db, work, args.import_kills, rng)
         if "readers" in families:

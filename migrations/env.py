@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import engine_from_config, pool
 
 from regress.store import Base
-from regress.store.db import database_url
+from regress.store.db import database_url, migration_connection
 
 config = context.config
 target_metadata = Base.metadata
@@ -31,9 +31,8 @@ def run_migrations_online() -> None:
     section = config.get_section(config.config_ini_section, {})
     section["sqlalchemy.url"] = config.get_main_option("sqlalchemy.url") or database_url()
     engine = engine_from_config(section, prefix="sqlalchemy.", poolclass=pool.NullPool)
-    with engine.connect() as conn:
+    with migration_connection(engine) as conn:  # the `alembic` command itself: as regress db does
         _run(conn)
-        conn.commit()
 
 
 def _run(connection: object) -> None:

@@ -537,6 +537,25 @@ def run_fields(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def build_fields(build: dict[str, Any]) -> dict[str, Any]:
+    """A validated bundle's `build` section as the store keeps it: every field, the optional ones
+    given their stored defaults. The one table behind the build row's key (`store.Build.record`:
+    the whole record, so no uploader's build facts stand for another's) and the canonical form."""
+    return {
+        "backend": build["backend"],
+        "source_hash": build["source_hash"],
+        "git_commit": build.get("git_commit"),
+        "git_dirty": bool(build.get("git_dirty", False)),
+        "compiler": build["compiler"],
+        "compiler_version": build["compiler_version"],
+        "flags": list(build["flags"]),
+        "artifact_hash": build["artifact_hash"],
+        "compile_only": bool(build.get("compile_only", False)),
+        "stats": build.get("stats") or {},
+        "inject": build.get("inject") or {},
+    }
+
+
 def canonical(bundle: dict[str, Any]) -> dict[str, Any]:
     """A validated bundle as the store holds it: optional fields with their stored defaults,
     timestamps as naive UTC, raw samples as floats, numbers `normalised`, results in case-key order.
@@ -554,16 +573,7 @@ def canonical(bundle: dict[str, Any]) -> dict[str, Any]:
             "schema_version": bundle["schema_version"],
             "run": run,
             "stack": {k: bundle["stack"][k] for k in ("digest", "schema_version", "keys")},
-            "build": None
-            if not build
-            else {
-                **build,
-                "git_commit": build.get("git_commit"),
-                "git_dirty": bool(build.get("git_dirty", False)),
-                "compile_only": bool(build.get("compile_only", False)),
-                "stats": build.get("stats") or {},
-                "inject": build.get("inject") or {},
-            },
+            "build": build_fields(build) if build else None,
             "results": sorted(results, key=lambda r: str(r["case_key"])),
         }
     )

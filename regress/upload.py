@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .escape import visible
+
 if TYPE_CHECKING:
     import requests
 
@@ -353,7 +355,9 @@ def _send_spooled(
             return UploadOutcome(origin, run_id, "spooled", code, message)
         spooled.unlink(missing_ok=True)
         _retry_file(spooled).unlink(missing_ok=True)
-        return UploadOutcome(origin, run_id, "stored" if code == 201 else "duplicate", code)
+        key = resp.json().get("key", run_id)  # another runner's run held this id first (store/run.py)
+        message = "" if key == run_id else f"stored under the key {visible(str(key)[:40])}"
+        return UploadOutcome(origin, run_id, "stored" if code == 201 else "duplicate", code, message)
     message = _error_text(resp)
     if 300 <= code < 400:
         message = f"the service redirects to {resp.headers.get('Location')!r}: pass that as the URL"

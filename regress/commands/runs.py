@@ -74,7 +74,8 @@ def show_run(run_id: str, db_url: str | None, as_json: bool, as_tsv: bool) -> No
     store = open_store(db_url, must_exist=True)
     skipped: list[tuple[str, str]] = []
     with store.reader() as session:
-        bundle = export_bundle(session, find_run(session, run_id).id, skipped=skipped)
+        key = find_run(session, run_id).id
+        bundle = export_bundle(session, key, skipped=skipped)
     _warn_skipped("result", skipped)
     if as_json:
         click.echo(json.dumps(bundle, indent=1, default=str))
@@ -95,7 +96,9 @@ def show_run(run_id: str, db_url: str | None, as_json: bool, as_tsv: bool) -> No
     # Every stored string is uploaded text: printed with rich markup off and controls escaped, so
     # `[/x]` is shown as it is and ESC never reaches the terminal.
     console = listing.console()
-    head = f"run {run['id']}  {run['status']}  trigger={run['trigger']}  backend={run['backend']}"
+    # A run whose id another runner's run held first is stored under a key of its own (store/run.py).
+    named = run["id"] if key == run["id"] else f"{run['id']} (runner {run['runner']}, key {key})"
+    head = f"run {named}  {run['status']}  trigger={run['trigger']}  backend={run['backend']}"
     console.print(visible(head), soft_wrap=True)
     if run.get("message"):
         console.print(visible(run["message"]), soft_wrap=True)

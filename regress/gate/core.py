@@ -451,13 +451,22 @@ def _alternating_arms(session: Session, sels: list[str]) -> tuple[list[Run], lis
         dup = next(i for i in ids if ids.count(i) > 1)
         raise UserError(f"--alternating: run {dup} is given twice; each block is its own run")
     a_runs, b_runs = runs[0::2], runs[1::2]
+
+    def artifact(run: Run) -> tuple[str, str] | None:
+        # The artifact, not the build row: a row is one runner's whole record of a build
+        # (store/build.py), and two records of one artifact are one build to measure.
+        build = queries.build_by_id(session, run.build_id)
+        return None if build is None else (build.backend, build.artifact_hash)
+
+    arms = []
     for arm, name in ((a_runs, "A (baseline)"), (b_runs, "B (candidate)")):
-        builds = {r.build_id for r in arm}
+        builds = {artifact(r) for r in arm}
         if len(builds) != 1:
             raise UserError(
                 f"--alternating: the {name} runs measured {len(builds)} different builds, not one"
             )
-    if a_runs[0].build_id == b_runs[0].build_id:
+        arms.append(builds.pop())
+    if arms[0] == arms[1]:
         raise UserError("--alternating: both arms ran the same build; there is nothing to compare")
     return a_runs, b_runs
 

@@ -48,7 +48,12 @@ GZIP_PIECE = 1 << 16  # compressed bytes fed to zlib at a time
 _RUN_SUMMARY = {
     "type": "object",
     "properties": {
-        "id": {"type": "string"},
+        "id": {"type": "string", "description": "the run's key: GET /api/v1/runs/{id} reads it"},
+        "given_id": {
+            "type": "string",
+            "description": "the id its runner gave the run (its bundle's run.id); the key is the same "
+            "unless another runner's run held that key first",
+        },
         "status": {"type": "string", "enum": ["running", "complete", "failed", "incomplete", "cancelled"]},
         "runner": {"type": "string", "nullable": True},
         "backend": {"type": "string"},
@@ -73,9 +78,11 @@ OPENAPI_PATHS: dict[str, Any] = {
         "post": {
             "summary": "Upload one run bundle (schema regress.bundle v1)",
             "description": (
-                "Idempotent by run id: the same bundle again answers 200, a different bundle under a "
-                "stored run id 409. The token's runner owns the run; a bundle naming another runner "
-                "is refused. The body may be gzip-compressed (Content-Encoding: gzip)."
+                "Idempotent by runner and run id: the same bundle again answers 200, a different "
+                "bundle under a run id this runner stored 409. The token's runner owns the run; a "
+                "bundle naming another runner is refused. Another runner's run under the same id is "
+                "another run: it is stored under a key of its own (the answer's `key`, and Location). "
+                "The body may be gzip-compressed (Content-Encoding: gzip)."
             ),
             "security": [{"runnerToken": []}],
             "requestBody": {
@@ -88,7 +95,7 @@ OPENAPI_PATHS: dict[str, Any] = {
                 "400": error_response("Not JSON, or not a valid bundle (the field is named)"),
                 "401": error_response("Missing or unknown token"),
                 "403": error_response(
-                    "Revoked token, a run of another runner, or a stack the token may not use"
+                    "Revoked token, a bundle naming another runner, or a stack the token may not use"
                 ),
                 "409": error_response(
                     "A different bundle is stored under this run id, or the bundle's stack or build "
@@ -133,7 +140,19 @@ OPENAPI_PATHS: dict[str, Any] = {
         "get": {
             "summary": "One run as its bundle",
             "parameters": [
-                {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                {
+                    "name": "run_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    "description": "the run's key; with `runner`, the id that runner gave it",
+                },
+                {
+                    "name": "runner",
+                    "in": "query",
+                    "schema": {"type": "string"},
+                    "description": "read the run this runner stored under the id in the path",
+                },
                 {
                     "name": "offset",
                     "in": "query",
@@ -244,27 +263,18 @@ def _read_json() -> tuple[Any, str]:
         raise ApiError(400, "body is not a bundle: JSON nested too deep") from exc
 
 
-def _check_owner(session: Session, bundle: dict[str, Any], token: RunnerToken) -> None:
-    """403 where the run id is another runner's: asked before the shared rows are written (else a
-    refused upload left its build and stack rows behind), and again in the run's own transaction."""
-    existing = queries.run_by_id(session, bundle["run"]["id"])
-    if existing is not None and existing.runner != token.runner:
-        raise ApiError(403, f"run {existing.id} belongs to another runner")
-
-
 def _store_bundle(
     session: Session, bundle: dict[str, Any], token: RunnerToken, pin: StackPin | None
 ) -> tuple[str, bool]:
-    _check_owner(session, bundle, token)
     row_by_row = bool(current_app.config.get("INGEST_ROW_BY_ROW"))
-    run_id, created = import_bundle(
+    key, created = import_bundle(
         session, bundle, pin=pin, runner=token.runner, row_by_row=row_by_row, validated=True
     )
     row = queries.runner_token_by_id(session, token.id)
     now = utcnow()
     if row is not None and (row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION):
         row.last_used_at = now
-    return run_id, created
+    return key, created
 
 
 @bp.post("")
@@ -285,15 +295,13 @@ def upload() -> Any:
         )
     pin = pin_for_digest(digest)  # the stack's name is its pin's, never the uploader's
     store = store_ext.store
-    with store.reader() as session:
-        _check_owner(session, bundle, token)
     for attempt in range(WRITE_ATTEMPTS):
         try:
             if not current_app.config.get("INGEST_ROW_BY_ROW"):
                 with store.transaction() as session:  # shared rows first, in a short transaction
                     ensure_dimensions(session, bundle, pin)
             with store.transaction() as session:
-                run_id, created = _store_bundle(session, bundle, token, pin)
+                key, created = _store_bundle(session, bundle, token, pin)
             break
         except BundleConflict as exc:
             raise ApiError(409, str(exc)) from exc
@@ -302,7 +310,8 @@ def upload() -> Any:
         except UnreadableRun as exc:  # stored under this id, but no reader can compare it
             raise ApiError(409, str(exc)) from exc
         except IntegrityError:
-            # A concurrent upload of the same run id committed first; the next pass sees it.
+            # A concurrent upload of the same run (or of another runner's run under that key)
+            # committed first; the next pass sees it.
             if attempt == WRITE_ATTEMPTS - 1:
                 raise
         except OperationalError as exc:
@@ -310,15 +319,19 @@ def upload() -> Any:
                 current_app.logger.warning("upload gave up on a busy database: %s", exc)
                 raise  # app.py answers 503 with Retry-After
             time.sleep(0.05 * 2**attempt)
-    current_app.logger.info("run %s from %s: %s", run_id, token.runner, "stored" if created else "duplicate")
+    run_id = bundle["run"]["id"]
+    current_app.logger.info(
+        "run %s (key %s) from %s: %s", run_id, key, token.runner, "stored" if created else "duplicate"
+    )
     body = {
         "run_id": run_id,
+        "key": key,
         "created": created,
         "runner": token.runner,
         "results": len(bundle["results"]),
         "sha256": body_sha256,
     }
-    headers = {"Location": url_for("runs.get_run", run_id=run_id)}
+    headers = {"Location": url_for("runs.get_run", run_id=key)}
     return jsonify(body), (201 if created else 200), headers
 
 
@@ -356,7 +369,13 @@ def get_run(run_id: str) -> Any:
     offset = _count_param("offset", 0, 10**9)
     limit = _count_param("limit", RESULTS_PAGE, RESULTS_PAGE)
     with_samples = request.args.get("samples", "true").lower() not in {"0", "false", "no"}
+    runner = request.args.get("runner")
     with store_ext.store.reader() as session:
+        if runner is not None:  # the run this runner gave this id, wherever it is stored
+            found = queries.run_of_runner(session, runner, run_id)
+            if found is None:
+                raise ApiError(404, f"runner {runner!r} stored no run {run_id}")
+            run_id = found.id
         if with_samples:  # a page holds at most SAMPLES_PAGE raw samples (and at least one result)
             limit = max(
                 1, min(limit, queries.results_within_bytes(session, run_id, offset, SAMPLES_PAGE_BYTES))

@@ -1,7 +1,17 @@
-"""Build: one compiled kernel artifact and the compiler's report on it."""
+"""Build: one compiled kernel artifact and the compiler's report on it, as one runner recorded it.
+
+A build row is keyed by its whole record (`record`, the SHA-256 of every field: source hash, git
+commit, compiler, flags, artifact hash, stats, inject...), not by its artifact hash alone: when the
+artifact was the key, the first uploader's facts stood for every later run of that artifact, so a
+runner that wrote different ones (a mutant that dropped one `stats` key) made 714 later genuine
+uploads answer 409 for good (issue 41 item 13). Two records of one artifact are two rows; each run
+points at its own, and reads back the build it sent.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Any
 
@@ -10,17 +20,23 @@ from sqlalchemy.orm import Mapped, Session
 
 from .base import Base, NotNull, Nullable, utcnow
 
-# What an artifact hash determines. The git commit is provenance, not content: one artifact is
-# rebuilt at every commit that leaves the kernel sources alone (the run carries its kernel_commit).
-BUILD_FACTS = ("source_hash", "compiler", "compiler_version", "flags", "compile_only", "stats", "inject")
+
+def record_digest(fields: dict[str, Any]) -> str:
+    """The key of a build record (regress.bundle.build_fields): SHA-256 of its canonical JSON, numbers
+    `normalised` (a re-sent 128.0 is the stored 128, as the idempotency check reads them)."""
+    from ..bundle import normalised
+
+    text = json.dumps(normalised(fields), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class Build(Base):
     __tablename__ = "builds"
-    __table_args__ = (UniqueConstraint("stack_id", "backend", "artifact_hash"),)
+    __table_args__ = (UniqueConstraint("stack_id", "record"),)
 
     id: Mapped[int] = NotNull(primary_key=True)
     stack_id: Mapped[int] = NotNull(ForeignKey("stacks.id"))
+    record: Mapped[str] = NotNull(String(64))  # record_digest of every field below but created_at
     backend: Mapped[str] = NotNull(String(16))
     source_hash: Mapped[str] = NotNull(String(64))
     git_commit: Mapped[str | None] = Nullable(String(64))
@@ -37,20 +53,11 @@ class Build(Base):
     @classmethod
     def for_artifact(cls, session: Session, stack_id: int, build: dict[str, Any]) -> Build:
         """The build row of a BuildArtifact-shaped dict (backend, source_hash, git_commit, compiler,
-        ...) on this stack, created if new."""
-        return cls.get_or_create(
-            session,
-            {"stack_id": stack_id, "backend": build["backend"], "artifact_hash": build["artifact_hash"]},
-            source_hash=build["source_hash"],
-            git_commit=build.get("git_commit"),
-            git_dirty=bool(build.get("git_dirty", False)),
-            compiler=build["compiler"],
-            compiler_version=build["compiler_version"],
-            flags=list(build["flags"]),
-            compile_only=bool(build.get("compile_only", False)),
-            stats=dict(build.get("stats") or {}),
-            inject=dict(build.get("inject") or {}),
-        )
+        ...) on this stack: the row of exactly this record, created if new."""
+        from ..bundle import build_fields
+
+        fields = build_fields(build)
+        return cls.get_or_create(session, {"stack_id": stack_id, "record": record_digest(fields)}, **fields)
 
     def to_bundle(self) -> dict[str, Any]:
         """The bundle's `build` section."""

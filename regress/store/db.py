@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import DatabaseError as SQLAlchemyDatabaseError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -317,12 +317,54 @@ def _lock_postgres(conn: Any) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
 
 
+@contextmanager
+def migration_connection(engine: Engine) -> Iterator[Connection]:
+    """The connection a schema change runs on, in one transaction (committed at the end).
+
+    On SQLite, foreign keys are off while it runs: Alembic's batch mode changes a table by copying it
+    and dropping the old one, and a DROP with foreign keys on first deletes every row, so rebuilding
+    `runs` deleted every result through their ON DELETE CASCADE, and rebuilding `builds` failed on
+    the runs that refer to it. SQLite ignores that pragma inside a transaction, so it is set before
+    the transaction begins and read back; before the commit, PRAGMA foreign_key_check must find no
+    row the change left pointing nowhere (SQLite's own procedure for changing a table)."""
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            if conn.exec_driver_sql("PRAGMA foreign_keys").scalar() != 0:
+                raise DatabaseError("cannot change the schema: SQLite kept its foreign keys on")
+            conn.commit()  # ends the (empty) transaction SQLAlchemy began around the pragmas
+        try:
+            with conn.begin():
+                _lock_postgres(conn)
+                before = _dangling(conn) if sqlite else set()
+                yield conn
+                if sqlite and (new := _dangling(conn) - before):
+                    raise DatabaseError(
+                        f"the schema change would leave {len(new)} row(s) referring to rows that do not "
+                        f"exist (first: {sorted(new)[0]}); nothing was changed"
+                    )
+        finally:
+            if sqlite:
+                conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                conn.commit()
+
+
+def _dangling(conn: Connection) -> set[tuple[Any, ...]]:
+    """(table, rowid, parent, constraint) of each row whose foreign key points nowhere (SQLite)."""
+    return {tuple(row) for row in conn.exec_driver_sql("PRAGMA foreign_key_check").all()}
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     from alembic import command
 
     cfg = alembic_config(engine)
-    with _reachable(engine), _known_revisions(engine), _one_migrator(engine), engine.begin() as conn:
-        _lock_postgres(conn)
+    with (
+        _reachable(engine),
+        _known_revisions(engine),
+        _one_migrator(engine),
+        migration_connection(engine) as conn,
+    ):
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
@@ -331,8 +373,12 @@ def downgrade(engine: Engine, revision: str) -> None:
     from alembic import command
 
     cfg = alembic_config(engine)
-    with _reachable(engine), _known_revisions(engine), _one_migrator(engine), engine.begin() as conn:
-        _lock_postgres(conn)
+    with (
+        _reachable(engine),
+        _known_revisions(engine),
+        _one_migrator(engine),
+        migration_connection(engine) as conn,
+    ):
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
 

@@ -93,6 +93,7 @@ def run_summary(run: Run, stack: Stack) -> dict[str, Any]:
     )
     return {
         "id": run.id,
+        "given_id": run.given_id,
         "status": run.status,
         "runner": run.runner,
         "backend": run.backend,
@@ -300,7 +301,14 @@ def builds(conn: Connection) -> dict[int, dict[str, Any]]:
 
 
 def run_by_id(session: Session, run_id: str) -> Run | None:
+    """The run stored under this key."""
     return session.get(Run, run_id)
+
+
+def run_of_runner(session: Session, runner: str | None, given_id: str) -> Run | None:
+    """The run this runner (None: a run that names none) stored under this run id (store/run.py)."""
+    who = Run.runner.is_(None) if runner is None else Run.runner == runner
+    return session.scalars(select(Run).where(Run.given_id == given_id, who)).first()
 
 
 def stack_by_id(session: Session, stack_id: int) -> Stack | None:
@@ -550,14 +558,22 @@ def runner_token_by_id(session: Session, token_id: int) -> RunnerToken | None:
 
 
 def find_run(session: Session, id_or_prefix: str) -> Run:
-    """The run with this id, or the one run whose id starts with this prefix (every command that
-    takes a run accepts both). Not found or ambiguous: a UserError that says which."""
+    """The run with this key, else the one run its runner gave this id, else the one run whose key
+    starts with this prefix (every command that takes a run accepts all three). Not found or
+    ambiguous: a UserError that says which."""
     sel = id_or_prefix.strip()
     if not sel:
         raise UserError("empty run id")
     exact = session.get(Run, sel)
     if exact is not None:
         return exact
+    # A run id another runner's run held first: its run is stored under a qualified key (run.py).
+    given = session.scalars(select(Run).where(Run.given_id == sel).limit(6)).all()
+    if len(given) == 1:
+        return given[0]
+    if given:
+        shown = ", ".join(f"{m.id} (runner {m.runner})" for m in given[:5])
+        raise UserError(f"run id {sel!r} is stored for several runners: give the key of one: {shown}")
     matches = session.scalars(select(Run).where(Run.id.startswith(sel, autoescape=True)).limit(6)).all()
     if len(matches) == 1:
         return matches[0]

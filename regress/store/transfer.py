@@ -26,13 +26,14 @@ from sqlalchemy.orm import Session, lazyload
 from ..errors import UserError
 from ..results import CaseResult, stored_series
 from ..stack_keys import HASHED_KEYS, PINNED_KEYS, RETIRED_KEYS, drifted_keys, stack_digest
-from .build import BUILD_FACTS, Build
+from .build import Build
 from .bulk import ensure_cases, prepare_results, write_runs
 from .case import Case
+from .queries import run_of_runner
 from .readable import result_problem, run_problem
 from .repo import Store, add_result_rows
 from .result import Result
-from .run import Run
+from .run import Run, qualified_key
 from .stack import Stack
 
 
@@ -116,26 +117,9 @@ def bundle_stack(session: Session, bundle: dict[str, Any], pin: StackPin | None)
 
 
 def bundle_build(session: Session, stack: Stack, build: dict[str, Any]) -> Build:
-    """The build row of a validated bundle; a stored build of that artifact whose facts differ is a
-    conflict (BundleConflict), never silently the first uploader's."""
-    from ..bundle import first_difference, normalised
-
-    row = Build.for_artifact(session, stack.id, build)
-    stored = normalised({k: getattr(row, k) for k in BUILD_FACTS})
-    sent = normalised(
-        {
-            **{k: build.get(k) for k in BUILD_FACTS},
-            "compile_only": bool(build.get("compile_only", False)),
-            "stats": build.get("stats") or {},
-            "inject": build.get("inject") or {},
-        }
-    )
-    where = first_difference(stored, sent, ("build",))
-    if where:
-        raise BundleConflict(
-            f"build {build['artifact_hash'][:12]} is stored with other facts (first at {where})"
-        )
-    return row
+    """The build row of a validated bundle: the row of exactly its record (store/build.py), so no
+    uploader's build facts stand for, or lock out, another's."""
+    return Build.for_artifact(session, stack.id, build)
 
 
 def ensure_dimensions(session: Session, bundle: dict[str, Any], pin: StackPin | None) -> None:
@@ -215,11 +199,13 @@ def import_bundle(
     row_by_row: bool = False,
     validated: bool = False,
 ) -> tuple[str, bool]:
-    """Stores a bundle inside the caller's transaction. Returns (run id, created).
+    """Stores a bundle inside the caller's transaction. Returns (the run's key, created).
 
     pin: the pin of the bundle's stack digest (regress.pins.pin_for_digest), None when unpinned.
-    Idempotent by run id: the same bundle again is a no-op (created=False); a different bundle under
-    a stored run id raises BundleConflict. The run goes in through the bulk writer (store/bulk.py:
+    A run is its runner's (`runner`, the uploading token's, else the bundle's run.runner) and its
+    run id: the same bundle again is a no-op (created=False); a different bundle under a run id
+    this runner stored raises BundleConflict; another runner's run under that id is another run,
+    stored under its own key (store/run.py). The run goes in through the bulk writer (store/bulk.py:
     COPY on PostgreSQL); row_by_row=True keeps the old one-row-per-statement path for its results,
     for the ingest benchmark's comparison.
     validated=True: the caller has just run validate_bundle on this very dict (the service).
@@ -229,7 +215,8 @@ def import_bundle(
 
         validate_bundle(bundle)
     run_doc = bundle["run"]
-    existing = session.get(Run, run_doc["id"])
+    owner = Run.owner(run_doc, runner)
+    existing = run_of_runner(session, owner, run_doc["id"])
     if existing is not None:
         from ..bundle import BundleError, canonical, first_difference, normalised
 
@@ -242,18 +229,33 @@ def import_bundle(
         if stored == sent:
             return existing.id, False
         where = first_difference(stored, sent)
-        raise BundleConflict(f"run {existing.id} is already stored with different content (first at {where})")
+        raise BundleConflict(
+            f"run {run_doc['id']} is already stored with different content (first at {where})"
+        )
+    key = _free_key(session, run_doc["id"], owner)
     results = [CaseResult.from_dict(res) for res in bundle["results"]]
     # The JSON encoding of every result before the first write: SQLite's lock is then held only
     # for the inserts themselves.
-    prepared = prepare_results(run_doc["id"], [] if row_by_row else results)
+    prepared = prepare_results(key, [] if row_by_row else results)
     stack = bundle_stack(session, bundle, pin)
     build_id = bundle_build(session, stack, bundle["build"]).id if bundle.get("build") else None
-    row = Run.columns_of_upload(run_doc, stack_id=stack.id, build_id=build_id, runner=runner)
+    row = Run.columns_of_upload(run_doc, key=key, stack_id=stack.id, build_id=build_id, runner=runner)
     write_runs(session, [row], prepared)
     for result in results if row_by_row else []:
-        add_result_rows(session, run_doc["id"], result)
-    return run_doc["id"], True
+        add_result_rows(session, key, result)
+    return key, True
+
+
+def _free_key(session: Session, given_id: str, owner: str | None) -> str:
+    """The key a new run of this runner and id is stored under: its id, unless another runner's run
+    holds that key (run.py's docstring), then its qualified key. That one taken too (a SHA-256
+    collision, or a row stored before keys were qualified) is a conflict, never an overwrite."""
+    if session.get(Run, given_id) is None:
+        return given_id
+    key = qualified_key(given_id, owner)
+    if session.get(Run, key) is not None:
+        raise BundleConflict(f"run {given_id}: its keys {given_id} and {key} both hold other runs")
+    return key
 
 
 def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
@@ -286,14 +288,16 @@ def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
 class ImportOutcome:
     path: Path
     state: str  # "stored" | "already stored" | "refused"
-    run_id: str | None = None
+    run_id: str | None = None  # the run's key in this database
     results: int = 0
     reason: str = ""
+    given_id: str | None = None  # the bundle's run id, where another runner's run holds it as a key
 
     def line(self) -> str:
         if self.state == "refused":
             return f"refused {self.path}: {self.reason}"
-        return f"{self.state} {self.run_id} ({self.results} results) from {self.path}"
+        shown = f"{self.given_id} as {self.run_id}" if self.given_id else self.run_id
+        return f"{self.state} {shown} ({self.results} results) from {self.path}"
 
 
 def import_files(
@@ -313,14 +317,20 @@ def import_files(
             outcomes.append(ImportOutcome(path, "refused", reason=str(exc).removeprefix(f"{path}: ")))
             continue
         state = "stored" if created else "already stored"
-        outcomes.append(ImportOutcome(path, state, run_id, len(bundle["results"])))
+        given = bundle["run"]["id"]
+        outcomes.append(
+            ImportOutcome(
+                path, state, run_id, len(bundle["results"]), given_id=None if given == run_id else given
+            )
+        )
     return outcomes
 
 
 def _store_bundle(store: Store, bundle: dict[str, Any], pin: StackPin | None) -> tuple[str, bool]:
-    """One transaction; once more where another writer stored the same run between this one's
-    look-up and its insert (two imports of one bundle at once): the second look finds it, so the run
-    is "already stored" (or a conflict), not an IntegrityError that stops the remaining files."""
+    """One transaction; once more where another writer stored a run under this run id between this
+    one's look-up and its insert (two imports of one bundle at once, or another runner's run under
+    the same id): the second look finds it, so the run is "already stored" (or a conflict), or is
+    stored under its own key, never an IntegrityError that stops the remaining files."""
     from sqlalchemy.exc import IntegrityError
 
     try:
@@ -328,6 +338,10 @@ def _store_bundle(store: Store, bundle: dict[str, Any], pin: StackPin | None) ->
             return import_bundle(session, bundle, pin=pin, validated=True)
     except IntegrityError:
         with store.transaction() as session:
-            if session.get(Run, bundle["run"]["id"]) is None:
+            run = bundle["run"]
+            if (
+                session.get(Run, run["id"]) is None
+                and run_of_runner(session, Run.owner(run, None), run["id"]) is None
+            ):
                 raise  # not that race: some other constraint
             return import_bundle(session, bundle, pin=pin, validated=True)

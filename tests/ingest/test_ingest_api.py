@@ -35,6 +35,7 @@ def test_upload_stores_run_and_reads_back(service: Service) -> None:
     assert resp.status_code == 201, resp.text
     assert resp.json() == {
         "run_id": bundle["run"]["id"],
+        "key": bundle["run"]["id"],  # the run's own id: no other runner's run holds it
         "created": True,
         "runner": "mi300x-01",
         "results": 13,
@@ -114,9 +115,13 @@ def test_token_uploads_only_as_its_own_runner(service: Service) -> None:
     assert post(service, make_bundle(runner="runner-b"), token_a).status_code == 403
     owned = make_bundle(runner=None)
     assert post(service, owned, token_a).status_code == 201
-    # runner-b may not claim (or even re-confirm) a run that runner-a uploaded.
-    assert post(service, owned, token_b).status_code == 403
-    assert count_runs(service) == 1
+    # runner-b cannot claim (or even re-confirm) a run that runner-a uploaded: the same run id
+    # from runner-b is runner-b's own run, under a key of its own (issue 41 item 14).
+    resp = post(service, owned, token_b)
+    assert resp.status_code == 201 and resp.json()["key"] != owned["run"]["id"], resp.text
+    assert count_runs(service) == 2
+    got = requests.get(f"{service.url}/api/v1/runs/{owned['run']['id']}", timeout=10).json()
+    assert got["run"]["runner"] == "runner-a"
 
 
 def test_malformed_bundles_are_400_and_write_nothing(service: Service) -> None:

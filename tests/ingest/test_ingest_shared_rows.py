@@ -1,6 +1,7 @@
 """Shared rows are facts, not first come: a stack's digest must be its keys, a pinned stack takes
-its pin's keys, declared drift is stored under the pin, an unpinned stack or a build whose facts
-differ is 409, and a token limited to stacks uploads only there (issue #24). SQLite and PostgreSQL,
+its pin's keys, declared drift is stored under the pin, an unpinned stack whose facts differ is
+409, a build row is one whole record, never another uploader's (issue 41 item 13), and a token
+limited to stacks uploads only there (issue #24). SQLite and PostgreSQL,
 against the real service on 127.0.0.1.
 """
 
@@ -110,22 +111,41 @@ def test_a_stored_extra_stack_key_locks_nothing(service: Service) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("inject", {"slowdown": 30}), ("flags", ["-O0"]), ("compiler", "evil"), ("stats", {"max_registers": 1})],
+    [
+        ("inject", {"slowdown": 30}),
+        ("flags", ["-O0"]),
+        ("compiler", "evil"),
+        ("stats", {"max_registers": 1}),
+        ("stats", "one key dropped"),
+    ],
 )
-def test_a_build_whose_facts_differ_is_409(service: Service, field: str, value: Any) -> None:
+def test_another_uploaders_build_record_locks_nothing(service: Service, field: str, value: Any) -> None:
+    """Issue 41 item 13: a build row was one per artifact, and the first uploader's facts stood for
+    every later run: a mutant that dropped one build.stats key became the build row, and 714 later
+    genuine uploads answered 409. Build rows are keyed by their whole record now: each run is
+    stored with, and reads back, the build it sent."""
+    from regress.store.base import new_run_id
+
     bundles = [b for b in real_bundles() if b.get("build")]
     first, second = next(  # two committed runs of one artifact
         (a, b)
         for a, b in itertools.combinations(bundles, 2)
         if a["build"]["artifact_hash"] == b["build"]["artifact_hash"]
     )
-    assert first["build"]["artifact_hash"] == second["build"]["artifact_hash"]
     evil = copy.deepcopy(first)
-    evil["build"][field] = value
-    assert post(service, evil, service.token("attacker")).status_code == 201  # the first of its kind...
-    resp = post(service, second, service.token("h200-01"))
-    assert resp.status_code == 409, resp.text  # ...cannot speak for the genuine run
-    assert f"bundle.build.{field}" in resp.json()["error"]
+    evil["run"]["id"] = new_run_id()
+    if value == "one key dropped":
+        evil["build"]["stats"].pop(sorted(evil["build"]["stats"])[0])
+    else:
+        evil["build"][field] = value
+    assert post(service, evil, service.token("attacker")).status_code == 201
+    for genuine in (first, second):  # the artifact's genuine runs: on main, 409 at bundle.build.FIELD
+        resp = post(service, genuine, service.token("h200-01"))
+        assert resp.status_code == 201, resp.text
+        assert post(service, genuine, service.token("h200-01")).status_code == 200
+    for sent in (evil, first, second):
+        got = requests.get(f"{service.url}/api/v1/runs/{sent['run']['id']}", timeout=30).json()
+        assert got["build"] == sent["build"]
 
 
 def test_token_stacks_limit_where_a_runner_uploads(service: Service, db_url: str, capsys: Any) -> None:
@@ -136,29 +156,3 @@ def test_token_stacks_limit_where_a_runner_uploads(service: Service, db_url: str
     assert main(["token", "create", "h200-01", "--stacks", "h200-cuda13.0", "--db", db_url]) == 0
     allowed = capsys.readouterr().out.strip()
     assert post(service, undrifted(), allowed).status_code == 201
-
-
-def test_a_run_of_another_runner_is_403_before_any_shared_row_is_written(service: Service) -> None:
-    """The owner check comes before the shared rows' transaction: a token posting another runner's
-    run id with a build of its own is refused without leaving it behind (the build row used to be
-    committed first, then the 403 came)."""
-    from sqlalchemy import func, select
-
-    from regress.store import Build, Case, Stack
-
-    owned = next(b for b in real_bundles() if b.get("build"))
-    assert post(service, owned, service.token("h200-01")).status_code == 201
-
-    def counts() -> tuple[int, ...]:
-        with service.store.reader() as session:
-            return tuple(
-                int(session.scalar(select(func.count()).select_from(t)) or 0) for t in (Build, Case, Stack)
-            )
-
-    before = counts()
-    taken = copy.deepcopy(owned)
-    taken["run"]["runner"] = None
-    taken["build"]["artifact_hash"] = "f" * 64  # a build no one stored
-    resp = post(service, taken, service.token("intruder"))
-    assert resp.status_code == 403 and "belongs to another runner" in resp.json()["error"], resp.text
-    assert counts() == before
