@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,12 @@ class CaseOptions:
     quick: bool = False
     seed: int = 42
     iterations: int | None = None
+    # The GPU perf suite's opt-in longest shapes (`regress nightly --long-shapes`; ~8 min of device time).
+    long_shapes: bool = False
+    # A/B: the library file of the baseline build the perf suite times beside this run's own in the
+    # same rounds (`regress nightly --compare-build`, or a slowdown drill's clean build), and what it is.
+    ab_baseline: str | None = None
+    ab_label: str = ""
 
 
 def resolve_backend(name: str) -> str:
@@ -123,13 +129,9 @@ def make_context(lib_path: Path, device: str, options: CaseOptions, log: Any = N
     from .kernel import load_library
     from .suites.base import SuiteContext
 
+    library = load_library(lib_path)
     ctx = SuiteContext(
-        library=load_library(lib_path),
-        device=device,
-        baselines=available_baselines(device),
-        quick=options.quick,
-        seed=options.seed,
-        iterations=options.iterations,
+        library=library, device=device, baselines=available_baselines(device), **asdict(options)
     )
     if log is not None:
         ctx.log = log
