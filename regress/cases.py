@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .abi import RA_HEAD_DIM as HEAD_DIM
 from .results import CaseSpec, Layout, Rounding
 
-HEAD_DIM = 128
 BF16_BYTES = 2
 # The layout the end-to-end layer runs in: what a projection's [B, S, H·D] output reshapes to
 # without a copy.

@@ -4,6 +4,8 @@ their facts: the readers agree with them, and no module of the package restates 
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from pathlib import Path
 
 import click
@@ -17,6 +19,14 @@ from regress.suites import SUITES
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "regress"
+
+
+@functools.cache
+def _trees() -> tuple[tuple[str, ast.Module], ...]:
+    """Every module of the package and the benchmarks, parsed once for all the tests here:
+    (path relative to the root, tree)."""
+    paths = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")])
+    return tuple((p.relative_to(ROOT).as_posix(), ast.parse(p.read_text(), str(p))) for p in paths)
 
 
 def test_the_suite_table_names_the_suites_the_package_runs_in_their_order() -> None:
@@ -81,9 +91,9 @@ def _reads_torch_hip(node: ast.AST) -> bool:
 def test_no_module_restates_which_suites_are_timed_or_which_backends_are_alike() -> None:
     suites, names = set(suite_facts.SUITES), set(backends.BACKENDS)
     found = []
-    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
-        rel = path.relative_to(PACKAGE if path.is_relative_to(PACKAGE) else ROOT).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(), rel)):
+    for root_rel, tree in _trees():
+        rel = root_rel.removeprefix("regress/")
+        for node in ast.walk(tree):
             strings = _strings(node)
             if strings and strings <= suites and rel != "suite_facts.py":
                 found.append(f"{rel}:{node.lineno}: suites {sorted(strings)}")  # type: ignore[attr-defined]
@@ -110,11 +120,10 @@ def test_the_mode_and_layout_lists_are_stated_once_in_results() -> None:
     package and the benchmarks comes from regress.results."""
     modes, layouts = set(ROUNDING_MODES), set(LAYOUTS)
     found = []
-    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
-        rel = path.relative_to(ROOT).as_posix()
+    for rel, tree in _trees():
         if rel == "regress/results.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(), rel)):
+        for node in ast.walk(tree):
             strings = _strings(node)
             if strings in (modes, layouts):  # the whole list (a chosen few modes is a choice)
                 found.append(f"{rel}:{node.lineno}: {sorted(strings)}")  # type: ignore[attr-defined]
@@ -130,3 +139,28 @@ def test_the_mode_and_layout_lists_are_stated_once_in_results() -> None:
         "restated (import ROUNDING_MODES / LAYOUTS / Rounding / Layout from regress.results):\n"
         + ("\n".join(found))
     )
+
+
+def test_head_dim_is_stated_once_in_the_abi() -> None:
+    """The kernel's one head_dim is the ABI's (kernel/include/regress_attn.h, mirrored once by
+    regress.abi.RA_HEAD_DIM): no other module binds a head-dim name to a number."""
+    from regress.abi import RA_HEAD_DIM
+
+    header = (ROOT / "kernel" / "include" / "regress_attn.h").read_text()
+    assert re.search(r"#define RA_HEAD_DIM (\d+)", header).group(1) == str(RA_HEAD_DIM)  # type: ignore[union-attr]
+    found = []
+    for rel, tree in _trees():
+        for node in ast.walk(tree):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            value = getattr(node, "value", None)
+            for target in targets:
+                name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+                if "head_dim" in name.lower() and isinstance(value, ast.Constant) and rel != "regress/abi.py":
+                    found.append(f"{rel}:{node.lineno}: {name} = {value.value!r}")
+    assert not found, "restated (import RA_HEAD_DIM from regress.abi):\n" + "\n".join(found)
