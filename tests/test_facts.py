@@ -164,3 +164,38 @@ def test_head_dim_is_stated_once_in_the_abi() -> None:
                 if "head_dim" in name.lower() and isinstance(value, ast.Constant) and rel != "regress/abi.py":
                     found.append(f"{rel}:{node.lineno}: {name} = {value.value!r}")
     assert not found, "restated (import RA_HEAD_DIM from regress.abi):\n" + "\n".join(found)
+
+
+def test_the_fire_drills_are_one_table() -> None:
+    """regress.build.DRILLS is the one statement of the drills: `--inject` takes its names, a build
+    its keys and macros (each defined in kernel/common/inject.h), the CLI help says what each breaks,
+    and no other module of the package or the benchmarks spells a drill macro."""
+    from regress.build import DRILLS, INJECT_MACROS, inject_flags
+    from regress.commands.options import inject
+    from regress.runner import INJECT_NAMES, parse_inject
+
+    header = (ROOT / "kernel" / "common" / "inject.h").read_text()
+    for d in DRILLS:
+        assert d.macro in header and INJECT_MACROS[d.key] == d.macro
+        assert INJECT_NAMES[d.name] == d.key
+        arg = {"PCT": "=10", "N": "=2", "SQ": "=64", "A:B": "=rtne:rtz", "": ""}[d.value]
+        assert list(parse_inject([d.name + arg]) or {}) == [d.key]
+        assert inject_flags(parse_inject([d.name + arg]))[0].startswith(f"-D{d.macro}=")
+
+    @click.command()
+    @inject
+    def cmd(inject: tuple[str, ...]) -> None:
+        pass
+
+    help_text = next(p for p in cmd.params if p.name == "inject").help or ""
+    assert all(d.name in help_text and d.breaks in help_text for d in DRILLS)
+    found = [
+        f"{rel}:{node.lineno}"
+        for rel, tree in _trees()
+        if rel != "regress/build.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "RA_INJECT_" in node.value
+    ]
+    assert not found, (
+        "a drill macro spelled outside regress.build.DRILLS (use build.inject_flags):\n" + "\n".join(found)
+    )
