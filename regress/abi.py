@@ -102,7 +102,7 @@ class LaunchPlan(ctypes.Structure):
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain data: the kind's name, the merge's name, the grid as a list."""
         out: dict[str, Any] = {}
-        for name, _ in self._fields_:
+        for name, *_ in self._fields_:
             value = getattr(self, name)
             out[name] = value.decode() if name == "kind" else list(value) if name == "grid" else int(value)
         out["merge"] = MERGE_NAMES.get(out["merge"], str(out["merge"]))
@@ -275,9 +275,9 @@ def check_call_v2(
             raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
         kb = b
     else:
-        b, h, sq, d = _bhsd_shape(q, layout)  # type: ignore[arg-type]
-        kb, kh, sk, kd = _bhsd_shape(k, layout)  # type: ignore[arg-type]
-        if _bhsd_shape(v, layout) != (kb, kh, sk, kd):  # type: ignore[arg-type]
+        b, h, sq, d = _bhsd_shape(q, layout)
+        kb, kh, sk, kd = _bhsd_shape(k, layout)
+        if _bhsd_shape(v, layout) != (kb, kh, sk, kd):
             raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
     if (kb, kd) != (b, d) or (kh != h and (kh < 1 or h % kh != 0)):  # equal (even 0): the kernel's size check
         raise ValueError(

@@ -154,7 +154,7 @@ def shape_params(b: int, h: int, sq: int, sk: int, *, layout: str = "bshd", roun
         st = (s * h * d, d, h * d, 1) if layout == "bshd" else (h * s * d, s * d, d, 1)
         getattr(p, name)[:] = st
     p.scale = 0.0
-    p.rounding = ROUNDING_CODE[rounding]  # type: ignore[index]
+    p.rounding = ROUNDING_CODE[rounding]
     return p
 
 

@@ -536,13 +536,14 @@ class WorkerPool:
     def _receive(self, timeout: float) -> list[tuple[str, int, Any]]:
         """Every message waiting from any worker (after up to `timeout` s of waiting for one)."""
         readers = {w.reader: w for w in self._workers.values() if not w.eof}
-        messages = []
+        messages: list[tuple[str, int, Any]] = []
+        conn: Any
         for conn in wait_any(list(readers), timeout=timeout):
             try:
                 while conn.poll():
                     messages.append(conn.recv())
             except (EOFError, OSError):  # the worker is gone; the watchdog sees its process end
-                readers[conn].eof = True  # type: ignore[index]
+                readers[conn].eof = True
         return messages
 
     # running

@@ -166,7 +166,7 @@ def nightly(
         def progress(label: str, done: int, total: int, result: CaseResult | None) -> None:
             if not console.is_terminal:  # piped (a CI log): plain lines, one a step, not a bar
                 said = result is None or label.startswith(result.status)  # the pool's own "skip ..."
-                status = "" if said else f"{result.status} "
+                status = "" if said or result is None else f"{result.status} "
                 width = len(str(total))
                 count = f"[{done:>{width}}/{total}] " if total else ""
                 click.echo(f"{count}{status}{label}", err=True)

@@ -158,7 +158,7 @@ class EmuLibrary:
         for n, st in strides.items():
             getattr(params, f"{n}_stride")[:] = st
         params.scale = 0.0 if scale is None else effective_scale(scale)
-        params.rounding = ROUNDING_CODE[rounding]  # type: ignore[index]
+        params.rounding = ROUNDING_CODE[rounding]
         # The plan validates the call as ra_attention_fwd does (ra_validate_params and the grid limits).
         planner = planning.planner("hip")
         try:

@@ -149,23 +149,38 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_regress_plan_prints_the_plan() -> None:
+def test_regress_plan_prints_the_plan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One run through the console entry point (a process of its own); the other answers in process
+    (regress.cli.main: the same command, exit code and one-line errors, without 4 more interpreters)."""
+    from regress.cli import main
+
     text = _cli("plan", "1", "4", "2048", "2048", "--backend", "hip")
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("gfx942_tail_split  (hip, 304 compute units)")
     assert "launch merge ra_attn_merge_gfx942_rtne_strided  grid [16, 32, 1]" in text.stdout
-    as_json = _cli("plan", "4", "38", "2048", "2048", "--backend", "hip", "--json", "--compute-units", "80")
-    assert as_json.returncode == 0, as_json.stderr
-    assert json.loads(as_json.stdout) == plan_launch("hip", 4, 38, 2048, 2048, compute_units=80)
-    bad = _cli("plan", "1", "1", "8", "8", "--backend", "hip", "--compute-units", "0")
-    assert bad.returncode == 2 and "--compute-units" in bad.stderr
-    huge = _cli("plan", "32768", "32768", "1024", "8", "--backend", "hip")
-    assert huge.returncode == 2 and huge.stderr.count("\n") == 1 and "2^32 - 1 or more" in huge.stderr
+    monkeypatch.setenv("COLUMNS", "250")
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, err = cli(
+        "plan", "4", "38", "2048", "2048", "--backend", "hip", "--json", "--compute-units", "80"
+    )
+    assert code == 0, err
+    assert json.loads(out) == plan_launch("hip", 4, 38, 2048, 2048, compute_units=80)
+    code, out, err = cli("plan", "1", "1", "8", "8", "--backend", "hip", "--compute-units", "0")
+    assert code == 2 and "--compute-units" in err
+    code, out, err = cli("plan", "32768", "32768", "1024", "8", "--backend", "hip")
+    assert code == 2 and err.count("\n") == 1 and "2^32 - 1 or more" in err
     # The sm_90a planner answers the same command (kernel/cuda/plan_host.cpp, no GPU needed).
-    cuda = _cli("plan", "2", "8", "1", "32768", "--backend", "cuda", "--json")
-    assert cuda.returncode == 0, cuda.stderr
-    assert json.loads(cuda.stdout) == plan_launch("cuda", 2, 8, 1, 32768)
-    assert json.loads(cuda.stdout)["kind"].startswith("sm90_") and json.loads(cuda.stdout)["splits"] > 1
+    code, out, err = cli("plan", "2", "8", "1", "32768", "--backend", "cuda", "--json")
+    assert code == 0, err
+    assert json.loads(out) == plan_launch("cuda", 2, 8, 1, 32768)
+    assert json.loads(out)["kind"].startswith("sm90_") and json.loads(out)["splits"] > 1
 
 
 def test_plan_label_reads_what_a_result_recorded() -> None:
