@@ -199,3 +199,44 @@ def test_the_fire_drills_are_one_table() -> None:
     assert not found, (
         "a drill macro spelled outside regress.build.DRILLS (use build.inject_flags):\n" + "\n".join(found)
     )
+
+
+def test_the_flop_formula_is_stated_once_in_the_catalogue() -> None:
+    """regress.cases.Shape.flops is the one FLOP count (4 · H · visible pairs · D): no other module
+    multiplies by the literal 4 a product of shape sizes, and the MI300X model's Shape counts with
+    it (dense, causal, GQA and varlen alike)."""
+    from regress import cases
+    from regress.emu.mi300x import Shape as ModelShape
+
+    for text in ("2,24,8192,8192", "2,32,4096,1000,8,causal", "16,4,lens=300/1000/77,causal"):
+        shape = ModelShape.parse(text)
+        assert shape.flops == shape.catalogue().flops and isinstance(shape.catalogue(), cases.Shape)
+    sizes = {"b", "h", "sq", "sk", "d", "s", "heads", "HEAD_DIM"}
+
+    def names(node: ast.AST) -> set[str]:
+        out = set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name):
+                out.add(n.id)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+                out.add(n.value)
+            elif isinstance(n, ast.Attribute):
+                out.add(n.attr)
+        return out
+
+    found = []
+    for rel, tree in _trees():
+        if rel == "regress/cases.py":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+                left = node.left
+                while isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mult):
+                    left = left.left
+                if (
+                    isinstance(left, ast.Constant)
+                    and left.value in (4, 4.0)
+                    and len(names(node) & sizes) >= 3
+                ):
+                    found.append(f"{rel}:{node.lineno}")
+    assert not found, "a FLOP count outside regress.cases.Shape.flops:\n" + "\n".join(sorted(set(found)))
