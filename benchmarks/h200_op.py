@@ -33,7 +33,7 @@ import torch
 from regress import numerics as nm
 from regress import reference
 from regress.baselines import available_baselines
-from regress.build import build_kernel
+from regress.build import build_kernel, inject_flags
 from regress.cases import Shape
 from regress.kernel import KernelLibrary, load_library
 from regress.metrics import load_contract
@@ -51,7 +51,10 @@ LIBS: dict[str, tuple[str, ...]] = {
 }
 # Checked, never timed: the fire drills (their faults must survive the epilogue's data path) and
 # bf16.h's integer rounding for every mode (the cvt-based rounding must give the same bits).
-DRILLS: dict[str, tuple[str, ...]] = {"ulp2": ("-DRA_INJECT_ULP=2",), "nondet": ("-DRA_INJECT_NONDET=1",)}
+DRILLS: dict[str, tuple[str, ...]] = {
+    "ulp2": tuple(inject_flags({"ulp": 2})),
+    "nondet": tuple(inject_flags({"nondeterminism": 1})),
+}
 CHECK_ONLY: dict[str, tuple[str, ...]] = {**DRILLS, "cvt0": ("-DRA_CUDA_CVT_ROUND=0",)}
 # H200_LIBS="new=;nqk1=-DRA_CUDA_NEXT_QK=1" replaces the ablations of a call ("new" must stay the
 # default build: its bits are the ones checked against the fp64 reference).

@@ -50,7 +50,7 @@ import h200_op
 from regress import numerics as nm
 from regress import reference
 from regress.baselines import available_baselines
-from regress.build import build_kernel
+from regress.build import build_kernel, inject_flags
 from regress.cases import Shape
 from regress.kernel import KernelLibrary, load_library
 from regress.metrics import load_contract
@@ -69,8 +69,8 @@ LIBS: dict[str, tuple[str, ...]] = {
 CHECK_ONLY: dict[str, tuple[str, ...]] = {
     "s4": ("-DRA_CUDA_SPLIT=4",),  # the drills, bits and graph checks run on a forced split
     "nosplit": ("-DRA_CUDA_SPLIT=1",),  # where the rule does not split: the same bits
-    "ulp2s4": ("-DRA_INJECT_ULP=2", "-DRA_CUDA_SPLIT=4"),
-    "nondets4": ("-DRA_INJECT_NONDET=1", "-DRA_CUDA_SPLIT=4"),
+    "ulp2s4": (*inject_flags({"ulp": 2}), "-DRA_CUDA_SPLIT=4"),
+    "nondets4": (*inject_flags({"nondeterminism": 1}), "-DRA_CUDA_SPLIT=4"),
     "cvt0s4": ("-DRA_CUDA_CVT_ROUND=0", "-DRA_CUDA_SPLIT=4"),
     "mk1s4": ("-DRA_CUDA_MERGE_KERNEL=1", "-DRA_CUDA_SPLIT=4"),  # decode merged by the 2nd launch: same bits
 }

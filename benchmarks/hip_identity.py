@@ -25,17 +25,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from regress.build import COMMANDS, OUT, REPO_ROOT, build_argv
+from regress.build import COMMANDS, OUT, REPO_ROOT, build_argv, inject_flags
 
 RECIPE = COMMANDS["hip-compile-only"]
 # The default object, the live flag's other value and each fire drill: every one must stay the same.
 VARIANTS: list[tuple[str, ...]] = [
     (),
     ("-DRA_HIP_MFMA_BUILTIN=1",),
-    ("-DRA_INJECT_ULP=2",),
-    ("-DRA_INJECT_SLOWDOWN_PCT=25",),
-    ("-DRA_INJECT_NONDET=1",),
-    ("-DRA_INJECT_ROUND_SWAP=5",),
+    *(
+        tuple(inject_flags({k: v}))
+        for k, v in (("ulp", 2), ("slowdown_pct", 25), ("nondeterminism", 1), ("round_swap", 5))
+    ),
 ]
 CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b|\bif\s*\(\s*!?RA_HIP_\w+", re.M)
 FLAG_GUARD = re.compile(r"^\s*#ifndef (RA_HIP_\w+)$|defined\((RA_HIP_\w+)\)", re.M)

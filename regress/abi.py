@@ -11,13 +11,16 @@ import math
 import struct
 import threading
 from pathlib import Path
-from typing import Any, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 from regress.results import LAYOUTS, MASK_CODE, ROUNDING_CODE, Layout, Mask, Rounding
 
+if TYPE_CHECKING:
+    import torch
+
 RA_ABI_VERSION = 2
+# The one head_dim (kernel/include/regress_attn.h); torch is imported only where a tensor is checked,
+# so the torch-free case catalogue (regress.cases) reads it from here.
 RA_HEAD_DIM = 128
 RA_ERR_UNSUPPORTED = 9  # ra_status: a valid v2 feature the backend does not implement
 ERR_LEN = 512
@@ -99,7 +102,7 @@ class LaunchPlan(ctypes.Structure):
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain data: the kind's name, the merge's name, the grid as a list."""
         out: dict[str, Any] = {}
-        for name, _ in self._fields_:
+        for name, *_ in self._fields_:
             value = getattr(self, name)
             out[name] = value.decode() if name == "kind" else list(value) if name == "grid" else int(value)
         out["merge"] = MERGE_NAMES.get(out["merge"], str(out["merge"]))
@@ -149,6 +152,8 @@ def _bhsd_shape(t: torch.Tensor, layout: Layout) -> tuple[int, int, int, int]:
 def _check_tensor(
     name: str, t: torch.Tensor, device_type: str, backend: str, *, packed: bool = False
 ) -> None:
+    import torch
+
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.bfloat16:
@@ -162,6 +167,8 @@ def _check_tensor(
 
 
 def _check_seqlens(name: str, cu: torch.Tensor, device: torch.device) -> None:
+    import torch
+
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
     if cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2:
@@ -228,6 +235,8 @@ def check_call_v2(
     K/V may have fewer heads than Q (grouped-query: a divisor of H; kv_heads gives it). With
     cu_seqlens_q/k the call is varlen: q, k, v, out are packed [total, H, D], B is the sequence count
     and Sq, Sk the packed totals (the per-sequence lengths are the kernel's to check)."""
+    import torch
+
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not 'bshd' or 'bhsd'")
     if rounding not in ROUNDING_CODE:
@@ -266,9 +275,9 @@ def check_call_v2(
             raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
         kb = b
     else:
-        b, h, sq, d = _bhsd_shape(q, layout)  # type: ignore[arg-type]
-        kb, kh, sk, kd = _bhsd_shape(k, layout)  # type: ignore[arg-type]
-        if _bhsd_shape(v, layout) != (kb, kh, sk, kd):  # type: ignore[arg-type]
+        b, h, sq, d = _bhsd_shape(q, layout)
+        kb, kh, sk, kd = _bhsd_shape(k, layout)
+        if _bhsd_shape(v, layout) != (kb, kh, sk, kd):
             raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
     if (kb, kd) != (b, d) or (kh != h and (kh < 1 or h % kh != 0)):  # equal (even 0): the kernel's size check
         raise ValueError(

@@ -201,14 +201,43 @@ def op_recipe() -> Recipe:
     )
 
 
-INJECT_MACROS: dict[str, str] = {
-    "slowdown_pct": "RA_INJECT_SLOWDOWN_PCT",
-    "ulp": "RA_INJECT_ULP",
-    "nondeterminism": "RA_INJECT_NONDET",
-    "hang_sq": "RA_INJECT_HANG_SQ",
-    "crash_sq": "RA_INJECT_CRASH_SQ",
-    "round_swap": "RA_INJECT_ROUND_SWAP",
-}
+@dataclass(frozen=True)
+class Drill:
+    """One fire drill, the one statement of it: its `--inject NAME[=VALUE]`, the inject key a build
+    records, the macro that turns it on (kernel/common/inject.h) and what it breaks."""
+
+    name: str
+    key: str
+    macro: str
+    value: str  # what VALUE reads as ("": none)
+    breaks: str
+
+
+DRILLS = (
+    Drill("slowdown", "slowdown_pct", "RA_INJECT_SLOWDOWN_PCT", "PCT", "PCT % more work per block"),
+    Drill("ulp", "ulp", "RA_INJECT_ULP", "N", "every finite non-zero output N ULPs away from zero"),
+    Drill("nondeterminism", "nondeterminism", "RA_INJECT_NONDET", "", "odd launches flip one output bit"),
+    Drill("hang", "hang_sq", "RA_INJECT_HANG_SQ", "SQ", "launches with that query length spin forever"),
+    Drill(
+        "crash", "crash_sq", "RA_INJECT_CRASH_SQ", "SQ", "launches with that query length abort the worker"
+    ),
+    Drill(
+        "swap_rounding",
+        "round_swap",
+        "RA_INJECT_ROUND_SWAP",
+        "A:B",
+        "modes A and B round with each other's rule",
+    ),
+)
+INJECT_MACROS: dict[str, str] = {d.key: d.macro for d in DRILLS}
+
+
+def drill_usage() -> str:
+    """'slowdown=PCT, ulp=N, ..., or swap_rounding=A:B': the drills as `--inject` takes them."""
+    forms = [f"{d.name}={d.value}" if d.value else d.name for d in DRILLS]
+    return ", ".join(forms[:-1]) + " or " + forms[-1]
+
+
 # round_swap names the two modes that trade places, one bit each (kernel/common/inject.h).
 ROUND_SWAP_BITS: dict[str, int] = {"rtne": 1, "rtna": 2, "rtz": 4}
 ROUND_SWAP_MASKS = frozenset({3, 5, 6})

@@ -50,7 +50,7 @@ MAX_SAMPLES_PER_RESULT = 20_000
 MAX_SAMPLES_PER_RUN = 1_000_000
 # Sample series and metrics that are durations: a reader takes their logarithm (geomean, the gate's
 # ratios), so one that is zero or negative is a value no reader can use (issue 41 item 6).
-_DURATION = re.compile(r"(?:^|:)(?:time_ms|p50_ms|p95_ms|mean_ms)\Z")
+_DURATION = re.compile(r"(?:^|:)(?:time_ms|p5_ms|p50_ms|p95_ms|mean_ms)\Z")
 
 
 class BundleError(UserError):

@@ -14,9 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .abi import RA_HEAD_DIM
 from .results import CaseSpec, Layout, Rounding
 
-HEAD_DIM = 128
+HEAD_DIM = RA_HEAD_DIM  # the ABI's head_dim, under the catalogue's name
+
 BF16_BYTES = 2
 # The layout the end-to-end layer runs in: what a projection's [B, S, H·D] output reshapes to
 # without a copy.

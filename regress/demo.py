@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .analysis import acknowledge, analyse_run, regressions_for_run
-from .cases import E2E_GPU_CASES, Shape, determinism_case, e2e_case, perf_case, ulp_case
+from .cases import E2E_GPU_CASES, Shape, determinism_case, e2e_case, perf_case, spec_shape, ulp_case
 from .gate.core import gate
 from .metrics import load_contract, summarise, timing_metrics
 from .results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
@@ -444,7 +444,7 @@ def perf_results(n: Night) -> Iterator[CaseResult]:
         p = s.params
         jitter = n.plan.speedup_jitter[i]
         samples = _timed(n, i, _base_ms(p, n.sd), {b: t[p["mode"]] * jitter for b, t in n.sd.speedup.items()})
-        flops = 4 * p["b"] * p["h"] * p["sq"] * p["sk"] * p["d"]
+        flops = spec_shape(s).flops  # the catalogue's one formula (masked pairs counted)
         metrics = timing_metrics(
             samples, "tflops", lambda ms, f=flops: f / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
         )

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import FrameType, SimpleNamespace
 from typing import Any
@@ -102,8 +102,13 @@ class NightlyOptions:
     # This machine's stack facts when the caller has read them (None: read here, stack.live_fingerprint).
     fingerprint: Fingerprint | None = None
 
+    # The GPU perf suite's longest shapes too (opt-in: ~8 min of device time).
+    long_shapes: bool = False
+
     def case_options(self) -> CaseOptions:
-        return CaseOptions(quick=self.quick, seed=self.seed, iterations=self.iterations)
+        return CaseOptions(
+            quick=self.quick, seed=self.seed, iterations=self.iterations, long_shapes=self.long_shapes
+        )
 
 
 @dataclass
@@ -225,7 +230,7 @@ def _run_nightly(opts: NightlyOptions, progress: Progress | None, cancel: Cancel
     _require_device(backend)
     if (runnable := suites_for(backend)) != DEFAULT_SUITES:
         if opts.suites == DEFAULT_SUITES:
-            opts.suites = runnable
+            opts = replace(opts, suites=runnable)  # the caller's options stay as they were
         elif timed := [s for s in opts.suites if s not in runnable]:
             raise UserError(f"{backend} runs {' and '.join(runnable)} only, not {', '.join(timed)}")
     if opts.upload:  # before anything runs: a token or URL that cannot be sent is found now, not after
@@ -240,29 +245,33 @@ def _run_nightly(opts: NightlyOptions, progress: Progress | None, cancel: Cancel
     gpus = parse_gpus(opts.gpus, device)
     # Workers start first: their interpreter, torch and device context come up while this process
     # checks the stack and builds the kernel, so a warm start costs the run nothing.
+    # The A/B baseline is built first: every worker, replacements included, gets it in its options.
     pool = WorkerPool(
-        device, gpus, opts.case_options(), time_limit_floor_s=opts.case_timeout, identify=bool(gpus)
+        device,
+        gpus,
+        _ab_options(opts, backend, pin),
+        time_limit_floor_s=opts.case_timeout,
+        identify=bool(gpus),
     )
-    with _ab_baseline(opts, backend, pin):  # before the workers start: they inherit its variable
-        pool.start()
-        try:
-            fp, stack_pin, drift_notes = _check_stack(opts, pin, backend)
-            store = open_store(opts.db)
-            reap_stale_runs(store)
-            _adopt_written_bundles(store, opts.out)
-            if opts.upload:
-                from .upload import flush_spool
+    pool.start()
+    try:
+        fp, stack_pin, drift_notes = _check_stack(opts, pin, backend)
+        store = open_store(opts.db)
+        reap_stale_runs(store)
+        _adopt_written_bundles(store, opts.out)
+        if opts.upload:
+            from .upload import flush_spool
 
-                flush_spool(opts.upload)
-            run = _run(
-                opts, store, pool, backend, device, pin, stack_pin, fp, drift_notes, progress, ends_at, cancel
-            )
-            return run
-        except Interrupted:
-            pool.kill()  # a second signal: no waiting for workers to finish their case
-            raise
-        finally:
-            pool.close()
+            flush_spool(opts.upload)
+        run = _run(
+            opts, store, pool, backend, device, pin, stack_pin, fp, drift_notes, progress, ends_at, cancel
+        )
+        return run
+    except Interrupted:
+        pool.kill()  # a second signal: no waiting for workers to finish their case
+        raise
+    finally:
+        pool.close()
 
 
 def _run(
@@ -474,35 +483,21 @@ def _baseline_artifact(spec: str, opts: NightlyOptions, backend: str, pin: Any) 
     return art.path, label
 
 
-@contextmanager
-def _ab_baseline(opts: NightlyOptions, backend: str, pin: Any) -> Iterator[None]:
-    """Builds the A/B baseline and names it in $REGRESS_AB_BASELINE_LIB, so the perf suite times it
-    beside this run's build in the same rounds (every worker, replacements included, inherits the
-    variable). A slowdown drill's clean build that fails leaves the drill without its A/B phase;
-    the drill's own build then reports why."""
+def _ab_options(opts: NightlyOptions, backend: str, pin: Any) -> CaseOptions:
+    """The cases' options, with the A/B baseline built and named in them when the run has one, so
+    the perf suite times it beside this run's build in the same rounds. A slowdown drill's clean
+    build that fails leaves the drill without its A/B phase; the drill's own build then reports why."""
+    options = opts.case_options()
     spec = compare_build_spec(opts)
     if spec is None or "perf" not in opts.suites:
-        yield
-        return
-    from .suites.perf import AB_BASELINE_ENV, AB_LABEL_ENV
-
+        return options
     try:
         path, label = _baseline_artifact(spec, opts, backend, pin)
     except UserError:
         if opts.compare_build:
             raise
-        yield
-        return
-    previous = {k: os.environ.get(k) for k in (AB_BASELINE_ENV, AB_LABEL_ENV)}
-    os.environ[AB_BASELINE_ENV], os.environ[AB_LABEL_ENV] = str(path), label
-    try:
-        yield
-    finally:
-        for k, v in previous.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        return options
+    return replace(options, ab_baseline=str(path), ab_label=label)
 
 
 def _analyse(store: Store, run_id: str) -> list[int]:
@@ -572,9 +567,7 @@ def plan_cases(opts: NightlyOptions, device: str, backend: str) -> list[tuple[st
     probe = SuiteContext(
         library=SimpleNamespace(backend=backend),  # type: ignore[arg-type]  # only .backend is read
         device=device,
-        quick=opts.quick,
-        seed=opts.seed,
-        iterations=opts.iterations,
+        **asdict(opts.case_options()),
     )
     return [(name, spec) for name in opts.suites for spec in get_suite(name).cases(probe)]
 

@@ -56,7 +56,7 @@ def load() -> dict[str, Any]:
         raise NativeOpUnavailable(f"the C++ operator could not be built: {exc}") from exc
     path = Path(art.path)
     try:
-        torch.ops.load_library(str(path))  # runs its TORCH_LIBRARY_IMPL registrations
+        torch.ops.load_library(str(path))  # type: ignore[no-untyped-call]  # runs its TORCH_LIBRARY_IMPL registrations
         handle = ctypes.CDLL(str(path))  # the same loaded object, for its C entry points
     except (OSError, RuntimeError) as exc:
         raise NativeOpUnavailable(f"the C++ operator {path} could not be loaded: {exc}") from exc

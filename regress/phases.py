@@ -68,7 +68,7 @@ def phase(name: str) -> Iterator[None]:
 def phase_seconds(metrics: dict[str, object]) -> dict[str, float]:
     """The phase split stored in a result's metrics, by phase name."""
     return {
-        k.removeprefix(METRIC_PREFIX).removesuffix("_s"): float(v)  # type: ignore[arg-type]
+        k.removeprefix(METRIC_PREFIX).removesuffix("_s"): float(v)
         for k, v in metrics.items()
         if k.startswith(METRIC_PREFIX) and k.endswith("_s") and isinstance(v, int | float)
     }

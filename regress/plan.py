@@ -167,7 +167,7 @@ def shape_params(
     p.abi_version = RA_ABI_VERSION
     p.q = p.k = p.v = p.o = _FAKE_POINTER
     p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim = b, h, sq, sk, d
-    p.heads_kv, p.mask = hk, MASK_CODE[mask]  # type: ignore[index]
+    p.heads_kv, p.mask = hk, MASK_CODE[mask]
     for name, s, n in (("q_stride", sq, h), ("k_stride", sk, hk), ("v_stride", sk, hk), ("o_stride", sq, h)):
         # (batch, head, seq, dim) element strides of [B,S,H,D] or [B,H,S,D]; varlen: [total, H, D]
         if max_seqlen is not None:
@@ -181,7 +181,7 @@ def shape_params(
     if lse:
         p.lse = _FAKE_POINTER
     p.scale = 0.0
-    p.rounding = ROUNDING_CODE[rounding]  # type: ignore[index]
+    p.rounding = ROUNDING_CODE[rounding]
     return p
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import backends
-from .build import ROUND_SWAP_BITS
+from .build import DRILLS, ROUND_SWAP_BITS, drill_usage
 from .errors import UserError
 from .phases import PhaseRecorder, recording
 from .results import CaseResult, CaseSpec
@@ -28,17 +28,10 @@ if TYPE_CHECKING:
 TIME_LIMIT_FACTOR = 10.0
 DEFAULT_TIME_LIMIT_FLOOR_S = 300.0
 
-INJECT_NAMES = {
-    "slowdown": "slowdown_pct",
-    "slowdown_pct": "slowdown_pct",
-    "ulp": "ulp",
-    "nondeterminism": "nondeterminism",
-    "hang": "hang_sq",
-    "crash": "crash_sq",
-    "swap_rounding": "round_swap",
-}
+# --inject's names (regress.build.DRILLS; `slowdown_pct`, the stored key, is taken too).
+INJECT_NAMES = {d.name: d.key for d in DRILLS} | {"slowdown_pct": "slowdown_pct"}
 # Drills that name the query length of the launch they break.
-_NEEDS_SQ = {"hang": "hang", "crash": "abort"}
+_NEEDS_SQ = {d.name for d in DRILLS if d.value == "SQ"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +41,12 @@ class CaseOptions:
     quick: bool = False
     seed: int = 42
     iterations: int | None = None
+    # The GPU perf suite's opt-in longest shapes (`regress nightly --long-shapes`; ~8 min of device time).
+    long_shapes: bool = False
+    # A/B: the library file of the baseline build the perf suite times beside this run's own in the
+    # same rounds (`regress nightly --compare-build`, or a slowdown drill's clean build), and what it is.
+    ab_baseline: str | None = None
+    ab_label: str = ""
 
 
 def resolve_backend(name: str) -> str:
@@ -71,16 +70,13 @@ def parse_inject(spec: tuple[str, ...] | list[str] | None) -> dict[str, int] | N
     for item in spec:
         key, _, value = item.partition("=")
         if key not in INJECT_NAMES:
-            raise UserError(
-                f"--inject {item!r}: expected slowdown=PCT, ulp=N, nondeterminism, hang=SQ, crash=SQ"
-                " or swap_rounding=MODE:MODE"
-            )
+            raise UserError(f"--inject {item!r}: expected {drill_usage()}")
         if key == "swap_rounding":
             out[INJECT_NAMES[key]] = _swap_mask(item, value)
             continue
         if key in _NEEDS_SQ and not value:
             raise UserError(
-                f"--inject {item!r}: name the query length of the launch to {_NEEDS_SQ[key]}, e.g. {key}=64"
+                f"--inject {item!r}: name the query length of the launches it breaks, e.g. {key}=64"
             )
         try:
             number = int(value) if value else 1
@@ -123,13 +119,9 @@ def make_context(lib_path: Path, device: str, options: CaseOptions, log: Any = N
     from .kernel import load_library
     from .suites.base import SuiteContext
 
+    library = load_library(lib_path)
     ctx = SuiteContext(
-        library=load_library(lib_path),
-        device=device,
-        baselines=available_baselines(device),
-        quick=options.quick,
-        seed=options.seed,
-        iterations=options.iterations,
+        library=library, device=device, baselines=available_baselines(device), **asdict(options)
     )
     if log is not None:
         ctx.log = log

@@ -24,6 +24,9 @@ backend `--gpus 0,1` names worker slots, which is how CI tests the pool without 
   Losses between cases cost no case, so only MAX_IDLE_LOSSES of them are replaced per device. At
   the run's deadline the cases in flight are stopped and every case left is recorded 'skip'; a
   cancellation (`cancelled`, a signal to the parent) ends the run the same way, with its reason.
+- The books of a run (`Schedule`: the units, the queue, which cases are still owed) are kept apart
+  from the processes and tested without them (tests/test_shard_schedule.py); `_Run` deals units,
+  handles the workers' messages and runs the watchdog, one method a step.
 - The parent owns the database; workers only compute and send results back, so a dying worker can
   lose at most its in-flight case, never a stored one. Results are yielded as they arrive. Each
   worker writes to its own pipe: a shared queue's lock, held by a worker killed mid-send, would
@@ -42,7 +45,7 @@ import signal
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_any
 from pathlib import Path
@@ -354,6 +357,66 @@ class PoolStats:
         }
 
 
+class Schedule:
+    """The books of one run, kept without processes: the plan's units, the queue of those not yet
+    dealt, and, per unit, the cases not yet recorded. Every case is recorded exactly once: by a
+    worker's result, or by the pool (a case lost with its worker, one skipped)."""
+
+    def __init__(self, plan: list[Item], measured: dict[str, float]) -> None:
+        units = make_units(plan, measured)
+        self.by_measured = bool(units) and bool(measured) and all(s.key in measured for _, s in plan)
+        self.table: dict[int, list[Item]] = {i: u.items for i, u in enumerate(units)}
+        self.pending: deque[int] = deque(range(len(units)))
+        self.left: dict[int, set[int]] = {i: set(range(len(items))) for i, items in self.table.items()}
+        self.total = len(plan)
+
+    def deal(self) -> tuple[int, list[Item]] | None:
+        """The next unit (longest first; a requeued rest goes before the others), or None."""
+        if not self.pending:
+            return None
+        uid = self.pending.popleft()
+        return uid, self.table[uid]
+
+    def spec(self, uid: int, index: int) -> CaseSpec:
+        return self.table[uid][index][1]
+
+    def is_open(self, uid: int, index: int) -> bool:
+        return index in self.left[uid]
+
+    def close(self, uid: int, index: int) -> bool:
+        """Takes a case off the books; False when it was already recorded (a lost worker's late
+        message)."""
+        if index not in self.left[uid]:
+            return False
+        self.left[uid].discard(index)
+        return True
+
+    def unit_done(self, uid: int) -> bool:
+        return not self.left[uid]
+
+    def requeue(self, uids: Iterable[int]) -> None:
+        """The cases of `uids` (a lost worker's units, oldest first) not yet recorded go back to the
+        front of the queue as new units, in their order."""
+        for uid in reversed(list(uids)):
+            rest = sorted(self.left[uid])
+            if not rest:
+                continue
+            new_id = len(self.table)
+            self.table[new_id] = [self.table[uid][i] for i in rest]
+            self.left[new_id] = set(range(len(rest)))
+            self.left[uid] = set()
+            self.pending.appendleft(new_id)
+
+    def close_the_rest(self) -> list[CaseSpec]:
+        """Every case not yet recorded, in unit order, taken off the books; nothing is left to deal."""
+        rest = []
+        for uid in sorted(self.left):
+            rest += [self.table[uid][i][1] for i in sorted(self.left[uid])]
+            self.left[uid] = set()
+        self.pending.clear()
+        return rest
+
+
 class WorkerPool:
     """Started early (`start`), told the library once built (`load`), then `run` yields results."""
 
@@ -473,13 +536,14 @@ class WorkerPool:
     def _receive(self, timeout: float) -> list[tuple[str, int, Any]]:
         """Every message waiting from any worker (after up to `timeout` s of waiting for one)."""
         readers = {w.reader: w for w in self._workers.values() if not w.eof}
-        messages = []
+        messages: list[tuple[str, int, Any]] = []
+        conn: Any
         for conn in wait_any(list(readers), timeout=timeout):
             try:
                 while conn.poll():
                     messages.append(conn.recv())
             except (EOFError, OSError):  # the worker is gone; the watchdog sees its process end
-                readers[conn].eof = True  # type: ignore[index]
+                readers[conn].eof = True
         return messages
 
     # running
@@ -496,221 +560,7 @@ class WorkerPool:
         arrives; a lost worker or device never raises. `deadline` (a time.monotonic() value): the
         cases in flight then are stopped and the rest are not started, all recorded 'skip'.
         `cancelled`: asked every poll; a reason ("cancelled by SIGTERM") ends the run the same way."""
-        units = make_units(plan, measured)
-        self.stats.scheduled_by = (
-            "measured" if units and measured and all(s.key in measured for _, s in plan) else "estimate"
-        )
-        table: dict[int, list[Item]] = {i: u.items for i, u in enumerate(units)}
-        pending: deque[int] = deque(range(len(units)))
-        left: dict[int, set[int]] = {i: set(range(len(items))) for i, items in table.items()}
-        total, done = len(plan), 0
-        outbox: deque[tuple[str, CaseResult]] = deque()  # recorded this round, yielded together
-
-        def record(w: _Worker | None, spec: CaseSpec, status: str, message: str, **metrics: float) -> None:
-            """A result the pool writes itself: a case lost with its worker, or one it did not run."""
-            where = {"worker": w.slot, "gpu_index": w.gpu} if w is not None and self.identify else {}
-            lost = CaseResult(case=spec, status=status, metrics=metrics, message=message, device=where)  # type: ignore[arg-type]
-            outbox.append((f"{status} {spec.suite}: {spec.name}", lost))
-            if status == "skip":
-                reason = message.split(":", 1)[0]
-                self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + 1
-
-        def dispatch(w: _Worker) -> None:
-            # One unit at a time: the free worker takes the next. A spare waits until it replaces one.
-            while w.ready and not w.spare and not w.outstanding and pending:
-                uid = pending.popleft()
-                items = table[uid]
-                w.outstanding.append(uid)
-                wire = [
-                    (suite, {"suite": s.suite, "name": s.name, "params": s.params, "kernel": s.kernel})
-                    for suite, s in items
-                ]
-                w.inbox.put(("unit", (uid, wire)))
-
-        def requeue(w: _Worker) -> None:
-            """The cases a lost worker had not finished go back to the front of the queue."""
-            for uid in reversed(w.outstanding):
-                rest = sorted(left[uid])
-                if not rest:
-                    continue
-                new_id = len(table)
-                table[new_id] = [table[uid][i] for i in rest]
-                left[new_id] = set(range(len(rest)))
-                left[uid] = set()
-                pending.appendleft(new_id)
-            w.outstanding.clear()
-
-        def stop(w: _Worker) -> None:
-            requeue(w)
-            if w.proc.is_alive():
-                w.proc.kill()
-            w.proc.join(timeout=10)
-            self._forget(w)
-
-        def in_flight(w: _Worker) -> tuple[CaseSpec, _Current] | None:
-            """The case the worker is in, taken off the books (its caller records it)."""
-            cur = w.current
-            if cur is None or cur.index not in left[cur.unit_id]:
-                return None
-            left[cur.unit_id].discard(cur.index)
-            return table[cur.unit_id][cur.index][1], cur
-
-        def lose(w: _Worker, status: str, message: str) -> None:
-            """Records the in-flight case of a hung or dead worker and starts its replacement."""
-            case = in_flight(w)
-            if case is not None:
-                spec, cur = case
-                elapsed = round(time.monotonic() - cur.started, 3)
-                record(w, spec, status, message, wall_s=elapsed, time_limit_s=round(cur.limit, 3))
-            stop(w)
-            self._lost_in_a_row[w.slot] = self._lost_in_a_row.get(w.slot, 0) + 1
-            if case is None:  # lost between cases: a replacement has not yet shown it makes progress
-                idle = self._idle_losses[w.slot] = self._idle_losses.get(w.slot, 0) + 1
-                if idle > MAX_IDLE_LOSSES:
-                    give_up(w, f"lost {idle} workers between cases")
-                    return
-            self.stats.replaced += 1
-            spare = next((o for o in self._workers.values() if o.slot == w.slot and o.spare), None)
-            if spare is None:
-                self._spawn(w.slot, w.gpu)
-            else:  # warm already, or on its way: its ready limit runs from its own start
-                spare.spare = False
-                dispatch(spare)
-            if self.device != "cpu":  # on the CPU a spare's start-up takes the cores the cases run on
-                self._spawn(w.slot, w.gpu, spare=True)
-
-        def give_up(w: _Worker, why: str) -> None:
-            """The device does not answer: no replacement; its cases go to the other devices."""
-            for other in [o for o in self._workers.values() if o.slot == w.slot]:
-                stop(other)  # w and the slot's spare
-            lost = self._lost_in_a_row.get(w.slot, 0)
-            after = f" (after {lost} worker{'s' * (lost != 1)} lost on it in a row)" if lost else ""
-            self.stats.unhealthy[f"worker{w.slot}"] = f"{self._where(w)} {why}{after}"
-
-        def skip_the_rest(message: str) -> None:
-            for uid in sorted(left):
-                for i in sorted(left[uid]):
-                    record(None, table[uid][i][1], "skip", message)
-                left[uid] = set()
-            pending.clear()
-
-        def handle(kind: str, wid: int, payload: Any) -> None:
-            w = self._workers.get(wid)
-            if w is None:  # a stopped worker's late message
-                return
-            now = time.monotonic()
-            if kind == "ready":
-                w.ready = True
-                name = f"worker{w.slot}" + (f"-{wid}" if wid > len(self.slots) else "")
-                self.stats.startup_s[name] = round(now - w.spawned, 3)
-                self.stats.startup_split[name] = payload["startup"]
-                self.stats.startup_wait_s[name] = round(now - max(self._loaded_at, w.spawned), 3)
-                if self.identify:
-                    self.states.setdefault(f"worker{w.slot}", {}).setdefault("before", payload["before"])
-                dispatch(w)
-            elif kind == "start":
-                uid, index = payload
-                spec = table[uid][index][1]
-                w.current = _Current(uid, index, now, time_limit(measured.get(spec.key), self.floor_s))
-                w.current.phase_at = now
-            elif kind == "phase" and w.current is not None:
-                w.current.phase, w.current.phase_at = payload, now
-            elif kind == "result":
-                uid, index, data = payload
-                if index not in left[uid]:  # already recorded (a lost worker's late message)
-                    return
-                result = CaseResult.from_dict(data)
-                left[uid].discard(index)
-                w.current = None
-                self._lost_in_a_row[w.slot] = 0
-                if not left[uid] and uid in w.outstanding:
-                    w.outstanding.remove(uid)
-                dispatch(w)
-                where = f"gpu{w.slot} " if self.identify else ""
-                outbox.append((f"{where}{result.case.suite}: {result.case.name}", result))
-            elif kind == "state" and self.identify:
-                self.states.setdefault(f"worker{w.slot}", {}).update(payload)
-            elif kind == "crash":
-                self.stats.crashes += 1
-                if w.spare:  # judged only if it is needed: the replacement then starts afresh
-                    stop(w)
-                elif not w.ready:  # could not even start: a replacement would do no better
-                    give_up(w, f"could not start a worker: {payload}")
-                else:
-                    lose(w, "error", f"worker {w.slot} crashed during this case: {payload}")
-
-        def watchdog() -> None:
-            for w in list(self._workers.values()):
-                cur = w.current
-                now = time.monotonic()
-                if cur is not None and now - cur.started > cur.limit:
-                    self.stats.timeouts += 1
-                    lose(w, "timeout", self._timeout_message(w, cur))
-                elif not w.proc.is_alive() and w.eof and all(m[1] != w.wid for m in backlog):
-                    # Dead, and every message it sent before dying has been handled: a "start" still
-                    # unread would leave its case unrecorded, and run again by the replacement.
-                    self.stats.crashes += 1
-                    code = w.proc.exitcode
-                    if w.spare:
-                        stop(w)
-                    elif not w.ready:
-                        give_up(
-                            w, f"could not start a worker: it exited with code {code} before it was ready"
-                        )
-                    else:
-                        lose(w, "error", f"worker {w.slot} died (exit code {code}) during this case")
-                elif (
-                    not w.ready
-                    and not w.spare
-                    and self._library is not None
-                    and now - max(w.spawned, self._loaded_at) > self.ready_limit_s
-                ):
-                    give_up(w, f"did not answer: no worker ready {self.ready_limit_s:g} s after it started")
-
-        backlog: deque[tuple[str, int, Any]] = deque()
-        ended = False  # every case left was recorded 'skip': nothing more can arrive
-
-        def end_now(reason: str, when: str) -> None:
-            """The deadline's and a cancellation's end: stop the cases in flight, skip the rest."""
-            for w in list(self._workers.values()):
-                case = in_flight(w)
-                if case is not None:
-                    spec, cur = case
-                    elapsed = time.monotonic() - cur.started
-                    record(
-                        w,
-                        spec,
-                        "skip",
-                        f"{reason}: {when} {elapsed:.1f} s into this case (last step: {cur.phase}); stopped",
-                        wall_s=round(elapsed, 3),
-                    )
-                stop(w)
-            skip_the_rest(f"{reason}: {when} before this case started")
-
-        while done < total and not ended:
-            why = cancelled() if cancelled is not None else None
-            if why:
-                end_now(why, "the run was cancelled")
-                ended = True
-            elif deadline is not None and time.monotonic() >= deadline:
-                self.stats.deadline_reached = True
-                end_now(DEADLINE, "the run's deadline passed")
-                ended = True
-            elif not self._workers:  # every device was given up
-                skip_the_rest("unhealthy: " + ("; ".join(self.stats.unhealthy.values()) or "no worker left"))
-                ended = True
-            else:
-                if not backlog:
-                    backlog.extend(self._receive(POLL_S))
-                if backlog:
-                    handle(*backlog.popleft())
-                watchdog()
-            for label, result in outbox:
-                done += 1
-                if progress:
-                    progress(label, done, total, result)
-                yield result
-            outbox.clear()
+        yield from _Run(self, plan, measured, progress, deadline, cancelled).results()
 
     @staticmethod
     def _where(w: _Worker) -> str:
@@ -737,3 +587,242 @@ class WorkerPool:
             f"last step: {cur.phase} (for {in_phase:.1f} s); worker killed and replaced.\n"
             f"{stacks.strip()[-EVIDENCE_CHARS:]}"
         )
+
+
+class _Run:
+    """One `WorkerPool.run`: the schedule's units dealt to the pool's workers, their messages handled,
+    the watchdog, and the deadline's or a cancellation's end. Results the pool records itself (a lost
+    case, a skip) and workers' results are yielded in the order they are recorded."""
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        plan: list[Item],
+        measured: dict[str, float],
+        progress: Progress | None,
+        deadline: float | None,
+        cancelled: Callable[[], str | None] | None,
+    ) -> None:
+        self.pool = pool
+        self.books = Schedule(plan, measured)
+        pool.stats.scheduled_by = "measured" if self.books.by_measured else "estimate"
+        self.measured = measured
+        self.progress = progress
+        self.deadline = deadline
+        self.cancelled = cancelled
+        self.outbox: deque[tuple[str, CaseResult]] = deque()  # recorded this round, yielded together
+        self.backlog: deque[tuple[str, int, Any]] = deque()
+        self.ended = False  # every case left was recorded 'skip': nothing more can arrive
+
+    # the loop
+
+    def results(self) -> Iterator[CaseResult]:
+        done = 0
+        while done < self.books.total and not self.ended:
+            self.step()
+            for label, result in self.outbox:
+                done += 1
+                if self.progress:
+                    self.progress(label, done, self.books.total, result)
+                yield result
+            self.outbox.clear()
+
+    def step(self) -> None:
+        """One poll: the end of the run if it is due, else one message handled and the watchdog."""
+        pool = self.pool
+        why = self.cancelled() if self.cancelled is not None else None
+        if why:
+            self.end_now(why, "the run was cancelled")
+        elif self.deadline is not None and time.monotonic() >= self.deadline:
+            pool.stats.deadline_reached = True
+            self.end_now(DEADLINE, "the run's deadline passed")
+        elif not pool._workers:  # every device was given up
+            self.skip_the_rest("unhealthy: " + ("; ".join(pool.stats.unhealthy.values()) or "no worker left"))
+        else:
+            if not self.backlog:
+                self.backlog.extend(pool._receive(POLL_S))
+            if self.backlog:
+                self.handle(*self.backlog.popleft())
+            self.watchdog()
+
+    # recording and dealing
+
+    def record(self, w: _Worker | None, spec: CaseSpec, status: str, message: str, **metrics: float) -> None:
+        """A result the pool writes itself: a case lost with its worker, or one it did not run."""
+        where = {"worker": w.slot, "gpu_index": w.gpu} if w is not None and self.pool.identify else {}
+        lost = CaseResult(case=spec, status=status, metrics=metrics, message=message, device=where)  # type: ignore[arg-type]
+        self.outbox.append((f"{status} {spec.suite}: {spec.name}", lost))
+        if status == "skip":
+            reason = message.split(":", 1)[0]
+            skipped = self.pool.stats.skipped
+            skipped[reason] = skipped.get(reason, 0) + 1
+
+    def dispatch(self, w: _Worker) -> None:
+        """One unit at a time: the free worker takes the next. A spare waits until it replaces one."""
+        while w.ready and not w.spare and not w.outstanding:
+            dealt = self.books.deal()
+            if dealt is None:
+                return
+            uid, items = dealt
+            w.outstanding.append(uid)
+            wire = [
+                (suite, {"suite": s.suite, "name": s.name, "params": s.params, "kernel": s.kernel})
+                for suite, s in items
+            ]
+            w.inbox.put(("unit", (uid, wire)))
+
+    def in_flight(self, w: _Worker) -> tuple[CaseSpec, _Current] | None:
+        """The case the worker is in, taken off the books (its caller records it)."""
+        cur = w.current
+        if cur is None or not self.books.close(cur.unit_id, cur.index):
+            return None
+        return self.books.spec(cur.unit_id, cur.index), cur
+
+    def skip_the_rest(self, message: str) -> None:
+        for spec in self.books.close_the_rest():
+            self.record(None, spec, "skip", message)
+        self.ended = True
+
+    # losing workers
+
+    def stop(self, w: _Worker) -> None:
+        self.books.requeue(w.outstanding)
+        w.outstanding.clear()
+        if w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(timeout=10)
+        self.pool._forget(w)
+
+    def lose(self, w: _Worker, status: str, message: str) -> None:
+        """Records the in-flight case of a hung or dead worker and starts its replacement."""
+        pool = self.pool
+        case = self.in_flight(w)
+        if case is not None:
+            spec, cur = case
+            elapsed = round(time.monotonic() - cur.started, 3)
+            self.record(w, spec, status, message, wall_s=elapsed, time_limit_s=round(cur.limit, 3))
+        self.stop(w)
+        pool._lost_in_a_row[w.slot] = pool._lost_in_a_row.get(w.slot, 0) + 1
+        if case is None:  # lost between cases: a replacement has not yet shown it makes progress
+            idle = pool._idle_losses[w.slot] = pool._idle_losses.get(w.slot, 0) + 1
+            if idle > MAX_IDLE_LOSSES:
+                self.give_up(w, f"lost {idle} workers between cases")
+                return
+        pool.stats.replaced += 1
+        spare = next((o for o in pool._workers.values() if o.slot == w.slot and o.spare), None)
+        if spare is None:
+            pool._spawn(w.slot, w.gpu)
+        else:  # warm already, or on its way: its ready limit runs from its own start
+            spare.spare = False
+            self.dispatch(spare)
+        if pool.device != "cpu":  # on the CPU a spare's start-up takes the cores the cases run on
+            pool._spawn(w.slot, w.gpu, spare=True)
+
+    def give_up(self, w: _Worker, why: str) -> None:
+        """The device does not answer: no replacement; its cases go to the other devices."""
+        pool = self.pool
+        for other in [o for o in pool._workers.values() if o.slot == w.slot]:
+            self.stop(other)  # w and the slot's spare
+        lost = pool._lost_in_a_row.get(w.slot, 0)
+        after = f" (after {lost} worker{'s' * (lost != 1)} lost on it in a row)" if lost else ""
+        pool.stats.unhealthy[f"worker{w.slot}"] = f"{pool._where(w)} {why}{after}"
+
+    def end_now(self, reason: str, when: str) -> None:
+        """The deadline's and a cancellation's end: stop the cases in flight, skip the rest."""
+        for w in list(self.pool._workers.values()):
+            case = self.in_flight(w)
+            if case is not None:
+                spec, cur = case
+                elapsed = time.monotonic() - cur.started
+                self.record(
+                    w,
+                    spec,
+                    "skip",
+                    f"{reason}: {when} {elapsed:.1f} s into this case (last step: {cur.phase}); stopped",
+                    wall_s=round(elapsed, 3),
+                )
+            self.stop(w)
+        self.skip_the_rest(f"{reason}: {when} before this case started")
+
+    # messages
+
+    def handle(self, kind: str, wid: int, payload: Any) -> None:
+        w = self.pool._workers.get(wid)
+        if w is None:  # a stopped worker's late message
+            return
+        now = time.monotonic()
+        if kind == "ready":
+            self.on_ready(w, payload, now)
+        elif kind == "start":
+            uid, index = payload
+            spec = self.books.spec(uid, index)
+            w.current = _Current(uid, index, now, time_limit(self.measured.get(spec.key), self.pool.floor_s))
+            w.current.phase_at = now
+        elif kind == "phase" and w.current is not None:
+            w.current.phase, w.current.phase_at = payload, now
+        elif kind == "result":
+            self.on_result(w, *payload)
+        elif kind == "state" and self.pool.identify:
+            self.pool.states.setdefault(f"worker{w.slot}", {}).update(payload)
+        elif kind == "crash":
+            self.pool.stats.crashes += 1
+            self.on_death(w, f"could not start a worker: {payload}", f"crashed during this case: {payload}")
+
+    def on_ready(self, w: _Worker, payload: dict[str, Any], now: float) -> None:
+        pool = self.pool
+        w.ready = True
+        name = f"worker{w.slot}" + (f"-{w.wid}" if w.wid > len(pool.slots) else "")
+        pool.stats.startup_s[name] = round(now - w.spawned, 3)
+        pool.stats.startup_split[name] = payload["startup"]
+        pool.stats.startup_wait_s[name] = round(now - max(pool._loaded_at, w.spawned), 3)
+        if pool.identify:
+            pool.states.setdefault(f"worker{w.slot}", {}).setdefault("before", payload["before"])
+        self.dispatch(w)
+
+    def on_result(self, w: _Worker, uid: int, index: int, data: dict[str, Any]) -> None:
+        if not self.books.close(uid, index):  # already recorded (a lost worker's late message)
+            return
+        result = CaseResult.from_dict(data)
+        w.current = None
+        self.pool._lost_in_a_row[w.slot] = 0
+        if self.books.unit_done(uid) and uid in w.outstanding:
+            w.outstanding.remove(uid)
+        self.dispatch(w)
+        where = f"gpu{w.slot} " if self.pool.identify else ""
+        self.outbox.append((f"{where}{result.case.suite}: {result.case.name}", result))
+
+    def on_death(self, w: _Worker, before_ready: str, in_case: str) -> None:
+        """A worker that crashed or exited: a spare is judged only if it is needed (the replacement then
+        starts afresh); one that could not even start gives its device up; else its case is lost."""
+        if w.spare:
+            self.stop(w)
+        elif not w.ready:
+            self.give_up(w, before_ready)
+        else:
+            self.lose(w, "error", f"worker {w.slot} {in_case}")
+
+    def watchdog(self) -> None:
+        pool = self.pool
+        for w in list(pool._workers.values()):
+            cur = w.current
+            now = time.monotonic()
+            if cur is not None and now - cur.started > cur.limit:
+                pool.stats.timeouts += 1
+                self.lose(w, "timeout", pool._timeout_message(w, cur))
+            elif not w.proc.is_alive() and w.eof and all(m[1] != w.wid for m in self.backlog):
+                # Dead, and every message it sent before dying has been handled: a "start" still
+                # unread would leave its case unrecorded, and run again by the replacement.
+                pool.stats.crashes += 1
+                code = w.proc.exitcode
+                self.on_death(
+                    w,
+                    f"could not start a worker: it exited with code {code} before it was ready",
+                    f"died (exit code {code}) during this case",
+                )
+            elif (
+                not w.ready
+                and not w.spare
+                and pool._library is not None
+                and now - max(w.spawned, pool._loaded_at) > pool.ready_limit_s
+            ):
+                self.give_up(w, f"did not answer: no worker ready {pool.ready_limit_s:g} s after it started")

@@ -35,6 +35,23 @@ def _pg_admin_connect(url: str) -> Any:
 DATABASES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
+# The folders whose tests are about the database itself (the store's door, the ingest service):
+# their PostgreSQL copies run in plain pytest too. Elsewhere a test's PostgreSQL copy is marked
+# db_matrix (plain pytest runs its SQLite copy; scripts/test.sh and CI run both).
+_DATABASE_FOLDERS = ("store", "ingest")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        if not any(isinstance(v, str) and v == "postgresql" for v in params):
+            continue
+        if item.path.relative_to(tests).parts[0] not in _DATABASE_FOLDERS:
+            item.add_marker(pytest.mark.db_matrix)
+
+
 @contextlib.contextmanager
 def database(kind: str, tmp: Path) -> Iterator[str]:
     """The URL of an empty database: a SQLite file in `tmp`, or a fresh PostgreSQL database on the

@@ -4,6 +4,8 @@ their facts: the readers agree with them, and no module of the package restates 
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from pathlib import Path
 
 import click
@@ -17,6 +19,14 @@ from regress.suites import SUITES
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "regress"
+
+
+@functools.cache
+def _trees() -> tuple[tuple[str, ast.Module], ...]:
+    """Every module of the package and the benchmarks, parsed once for all the tests here:
+    (path relative to the root, tree)."""
+    paths = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")])
+    return tuple((p.relative_to(ROOT).as_posix(), ast.parse(p.read_text(), str(p))) for p in paths)
 
 
 def test_the_suite_table_names_the_suites_the_package_runs_in_their_order() -> None:
@@ -81,9 +91,9 @@ def _reads_torch_hip(node: ast.AST) -> bool:
 def test_no_module_restates_which_suites_are_timed_or_which_backends_are_alike() -> None:
     suites, names = set(suite_facts.SUITES), set(backends.BACKENDS)
     found = []
-    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
-        rel = path.relative_to(PACKAGE if path.is_relative_to(PACKAGE) else ROOT).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(), rel)):
+    for root_rel, tree in _trees():
+        rel = root_rel.removeprefix("regress/")
+        for node in ast.walk(tree):
             strings = _strings(node)
             if strings and strings <= suites and rel != "suite_facts.py":
                 found.append(f"{rel}:{node.lineno}: suites {sorted(strings)}")  # type: ignore[attr-defined]
@@ -110,11 +120,10 @@ def test_the_mode_and_layout_lists_are_stated_once_in_results() -> None:
     package and the benchmarks comes from regress.results."""
     modes, layouts = set(ROUNDING_MODES), set(LAYOUTS)
     found = []
-    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
-        rel = path.relative_to(ROOT).as_posix()
+    for rel, tree in _trees():
         if rel == "regress/results.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(), rel)):
+        for node in ast.walk(tree):
             strings = _strings(node)
             if strings in (modes, layouts):  # the whole list (a chosen few modes is a choice)
                 found.append(f"{rel}:{node.lineno}: {sorted(strings)}")  # type: ignore[attr-defined]
@@ -130,3 +139,104 @@ def test_the_mode_and_layout_lists_are_stated_once_in_results() -> None:
         "restated (import ROUNDING_MODES / LAYOUTS / Rounding / Layout from regress.results):\n"
         + ("\n".join(found))
     )
+
+
+def test_head_dim_is_stated_once_in_the_abi() -> None:
+    """The kernel's one head_dim is the ABI's (kernel/include/regress_attn.h, mirrored once by
+    regress.abi.RA_HEAD_DIM): no other module binds a head-dim name to a number."""
+    from regress.abi import RA_HEAD_DIM
+
+    header = (ROOT / "kernel" / "include" / "regress_attn.h").read_text()
+    assert re.search(r"#define RA_HEAD_DIM (\d+)", header).group(1) == str(RA_HEAD_DIM)  # type: ignore[union-attr]
+    found = []
+    for rel, tree in _trees():
+        for node in ast.walk(tree):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            value = getattr(node, "value", None)
+            for target in targets:
+                name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+                if "head_dim" in name.lower() and isinstance(value, ast.Constant) and rel != "regress/abi.py":
+                    found.append(f"{rel}:{node.lineno}: {name} = {value.value!r}")
+    assert not found, "restated (import RA_HEAD_DIM from regress.abi):\n" + "\n".join(found)
+
+
+def test_the_fire_drills_are_one_table() -> None:
+    """regress.build.DRILLS is the one statement of the drills: `--inject` takes its names, a build
+    its keys and macros (each defined in kernel/common/inject.h), the CLI help says what each breaks,
+    and no other module of the package or the benchmarks spells a drill macro."""
+    from regress.build import DRILLS, INJECT_MACROS, inject_flags
+    from regress.commands.options import inject
+    from regress.runner import INJECT_NAMES, parse_inject
+
+    header = (ROOT / "kernel" / "common" / "inject.h").read_text()
+    for d in DRILLS:
+        assert d.macro in header and INJECT_MACROS[d.key] == d.macro
+        assert INJECT_NAMES[d.name] == d.key
+        arg = {"PCT": "=10", "N": "=2", "SQ": "=64", "A:B": "=rtne:rtz", "": ""}[d.value]
+        assert list(parse_inject([d.name + arg]) or {}) == [d.key]
+        assert inject_flags(parse_inject([d.name + arg]))[0].startswith(f"-D{d.macro}=")
+
+    @click.command()
+    @inject
+    def cmd(inject: tuple[str, ...]) -> None:
+        pass
+
+    help_text = next(p for p in cmd.params if p.name == "inject").help or ""
+    assert all(d.name in help_text and d.breaks in help_text for d in DRILLS)
+    found = [
+        f"{rel}:{node.lineno}"
+        for rel, tree in _trees()
+        if rel != "regress/build.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "RA_INJECT_" in node.value
+    ]
+    assert not found, (
+        "a drill macro spelled outside regress.build.DRILLS (use build.inject_flags):\n" + "\n".join(found)
+    )
+
+
+def test_the_flop_formula_is_stated_once_in_the_catalogue() -> None:
+    """regress.cases.Shape.flops is the one FLOP count (4 · H · visible pairs · D): no other module
+    multiplies by the literal 4 a product of shape sizes, and the MI300X model's Shape counts with
+    it (dense, causal, GQA and varlen alike)."""
+    from regress import cases
+    from regress.emu.mi300x import Shape as ModelShape
+
+    for text in ("2,24,8192,8192", "2,32,4096,1000,8,causal", "16,4,lens=300/1000/77,causal"):
+        shape = ModelShape.parse(text)
+        assert shape.flops == shape.catalogue().flops and isinstance(shape.catalogue(), cases.Shape)
+    sizes = {"b", "h", "sq", "sk", "d", "s", "heads", "HEAD_DIM"}
+
+    def names(node: ast.AST) -> set[str]:
+        out = set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name):
+                out.add(n.id)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+                out.add(n.value)
+            elif isinstance(n, ast.Attribute):
+                out.add(n.attr)
+        return out
+
+    found = []
+    for rel, tree in _trees():
+        if rel == "regress/cases.py":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+                left = node.left
+                while isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mult):
+                    left = left.left
+                if (
+                    isinstance(left, ast.Constant)
+                    and left.value in (4, 4.0)
+                    and len(names(node) & sizes) >= 3
+                ):
+                    found.append(f"{rel}:{node.lineno}")
+    assert not found, "a FLOP count outside regress.cases.Shape.flops:\n" + "\n".join(sorted(set(found)))

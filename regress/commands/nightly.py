@@ -84,6 +84,12 @@ def _trigger(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     "default for --inject slowdown), stack:NAME (a second pinned stack's flags), 'flags:F1 F2', a "
     "built library file, or none.",
 )
+@click.option(
+    "--long-shapes",
+    is_flag=True,
+    help="Also the GPU perf suite's longest shapes (S = 32k at B·H = 48 and 32, S = 128k): about 8 more "
+    "minutes of device time on an H200.",
+)
 @click.option("--seed", default=42, show_default=True, type=int)
 @click.option(
     "--trigger",
@@ -110,6 +116,7 @@ def nightly(
     upload_url: str | None,
     iterations: int | None,
     compare_build: str | None,
+    long_shapes: bool,
     seed: int,
     trigger: str,
     runner: str | None,
@@ -143,6 +150,7 @@ def nightly(
         case_timeout=case_timeout,
         deadline=parse_duration(deadline) if deadline is not None else None,
         compare_build=compare_build,
+        long_shapes=long_shapes,
     )
     console = Console(stderr=True)
     with Progress(
@@ -158,7 +166,7 @@ def nightly(
         def progress(label: str, done: int, total: int, result: CaseResult | None) -> None:
             if not console.is_terminal:  # piped (a CI log): plain lines, one a step, not a bar
                 said = result is None or label.startswith(result.status)  # the pool's own "skip ..."
-                status = "" if said else f"{result.status} "
+                status = "" if said or result is None else f"{result.status} "
                 width = len(str(total))
                 count = f"[{done:>{width}}/{total}] " if total else ""
                 click.echo(f"{count}{status}{label}", err=True)

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from .. import backends
+from ..build import DRILLS
 from ..errors import UserError
 from ..suite_facts import suites_for
 
@@ -40,9 +41,9 @@ inject = click.option(
     "--inject",
     multiple=True,
     metavar="FAULT",
-    help="Fire drill: build a broken kernel (slowdown=PCT, ulp=N, nondeterminism, hang=SQ: launches with "
-    "that query length spin forever, crash=SQ: they abort the worker, swap_rounding=A:B: modes A and B "
-    "round with each other's rule); a nightly with one is a drill.",
+    help="Fire drill: build a broken kernel ("
+    + "; ".join(f"{d.name}{'=' + d.value if d.value else ''}: {d.breaks}" for d in DRILLS)
+    + "); a nightly with one is a drill.",
 )
 
 

@@ -4,6 +4,7 @@ the backend's own planner (regress.plan, the kernel's code built host-only)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -15,7 +16,7 @@ from . import options
 _POSITIVE = click.IntRange(min=1)
 
 
-def _plan_text(plan: dict[str, object]) -> list[str]:
+def _plan_text(plan: dict[str, Any]) -> list[str]:
     grid = plan["grid"]
     lines = [
         f"{plan['kind']}  ({plan['backend']}, {plan['compute_units']} compute units)",
@@ -25,8 +26,8 @@ def _plan_text(plan: dict[str, object]) -> list[str]:
         f"of {plan['blocks_per_split']} key blocks; merge {plan['merge']}",
         f"  shared memory {plan['shared_bytes']} B per block; workspace {plan['workspace_bytes']} B",
     ]
-    for la in plan.get("launches", []):  # type: ignore[union-attr]
-        lines.append(f"  launch {la['role']:<5} {la['kernel']}  grid {la['grid']}")  # type: ignore[index]
+    for la in plan.get("launches", []):
+        lines.append(f"  launch {la['role']:<5} {la['kernel']}  grid {la['grid']}")
     return lines
 
 

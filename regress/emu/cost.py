@@ -50,7 +50,7 @@ def _launch(lib: EmuLibrary, rounding: str, layout: str, sk: int) -> Trace:
     v = torch.randn(kshape, generator=g).to(torch.bfloat16)
     if layout == "bshd":  # one (batch, head) block: use head 0's views
         q, k, v = q[:, :, :1], k[:, :, :1], v[:, :, :1]
-    lib.forward(q, k, v, layout=layout, rounding=rounding)  # type: ignore[arg-type]
+    lib.forward(q, k, v, layout=layout, rounding=rounding)
     assert lib.last_trace is not None
     return lib.last_trace
 

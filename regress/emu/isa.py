@@ -1,12 +1,11 @@
 """Operand decoding and instruction semantics of the gfx942 subset the attention kernels use.
 
-`compile_instruction` turns one decoded `Instr` into a closure over a `Wave` plus the static facts the
-hazard checker and the cost trace need (`Meta`). The closure comes from the instruction's family: a
-table maps each mnemonic (exactly, or by a pattern for the sized forms) to one compiler (`family`);
-adding an instruction is adding a family or a row to a family's table. Semantics follow AMD's CDNA3 ISA reference; the
-floating-point cores live in regress.emu.fp. An instruction outside the subset is refused when the
-kernel is loaded (UnsupportedInstruction), never skipped.
-"""
+`compile_instruction` turns one decoded `Instr` into a closure over a `Wave` plus the static facts
+the hazard checker and the cost trace need (`Meta`). The closure comes from the instruction's
+family: a table maps each mnemonic (exactly, or by a pattern for the sized forms) to one compiler
+(`family`); adding an instruction is adding a family or a row to a family's table. Semantics follow
+AMD's CDNA3 ISA reference; the floating-point cores live in regress.emu.fp. An instruction outside
+the subset is refused when the kernel is loaded (UnsupportedInstruction), never skipped."""
 
 from __future__ import annotations
 

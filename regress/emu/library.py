@@ -22,12 +22,12 @@ import torch
 
 from regress import plan as planning
 from regress.abi import RA_ABI_VERSION, KernelError, Params, bhsd_strides, check_call, refuse_unsupported
+from regress.abi import RA_HEAD_DIM as HEAD_DIM
 from regress.emu import EMU_VERSION
 from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.machine import Launch, Memory, Trace
 from regress.results import ROUNDING_CODE
 
-HEAD_DIM = 128
 BLOCK_Q = 256  # kBlockQ, kernel/hip/parts/layout.h (the timing model's geometry)
 LOG2E = 1.4426950408889634
 ROUNDING_NAMES = {0: "rtne", 1: "rtna", 2: "rtz"}
@@ -158,7 +158,7 @@ class EmuLibrary:
         for n, st in strides.items():
             getattr(params, f"{n}_stride")[:] = st
         params.scale = 0.0 if scale is None else effective_scale(scale)
-        params.rounding = ROUNDING_CODE[rounding]  # type: ignore[index]
+        params.rounding = ROUNDING_CODE[rounding]
         # The plan validates the call as ra_attention_fwd does (ra_validate_params and the grid limits).
         planner = planning.planner("hip")
         try:

@@ -18,10 +18,12 @@ from typing import Protocol
 
 import torch
 
+from regress import cases
+from regress.abi import RA_HEAD_DIM as HEAD_DIM
 from regress.emu import timing
 from regress.emu.cdna3 import C
 from regress.emu.codeobject import Kernel
-from regress.emu.library import BLOCK_Q, HEAD_DIM, SPLIT_RECORD, EmuLibrary, tail_split_plan
+from regress.emu.library import BLOCK_Q, SPLIT_RECORD, EmuLibrary, tail_split_plan
 from regress.emu.machine import recording
 from regress.emu.timing import Grid, LaunchTime, RecordT, SteadyState
 
@@ -73,24 +75,22 @@ class Shape:
         """(Sq, Sk) of every sequence."""
         return [(n, n) for n in self.lens] if self.lens else [(self.sq, self.sk)] * self.b
 
+    def catalogue(self) -> cases.Shape:
+        """This shape as the case catalogue states it (regress.cases.Shape), whose FLOP and byte
+        formulas are the only ones: a causal mask here is the bottom-right one."""
+        mask = "causal_bottom_right" if self.causal else "none"
+        if self.lens:
+            return cases.Shape.varlen(self.h, [(n, n) for n in self.lens], hkv=self.hkv, mask=mask)
+        return cases.Shape(self.b, self.h, self.sq, self.sk, d=self.d, hkv=self.hkv, mask=mask)
+
     @property
     def flops(self) -> float:
-        """Of the unmasked scores: a bottom-right causal row i of Sq sees Sk - Sq + i + 1 keys."""
-        total = 0.0
-        for sq, sk in self.seqs():
-            if not self.causal:
-                keys = sq * sk
-            elif sk >= sq:
-                keys = sq * (sk - sq) + sq * (sq + 1) // 2
-            else:  # the first Sq - Sk rows see no key
-                keys = sk * (sk + 1) // 2
-            total += 4.0 * self.h * keys * self.d
-        return total
+        """Of the unmasked scores (regress.cases.Shape.flops)."""
+        return float(self.catalogue().flops)
 
-    def bytes_qkvo(self, elem: int = 2) -> float:
-        rows = sum(q for q, _ in self.seqs())
-        keys = sum(k for _, k in self.seqs())
-        return float(elem * self.d * (2 * self.h * rows + 2 * self.hkv * keys))
+    def bytes_qkvo(self) -> float:
+        """bf16 Q, K, V read once, O written once (regress.cases.Shape.min_bytes)."""
+        return float(self.catalogue().min_bytes)
 
     @property
     def plain(self) -> bool:
@@ -282,7 +282,7 @@ class Ours:
         else:
             q, k, v = sample_qkv(rows, sk, KEYS_PER_TILE, rising, "bhsd")
         with recording() as sink:
-            self.lib.forward(q, k, v, layout=self.layout, rounding=mode)  # type: ignore[arg-type]
+            self.lib.forward(q, k, v, layout=self.layout, rounding=mode)
         return sink[-1]
 
     def launches(self, shape: Shape, mode: str) -> list[Launch]:

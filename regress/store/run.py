@@ -41,7 +41,8 @@ def qualified_key(given_id: str, runner: str | None) -> str:
 
 
 def _given_id_default(context: DefaultExecutionContext) -> Any:
-    return context.get_current_parameters()["id"]  # a run stored under its own id (every local run)
+    params: dict[str, Any] = context.get_current_parameters()  # type: ignore[no-untyped-call]
+    return params["id"]  # a run stored under its own id (every local run)
 
 
 class Run(Base):

@@ -27,6 +27,10 @@ class SuiteContext:
     quick: bool = False
     seed: int = 42
     iterations: int | None = None  # overrides the timed iterations of perf and e2e
+    # The rest of the run's options (regress.runner.CaseOptions, whose fields these are).
+    long_shapes: bool = False
+    ab_baseline: str | None = None
+    ab_label: str = ""
     log: Callable[[str], None] = _silent
 
     @property

@@ -8,11 +8,12 @@ without synchronising in between). CPU times are the calling thread's CPU time, 
 model and torch each on one thread (`_one_thread`): a second thread, and wall time on a shared
 machine, measured the scheduler, not the kernel.
 
-A/B (`regress nightly --compare-build`; slowdown drills by default): a second build named in
-$REGRESS_AB_BASELINE_LIB is timed against this run's own build in a phase of its own after those
-rounds, the two alternating A B, B A, ... on the same inputs (samples `ab:baseline:time_ms` and
-`ab:candidate:time_ms`, judged by `regress.detect.paired`). The first phase is then the same in
-every run, A/B or not, so a drill night and a clean night share their round structure.
+A/B (`regress nightly --compare-build`; slowdown drills by default): a second build, the run's
+option `ab_baseline` (regress.runner.CaseOptions), is timed against this run's own build in a phase
+of its own after those rounds, the two alternating A B, B A, ... on the same inputs (samples
+`ab:baseline:time_ms` and `ab:candidate:time_ms`, judged by `regress.detect.paired`). The first
+phase is then the same in every run, A/B or not, so a drill night and a clean night share their
+round structure.
 
 Baselines that lack the case's rounding mode (SDPA is rtne only) are timed in a mode they have:
 the mode changes one rounding in the epilogue, so the speed comparison still holds; the message
@@ -70,11 +71,6 @@ from regress.suites.timing import interleaved_rounds, working_baselines
 
 NAME = "perf"
 
-# The A/B baseline build (regress/nightly.py sets it: --compare-build, or the clean build of a
-# slowdown drill) and what it is, for the record.
-AB_BASELINE_ENV = "REGRESS_AB_BASELINE_LIB"
-AB_LABEL_ENV = "REGRESS_AB_BASELINE_LABEL"
-
 # CPU: the golden model runs at ~5 GFLOP/s on 2 cores, so "very long" is S = 1024 at B·H = 1
 # (≈0.12 s a launch; 100 rounds × 6 mode/layout cases ≈ 75 s of the 5-minute budget).
 CPU_SHAPES = [
@@ -88,7 +84,7 @@ CPU_QUICK = [Shape(1, 1, 128, 128), Shape(1, 1, 256, 256), Shape(1, 1, 64, 77)]
 # GPU: the H200 table of ANCHORS.md (same FLOPs per shape, S from 512 to 16k, plus the cross shape),
 # MoonMath's shapes that fit a nightly (B, H, S) = (2,24,8192), (1,32,16384), and a very long
 # S = 32,768. The longest MoonMath shapes (S = 32k at B·H = 48, S = 128k) cost ~8 min of device time
-# at 100 iterations x 6 cases each, so they are opt-in: REGRESS_PERF_LONG=1.
+# at 100 iterations x 6 cases each, so they are opt-in: `regress nightly --long-shapes`.
 GPU_SHAPES = [
     Shape(32, 16, 512, 512),
     Shape(16, 16, 1024, 1024),
@@ -135,10 +131,6 @@ GPU_DECODE_SHAPES = [
     Shape(1, 24, 4608, 4608),  # diffusion, 24 heads, 4608 tokens (72 x 64 latents)
     Shape(16, 32, 2048, 2048),  # prefill, 32 heads, 2k, a full batch
 ]
-
-
-def _long_shapes() -> bool:
-    return os.environ.get("REGRESS_PERF_LONG", "") not in ("", "0")
 
 
 GPU_QUICK = [Shape(16, 16, 1024, 1024), Shape(2, 16, 8192, 8192), Shape(2, 40, 1024, 77)]
@@ -282,7 +274,7 @@ class PerfSuite:
 
     def cases(self, ctx: SuiteContext) -> list[CaseSpec]:
         gpu_full = (
-            GPU_SHAPES + GPU_MODEL_SHAPES + GPU_DECODE_SHAPES + (GPU_LONG_SHAPES if _long_shapes() else [])
+            GPU_SHAPES + GPU_MODEL_SHAPES + GPU_DECODE_SHAPES + (GPU_LONG_SHAPES if ctx.long_shapes else [])
         )
         shapes = for_device(ctx, gpu=(GPU_QUICK, gpu_full), cpu=(CPU_QUICK, CPU_SHAPES))
         v2 = for_device(ctx, gpu=(V2_GPU_QUICK, V2_GPU), cpu=(V2_CPU_QUICK, V2_CPU))
@@ -323,7 +315,7 @@ class PerfSuite:
 
         runners.append(("time_ms", kernel))
         requested = int((ctx.library.build_info().get("inject") or {}).get("slowdown_pct", 0) or 0)
-        other = _ab_baseline()
+        other = _ab_baseline(ctx)
         varlen = shape.seqs is not None
         if is_v2(shape):
             kernel(0)  # a backend without the feature refuses here: the case skips (guarded)
@@ -371,7 +363,7 @@ class PerfSuite:
             "input_sets": n_sets,
             **(
                 {
-                    "ab_baseline": os.environ.get(AB_LABEL_ENV, "a second build"),
+                    "ab_baseline": ctx.ab_label or "a second build",
                     "ab_rounds": ab_iterations(ctx, iters),
                 }
                 if other
@@ -390,14 +382,13 @@ class PerfSuite:
         )
 
 
-def _ab_baseline() -> Any:
-    """The A/B baseline build named in $REGRESS_AB_BASELINE_LIB, loaded; None when there is none."""
-    path = os.environ.get(AB_BASELINE_ENV)
-    if not path:
+def _ab_baseline(ctx: SuiteContext) -> Any:
+    """The context's A/B baseline build, loaded; None when there is none."""
+    if not ctx.ab_baseline:
         return None
     from regress.kernel import load_library
 
-    return load_library(path)
+    return load_library(ctx.ab_baseline)
 
 
 def drill_cost(samples: dict[str, list[float]], requested: int) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from regress.cases import HEAD_DIM
 from regress.numerics import CANONICAL_NAN, Mode, bf16_bits_to_f64, ulp_bf16
 
 INPUT = "rounding"
@@ -38,7 +39,6 @@ INPUT = "rounding"
 # the bias). 128 keys are two 64-key tiles (the online softmax rescales by exp(0) = 1 between
 # them); 4 keys are one partial tile and reach the binade 2^124. Tiny, so hip-emu stays quick.
 SHAPES: tuple[tuple[int, int, int, int], ...] = ((1, 3, 4, 128), (1, 3, 4, 4))
-HEAD_DIM = 128
 
 F32_MAX_EXP = 127
 LOW_PATTERNS = (0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF)  # the 16 bits bf16 drops

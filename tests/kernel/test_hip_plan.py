@@ -150,33 +150,48 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_regress_plan_prints_the_plan() -> None:
+def test_regress_plan_prints_the_plan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One run through the console entry point (a process of its own); the other answers in process
+    (regress.cli.main: the same command, exit code and one-line errors, without 4 more interpreters)."""
+    from regress.cli import main
+
     text = _cli("plan", "1", "4", "2048", "2048", "--backend", "hip")
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("gfx942_tail_split  (hip, 304 compute units)")
     assert "launch merge ra_attn_merge_gfx942_rtne_strided  grid [16, 32, 1]" in text.stdout
-    as_json = _cli("plan", "4", "38", "2048", "2048", "--backend", "hip", "--json", "--compute-units", "80")
-    assert as_json.returncode == 0, as_json.stderr
-    assert json.loads(as_json.stdout) == plan_launch("hip", 4, 38, 2048, 2048, compute_units=80)
-    bad = _cli("plan", "1", "1", "8", "8", "--backend", "hip", "--compute-units", "0")
-    assert bad.returncode == 2 and "--compute-units" in bad.stderr
-    huge = _cli("plan", "32768", "32768", "1024", "8", "--backend", "hip")
-    assert huge.returncode == 2 and huge.stderr.count("\n") == 1 and "2^32 - 1 or more" in huge.stderr
+    monkeypatch.setenv("COLUMNS", "250")
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, err = cli(
+        "plan", "4", "38", "2048", "2048", "--backend", "hip", "--json", "--compute-units", "80"
+    )
+    assert code == 0, err
+    assert json.loads(out) == plan_launch("hip", 4, 38, 2048, 2048, compute_units=80)
+    code, out, err = cli("plan", "1", "1", "8", "8", "--backend", "hip", "--compute-units", "0")
+    assert code == 2 and "--compute-units" in err
+    code, out, err = cli("plan", "32768", "32768", "1024", "8", "--backend", "hip")
+    assert code == 2 and err.count("\n") == 1 and "2^32 - 1 or more" in err
     # The sm_90a planner answers the same command (kernel/cuda/plan_host.cpp, no GPU needed).
-    cuda = _cli("plan", "2", "8", "1", "32768", "--backend", "cuda", "--json")
-    assert cuda.returncode == 0, cuda.stderr
-    assert json.loads(cuda.stdout) == plan_launch("cuda", 2, 8, 1, 32768)
-    assert json.loads(cuda.stdout)["kind"].startswith("sm90_") and json.loads(cuda.stdout)["splits"] > 1
+    code, out, err = cli("plan", "2", "8", "1", "32768", "--backend", "cuda", "--json")
+    assert code == 0, err
+    assert json.loads(out) == plan_launch("cuda", 2, 8, 1, 32768)
+    assert json.loads(out)["kind"].startswith("sm90_") and json.loads(out)["splits"] > 1
     # ABI v2's axes (issue 40): a causal GQA prefill and a varlen batch plan the v2 kernels
-    causal = _cli(
+    code, out, err = cli(
         "plan", "2", "32", "8192", "8192", "--backend", "cuda", "--heads-kv", "8", "--mask", "causal_top_left"
     )
-    assert causal.returncode == 0 and causal.stdout.startswith("sm90_v2_causal  (cuda, 132"), causal.stderr
-    varlen = _cli(
+    assert code == 0 and out.startswith("sm90_v2_causal  (cuda, 132"), err
+    code, out, err = cli(
         "plan", "64", "32", "26000", "26000", "--backend", "cuda", "--heads-kv", "8", "--mask",
         "causal_bottom_right", "--varlen", "8000,8000", "--lse", "--json",
     )  # fmt: skip
-    assert varlen.returncode == 0, varlen.stderr
+    assert code == 0, err
     want = plan_launch(
         "cuda",
         64,
@@ -188,11 +203,11 @@ def test_regress_plan_prints_the_plan() -> None:
         max_seqlen=(8000, 8000),
         lse=True,
     )
-    assert json.loads(varlen.stdout) == want and want["kind"] == "sm90_v2_varlen_packgqa_causal"
-    bad_varlen = _cli("plan", "2", "8", "64", "64", "--backend", "cuda", "--varlen", "64")
-    assert bad_varlen.returncode == 2 and "MAXQ,MAXK" in bad_varlen.stderr
-    refused = _cli("plan", "2", "8", "64", "64", "--backend", "hip", "--mask", "causal_top_left")
-    assert refused.returncode == 2 and "hip planner refused" in refused.stderr
+    assert json.loads(out) == want and want["kind"] == "sm90_v2_varlen_packgqa_causal"
+    code, out, err = cli("plan", "2", "8", "64", "64", "--backend", "cuda", "--varlen", "64")
+    assert code == 2 and "MAXQ,MAXK" in err
+    code, out, err = cli("plan", "2", "8", "64", "64", "--backend", "hip", "--mask", "causal_top_left")
+    assert code == 2 and "hip planner refused" in err
 
 
 def test_plan_label_reads_what_a_result_recorded() -> None:

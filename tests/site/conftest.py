@@ -3,6 +3,7 @@ case and a run whose names carry <script> (they must come out as text)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from regress.demo import demo_history
 from regress.metrics import timing_metrics
@@ -22,6 +24,7 @@ EVIL = "<script>window.__pwned=1</script>"
 EVIL_CASE = f"evil_{EVIL}_case"
 EVIL_BRANCH = f"feature/{EVIL}"
 NIGHTS = 20
+CASES = 40  # of the catalogue's cases per suite (fewer script no determinism regression)
 START = (datetime.now() - timedelta(days=NIGHTS + 1)).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
@@ -92,10 +95,19 @@ class Site:
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo history, written once per session (every night is judged by the analysis, ~13 s);
     each user takes its own copy of the file."""
-    path = tmp_path_factory.mktemp("demo") / "demo.db"
-    store = open_store(f"sqlite:///{path}")
-    demo_history(store, nights=NIGHTS, stacks=3, cases=40, seed=3, samples=12, start=START)
-    store.engine.dispose()
+    # Under pytest-xdist the workers of one run share it (their temp folders' common parent is the
+    # run's own): the first writes it under a lock, the others wait and read.
+    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    folder = tmp_path_factory.getbasetemp().parent if shared else tmp_path_factory.mktemp("demo")
+    path = folder / "demo.db"
+    with FileLock(f"{path}.lock"):
+        if not path.exists():
+            part = folder / "demo.db.part"
+            part.unlink(missing_ok=True)
+            store = open_store(f"sqlite:///{part}")
+            demo_history(store, nights=NIGHTS, stacks=3, cases=CASES, seed=3, samples=12, start=START)
+            store.engine.dispose()
+            part.rename(path)
     return path
 
 

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import EVIL, NIGHTS, START, Site, demo_copy, make_site
+from conftest import CASES, EVIL, NIGHTS, START, Site, demo_copy, make_site
 from sqlalchemy import func, select
 
 from regress.bundle import validate_bundle
@@ -20,6 +20,7 @@ from regress.site import build_site
 from regress.store import Case, GateDecision, Regression, Run, Stack
 from regress.store.repo import Store
 from regress.store.transfer import export_bundle
+from regress.suite_facts import is_timed
 
 REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -167,7 +168,7 @@ def test_incremental_rewrites_only_changed_pages(tmp_path: Path, demo_db: Path) 
         store,
         nights=1,
         stacks=3,
-        cases=40,
+        cases=CASES,
         seed=3,
         samples=12,
         first_night=NIGHTS,
@@ -238,10 +239,10 @@ def test_site_on_every_backend(store: Store, tmp_path: Path) -> None:
 
 
 def test_demo_history_shape(tmp_path: Path, demo_db: Path) -> None:
-    store = demo_copy(demo_db, tmp_path)  # 20 nights x 3 stacks x 40 cases, every night judged
+    store = demo_copy(demo_db, tmp_path)  # NIGHTS x 3 stacks x CASES, every night judged
     with store.reader() as s:
         assert s.scalar(select(func.count()).select_from(Run)) == 3 * NIGHTS
-        assert s.scalar(select(func.count()).select_from(Case)) == len(demo_cases(40))
+        assert s.scalar(select(func.count()).select_from(Case)) == len(demo_cases(CASES))
         assert s.scalar(select(func.count()).select_from(Stack)) == 4  # lane 0 is upgraded
         states = set(s.scalars(select(Regression.state)))
         assert states == {"open", "acknowledged", "resolved"}
@@ -261,6 +262,8 @@ def test_demo_history_shape(tmp_path: Path, demo_db: Path) -> None:
         theirs = {k for r in real["results"] if r["suite"] == suite for k in r["metrics"]}
         if suite == "ulp":  # the real one also compares against each baseline's own output
             theirs = {k for k in theirs if not k.startswith(("baseline:", "kernel_vs:"))}
+        if is_timed(suite):  # the band's low edge, stored since issue 43 (the real run predates it)
+            theirs |= {"p5_ms"}
         assert ours == theirs, suite
         assert {k for r in demo["results"] if r["suite"] == suite for k in r["device"]} <= {
             k for r in real["results"] if r["suite"] == suite for k in r["device"]

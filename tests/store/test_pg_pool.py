@@ -4,8 +4,10 @@ changed is dropped, never handed to the next test."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
 import pytest
-from conftest import PgPool, _pg_admin_connect
 from sqlalchemy import func, select
 
 from regress.store import Stack
@@ -26,7 +28,8 @@ def _write_a_stack(url: str) -> int:
         store.engine.dispose()
 
 
-def test_a_reused_database_is_empty_and_a_changed_one_is_dropped(pg_pool: PgPool) -> None:
+def test_a_reused_database_is_empty_and_a_changed_one_is_dropped(pg_pool: Any) -> None:
+    """`pg_pool` is tests/conftest.py's PgPool (not imported: `conftest` names another folder's too)."""
     name = pg_pool.take()
     url = f"{pg_pool.base}/{name}"
     assert _write_a_stack(url) == 1
@@ -41,10 +44,10 @@ def test_a_reused_database_is_empty_and_a_changed_one_is_dropped(pg_pool: PgPool
     finally:
         store.engine.dispose()
     assert _write_a_stack(url) == 1  # and its ids start again where a fresh copy's would
-    with _pg_admin_connect(url) as conn:
+    with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT max(id) FROM stacks").fetchone()[0] == 1
         conn.execute("ALTER TABLE stacks ADD COLUMN leftover integer")
     pg_pool.give_back(name)
     assert name not in pg_pool.free and name not in pg_pool.made
-    with _pg_admin_connect(pg_pool.admin) as conn:
+    with psycopg.connect(pg_pool.admin, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (name,)).fetchone()[0] == 0

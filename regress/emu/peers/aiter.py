@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from regress.abi import RA_HEAD_DIM as HEAD_DIM
 from regress.emu.codeobject import CodeObject
 from regress.emu.machine import Launch, Memory, Trace
 from regress.results import ROUNDING_MODES
@@ -41,7 +42,6 @@ CO_DIR = "aiter_meta/hsa/gfx942/fmha_v3_fwd/MI300"
 HEADER = "aiter_meta/csrc/include/mha_fwd.h"
 COMMON_HEADER = "aiter_meta/csrc/include/aiter_hip_common.h"
 CODEGEN = "aiter_meta/hsa/gfx942/fmha_v3_fwd/codegen.py"
-HEAD_DIM = 128
 TILE_Q = 256  # ts_qo (codegen.py)
 TILE_K = 32  # ts_kv
 THREADS = 512  # bdx

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from regress.abi import RA_HEAD_DIM as HEAD_DIM
 from regress.emu.codeobject import CodeObject, Kernel, load_image
 from regress.emu.machine import Launch, Memory, Trace
 from regress.emu.peers import kernarg
@@ -38,7 +39,6 @@ INCLUDE = Path(__file__).resolve().parent / "include"
 SOURCES = ("attention_kernel.hip", "opus.hpp", *(f"attention_{m}.hip" for m in ROUNDING_MODES))
 
 # --- facts of MoonMath's public source (csrc/attention_kernel.hip) -----------------------------
-HEAD_DIM = 128
 THREADS = 512  # 8 waves: two groups of 4 that swap MFMA and memory work each half-iteration
 Q_TILE_ROWS = 16
 Q_BLOCK_ROWS = 384  # 24 q-tiles of 16 rows per workgroup, 3 per wave
