@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from regress.stats import median
+from regress.facts.stats import median
 
 HERE = Path(__file__).resolve().parents[1]
 

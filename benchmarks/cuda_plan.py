@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from regress.abi import RA_HEAD_DIM, DeviceFacts, LaunchPlan, Params  # noqa: E402
-from regress.plan import shape_params  # noqa: E402
+from regress.facts.abi import RA_HEAD_DIM, DeviceFacts, LaunchPlan, Params  # noqa: E402
+from regress.native.plan import shape_params  # noqa: E402
 
 SOURCE = ROOT / "kernel" / "cuda" / "plan_host.cpp"
 COMPILE = ("g++", "-std=c++17", "-O2", "-shared", "-fPIC", "-Ikernel/include")  # + flags, source, -o out
@@ -32,7 +32,7 @@ H200_SMS = 132
 HEAD_DIM = RA_HEAD_DIM
 
 
-# The ABI's own ctypes mirrors (regress.abi), so this script and the package read one layout.
+# The ABI's own ctypes mirrors (regress.facts.abi), so this script and the package read one layout.
 LaunchPlanC = LaunchPlan
 DeviceFactsC = DeviceFacts
 
@@ -89,7 +89,7 @@ def build_info(flags: Iterable[str] = ()) -> dict[str, Any]:
 def params(
     b: int, h: int, sq: int, sk: int, strides: dict[str, tuple[int, int, int, int]] | None = None
 ) -> Params:
-    """BHSD params (or `strides` per tensor name) whose pointers are never read: regress.plan's own
+    """BHSD params (or `strides` per tensor name) whose pointers are never read: regress.native.plan's own
     shape_params, so this script and the package ask the planner with the same call."""
     p = shape_params(b, h, sq, sk, layout="bhsd")
     for name, st in (strides or {}).items():

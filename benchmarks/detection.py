@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from regress.detect import detect_change_points
-from regress.stats import clip_outliers, median, successive_sigma
+from regress.facts.stats import clip_outliers, median, successive_sigma
 
 DATA = Path(__file__).resolve().parent / "data"
 STEPS = (0.01, 0.02, 0.03, 0.05, 0.10)

@@ -13,7 +13,7 @@ if [ -d wheels ]; then
   python3 -m pip install -q --no-index --find-links wheels sqlalchemy alembic mako tomli-w jsonschema 2>&1 |
     grep -v -i warn | tail -2
 fi
-python3 -c "import regress.store.repo, regress.bundle, jsonschema" || {
+python3 -c "import regress.store.repo, regress.facts.bundle, jsonschema" || {
   echo "regress does not import on this machine (were the wheels carried?)"
   exit 3
 }

@@ -14,9 +14,9 @@ from typing import Any
 
 import requests
 
+from regress.server.tokens import create_token
 from regress.store import queries
 from regress.store.repo import open_store
-from regress.tokens import create_token
 
 
 def free_port() -> int:

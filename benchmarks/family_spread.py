@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perf_table import family, family_order, lower_layout, perf_results, speedup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from regress.results import ROUNDING_MODES
+from regress.facts.results import ROUNDING_MODES
 
 
 def spread(bundles: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:

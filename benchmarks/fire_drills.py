@@ -23,11 +23,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from regress.stats import geomean, upper_median
+from regress.facts.stats import geomean, upper_median
 
 
 def _night(url: str, out: Path, inject: dict[str, int] | None, iterations: int | None) -> str:
-    from regress.nightly import NightlyOptions, run_nightly
+    from regress.run.nightly import NightlyOptions, run_nightly
 
     outcome = run_nightly(
         NightlyOptions(
@@ -55,7 +55,7 @@ def _runs(url: str) -> list[tuple[str, bool]]:
 
 
 def gates(url: str, pairs: int, drill: int, iterations: int | None, regate: bool) -> dict[str, Any]:
-    from regress.gate import gate
+    from regress.judge.gate import gate
     from regress.store.repo import open_store
 
     if not regate:
@@ -99,7 +99,7 @@ def gates(url: str, pairs: int, drill: int, iterations: int | None, regate: bool
 def table(url: str) -> None:
     """Clean-vs-clean gates and, per drill run, requested vs measured cost and the gate's verdicts
     (cross-night against the clean night before, and A/B: the run's own two builds)."""
-    from regress.gate import gate, gate_ab
+    from regress.judge.gate import gate, gate_ab
     from regress.store.queries import run_by_id, run_results_with_cases
     from regress.store.repo import open_store
 
@@ -145,17 +145,17 @@ def table(url: str) -> None:
 
 def calibrate(drills: list[int], rounds: int, threads: int) -> dict[str, dict[str, dict[str, float]]]:
     """Requested vs measured cost per shape: both builds on the same inputs, alternating order, the
-    cost computed as the perf suite records it (`regress.suites.perf.drill_cost`)."""
+    cost computed as the perf suite records it (`regress.run.suites.perf.drill_cost`)."""
     os.environ["REGRESS_CPU_THREADS"] = str(threads)
     import torch
 
     torch.set_num_threads(threads)
-    from regress.build import build_kernel
+    from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
     from regress.kernel import load_library
-    from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
-    from regress.suites.common import make_inputs
-    from regress.suites.perf import CPU_QUICK, CPU_SHAPES, drill_cost
-    from regress.suites.timing import interleaved_rounds
+    from regress.native.build import build_kernel
+    from regress.run.suites.common import make_inputs
+    from regress.run.suites.perf import CPU_QUICK, CPU_SHAPES, drill_cost
+    from regress.run.suites.timing import interleaved_rounds
 
     clean = load_library(build_kernel("cpu").path)
     shapes = list(dict.fromkeys([*CPU_QUICK, *CPU_SHAPES]))

@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from regress.stats import upper_median
+from regress.facts.stats import upper_median
 
 
 def _runs(url: str) -> list[tuple[str, bool, int]]:
@@ -77,8 +77,8 @@ def _entry(report: Any) -> dict[str, Any]:
 
 
 def calibrate(url: str) -> dict[str, list[dict[str, Any]]]:
-    from regress.errors import UserError
-    from regress.gate import gate, gate_ab
+    from regress.facts.errors import UserError
+    from regress.judge.gate import gate, gate_ab
     from regress.store.repo import open_store
 
     store = open_store(url)

@@ -36,8 +36,8 @@ prebuild() {  # the clean build and every drill build, in parallel, before the f
   python3 - "$BACKEND" "$STACK" $DRILLS <<'EOF'
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from regress.build import build_kernel
-from regress.stack import load_pin
+from regress.native.build import build_kernel
+from regress.machine.stack import load_pin
 backend, stack, drills = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]]
 flags = tuple(load_pin(stack).extra_flags) if stack else ()
 jobs = [None, *drills]

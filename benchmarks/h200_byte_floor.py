@@ -41,14 +41,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import h200_op
 
-from regress.baselines import available_baselines
-from regress.build import build_kernel
-from regress.cases import Shape
-from regress.gpu_state import device_state
+from regress.facts.cases import Shape
+from regress.facts.results import ROUNDING_MODES
+from regress.facts.stats import median
 from regress.kernel import load_library
-from regress.results import ROUNDING_MODES
-from regress.stats import median
-from regress.suites.common import make_inputs
+from regress.kernel.baselines import available_baselines
+from regress.machine.gpu_state import device_state
+from regress.native.build import build_kernel
+from regress.run.suites.common import make_inputs
 
 HERE = Path(__file__).resolve().parent
 # The nightly's families whose minimum bytes bind (docs/perf-notes.md v9's report): decode, short
@@ -62,7 +62,7 @@ SHAPES = [
     Shape(4, 32, 64, 8192),
     Shape(256, 32, 128, 128),
 ]
-LAYOUTS = h200_op.LAYOUTS  # regress.results' layouts, BHSD first (the committed tables' order)
+LAYOUTS = h200_op.LAYOUTS  # regress.facts.results' layouts, BHSD first (the committed tables' order)
 BASELINE = "sdpa_cudnn"
 CHECK_SHAPES = [Shape(2, 4, 64, 300), Shape(1, 2, 300, 64), Shape(2, 4, 1, 8192)]
 
@@ -255,7 +255,7 @@ def phases(rows: list[list[int]], event_ms: float) -> dict[str, float]:
 
 def trace_launch(lib: Any, read: Any, inp: tuple[torch.Tensor, ...]) -> tuple[float, list[list[int]]]:
     """One launch behind the rounds' spin, timed by events: (ms, its CTAs' trace rows)."""
-    from regress.suites.timing import Timer
+    from regress.run.suites.timing import Timer
 
     timer = Timer(gpu=True)
     timer.prime(h200_op.SPIN_CYCLES)

@@ -7,13 +7,13 @@ attention kernel could get on the nightly's perf set, if it ran at the device's 
 
 `measure`: a dense bf16 matrix product (8192^3, random data, torch.matmul) and a device-to-device
 copy (4 GiB, bytes read plus bytes written), each timed in the perf suite's round structure
-(`regress.suites.timing.interleaved_rounds`, its warm-up and round counts: 10 untimed rounds, 100
+(`regress.run.suites.timing.interleaved_rounds`, its warm-up and round counts: 10 untimed rounds, 100
 timed, three calls a round behind the spin, each call about as long as one call of the nightly's
 longest case), so each runs about as long and as hot as a long nightly case: median rate over the
 calls. The product also as a short burst (3 warm-ups, 10 timed, one product a call, as KINDS.md
 records it). Beside them, not used as a ceiling: a read-only rate (a float32 sum over the copy's 4
 GiB source), which says how far a kernel that only reads (decode) may go past the copy's mix. SM
-clock, power and throttle reasons before and after each (`regress.gpu_state`).
+clock, power and throttle reasons before and after each (`regress.machine.gpu_state`).
 
 `report` (no GPU): per perf row of a nightly bundle, floor = max(FLOPs / GEMM rate, minimum bytes /
 copy rate); our and cuDNN's fraction of it; the ceiling ratio t_cuDNN / t_floor (the speedup over
@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from perf_table import baselines_of, family, family_order, lower_layout, perf_results, speedup
 
-from regress.cases import HEAD_DIM, Shape
-from regress.results import ROUNDING_MODES
-from regress.stats import geomean, median, percentile
+from regress.facts.cases import HEAD_DIM, Shape
+from regress.facts.results import ROUNDING_MODES
+from regress.facts.stats import geomean, median, percentile
 
 BASELINE = "sdpa_cudnn"
 SCHEMA = "h200-ceiling/1"
@@ -102,8 +102,8 @@ def _timed(
     unit: float,
 ) -> dict[str, Any]:
     """`runners` in the perf suite's interleaved rounds; rates are `work_per_call` / s / `unit`."""
-    from regress.gpu_state import device_state
-    from regress.suites.timing import interleaved_rounds
+    from regress.machine.gpu_state import device_state
+    from regress.run.suites.timing import interleaved_rounds
 
     before = device_state("cuda")
     t0 = time.perf_counter()
@@ -130,7 +130,7 @@ def _measure(out: Path) -> dict[str, Any]:
             f"measure needs a CUDA GPU: torch {torch.__version__} sees none "
             "(torch.cuda.is_available() is False); run it on the device"
         )
-    from regress.suites.perf import GPU_MIN_ROUNDS, GPU_WARMUP_ROUNDS
+    from regress.run.suites.perf import GPU_MIN_ROUNDS, GPU_WARMUP_ROUNDS
 
     warm, iters = GPU_WARMUP_ROUNDS[False], GPU_MIN_ROUNDS[False]  # a full nightly's perf case
     dev = torch.device("cuda")
@@ -227,7 +227,7 @@ def _measure(out: Path) -> dict[str, Any]:
         "schema": SCHEMA,
         "method": {
             "protocol": (
-                "regress.suites.timing.interleaved_rounds, the perf suite's full-nightly rounds: "
+                "regress.run.suites.timing.interleaved_rounds, the perf suite's full-nightly rounds: "
                 f"{warm} untimed rounds, {iters} timed, {CALLS_PER_ROUND} calls a round behind the spin; "
                 "CUDA events per call; median over all calls"
             ),
@@ -245,7 +245,7 @@ def _measure(out: Path) -> dict[str, Any]:
                 f"torch.sum(src, dtype=float32, out=), the copy's {COPY_BYTES}-byte source, bytes read "
                 f"= {COPY_BYTES} a sum; {READ_PER_CALL} sums a call; checked against float64"
             ),
-            "device_state": "regress.gpu_state.device_state (nvidia-smi) before and after each",
+            "device_state": "regress.machine.gpu_state.device_state (nvidia-smi) before and after each",
         },
         "figures": {
             "gemm_burst_tflops": burst,

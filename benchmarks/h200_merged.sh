@@ -14,9 +14,9 @@ if [ -f .devwork/cache.tgz ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 T0=$(date +%s)
-python3 -c "from regress.build import build_kernel as b; a = b('cuda'); print('cuda kernel', round(a.build_seconds), 's, cached', a.cached)" \
+python3 -c "from regress.native.build import build_kernel as b; a = b('cuda'); print('cuda kernel', round(a.build_seconds), 's, cached', a.cached)" \
   > "$OUT/build_cuda.log" 2>&1 &
-python3 -c "from regress.build import build_op as b; a = b(); print('torch op', round(a.build_seconds), 's, cached', a.cached)" \
+python3 -c "from regress.native.build import build_op as b; a = b(); print('torch op', round(a.build_seconds), 's, cached', a.cached)" \
   > "$OUT/build_op.log" 2>&1
 wait
 echo "builds after $(($(date +%s) - T0)) s: $(tail -1 "$OUT/build_cuda.log" | cut -c1-120) | $(tail -1 "$OUT/build_op.log" | cut -c1-120)"

@@ -3,9 +3,10 @@
   python benchmarks/h200_op.py all --out DIR   build, check, sweep, overhead; results.json + a table
   python benchmarks/h200_op.py ncu-target      the launches `ncu` profiles (see h200_op.sh)
 
-Libraries (LIBS): "new" = the default build (`regress.build.build_kernel('cuda')`); the others are the
+Libraries (LIBS): "new" = the default build (`regress.native.build.build_kernel('cuda')`); the others are the
 same source with one choice reverted (ablations, see docs/perf-notes.md v3), timed side by side so
-a change is measured against its own baseline in one run. Baselines: SDPA flash and cuDNN (regress.baselines).
+a change is measured against its own baseline in one run. Baselines: SDPA flash and cuDNN
+(regress.kernel.baselines).
 Timing: CUDA events around each call, every function of a (shape, layout) interleaved in each round
 (order reversed every other round), each call after a ~0.2 ms GPU spin, input sets rotated past 4x
 the L2, median reported.
@@ -30,19 +31,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from regress import numerics as nm
-from regress import reference
-from regress.baselines import available_baselines
-from regress.build import build_kernel, inject_flags
-from regress.cases import Shape
-from regress.kernel import KernelLibrary, load_library
-from regress.metrics import load_contract
-from regress.results import LAYOUTS as RESULT_LAYOUTS
-from regress.results import ROUNDING_MODES
-from regress.stats import geomean, percentile
-from regress.suites.common import make_inputs
-from regress.suites.perf import GPU_MODEL_SHAPES, GPU_SHAPES
-from regress.suites.timing import Timer
+from regress.facts import numerics as nm
+from regress.facts.cases import Shape
+from regress.facts.metrics import load_contract
+from regress.facts.results import LAYOUTS as RESULT_LAYOUTS
+from regress.facts.results import ROUNDING_MODES
+from regress.facts.stats import geomean, percentile
+from regress.kernel import KernelLibrary, load_library, reference
+from regress.kernel.baselines import available_baselines
+from regress.native.build import build_kernel, inject_flags
+from regress.run.suites.common import make_inputs
+from regress.run.suites.perf import GPU_MODEL_SHAPES, GPU_SHAPES
+from regress.run.suites.timing import Timer
 
 LIBS: dict[str, tuple[str, ...]] = {
     "new": (),

@@ -47,15 +47,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_plan
 import h200_op
 
-from regress import numerics as nm
-from regress import reference
-from regress.baselines import available_baselines
-from regress.build import build_kernel, inject_flags
-from regress.cases import Shape
-from regress.kernel import KernelLibrary, load_library
-from regress.metrics import load_contract
-from regress.results import ROUNDING_MODES
-from regress.suites.common import make_inputs
+from regress.facts import numerics as nm
+from regress.facts.cases import Shape
+from regress.facts.metrics import load_contract
+from regress.facts.results import ROUNDING_MODES
+from regress.kernel import KernelLibrary, load_library, reference
+from regress.kernel.baselines import available_baselines
+from regress.native.build import build_kernel, inject_flags
+from regress.run.suites.common import make_inputs
 
 LIBS: dict[str, tuple[str, ...]] = {
     "new": (),

@@ -1,5 +1,5 @@
 """Issue 40 on the H200: the suites' ABI v2 cases (GQA, causal masks, varlen) of the CUDA library,
-with their own code (regress.suites), and a table of them against the issue's bars.
+with their own code (regress.run.suites), and a table of them against the issue's bars.
 
   python benchmarks/h200_v2.py --out DIR [--suites ulp,determinism,perf,e2e] [--iterations N]
   python benchmarks/h200_v2.py --table DIR/v2-results.json.gz     (the table of a run again)
@@ -26,13 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from regress.baselines import available_baselines  # noqa: E402
-from regress.build import build_kernel  # noqa: E402
-from regress.cases import spec_shape  # noqa: E402
+from regress.facts.cases import spec_shape  # noqa: E402
+from regress.facts.results import CaseResult  # noqa: E402
+from regress.facts.stats import geomean  # noqa: E402
 from regress.kernel import load_library  # noqa: E402
-from regress.results import CaseResult  # noqa: E402
-from regress.stats import geomean  # noqa: E402
-from regress.suites import SuiteContext, get_suite  # noqa: E402
+from regress.kernel.baselines import available_baselines  # noqa: E402
+from regress.native.build import build_kernel  # noqa: E402
+from regress.run.suites import SuiteContext, get_suite  # noqa: E402
 
 V2_KEYS = {"hkv", "mask", "seqs"}
 
@@ -51,8 +51,8 @@ def ab_speed(r: CaseResult) -> float:
     """With an A/B arm ($REGRESS_AB_BASELINE_LIB): the other build's time over ours, the median over
     the paired blocks (regress.detect.paired's statistic); > 1: ours faster. NaN without one."""
     from regress.detect.paired import block_log_ratios
-    from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
-    from regress.stats import median
+    from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
+    from regress.facts.stats import median
 
     d = block_log_ratios(r.samples.get(AB_BASELINE_SAMPLE, []), r.samples.get(AB_CANDIDATE_SAMPLE, []))
     return math.exp(-median(d)) if d else math.nan
@@ -99,7 +99,7 @@ def table(results: list[CaseResult]) -> list[str]:
 
 def load_results(path: Path) -> list[CaseResult]:
     """The results a run wrote (v2-results.json.gz), for the table again."""
-    from regress.results import CaseSpec
+    from regress.facts.results import CaseSpec
 
     with gzip.open(path, "rt") as f:
         blob = json.load(f)

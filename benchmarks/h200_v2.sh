@@ -27,7 +27,7 @@ T0=$(date +%s)
 timeout 90 python3 - >"$OUT/smoke.log" 2>&1 <<'PY'
 # every v2 kernel kind once (plan.h's rule 0), rtne, small shapes: finite outputs, no hang
 import torch
-from regress.build import build_kernel
+from regress.native.build import build_kernel
 from regress.kernel import load_library
 lib = load_library(build_kernel("cuda").path)
 g = torch.Generator().manual_seed(0)

@@ -67,7 +67,7 @@ from xml.etree import ElementTree
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "ingest"))
+sys.path.insert(0, str(ROOT / "tests" / "kit"))
 
 from drillkit import (  # noqa: E402
     emit,
@@ -82,11 +82,11 @@ from drillkit import (  # noqa: E402
 from ingest_bundles import make_bundle  # noqa: E402
 from real_bundles import real_bundles  # noqa: E402
 
-from regress.bundle import MAX_SAMPLES_PER_RESULT, validate_bundle, write_bundle  # noqa: E402
 from regress.cli import main as regress_main  # noqa: E402
-from regress.stats import upper_median  # noqa: E402
+from regress.facts.bundle import MAX_SAMPLES_PER_RESULT, validate_bundle, write_bundle  # noqa: E402
+from regress.facts.stats import upper_median  # noqa: E402
+from regress.run.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
 from regress.store.base import new_run_id  # noqa: E402
-from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 RACERS = 20
@@ -305,8 +305,8 @@ def owners(db_url: str, work: Path) -> dict[str, Any]:
     record that dropped one `build.stats` key is stored first, then the genuine bundle (before: 409
     for every later genuine upload of that artifact). Each genuine run must be stored by the client,
     its re-send a duplicate, and read back (`?runner=`) as sent."""
-    from regress.bundle import canonical, normalised
-    from regress.pins import pin_for_digest
+    from regress.facts.bundle import canonical, normalised
+    from regress.machine.pins import pin_for_digest
     from regress.store.transfer import stack_facts
 
     tokens = {name: runner_token(db_url, name) for name in ("squatter", "mutant", "genuine")}

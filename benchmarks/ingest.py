@@ -41,15 +41,15 @@ import psycopg
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "ingest"))  # the realistic bundle builder the tests use
+sys.path.insert(0, str(ROOT / "tests" / "kit"))  # the realistic bundle builder the tests use
 
 from drillkit import free_port  # noqa: E402
 from ingest_bundles import make_bundle  # noqa: E402
 
-from regress.metrics import percentile  # noqa: E402
+from regress.facts.metrics import percentile  # noqa: E402
+from regress.server.tokens import create_token  # noqa: E402
 from regress.store.queries import count_results, run_ids  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
-from regress.tokens import create_token  # noqa: E402
 
 
 def start_server(

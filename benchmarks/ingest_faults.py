@@ -5,7 +5,7 @@
 
 A PostgreSQL cluster this drill may stop and start (its data directory and port), a fresh database
 on it, `regress serve` in a subprocess, and U uploader threads that each send B bundles through the
-real client (`regress.upload.upload_bundles`: spool first, retries with backoff). While they run:
+real client (`regress.run.upload.upload_bundles`: spool first, retries with backoff). While they run:
 
 1. PostgreSQL is stopped (`pg_ctl stop -m fast`) for --outage seconds, then started again;
 2. the service is killed with SIGKILL in the middle of uploads, then started again on its port.
@@ -36,15 +36,15 @@ from typing import Any
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "ingest"))
+sys.path.insert(0, str(ROOT / "tests" / "kit"))
 
 from ingest_bundles import make_bundle  # noqa: E402
 
-from regress.bundle import write_bundle  # noqa: E402
+from regress.facts.bundle import write_bundle  # noqa: E402
+from regress.run.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
+from regress.server.tokens import create_token  # noqa: E402
 from regress.store.queries import run_ids  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
-from regress.tokens import create_token  # noqa: E402
-from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles  # noqa: E402
 
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
 

@@ -5,7 +5,7 @@ exceed SDPA's), side by side in one run.
   bash benchmarks/op_host.sh                               the H200: CUDA then CPU, one device call
 
 Per shape, one round calls each of these once (order reversed every other round), through the
-perf suite's round loop and timer (regress.suites.timing.interleaved_rounds with host=True: the
+perf suite's round loop and timer (regress.run.suites.timing.interleaved_rounds with host=True: the
 host's clock around each call — wall time on a GPU host, the thread's CPU time on the CPU, as the
 perf suite — and the device synchronised after each round, untimed):
 
@@ -39,11 +39,11 @@ from typing import Any
 
 import torch
 
-from regress.cases import Shape
-from regress.results import LAYOUTS, ROUNDING_MODES
-from regress.stats import percentile
-from regress.suites.common import make_inputs, synchronize
-from regress.suites.timing import interleaved_rounds
+from regress.facts.cases import Shape
+from regress.facts.results import LAYOUTS, ROUNDING_MODES
+from regress.facts.stats import percentile
+from regress.run.suites.common import make_inputs, synchronize
+from regress.run.suites.timing import interleaved_rounds
 
 SHAPES: dict[str, list[Shape]] = {
     # Small enough that the call, not the arithmetic, is what is timed on one core.
@@ -68,7 +68,7 @@ def python_floor() -> Any:
     """regress_floor::attention: the schema of torch.ops.regress.attention with Python kernels that
     do nothing but allocate the output, registered as the Python path registers its own (a
     forward-only autograd kernel over a CPU and a CUDA kernel)."""
-    from regress import op
+    from regress.kernel import op
 
     if not _FLOOR:
         lib = torch.library.Library("regress_floor", "DEF")
@@ -83,9 +83,8 @@ def python_floor() -> Any:
 
 
 def runners(s: Shape, device: str) -> list[tuple[str, Callable[[int], Any]]]:
-    from regress import op
-    from regress.kernel import attention, default_library
-    from regress.loader import backend_for_device
+    from regress.kernel import attention, default_library, op
+    from regress.kernel.loader import backend_for_device
 
     q, k, v = make_inputs(s, "bhsd", seed=1, device=device)
     gqa = s.heads_kv != s.h
@@ -119,7 +118,7 @@ def measure(device: str, shapes: list[Shape], iters: int, warm: int) -> list[dic
                 continue
             fns.append((key, fn))
         # On the CPU the calling thread's CPU time, as the perf suite: on the shared 2-core VM a
-        # neighbour's preemption stretches wall time at random (regress/suites/timing.py Timer).
+        # neighbour's preemption stretches wall time at random (regress/run/suites/timing.py Timer).
         ms = interleaved_rounds(device, fns, warm, iters, host=True, thread_clock=device == "cpu")
         us = {k: [x * 1e3 for x in v] for k, v in ms.items()}
         p50 = {k: percentile(v, 50) for k, v in us.items()}
@@ -149,7 +148,7 @@ def measure(device: str, shapes: list[Shape], iters: int, warm: int) -> list[dic
 def outcome(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
     """("bits", the outputs' bit patterns) or ("refused", the KernelError or exception text): a
     backend without a v2 kernel yet refuses it, and both implementations must refuse alike."""
-    from regress import op
+    from regress.kernel import op
 
     try:
         out = fn(*args)
@@ -173,8 +172,7 @@ def same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
 def check(device: str) -> dict[str, Any]:
     """The C++ kernels against the Python ones on `device`: bits (or the same refusal), CUDA graph,
     side stream, compile."""
-    from regress import op
-    from regress.kernel import attention
+    from regress.kernel import attention, op
 
     py_attention, py_varlen = op.python_ops()
     res: dict[str, Any] = {
@@ -314,7 +312,7 @@ def main() -> int:
     ap.add_argument("--check", choices=["auto", "yes", "no"], default="auto", help="auto: on CUDA only")
     a = ap.parse_args()
     devices = a.device or ["cpu"]
-    # One thread each, as the perf suite's CPU timing (regress/suites/perf.py _one_thread).
+    # One thread each, as the perf suite's CPU timing (regress/run/suites/perf.py _one_thread).
     os.environ["REGRESS_CPU_THREADS"] = "1"
     torch.set_num_threads(1)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
@@ -327,7 +325,7 @@ def main() -> int:
         "rows": [],
         "checks": [],
     }
-    from regress import op
+    from regress.kernel import op
 
     res["implementation"] = [op.IMPLEMENTATION, op.IMPLEMENTATION_REASON]
     for device in devices:

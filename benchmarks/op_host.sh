@@ -11,9 +11,9 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 source benchmarks/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 # The two builds a first call needs, side by side: nvcc for the kernel, g++ for the operator.
-python3 -c "from regress.build import build_kernel as b; a = b('cuda'); print('cuda kernel', round(a.build_seconds), 's, cached', a.cached)" \
+python3 -c "from regress.native.build import build_kernel as b; a = b('cuda'); print('cuda kernel', round(a.build_seconds), 's, cached', a.cached)" \
   > "$OUT/build_cuda.log" 2>&1 &
-python3 -c "from regress.build import build_op as b; a = b(); print('torch op', round(a.build_seconds), 's, cached', a.cached, a.flags)" \
+python3 -c "from regress.native.build import build_op as b; a = b(); print('torch op', round(a.build_seconds), 's, cached', a.cached, a.flags)" \
   > "$OUT/build_op.log" 2>&1
 wait
 tail -3 "$OUT/build_cuda.log" "$OUT/build_op.log" | cut -c1-400

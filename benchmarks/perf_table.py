@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from regress.metrics import geomean
-from regress.results import ROUNDING_MODES
+from regress.facts.metrics import geomean
+from regress.facts.results import ROUNDING_MODES
 
 
 def perf_results(bundle: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "site"))  # the Chromium driver the site tests use
+sys.path.insert(0, str(ROOT / "tests" / "kit"))  # the Chromium driver the site tests use
 
 
 def tour_bundles(readme: Path) -> list[Path]:
@@ -36,8 +36,8 @@ def tour_bundles(readme: Path) -> list[Path]:
 def main(argv: list[str]) -> int:
     from cdp import Browser
 
-    from regress.pins import pin_for_digest
-    from regress.site import build_site
+    from regress.machine.pins import pin_for_digest
+    from regress.present.site import build_site
     from regress.store.repo import open_store
     from regress.store.transfer import import_files
 

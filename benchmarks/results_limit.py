@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "ingest"))
+sys.path.insert(0, str(ROOT / "tests" / "kit"))
 
 from drillkit import emit, free_port, fresh_db, post_bundle, runner_token, stored_counts, wait_up  # noqa: E402
 from ingest_bundles import make_bundle  # noqa: E402
 
-from regress.bundle import max_results  # noqa: E402
+from regress.facts.bundle import max_results  # noqa: E402
 
 SHAPE = {"b": 2, "h": 16, "sq": 512, "sk": 512, "d": 128, "layout": "bshd", "mode": "rtne"}
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from regress.build import build_kernel
+from regress.facts.results import LAYOUTS, ROUNDING_MODES
 from regress.kernel import load_library
-from regress.results import LAYOUTS, ROUNDING_MODES
+from regress.native.build import build_kernel
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The default sm_90a library's SASS at BASE_COMMIT against this working tree's: both built by the
-# build module's own nvcc command (regress/build.py's COMMANDS["cuda"]), dumped with cuobjdump
+# build module's own nvcc command (regress/native/build.py's COMMANDS["cuda"]), dumped with cuobjdump
 # -sass, diffed. Prints the diff's line count last (0: identical machine code, kernel symbols
 # included), then kernel by kernel: the base's kernels against the tree's of the same symbol (the last
 # line; a tree that adds kernels, issue 40's v2 ones, shows them as new). The base's dump is cached in
@@ -35,7 +35,7 @@ fi
 argv() {  # $1 source root, $2 output
   PYTHONPATH="$root" python - "$1" "$2" <<'PY'
 import os, shlex, sys
-from regress.build import COMMANDS, OUT
+from regress.native.build import COMMANDS, OUT
 r = COMMANDS["cuda"]
 extra = shlex.split(os.environ.get("EXTRA_FLAGS", ""))
 out = []

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "site"))  # the CDP driver shared with the browser tests
+sys.path.insert(0, str(ROOT / "tests" / "kit"))  # the CDP driver shared with the browser tests
 
-from regress.demo import demo_history  # noqa: E402
-from regress.site import build_site  # noqa: E402
-from regress.stats import median  # noqa: E402
+from regress.facts.stats import median  # noqa: E402
+from regress.present.demo import demo_history  # noqa: E402
+from regress.present.site import build_site  # noqa: E402
 from regress.store import queries  # noqa: E402
 from regress.store.repo import open_store  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections import Counter, defaultdict
 
-from regress.stats import median
+from regress.facts.stats import median
 from regress.store.queries import run_results_with_cases, runs_oldest_first
 from regress.store.repo import open_store
 

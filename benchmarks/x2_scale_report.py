@@ -15,10 +15,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from regress.results import CaseSpec
-from regress.shard import make_units, predict_wall
-from regress.stats import median, percentile
-from regress.suite_facts import is_timed
+from regress.facts.results import CaseSpec
+from regress.facts.stats import median, percentile
+from regress.facts.suite_facts import is_timed
+from regress.run.shard import make_units, predict_wall
 
 
 def _load_db(url: str) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 source benchmarks/device_env.sh
 nvidia-smi -L
-python3 -c "from regress.build import build_kernel; build_kernel('cuda')"
+python3 -c "from regress.native.build import build_kernel; build_kernel('cuda')"
 run() {  # name, timeout, args...
   local name=$1 t=$2; shift 2
   local t0=$(date +%s.%N)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from regress.cases import Shape
+from regress.facts.cases import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -1,5 +1,5 @@
 """benchmarks/h200_v2.py's table, without a GPU, from the committed results of issue 40's device
-calls: every perf family is a row with its speedups, the group geomeans are regress.stats' over those
+calls: every perf family is a row with its speedups, the group geomeans are regress.facts.stats' over those
 rows, the A/B column reads the paired blocks (an A/A control sits at 1), and the plans recorded are
 the v2 kernels'."""
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import h200_v2  # noqa: E402
 
-from regress.stats import geomean  # noqa: E402
+from regress.facts.stats import geomean  # noqa: E402
 
 CALL3 = ROOT / "benchmarks/results/h200-issue40-cuda/call3/v2-results.json.gz"
 

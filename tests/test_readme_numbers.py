@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from regress.metrics import stored_geomean, summarise
-from regress.nightly import NightlyOptions, plan_cases
+from regress.facts.metrics import stored_geomean, summarise
+from regress.run.nightly import NightlyOptions, plan_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -190,7 +190,7 @@ def test_the_test_count_is_the_suites() -> None:
 
 def test_the_stored_summary_is_what_summarise_writes() -> None:
     """The figures above read the stored summary: it is `summarise`'s own (one place)."""
-    from regress.results import CaseResult
+    from regress.facts.results import CaseResult
 
     bundle = _bundle(_path_in(_item("H200, one GPU, the full nightly")))
     results = [CaseResult.from_dict(r) for r in bundle["results"]]

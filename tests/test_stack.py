@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from regress.cli import main
-from regress.pins import load_pin
-from regress.stack import live_fingerprint
-from regress.stack_keys import HASHED_KEYS, PINNED_KEYS
+from regress.facts.stack_keys import HASHED_KEYS, PINNED_KEYS
+from regress.machine.pins import load_pin
+from regress.machine.stack import live_fingerprint
 
 
 @pytest.fixture

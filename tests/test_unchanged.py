@@ -31,10 +31,10 @@ from typing import Any
 
 import pytest
 
-from regress.errors import UserError
-from regress.gate.core import gate, gate_ab
-from regress.pins import pin_for_digest
-from regress.site import build_site
+from regress.facts.errors import UserError
+from regress.judge.gate.core import gate, gate_ab
+from regress.machine.pins import pin_for_digest
+from regress.present.site import build_site
 from regress.store import queries
 from regress.store.repo import Store, open_store
 from regress.store.transfer import export_bundle, import_files

@@ -37,7 +37,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..stats import clip_outliers, median, successive_sigma
+from regress.facts.stats import clip_outliers, median, successive_sigma
+
 from .config import ChangePointConfig
 
 Direction = Literal["slower", "faster"]

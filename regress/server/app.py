@@ -11,7 +11,8 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from ..store.db import StoreFault
+from regress.store.db import StoreFault
+
 from . import health, openapi, runs, series
 from .errors import ApiError
 from .extensions import store_ext

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from regress.cli import main
-from regress.demo import demo_history
+from regress.present.demo import demo_history
 from regress.server import create_app
+from regress.server.tokens import create_token
 from regress.store.repo import open_store
-from regress.tokens import create_token
 
 REPO = Path(__file__).resolve().parents[2]
 NIGHTLY = ["python", "-m", "regress", "nightly", "--quick", "--backend", "cpu", "--suites", "ulp"]

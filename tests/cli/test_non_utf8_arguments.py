@@ -16,7 +16,7 @@ import click
 import pytest
 
 from regress.cli import cli
-from regress.pins import pin_for_digest
+from regress.machine.pins import pin_for_digest
 from regress.store import queries
 from regress.store.repo import open_store
 from regress.store.transfer import import_files

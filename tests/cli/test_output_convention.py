@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from regress.cli import main
-from regress.commands.nightly import next_gate_command
-from regress.gate.render import summary_lines
-from regress.gate.report import GateReport, GateRow
-from regress.nightly import NightlyOptions, NightlyOutcome
+from regress.cli.commands.nightly import next_gate_command
+from regress.judge.gate.render import summary_lines
+from regress.judge.gate.report import GateReport, GateRow
+from regress.run.nightly import NightlyOptions, NightlyOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARDED = ROOT / "benchmarks" / "results" / "h200x2-full-sharded-01a22bb6efff5a4d06bc5e7d.json"
@@ -70,7 +70,7 @@ def test_listings_are_tables_and_take_tsv_and_json(sharded_db: str) -> None:
 @pytest.mark.slow
 def test_regressions_list_is_sized_to_the_width(tmp_path: Path) -> None:
     """main printed it 200 columns wide whatever the terminal."""
-    from regress.demo import demo_history
+    from regress.present.demo import demo_history
     from regress.store.repo import open_store
 
     url = f"sqlite:///{tmp_path / 'demo.db'}"

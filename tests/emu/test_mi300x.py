@@ -107,8 +107,8 @@ def _check_steady(st: SteadyState, mfma_per_tile: float) -> None:
 
 @pytest.mark.slow
 def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactory) -> None:
-    from regress.build import build_kernel
     from regress.emu.mi300x import Ours, Predictor
+    from regress.native.build import build_kernel
 
     ours = Ours(build_kernel("hip-emu", cache_dir=tmp_path_factory.mktemp("co")).path)
     pred = Predictor()
@@ -215,7 +215,7 @@ COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks/results/mi300x-mod
 
 
 def _committed_rows() -> tuple[list[dict[str, object]], dict[str, object]]:
-    from regress.site import predicted
+    from regress.present.site import predicted
 
     path = predicted.latest_file(COMMITTED)
     assert path is not None and path.name.startswith("predicted-v2"), path

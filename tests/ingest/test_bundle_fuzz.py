@@ -27,16 +27,16 @@ from hypothesis import strategies as st
 from real_bundles import real_bundles
 from sqlalchemy import select
 
-from regress.bundle import validate_bundle
 from regress.cli import main
-from regress.gate.core import VERDICT_EXIT
+from regress.facts.bundle import validate_bundle
+from regress.judge.gate.core import VERDICT_EXIT
+from regress.present.site import build_site
 from regress.server import create_app
-from regress.site import build_site
+from regress.server.tokens import create_token
 from regress.store import Run
 from regress.store.base import new_run_id
 from regress.store.repo import Store
 from regress.store.transfer import bundle_fingerprint
-from regress.tokens import create_token
 
 RUNNER = "fuzz-runner"
 DEEP = "__deep_nesting__"  # replaced in the JSON text: json.dumps itself cannot write 100,000 levels

@@ -13,8 +13,8 @@ from ingest_bundles import conflicting, make_bundle
 from ingest_server import TEST_LIMIT_BYTES, Service
 from sqlalchemy import func, select
 
+from regress.server.tokens import revoke_tokens
 from regress.store import Result, Run, RunnerToken
-from regress.tokens import revoke_tokens
 
 
 def post(service: Service, bundle: Any, token: str | None, **kw: Any) -> requests.Response:

@@ -22,7 +22,7 @@ from regress.cli import main
 
 
 def test_a_digest_that_is_not_the_keys_is_400_naming_both(service: Service) -> None:
-    from regress.stack_keys import HASHED_KEYS, stack_digest
+    from regress.facts.stack_keys import HASHED_KEYS, stack_digest
 
     bundle = undrifted()
     genuine = bundle["stack"]["digest"]

@@ -20,9 +20,9 @@ from ingest_client import post, undrifted
 from ingest_server import Service
 from real_bundles import full_real_bundles
 
-from regress import bundle as bundle_module
-from regress.bundle import BundleError, validate_bundle
 from regress.cli import main
+from regress.facts import bundle as bundle_module
+from regress.facts.bundle import BundleError, validate_bundle
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ import requests
 from ingest_bundles import make_bundle
 from ingest_server import free_port, start_server, stop_server
 
+from regress.server.tokens import create_token
 from regress.store.repo import open_store
-from regress.tokens import create_token
 
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
 

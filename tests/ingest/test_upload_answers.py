@@ -17,8 +17,8 @@ import pytest
 from ingest_bundles import make_bundle
 from ingest_server import Service
 
-from regress.bundle import write_bundle
-from regress.upload import RetryPolicy, spooled_files, upload_bundles
+from regress.facts.bundle import write_bundle
+from regress.run.upload import RetryPolicy, spooled_files, upload_bundles
 
 POLICY = RetryPolicy(attempts=2, base_s=0.01, cap_s=0.02, timeout_s=2, deadline_s=6)
 TOKEN = "r" * 40

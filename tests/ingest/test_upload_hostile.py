@@ -17,10 +17,10 @@ from ingest_server import Service
 from sqlalchemy import select
 from werkzeug.serving import make_server
 
-from regress.bundle import write_bundle
 from regress.cli import main
+from regress.facts.bundle import write_bundle
+from regress.run.upload import spooled_files, upload_bundles
 from regress.store import Run
-from regress.upload import spooled_files, upload_bundles
 
 REPO = Path(__file__).resolve().parents[2]
 

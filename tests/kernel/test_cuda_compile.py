@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from regress.build import build_kernel, parse_ptxas
+from regress.native.build import build_kernel, parse_ptxas
 
 ROOT = Path(__file__).resolve().parents[2]
 NVCC = shutil.which("nvcc")
@@ -72,7 +72,7 @@ def kernels(log: str) -> dict[str, dict[str, int]]:
 
 
 def build(out: Path, inject: dict[str, int] | None = None) -> tuple[Path, str]:
-    """Builds through the project's one build path (regress.build), so the checks below hold for
+    """Builds through the project's one build path (regress.native.build), so the checks below hold for
     exactly what `regress build --backend cuda [--inject ...]` produces; returns the library and
     ptxas' log. The stats the build stored are the product parser's reading of that log."""
     art = build_kernel("cuda", inject=inject, cache_dir=out)

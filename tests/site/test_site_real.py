@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from regress.pins import pin_for_digest
-from regress.site import build_site
+from regress.machine.pins import pin_for_digest
+from regress.present.site import build_site
 from regress.store.repo import Store, open_store
 from regress.store.transfer import import_bundle
 
@@ -237,7 +237,7 @@ def test_the_real_site_is_byte_identical_for_the_same_runs_and_clock(tmp_path: P
     row order, a dict's order, the render's own time or the folder it writes to."""
     from datetime import datetime
 
-    from regress.site.writer import STATE_DIR
+    from regress.present.site.writer import STATE_DIR
 
     bundles = [json.loads(p.read_text()) for p in BUNDLES]
     clock = datetime(2026, 1, 2, 3, 4, 5)

@@ -12,15 +12,15 @@ import pytest
 from conftest import CASES, EVIL, NIGHTS, START, Site, demo_copy, make_site
 from sqlalchemy import func, select
 
-from regress.bundle import validate_bundle
 from regress.cli import main
-from regress.demo import demo_cases, demo_history
-from regress.resources import WEB_ENV, web_dir
-from regress.site import build_site
+from regress.facts.bundle import validate_bundle
+from regress.facts.resources import WEB_ENV, web_dir
+from regress.facts.suite_facts import is_timed
+from regress.present.demo import demo_cases, demo_history
+from regress.present.site import build_site
 from regress.store import Case, GateDecision, Regression, Run, Stack
 from regress.store.repo import Store
 from regress.store.transfer import export_bundle
-from regress.suite_facts import is_timed
 
 REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 

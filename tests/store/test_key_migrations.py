@@ -17,9 +17,9 @@ from typing import Any
 
 from sqlalchemy import func, inspect, select
 
-from regress.bundle import canonical
 from regress.cli import main
-from regress.pins import pin_for_digest
+from regress.facts.bundle import canonical
+from regress.machine.pins import pin_for_digest
 from regress.store import Build, Result, Run, Sample
 from regress.store.base import new_run_id
 from regress.store.repo import Store, open_store

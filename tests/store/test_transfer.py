@@ -19,7 +19,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from regress.pins import pin_for_digest
+from regress.machine.pins import pin_for_digest
 from regress.store import queries
 from regress.store.base import new_run_id
 from regress.store.repo import Store, open_store
