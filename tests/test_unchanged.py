@@ -1,6 +1,8 @@
 """Behaviour-unchanged guards for moving files (issue 43, phase 2: the folders by layer and
 `benchmarks/` as a workshop). Every committed bundle (a plain JSON file under benchmarks/results or
-a member of a committed .tar.xz archive there), imported in name order into one store:
+a member of a committed .tar.xz archive there), imported in run-id order into one store (the order
+of the bundles' own ids, not of their file names, so renaming or archiving a file cannot change
+which bundle first states a case's params):
 
 - exports byte for byte as the JSON document it was (a pinned stack's keys read as its pin's);
 - renders the golden site: every page and asset `regress site` writes (its `.regress-site/` cache
@@ -77,12 +79,17 @@ def committed_bundles() -> list[tuple[str, bytes]]:
 BUNDLES = committed_bundles()
 
 
+def _import_order(bundle: tuple[str, bytes]) -> tuple[str, str]:
+    """A bundle's place in the import: its run id (then its bytes' digest), never its file name."""
+    return json.loads(bundle[1])["run"]["id"], hashlib.sha256(bundle[1]).hexdigest()
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    """Every committed bundle through `regress import`'s path, in name order, on SQLite."""
+    """Every committed bundle through `regress import`'s path, in run-id order, on SQLite."""
     folder = tmp_path_factory.mktemp("committed")
     paths = []
-    for i, (_, data) in enumerate(BUNDLES):
+    for i, (_, data) in enumerate(sorted(BUNDLES, key=_import_order)):
         paths.append(folder / f"{i:03d}.json")
         paths[-1].write_bytes(data)
     opened = open_store(f"sqlite:///{folder / 'regress.db'}")
