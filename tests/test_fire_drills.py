@@ -5,7 +5,7 @@ statistics are tested on controlled noise in tests/detect/test_verdict.py. The s
 gate may answer 1 (caught, cases named) or 2 (too noisy to tell, cases named, with the MDE) on a
 loaded CI machine, never 0: a pass needs every case's MDE within 15 %, and a 30 % drill is caught at
 that power with near certainty. How often it is 1 rather than 2 depends on the machine's load and
-is a measurement (benchmarks/fire_drills.py, docs/detection.md), not a test. Clean-against-clean on
+is a measurement (benchmarks/service/fire_drills.py, docs/detection.md), not a test. Clean-against-clean on
 real timings is a rate too, for the same reason.
 
 Each test builds its own temp SQLite database through `run_nightly` (the real path: build, suites,

@@ -1,4 +1,4 @@
-"""benchmarks/h200_split.py's host-side logic, without a GPU: each build's effective launch settings
+"""benchmarks/h200/h200_split.py's host-side logic, without a GPU: each build's effective launch settings
 from its flags over the kernel's defaults, which kernels it runs per check shape, where bit-equality
 with the default is owed (other_kernel, split_rows) and the split tiles' rows. The device checks
 trust these to tell a real difference from an expected one."""
@@ -17,7 +17,7 @@ import torch
 from regress.facts.cases import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
 import cuda_plan as ctp  # noqa: E402
 import h200_split as hs  # noqa: E402
 
@@ -46,7 +46,11 @@ def test_imports_without_cuda_and_reads_h200_libs():
         "print(torch.cuda.is_available(), h.LIBS, h.settings('old')['tail_split'])"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT / "benchmarks", env=env, capture_output=True, text=True
+        [sys.executable, "-c", code],
+        cwd=ROOT / "benchmarks" / "h200",
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
@@ -174,7 +178,7 @@ def test_a_timed_build_under_a_check_builds_name_is_refused():
     for libs, ok in (("new=;s4=-DRA_CUDA_SPLIT=4", True), ("new=;nosplit=-DRA_CUDA_TAIL_SPLIT=0", False)):
         out = subprocess.run(
             [sys.executable, "-c", code],
-            cwd=ROOT / "benchmarks",
+            cwd=ROOT / "benchmarks" / "h200",
             env={**env, "H200_LIBS": libs},
             capture_output=True,
             text=True,

@@ -170,9 +170,8 @@ NO_README_YET = {"emu"}
 def test_every_folder_with_a_row_says_its_rule() -> None:
     """A folder of the table carries a README that states its rule (STYLE: folders with a rule)."""
     table = layer_table(DOC.read_text())
-    folders = {r: PACKAGE / r for r in table if (PACKAGE / r).is_dir()} | {
-        "tests/kit": ROOT / "tests" / "kit"
-    }
+    folders = {r: PACKAGE / r for r in table if (PACKAGE / r).is_dir()}
+    folders |= {"tests/kit": ROOT / "tests" / "kit", "benchmarks": ROOT / "benchmarks"}
     silent = sorted(r for r, path in folders.items() if not (path / "README.md").is_file())
     assert silent == sorted(NO_README_YET), f"no README.md stating the rule in {silent}"
 
@@ -403,3 +402,35 @@ if __name__ == "__main__":  # python3 tests/test_import_layers.py: the package's
     for level in sorted(set(by_floor.values()), reverse=True):
         here = sorted(r for r in by_floor if by_floor[r] == level)
         print(f"floor {level}: " + ", ".join(f"{r} ({modules.get(r, 0)} modules)" for r in here))
+
+
+# Who may name the committed results' folders: the package's one accessor of the MI300X predictions,
+# the tests' one reader of the headline bundles and campaign archives, and the gfx942 branch's own
+# test of its predictions (mid-change when benchmarks/ became a workshop).
+RESULTS_READERS = {"regress/facts/resources.py", "tests/kit/committed.py", "tests/emu/test_mi300x.py"}
+# a path joined onto the folders (`ROOT / "benchmarks" / "results"`, `ROOT / "benchmarks/headline/x"`),
+# as ast.unparse writes it; a string that only names a folder in a message is not a reader
+RESULT_PATHS = re.compile(r"/\s*'benchmarks(/|'\s*/\s*')(results|headline|campaigns)")
+
+
+def _code(source: str) -> str:
+    """The source without its docstrings and comments (a docstring may say where a file lies)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            first.value.value = ""
+    return ast.unparse(tree)
+
+
+def test_the_committed_results_are_read_in_one_place() -> None:
+    readers = [
+        str(path.relative_to(ROOT))
+        for path in sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
+        if RESULT_PATHS.search(_code(path.read_text()))
+    ]
+    assert set(readers) <= RESULTS_READERS, f"read them through tests/kit/committed.py: {readers}"
+    assert RESULT_PATHS.search(_code('p = ROOT / "benchmarks" / "results" / "x.json"'))
+    assert RESULT_PATHS.search(_code('p = ROOT / "benchmarks/headline/x.json"'))
+    assert not RESULT_PATHS.search(_code('"""ROOT / benchmarks/results/x.json"""\nx = "benchmarks/results"'))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from committed import headline_bundle
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import gmean
@@ -72,7 +73,7 @@ def test_geomean_speedups_one_shape_passing_perf_only() -> None:
 
 def test_summary_matches_the_committed_real_run() -> None:
     """The committed H200 nightly's stored summary is what summarise computes from its results."""
-    bundle = json.loads(next((ROOT / "benchmarks" / "results").glob("h200-nightly-*.json")).read_text())
+    bundle = json.loads(headline_bundle("h200-nightly-*").read_text())
     results = [
         CaseResult(CaseSpec(r["suite"], r["name"], r["params"]), r["status"], metrics=r["metrics"])
         for r in bundle["results"]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from committed import headline
 from sqlalchemy import select
 
 from regress.cli import main
@@ -97,9 +98,7 @@ def test_upload_run_recreates_a_bundle_from_the_store(tmp_path: Path, db_url: st
     from regress.store.transfer import export_bundle, import_bundle
 
     store = open_store(db_url)
-    bundle = json.loads(
-        next((Path(__file__).parent.parent / "benchmarks" / "results").glob("*.json")).read_text()
-    )
+    bundle = json.loads(headline()[0].read_text())
     with store.transaction() as s:
         run_id, _ = import_bundle(s, bundle, pin=pin_for_digest(bundle["stack"]["digest"]))
     with store.reader() as s:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import headline
 
 from regress.facts.metrics import stored_geomean, summarise
 from regress.run.nightly import NightlyOptions, plan_cases
@@ -48,9 +49,9 @@ def _tour() -> list[str]:
 
 @cache
 def _bundle(pattern: str) -> dict[str, Any]:
-    found = sorted(glob.glob(str(ROOT / pattern)))
+    found = headline(pattern.removeprefix("benchmarks/headline/"))
     assert len(found) == 1, f"README's {pattern} names {len(found)} files, not one"
-    data: dict[str, Any] = json.loads(Path(found[0]).read_text())
+    data: dict[str, Any] = json.loads(found[0].read_text())
     return data
 
 
@@ -76,7 +77,7 @@ def _check_geomeans(item: str, bundle: dict[str, Any]) -> None:
 
 
 def _path_in(item: str) -> str:
-    m = re.search(r"`(benchmarks/results/[^`]+\.json)`", item)
+    m = re.search(r"`(benchmarks/headline/[^`]+\.json)`", item)
     assert m, "the item names no committed bundle"
     return m.group(1)
 

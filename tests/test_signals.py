@@ -23,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from committed import headline
 
 from regress.facts.bundle import read_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+BUNDLES = headline()
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

@@ -319,7 +319,7 @@ _PYTHON_LIB: list[torch.library.Library] = []
 def python_ops() -> tuple[torch._ops.OpOverload, torch._ops.OpOverload]:
     """(attention, varlen_attention) with the Python kernels, as torch.ops.regress_python.*, whichever
     kernels torch.ops.regress runs: the two implementations side by side in one process (tests
-    hold them to the same bits and errors; benchmarks/op_host.py times both)."""
+    hold them to the same bits and errors; benchmarks/h200/op_host.py times both)."""
     if not _PYTHON_LIB:
         lib = _define(PYTHON_NAMESPACE)
         _register_python_kernels(lib)

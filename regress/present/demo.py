@@ -59,7 +59,7 @@ REAL_NOISE_QUANTILES = (
 )
 
 # Kernel speedup per baseline and mode. ROCm: the published MoonMath geomeans vs AITER (ANCHORS.md).
-# CUDA: the geomeans of the committed H200 nightly (benchmarks/results/h200-nightly-*.json).
+# CUDA: the geomeans of the committed H200 nightly (benchmarks/headline/h200-nightly-*.json).
 ROCM_SPEEDUP = {"aiter": {"rtne": 1.18, "rtna": 1.15, "rtz": 1.08}}
 CUDA_SPEEDUP = {
     "sdpa_cudnn": {"rtne": 0.946, "rtna": 0.968, "rtz": 0.969},

@@ -20,7 +20,7 @@ from .extensions import store_ext
 # A nightly bundle with every raw timing is a few MiB; 64 MiB leaves room and still bounds memory.
 DEFAULT_MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 ENV_MAX_BYTES = "REGRESS_MAX_BUNDLE_BYTES"
-# Benchmark only (benchmarks/ingest.py): store results one row per statement, as before issue #13.
+# Benchmark only (benchmarks/service/ingest.py): store results one row per statement, as before issue #13.
 ENV_ROW_BY_ROW = "REGRESS_INGEST_ROW_BY_ROW"
 UNREAD_BODY_TIMEOUT_S = 2.0  # werkzeug only: how long a refused upload's unread body may stall
 RETRY_AFTER_S = 5  # what a client waits after a 503: a database restart takes a few seconds

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from committed import headline_bundle
 
 from regress.cli import main
 from regress.cli.commands.nightly import next_gate_command
@@ -20,7 +21,7 @@ from regress.judge.gate.report import GateReport, GateRow
 from regress.run.nightly import NightlyOptions, NightlyOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARDED = ROOT / "benchmarks" / "results" / "h200x2-full-sharded-01a22bb6efff5a4d06bc5e7d.json"
+SHARDED = headline_bundle("h200x2-full-sharded-01a22bb6efff5a4d06bc5e7d")
 
 
 def _regress(args: list[str], columns: int | None = None) -> subprocess.CompletedProcess[str]:
@@ -93,7 +94,7 @@ def test_help_lists_each_command_with_its_whole_first_sentence() -> None:
     commands = shown.stdout.split("Commands:")[1]
     assert "..." not in commands and "(e.g." not in commands
     flat = " ".join(commands.split())
-    assert "import Store run bundles, such as benchmarks/results/*.json, through the service's own " in flat
+    assert "import Store run bundles, such as benchmarks/headline/*.json, through the service's own " in flat
 
 
 def test_the_same_run_twice_hints_the_ab_gate(sharded_db: str, capsys: pytest.CaptureFixture[str]) -> None:

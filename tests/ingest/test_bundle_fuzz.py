@@ -1,6 +1,6 @@
 """Property: whatever a runner sends, the service answers 4xx or stores a run every reader can show.
 
-Hypothesis mutates the committed real H200 bundles (benchmarks/results/*.json, trimmed): one field
+Hypothesis mutates the committed real H200 bundles (benchmarks/headline/*.json, trimmed): one field
 replaced by a hostile value (NaN, 1e999, 10**30, NUL, a lone surrogate, strings one past their
 column, odd timestamps, the wrong type, 100,000 nested arrays...), deleted, or joined by an unknown
 field, or a result repeated. Each mutant goes to the real Flask app on a real SQLite file and a real

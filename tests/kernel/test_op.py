@@ -1,6 +1,6 @@
 """torch.ops.regress.attention: the custom op over the CPU golden model (regress/kernel/op.py).
 
-The same op dispatches to the CUDA kernel on GPU tensors; benchmarks/h200_op.py checks that side
+The same op dispatches to the CUDA kernel on GPU tensors; benchmarks/h200/h200_op.py checks that side
 (compile bits, CUDA-graph capture) on the H200.
 """
 

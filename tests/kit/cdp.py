@@ -1,4 +1,4 @@
-"""A minimal headless-Chromium driver over the DevTools protocol (tests and benchmarks/site.py).
+"""A minimal headless-Chromium driver over the DevTools protocol (tests and benchmarks/service/site.py).
 
 Uses the system `chromium` and `websocket-client`; downloads nothing. One browser per instance,
 a fresh profile in a temporary folder, no network features.

@@ -1,4 +1,5 @@
-"""The committed bundles of real H200 runs (benchmarks/results/*.json), trimmed for fast tests.
+"""The committed bundles of real H200 runs (the headline ones, committed.headline()), trimmed for fast
+tests.
 
 Trimming keeps every field and every kind of value a real runner writes (perf, ULP and determinism
 results; device, GPU state and build stats); it only keeps fewer results and fewer raw timings.
@@ -9,17 +10,16 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
-from regress.store.base import new_run_id
+from committed import headline
 
-RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+from regress.store.base import new_run_id
 
 
 @functools.cache
 def _loaded() -> tuple[dict[str, Any], ...]:
-    return tuple(json.loads(p.read_text()) for p in sorted(RESULTS_DIR.glob("*.json")))
+    return tuple(json.loads(p.read_text()) for p in headline())
 
 
 def full_real_bundles() -> list[dict[str, Any]]:

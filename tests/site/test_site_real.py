@@ -1,4 +1,4 @@
-"""The site rendered from the committed REAL bundles (benchmarks/results/: a single-GPU H200 nightly,
+"""The site rendered from the committed REAL bundles (benchmarks/headline/: a single-GPU H200 nightly,
 a one-GPU sharded run, a two-GPU sharded quick run and its one-GPU twin), checked in headless
 Chromium: the index card shows the geomean per rounding mode against each baseline, the device
 state before/after as clocks, temperature and power per worker, and the workers of a sharded
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import headline
 
 from regress.machine.pins import pin_for_digest
 from regress.present.site import build_site
@@ -26,7 +27,7 @@ from regress.store.repo import Store, open_store
 from regress.store.transfer import import_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+BUNDLES = headline()
 NUMBER = re.compile(r"\d+(\.\d+)?")
 
 

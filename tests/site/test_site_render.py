@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from committed import headline_bundle
 from conftest import CASES, EVIL, NIGHTS, START, Site, demo_copy, make_site
 from sqlalchemy import func, select
 
@@ -21,8 +22,6 @@ from regress.present.site import build_site
 from regress.store import Case, GateDecision, Regression, Run, Stack
 from regress.store.repo import Store
 from regress.store.transfer import export_bundle
-
-REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 def _chart(page: Path) -> dict:
@@ -256,7 +255,7 @@ def test_demo_history_shape(tmp_path: Path, demo_db: Path) -> None:
         cuda = s.scalars(select(Run.id).where(Run.backend == "cuda").order_by(Run.id.desc())).first()
         demo = export_bundle(s, cuda)
     validate_bundle(demo)
-    real = json.loads(next(REAL.glob("h200-nightly-*.json")).read_text())
+    real = json.loads(headline_bundle("h200-nightly-*").read_text())
     for suite in ("perf", "e2e", "determinism", "ulp"):
         ours = {k for r in demo["results"] if r["suite"] == suite for k in r["metrics"]}
         theirs = {k for r in real["results"] if r["suite"] == suite for k in r["metrics"]}

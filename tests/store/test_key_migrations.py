@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from committed import headline
 from sqlalchemy import func, inspect, select
 
 from regress.cli import main
@@ -25,7 +26,7 @@ from regress.store.base import new_run_id
 from regress.store.repo import Store, open_store
 from regress.store.transfer import export_bundle, import_bundle
 
-BUNDLES = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "results").glob("*.json"))
+BUNDLES = headline()
 SIDE_TABLES = {"run_given_ids_kept", "build_records_kept", "build_runs_kept"}
 
 

@@ -1,4 +1,4 @@
-"""Bundle transfer on the committed real runs (benchmarks/results/*.json): what `regress import`
+"""Bundle transfer on the committed real runs (benchmarks/headline/*.json): what `regress import`
 stores, `export_bundle` gives back, byte for byte, and the pin alone decides the stack's facts.
 
 The proof that moving transfer out of repo.py (issue 25) changed no bundle: every real bundle goes
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import headline
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +33,7 @@ from regress.store.transfer import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+BUNDLES = headline()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from . import options
 @options.db
 @click.pass_context
 def import_cmd(ctx: click.Context, bundles: tuple[Path, ...], db_url: str | None) -> None:
-    """Store run bundles, such as benchmarks/results/*.json, through the service's own validation.
+    """Store run bundles, such as benchmarks/headline/*.json, through the service's own validation.
 
     Idempotent: a bundle already stored with the same content is skipped; one stored with different
     content under the same run id is refused and the stored run is kept. Each bundle is one

@@ -204,7 +204,7 @@ def _one_thread(ctx: SuiteContext) -> Iterator[None]:
             os.environ["REGRESS_CPU_THREADS"] = before_env
 
 
-# Untimed rounds before a GPU case's timed ones, by ctx.quick (benchmarks/h200_ceiling.py times its
+# Untimed rounds before a GPU case's timed ones, by ctx.quick (benchmarks/h200/h200_ceiling.py times its
 # ceilings in the same round structure).
 GPU_WARMUP_ROUNDS = {True: 3, False: 10}
 
