@@ -15,6 +15,7 @@ table (or a table row naming no room), and on a table that itself allows a circl
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -65,15 +66,20 @@ def module_name(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _local_modules(where: str, root: Path = ROOT) -> set[str]:
+@functools.cache
+def _local_modules(where: str, root: Path = ROOT) -> frozenset[str]:
     """The names a script imports the scripts of `where` by (benchmarks/ and tests/ put their own
     folders on sys.path, pytest's `pythonpath` puts tests/kit there: `import drillkit`,
     `from real_bundles import ...`); a deeper room's scripts are its own."""
     deeper = [root / w for w in OUTSIDE if w.startswith(where + "/")]
-    return {p.stem for p in (root / where).rglob("*.py") if not any(p.is_relative_to(d) for d in deeper)} - {
-        "__init__",
-        "conftest",
-    }
+    found = {p.stem for p in (root / where).rglob("*.py") if not any(p.is_relative_to(d) for d in deeper)}
+    return frozenset(found - {"__init__", "conftest"})
+
+
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """One parse a file a test process (the walks below read every file of three trees)."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def imported(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
@@ -83,7 +89,7 @@ def imported(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     siblings = {where: _local_modules(where, root) for where in OUTSIDE if (root / where).is_dir()}
     out: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_parsed(path)):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -202,7 +208,7 @@ def test_the_pure_rooms_load_no_io_library(where: str) -> None:
     loaded = [
         f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
         for path in sorted((PACKAGE / where).rglob("*.py"))
-        for node in ast.parse(path.read_text()).body  # module level only: what an import of it loads
+        for node in _parsed(path).body  # module level only: what an import of it loads
         if isinstance(node, ast.Import | ast.ImportFrom)
         for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
         if name.split(".")[0] in IMPURE
@@ -314,7 +320,7 @@ def module_graph(package: Path = PACKAGE, root: Path = ROOT) -> dict[str, set[st
     for name, path in paths.items():
         pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_parsed(path)):
             if isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom):
@@ -408,29 +414,35 @@ if __name__ == "__main__":  # python3 tests/test_import_layers.py: the package's
 # the tests' one reader of the headline bundles and campaign archives, and the gfx942 branch's own
 # test of its predictions (mid-change when benchmarks/ became a workshop).
 RESULTS_READERS = {"regress/facts/resources.py", "tests/kit/committed.py", "tests/emu/test_mi300x.py"}
-# a path joined onto the folders (`ROOT / "benchmarks" / "results"`, `ROOT / "benchmarks/headline/x"`),
-# as ast.unparse writes it; a string that only names a folder in a message is not a reader
-RESULT_PATHS = re.compile(r"/\s*'benchmarks(/|'\s*/\s*')(results|headline|campaigns)")
+RESULT_FOLDERS = ("results", "headline", "campaigns")
 
 
-def _code(source: str) -> str:
-    """The source without its docstrings and comments (a docstring may say where a file lies)."""
-    tree = ast.parse(source)
+def joins_results(tree: ast.AST) -> bool:
+    """Whether the code joins a path onto a results folder: `ROOT / "benchmarks" / "results"` or
+    `ROOT / "benchmarks/headline/x.json"` (a string that only names a folder, in a docstring or a
+    message, is not a reader)."""
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        first = body[0] if isinstance(body, list) and body else None
-        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-            first.value.value = ""
-    return ast.unparse(tree)
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)):
+            continue
+        right = node.right.value if isinstance(node.right, ast.Constant) else None
+        left = node.left.right if isinstance(node.left, ast.BinOp) else node.left
+        left_s = left.value if isinstance(left, ast.Constant) else None
+        if not isinstance(right, str):
+            continue
+        if re.match(rf"benchmarks/({'|'.join(RESULT_FOLDERS)})\b", right) or (
+            left_s == "benchmarks" and right.split("/")[0] in RESULT_FOLDERS
+        ):
+            return True
+    return False
 
 
 def test_the_committed_results_are_read_in_one_place() -> None:
     readers = [
         str(path.relative_to(ROOT))
         for path in sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
-        if RESULT_PATHS.search(_code(path.read_text()))
+        if joins_results(_parsed(path))
     ]
     assert set(readers) <= RESULTS_READERS, f"read them through tests/kit/committed.py: {readers}"
-    assert RESULT_PATHS.search(_code('p = ROOT / "benchmarks" / "results" / "x.json"'))
-    assert RESULT_PATHS.search(_code('p = ROOT / "benchmarks/headline/x.json"'))
-    assert not RESULT_PATHS.search(_code('"""ROOT / benchmarks/results/x.json"""\nx = "benchmarks/results"'))
+    assert joins_results(ast.parse('p = ROOT / "benchmarks" / "results" / "x.json"'))
+    assert joins_results(ast.parse('p = Path(__file__).parents[2] / "benchmarks/headline/x.json"'))
+    assert not joins_results(ast.parse('"""ROOT / benchmarks/results/x.json"""\nx = "benchmarks/results"'))

@@ -16,6 +16,10 @@ from sqlalchemy import func, select
 from regress.server.tokens import revoke_tokens
 from regress.store import Result, Run, RunnerToken
 
+# PostgreSQL copies in plain pytest: these (concurrent inserts of one run);
+# the module's others in CI (tests/conftest.py)
+POSTGRES_IN_PLAIN = {"test_concurrent_identical_uploads_store_one_run"}
+
 
 def post(service: Service, bundle: Any, token: str | None, **kw: Any) -> requests.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -19,6 +19,10 @@ from real_bundles import real_bundles
 
 from regress.cli import main
 
+# PostgreSQL copies in plain pytest: these (a second uploader's build row under PostgreSQL's unique keys);
+# the module's others in CI (tests/conftest.py)
+POSTGRES_IN_PLAIN = {"test_another_uploaders_build_record_locks_nothing"}
+
 
 def test_a_digest_that_is_not_the_keys_is_400_naming_both(service: Service) -> None:
     from regress.facts.stack_keys import HASHED_KEYS, stack_digest

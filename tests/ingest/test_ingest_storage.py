@@ -26,6 +26,10 @@ from regress.store import Result, Run, Sample, Stack
 from regress.store.repo import reap_stale_runs
 from regress.store.transfer import export_bundle, import_bundle
 
+# PostgreSQL copies in plain pytest: these (COPY on PostgreSQL against executemany on SQLite);
+# the module's others in CI (tests/conftest.py)
+POSTGRES_IN_PLAIN = {"test_bulk_and_row_by_row_store_the_same"}
+
 
 def test_readers_survive_odd_stored_runs(service: Service, db_url: str, tmp_path: Path) -> None:
     bundle = real()

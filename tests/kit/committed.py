@@ -35,6 +35,21 @@ def headline_bundle(pattern: str) -> Path:
     return found[0]
 
 
+# One headline bundle of each kind, 1.5 MB of the 19: a one-GPU nightly with every suite and a
+# declared drift, a one-GPU sharded quick run and a two-GPU sharded quick run. Plain pytest reads
+# these where a test would otherwise read every headline bundle; CI's full tier reads them all.
+SAMPLE = (
+    "h200-nightly-01a227263a5bf313a6c4ef19",
+    "h200-shard-gpus0-01a2272c9436d8afa02fc37d",
+    "h200x2-sharded-quick-01a2276db2e71d034780a8bf",
+)
+
+
+def headline_sample() -> list[Path]:
+    """The SAMPLE headline bundles, by name."""
+    return [headline_bundle(name) for name in sorted(SAMPLE)]
+
+
 def campaigns() -> list[Path]:
     return sorted(CAMPAIGNS.glob("*.tar.xz"))
 

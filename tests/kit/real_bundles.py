@@ -22,11 +22,6 @@ def _loaded() -> tuple[dict[str, Any], ...]:
     return tuple(json.loads(p.read_text()) for p in headline())
 
 
-def full_real_bundles() -> list[dict[str, Any]]:
-    """Every committed real bundle as committed (a deep copy each), untrimmed."""
-    return [copy.deepcopy(b) for b in _loaded()]
-
-
 def _trim(bundle: dict[str, Any], results: int, samples: int) -> dict[str, Any]:
     out = copy.deepcopy({k: v for k, v in bundle.items() if k != "results"})
     by_suite: dict[str, list[dict[str, Any]]] = {}

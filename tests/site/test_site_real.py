@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from committed import headline
+from committed import SAMPLE, headline
 
 from regress.machine.pins import pin_for_digest
 from regress.present.site import build_site
@@ -47,13 +47,11 @@ def render(tmp: Path, bundles: list[dict[str, Any]]) -> RealSite:
     return RealSite(bundles[-1], tmp / "site", store)
 
 
-# Plain pytest renders three kinds (one GPU's nightly, one shard, a two-GPU sharded full run); the
-# slow tier renders every committed bundle (about 3 s of rendering and Chromium each).
-PLAIN = ("h200-nightly-", "h200-shard-gpus0-", "h200x2-full-sharded-")
+# Plain pytest renders the sample, one bundle of each kind (one GPU's nightly, one shard, a two-GPU
+# sharded run: tests/kit/committed.py); the slow tier renders every headline bundle (about 3 s of
+# rendering and Chromium each).
 REAL_PARAMS = [
-    pytest.param(
-        p, marks=() if p.name.startswith(PLAIN) else pytest.mark.slow, id=f"{p.stem.rsplit('-', 1)[0]}"
-    )
+    pytest.param(p, marks=() if p.stem in SAMPLE else pytest.mark.slow, id=f"{p.stem.rsplit('-', 1)[0]}")
     for p in BUNDLES
 ]
 
