@@ -55,9 +55,9 @@ def campaigns() -> list[Path]:
 
 
 @functools.cache
-def _members(archive: str) -> dict[str, bytes]:
+def _members(archive: str, folder: Path = CAMPAIGNS) -> dict[str, bytes]:
     """Every file of one campaign archive, by member name (each archive is read once a process)."""
-    path = CAMPAIGNS / archive
+    path = folder / archive
     if not path.is_file():
         raise LookupError(f"no campaign archive {path}")
     with tarfile.open(path) as tar:
@@ -71,6 +71,11 @@ def _members(archive: str) -> dict[str, bytes]:
 def members(archive: str, pattern: str = "*") -> list[str]:
     """The member names of `archive` ("h200-issue26.tar.xz") matching `pattern`, sorted."""
     return sorted(n for n in _members(archive) if fnmatch.fnmatchcase(n, pattern))
+
+
+def files(archive: Path) -> dict[str, bytes]:
+    """Every file of the archive at `archive` (a campaign's, or a copy elsewhere), by member name."""
+    return dict(_members(archive.name, archive.parent))
 
 
 def read(citation: str) -> bytes:
