@@ -285,6 +285,8 @@ _VCMP: dict[str, Callable[[Any, Any], Any]] = {
     "v_cmp_ge_u32": lambda a, b: np.asarray(a, np.uint32) >= np.asarray(b, np.uint32),
     "v_cmp_le_u32": lambda a, b: np.asarray(a, np.uint32) <= np.asarray(b, np.uint32),
 }
+for _rel, _f in (("eq", np.equal), ("ne", np.not_equal)):  # VGPR pairs or SGPR pairs, all 64 bits
+    _VCMP[f"v_cmp_{_rel}_u64"] = lambda a, b, f=_f: f(np.asarray(a, np.uint64), np.asarray(b, np.uint64))
 for _rel, _f in (("gt", np.greater), ("lt", np.less), ("eq", np.equal), ("ne", np.not_equal)):
     _VCMP[f"v_cmp_{_rel}_u16"] = lambda a, b, f=_f: f(
         np.asarray(a, np.uint32) & 0xFFFF, np.asarray(b, np.uint32) & 0xFFFF
@@ -426,6 +428,7 @@ def _compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Me
             or name.startswith(("global_store", "buffer_store", "scratch_store"))
             or (name.startswith("buffer_load") and "lds" in flags)
             or name.startswith("s_cmp")
+            or name.startswith("s_bitcmp")
             or name.startswith("s_setprio")
         )
         if name.startswith("v_cmp") and k == 0:
@@ -467,7 +470,7 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
         return run
     if name in _VCMP or name in _VCMP_F:
         cmp = _VCMP.get(name) or _VCMP_F[name]
-        rd = reader_f32 if name in _VCMP_F else reader_u32
+        rd = reader_f32 if name in _VCMP_F else reader_u64 if name.endswith("_u64") else reader_u32
         a, b = rd(ops[1]), rd(ops[2])
         dst = ops[0].index
 
@@ -1037,6 +1040,36 @@ def _compile_salu(name: str, ins: Instr, ops: list[Operand], meta: Meta) -> Exec
             w.scc = int(f(x, y))
 
         return run
+    if name.startswith("s_cmpk_"):
+        # SOPK: SCC = S0 rel SIMM16, the constant zero-extended for _u32 and sign-extended for _i32.
+        rel, kind = name.split("_")[2:4]
+        a, v = r32(0), int(ins.operands[1], 0) & 0xFFFF
+        k = (v - 0x10000 if v & 0x8000 else v) if kind == "i32" else v
+        fk = {
+            "lt": int.__lt__,
+            "le": int.__le__,
+            "gt": int.__gt__,
+            "ge": int.__ge__,
+            "eq": int.__eq__,
+            "lg": int.__ne__,
+        }[rel]
+
+        def run_k(w: Wave) -> None:
+            x = a(w)
+            w.scc = int(fk(_s32(x) if kind == "i32" else x, k))
+
+        return run_k
+    if name in ("s_bitcmp0_b32", "s_bitcmp1_b32"):
+        # SCC = (bit S1[4:0] of S0) == 0 / 1.
+        a, b, want = r32(0), r32(1), int(name == "s_bitcmp1_b32")
+
+        def run_bit(w: Wave) -> None:
+            w.scc = int((a(w) >> (b(w) & 31)) & 1 == want)
+
+        return run_bit
+    if name == "s_not_b32":
+        d, a = ops[0].index, r32(1)
+        return lambda w: w.sset(d, w.nz(~a(w) & M32))
     if name in _SAVEEXEC:
         # D = EXEC; EXEC = f(S0, EXEC); SCC = EXEC != 0.
         d, a, fx = ops[0].index, r64(1), _SAVEEXEC[name]

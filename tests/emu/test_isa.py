@@ -409,3 +409,63 @@ def test_pk_fma_f32_neg_lo_and_neg_hi(asm_kernel):
     hazards, _ = k(out)
     assert not hazards
     assert out.tolist() == [[-2.0 * 4.0 + 0.5, 3.0 * 5.0 - 1.0]] * 64
+
+
+def test_sopk_compares_bit_compare_not_and_u64_compares(asm_kernel):
+    """s_cmpk_*_u32 (SIMM16 zero-extended) and _i32 (sign-extended), s_bitcmp0/1_b32, s_not_b32 (SCC
+    = result != 0), v_cmp_eq/ne_u64 on a VGPR pair against an SGPR pair (all 64 bits): the key loop of
+    step 13 compiles to them (docs/hip-gfx942.md)."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  s_mov_b32 s20, 0x80
+  s_cmpk_lt_u32 s20, 0x81
+  s_cselect_b32 s21, 1, 0
+  s_cmpk_gt_u32 s20, 0x7f
+  s_cselect_b32 s22, 1, 0
+  s_cmpk_lt_u32 s20, 0xffff
+  s_cselect_b32 s23, 1, 0
+  s_cmpk_lt_i32 s20, 0xffff
+  s_cselect_b32 s24, 1, 0
+  s_mov_b32 s25, 0x20
+  s_bitcmp1_b32 s25, 5
+  s_cselect_b32 s26, 1, 0
+  s_bitcmp0_b32 s25, 5
+  s_cselect_b32 s27, 1, 0
+  s_not_b32 s28, 0x0000ffff
+  s_cselect_b32 s29, 1, 0
+  s_mov_b32 s30, 3
+  s_mov_b32 s31, 7
+  v_mov_b32 v12, 3
+  v_cmp_gt_u32 vcc, 2, v0
+  v_cndmask_b32 v13, 0, 7, vcc
+  v_cmp_eq_u64 vcc, s[30:31], v[12:13]
+  v_cndmask_b32 v14, 0, 1, vcc
+  v_cmp_ne_u64 s[32:33], s[30:31], v[12:13]
+  v_cndmask_b32 v15, 0, 1, s[32:33]
+  v_mov_b32 v16, s21
+  v_mov_b32 v17, s22
+  v_mov_b32 v18, s23
+  v_mov_b32 v19, s24
+  v_mov_b32 v20, s26
+  v_mov_b32 v21, s27
+  v_mov_b32 v22, s28
+  v_mov_b32 v23, s29
+  v_lshlrev_b32 v8, 6, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[24:25], s[4:5], 0, v[8:9]
+  global_store_dwordx4 v[24:25], v[16:19], off
+  global_store_dwordx4 v[24:25], v[20:23], off offset:16
+  global_store_dwordx2 v[24:25], v[14:15], off offset:32
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros((64, 16), np.uint32)
+    assert not k(out)[0]
+    # 0x80 < 0x81, 0x80 > 0x7f, 0x80 < 0xffff unsigned; as i32 0xffff is -1 and 0x80 < -1 is false.
+    assert out[0, :4].tolist() == [1, 1, 1, 0]
+    assert out[0, 4:6].tolist() == [1, 0]  # bit 5 of 0x20 is set
+    assert out[0, 6:8].tolist() == [0xFFFF0000, 1]
+    # lanes 0, 1 hold 0x7_00000003 == s[30:31]; the others 0x0_00000003
+    assert out[:, 8].tolist() == [1, 1] + [0] * 62
+    assert out[:, 9].tolist() == [0, 0] + [1] * 62
