@@ -29,11 +29,24 @@
 #include "parts/compat.h"
 #include "parts/flags.h"
 
+/* Step 13: no packed-F32 VALU (v_pk_{add,fma,mul}_f32) in the device code: the ping-pong's softmax
+ * issues beside the other wave's MFMAs, and one reading of LLVM's co-issue rule holds packed-F32 ops
+ * behind every MFMA of the SIMD (docs/hip-gfx942.md); the SLP vectorizer also paired the softmax's
+ * scalar ops into them, and their register pairs did not coalesce with the MFMA accumulator quads
+ * (measured: 59 VGPRs spilled with them, none without). A function attribute would stop the
+ * always-inline parts from inlining (callee features must be the caller's), so it is set on every
+ * device function of the translation unit. */
+#if RA_HIP_PINGPONG && defined(__AMDGCN__)
+#pragma clang attribute push(__attribute__((target("no-packed-fp32-ops"))), apply_to = function)
+#define RA_HIP_NO_PK_F32 1
+#endif
+
 #include "parts/dispatch.h"
 #include "parts/epilogue.h"
 #include "parts/layout.h"
 #include "parts/mainloop.h"
 #include "parts/mfma.h"
+#include "parts/schedule.h"
 #include "parts/softmax.h"
 
 namespace ra_gfx942 {
@@ -189,6 +202,13 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
     for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = f32x4{0.f, 0.f, 0.f, 0.f};
   }
 
+#if RA_HIP_PINGPONG
+  const KeyLoop c{a, kb, vb, tile0, n_tiles, active, w, lane, li, g};
+  if (active)
+    key_loop<L, true>(c, lds_k, lds_vt, qf, o, st);
+  else
+    key_loop<L, false>(c, lds_k, lds_vt, qf, o, st);
+#else
   TileCopy<L> cp;
   cp.load(kb, vb, a.k_stride[2], a.v_stride[2], tile0 * (uint32_t)kBlockK, a.seqlen_k, t);
   cp.store(lds_k[0], lds_vt[0], t);
@@ -240,6 +260,7 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
     if (more) cp.store(lds_k[cur ^ 1], lds_vt[cur ^ 1], t);
     block_barrier();
   }
+#endif
 
   if constexpr (kSplit) {
     if (active) store_partial(o, st, a, lane, li, g, w);
@@ -291,6 +312,10 @@ RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_packed, 2, ra_gfx942::kPacked)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
+
+#ifdef RA_HIP_NO_PK_F32
+#pragma clang attribute pop
+#endif
 
 /* ------------------------------------------------------------------------------------------------
  * Host part (only with the real HIP runtime headers).

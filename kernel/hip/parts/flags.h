@@ -20,13 +20,19 @@
     "states, which cross-checks the static hazard scan (regress.emu.hazards)")                            \
   X(RA_HIP_FORCE_COMPAT, "force_compat", 0, 0, 1,                                                          \
     "the device code against compat.h even where <hip/hip_runtime.h> exists: the device-only build of "   \
-    "a machine without ROCm, on one that has it")
+    "a machine without ROCm, on one that has it")                                                        \
+  X(RA_HIP_PINGPONG, "pingpong", 1, 0, 1,                                                                  \
+    "step 13 while it is measured: the key loop as a two-group ping-pong (parts/schedule.h, K direct to " \
+    "LDS); 0 is step 12's loop")
 
 #ifndef RA_HIP_MFMA_BUILTIN
 #define RA_HIP_MFMA_BUILTIN 0
 #endif
 #ifndef RA_HIP_FORCE_COMPAT
 #define RA_HIP_FORCE_COMPAT 0
+#endif
+#ifndef RA_HIP_PINGPONG
+#define RA_HIP_PINGPONG 1
 #endif
 
 #define RA_HIP_FLAG_RANGE_(macro, key, dflt, lo, hi, why) \

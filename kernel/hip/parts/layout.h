@@ -74,6 +74,18 @@ RA_HIP_HD int k_copy_granule(int t) { return t & 15; }
 RA_HIP_HD int v_copy_dimpair(int t) { return t & 63; }
 RA_HIP_HD int v_copy_keygroup(int t) { return t >> 6; }
 
+/* K by direct-to-LDS loads (step 13, copy.h): wave w (0..7) moves rows w + 8i (i = 0..7) of a K
+ * tile, one 256-byte row an instruction. Lane l's dword lands at byte 4l of the LDS row, granule
+ * position l/4, so it loads the global granule that k_lds_index puts there: (l/4) ^ k_swizzle(row).
+ * Row w + 8i has swizzle w ^ 4(i & 1): two lane offsets serve all eight rows. */
+constexpr int kDmaRows = kBlockK / kWaves; /* K rows per wave */
+RA_HIP_HD int k_dma_row(int w, int i) { return w + kWaves * i; }
+RA_HIP_HD int k_dma_lane_bytes(int lane, int row) { return 16 * ((lane >> 2) ^ k_swizzle(row)) + 4 * (lane & 3); }
+
+/* V by group 1 (waves 4-7, wq = w - 4; schedule.h says why): wave wq loads keys 16 wq .. 16 wq + 15,
+ * lane l dims 2l and 2l + 1, and writes them as V^T key groups 2 wq and 2 wq + 1. */
+constexpr int kVKeysPerWave = 2 * kVGranules; /* 16 */
+
 /* One fp32 partial row of a tail-split part (step 10): O (unnormalised, 128 fp32), the row's
  * exponent offset q (log2 units, -Inf when every key of the part was -Inf), its sum l, two pad words
  * (16-byte aligned records). The device's store_partial/merge_body and the planner's workspace size. */

@@ -94,6 +94,14 @@ __device__ __forceinline__ void mfma_entry_fence(f32x4 (&o)[8], bf16x4 (&p)[4]) 
 #endif
 }
 
+/* The same operands through an empty asm: no instruction, only the register constraint (step 13's M
+ * phase, where the fence's 2 wait states come from a barrier or an explicit s_nop). */
+__device__ __forceinline__ void mfma_tie(f32x4 (&o)[8], bf16x4 (&p)[4]) {
+  asm volatile(""
+               : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]),
+                 "+v"(p[0]), "+v"(p[1]), "+v"(p[2]), "+v"(p[3]));
+}
+
 /* The low / high 8 bytes of a 16-byte load as an MFMA operand. */
 __device__ __forceinline__ bf16x4 lo_half(u32x4 x) { return __builtin_bit_cast(bf16x4, u32x2{x.x, x.y}); }
 __device__ __forceinline__ bf16x4 hi_half(u32x4 x) { return __builtin_bit_cast(bf16x4, u32x2{x.z, x.w}); }

@@ -109,6 +109,107 @@ __device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles
   return softmax_tail_fma(st, s, p, m_new, m_use, scale_log2e);
 }
 
+/* Step 13: the X phase's softmax of a wave's two query tiles (schedule.h). The same bits as
+ * online_softmax + step 6's lazy rescale, in another instruction mix:
+ *   - no packed-F32 VALU: under the reading of LLVM's co-issue rule that holds packed-F32 ops behind
+ *     every MFMA of the SIMD (the model's band, docs/hip-gfx942.md), they could not issue at all
+ *     while the other wave's MFMA batch runs; the fmas and sums are plain v_fma_f32 / v_add_f32, in
+ *     the same order (a v_pk op is two IEEE ops, element by element);
+ *   - alpha = exp2(q_old - q_new) is taken only when some lane's running max moved (one wave ballot,
+ *     as step 6 decides the O rescale): on a tile that raises no max every alpha is exactly 1 (or 0
+ *     for a row that has seen only -Inf, whose O is +0 or NaN and whose l is 0 or NaN, or NaN for a
+ *     row holding +Inf, whose l is NaN), so l + sum and the unscaled O give the same outputs;
+ *   - both query tiles' row maxima interleaved, so one ds_bpermute round trip waits for two. */
+__device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s)[kMTiles][kKTiles],
+                                              bf16x4 (&p)[kMTiles][kKTiles], float (&alpha)[kMTiles],
+                                              float scale_log2e, bool partial, uint32_t keys_left, int lane, int g) {
+#pragma clang fp contract(off)
+  if (partial) {
+    /* key = tile_key(kt, 4g + r) = 8g + (a constant of kt, r) >= keys_left: compared against the
+     * lane's keys_left - 8g, so no lane constant is hoisted out of this branch (16 VGPRs) */
+    int kl = (int)keys_left - 8 * g;
+    asm volatile("" : "+v"(kl));
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int kt = 0; kt < kKTiles; ++kt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          if (tile_key(kt, r) >= kl) s[mt][kt][r] = neg_inf();
+  }
+  float mx[kMTiles];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    mx[mt] = neg_inf();
+#pragma unroll
+    for (int kt = 0; kt < kKTiles; ++kt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) mx[mt] = __builtin_fmaxf(mx[mt], s[mt][kt][r]);
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) mx[mt] = __builtin_fmaxf(mx[mt], lane_xor(mx[mt], lane, 16));
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) mx[mt] = __builtin_fmaxf(mx[mt], lane_xor(mx[mt], lane, 32));
+
+  float m_new[kMTiles], q[kMTiles], sum[kMTiles];
+  bool rise = false;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    m_new[mt] = __builtin_fmaxf(st[mt].m, mx[mt]);
+    const float m_use = (m_new[mt] == neg_inf()) ? 0.0f : m_new[mt];
+    q[mt] = m_use * scale_log2e;
+    rise = rise || m_new[mt] != st[mt].m;
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    float nq = -q[mt];
+    float x = 0.0f, y = 0.0f; /* the two lanes of step 7's paired sum */
+#pragma unroll
+    for (int kt = 0; kt < kKTiles; ++kt) {
+      float e[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) e[r] = __builtin_amdgcn_exp2f(__builtin_fmaf(s[mt][kt][r], scale_log2e, nq));
+      x = x + e[0];
+      y = y + e[1];
+      x = x + e[2];
+      y = y + e[3];
+      p[mt][kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[0], e[1]), pack_p_bf16_rna(e[2], e[3])});
+    }
+    sum[mt] = x + y;
+  }
+  /* A scalar branch: the ballot through an empty asm, since clang turns `ballot(x) != 0` back into a
+   * divergent branch on x (exec-masked). The O rescale itself is the next M phase's (rescale_o). */
+  uint64_t any_rise = __builtin_amdgcn_ballot_w64(rise);
+  asm volatile("" : "+s"(any_rise));
+  if (any_rise != 0u) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      alpha[mt] = (st[mt].m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f(st[mt].q - q[mt]);
+      st[mt].l = __builtin_fmaf(st[mt].l, alpha[mt], sum[mt]);
+    }
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) st[mt].l = st[mt].l + sum[mt];
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    st[mt].m = m_new[mt];
+    st[mt].q = q[mt];
+  }
+  return any_rise;
+}
+
+/* The O rescale of a tile that raised some row's max (softmax_x returned non-zero): at the head of the
+ * next M phase, before the PV MFMAs that accumulate into O (a rare branch of the M phase). */
+__device__ __forceinline__ void rescale_o(f32x4 (&o)[kMTiles][kDTiles], const float (&alpha)[kMTiles]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) o[mt][dt][r] = o[mt][dt][r] * alpha[mt];
+}
+
 }  // namespace ra_gfx942
 
 #endif /* RA_HIP_SOFTMAX_H */

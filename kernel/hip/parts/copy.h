@@ -1,0 +1,160 @@
+/*
+ * copy.h — a wave's share of a K/V tile's trip HBM -> LDS (step 13, docs/hip-gfx942.md).
+ *
+ *   K  direct to LDS: wave w moves rows w + 8i (i = 0..7), one `buffer_load_dword ... lds` a row.
+ *      Lane l's dword lands at LDS byte 4l of the row (M0 = the row's LDS address), granule position
+ *      l/4, so the lane fetches the global granule k_lds_index stores there (layout.h,
+ *      k_dma_lane_bytes). No VGPR, no ds_write, no VALU; counted on vmcnt: the wave waits for them
+ *      before the barrier that publishes the tile.
+ *   V  the four waves of group 1 (schedule.h says why): wave wq = w - 4 loads keys 16 wq .. +15 by 16
+ *      dword loads into VGPRs (lane = dim pair), transposes them by v_perm into V^T granules and writes
+ *      them with ds_write_b128 (an MFMA operand holds keys packed in a register and a V row holds dims,
+ *      so no direct-to-LDS load can do the transpose).
+ *
+ * Two address paths, the same bytes (copy_fast decides per tile): `fast` for a tile wholly below
+ * seqlen_k and strides below 2^20 elements (one buffer resource a tile, each row's distance a
+ * loop-invariant SGPR soffset, num_records the maximum: no range check); `checked` otherwise (a buffer
+ * resource per row, num_records 256 or 0 and soffset 0, so a row past seqlen_k reads 0 whether or not
+ * the range check counts soffset). Keys past seqlen_k are zeros.
+ */
+#ifndef RA_HIP_COPY_H
+#define RA_HIP_COPY_H
+
+#include "dispatch.h"
+#include "layout.h"
+#include "mfma.h"
+
+namespace ra_gfx942 {
+
+/* A wave-uniform pointer as the compiler's uniformity analysis cannot always prove it: a buffer resource
+ * built from a pointer it believes divergent becomes a waterfall loop, divergent control flow in the
+ * key loop, which the control-flow structurizer then applies to the loop's uniform branches too (the
+ * O rescale's, measured: 64 more live VGPRs and 96 VALU copies a tile). */
+template <class T>
+__device__ __forceinline__ T* uniform_ptr(T* p) {
+  const uint64_t a = (uint64_t)p;
+  return (T*)((uint64_t)(uint32_t)__builtin_amdgcn_readfirstlane((int)(uint32_t)a) |
+              ((uint64_t)(uint32_t)__builtin_amdgcn_readfirstlane((int)(uint32_t)(a >> 32)) << 32));
+}
+
+/* A raw buffer resource (CDNA3 ISA, "Buffer resource"): base, stride 0, num_records, the gfx9 word 3
+ * (32-bit data format, no swizzle, no add-tid), as a plain SGPR quad inline asm can take. */
+__device__ __forceinline__ u32x4 buffer_rsrc(const void* base, uint32_t num_records) {
+  const uint64_t addr = (uint64_t)base;
+  /* readfirstlane: the values are wave-uniform, and an "s" asm operand must be in SGPRs even where
+   * the compiler's uniformity analysis cannot tell (it costs nothing on values already in SGPRs). */
+  return u32x4{(uint32_t)__builtin_amdgcn_readfirstlane((int)(uint32_t)addr),
+               (uint32_t)__builtin_amdgcn_readfirstlane((int)((uint32_t)(addr >> 32) & 0xFFFFu)),
+               (uint32_t)__builtin_amdgcn_readfirstlane((int)num_records), 0x00020000u};
+}
+
+/* One 256-byte K row: lane l's dword from base + soff + voff lands at LDS byte m0 + 4l. A SALU write
+ * of M0 needs one wait state before an LDS-DMA load reads it (LLVM GCNHazardRecognizer: the gfx9 M0
+ * read hazard of LDS DMA): the s_nop 0. The compiler never uses M0 in this kernel (the compile test
+ * checks that only this asm writes it). */
+__device__ __forceinline__ void dma_row(u32x4 rsrc, uint32_t voff, uint32_t soff, uint32_t m0) {
+  asm volatile("s_mov_b32 m0, %2\n\ts_nop 0\n\tbuffer_load_dword %0, %1, %3 offen lds"
+               :
+               : "v"(voff), "s"(rsrc), "s"(m0), "s"(soff)
+               : "memory");
+}
+
+/* The LDS byte address of a __shared__ object: the low 32 bits of its generic address. */
+__device__ __forceinline__ uint32_t lds_addr(const void* p) { return (uint32_t)(uintptr_t)p; }
+
+/* Whether the tile at key0 takes the fast path (see above). */
+__device__ __forceinline__ bool copy_fast(const KernelArgs& a, uint32_t key0) {
+  const uint64_t strides = (uint64_t)a.k_stride[2] | (uint64_t)a.v_stride[2];
+  return key0 + (uint32_t)kBlockK <= a.seqlen_k && ((uint32_t)(strides >> 32) | ((uint32_t)strides >> 20)) == 0u;
+}
+
+template <int L>
+struct KvCopy {
+  uint32_t klane[2];             /* byte offset of this lane's K dword in rows w + 8i, i even / odd */
+  int w, lane;
+
+  __device__ __forceinline__ KvCopy(int w_, int lane_) : w(w_), lane(lane_) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) klane[h] = (uint32_t)k_dma_lane_bytes(lane, k_dma_row(w, h));
+  }
+
+  /* The wave's 8 K rows of the tile at key0 into the K buffer at LDS byte kbuf. */
+  template <bool kFast>
+  __device__ __forceinline__ void dma_k(const KernelArgs& a, const uint16_t* kb, uint32_t key0, uint32_t kbuf) const {
+    /* The rows' distance as a running SGPR offset: loop-invariant offsets per row would be hoisted
+     * into 8 (K) and 16 (V) SGPRs, and the kernel ran out of SGPRs (it spilled them to VGPR lanes). */
+    uint32_t step = (uint32_t)(2 * row_offset<L>((uint32_t)kWaves, a.k_stride[2]));
+    asm volatile("" : "+s"(step));
+    uint32_t soff = 0u;
+#pragma unroll
+    for (int i = 0; i < kDmaRows; ++i) {
+      const uint32_t r = (uint32_t)k_dma_row(w, i);
+      const uint32_t m0 = kbuf + r * (uint32_t)(kHeadDim * 2);
+      if constexpr (kFast) {
+        const u32x4 rk = buffer_rsrc(kb + row_offset<L>(key0 + (uint32_t)w, a.k_stride[2]), 0xFFFFFFFFu);
+        dma_row(rk, klane[i & 1], soff, m0);
+        soff += step;
+      } else {
+        const uint32_t key = key0 + r;
+        const bool in = key < a.seqlen_k;
+        const u32x4 rk =
+            buffer_rsrc(kb + row_offset<L>(in ? key : 0u, a.k_stride[2]), in ? (uint32_t)(kHeadDim * 2) : 0u);
+        dma_row(rk, klane[i & 1], 0u, m0);
+      }
+    }
+  }
+
+  /* Group 1: the wave's 16 V rows (keys key0 + 16 wq + e) into staging registers v (dims 2 lane and
+   * 2 lane + 1 of each key). */
+  template <bool kFast>
+  __device__ __forceinline__ void load_v(unsigned int (&v)[kVKeysPerWave], const KernelArgs& a, const uint16_t* vb,
+                                         uint32_t key0) const {
+    const uint32_t key0w = key0 + (uint32_t)(kVKeysPerWave * (w & 3));
+    if constexpr (kFast) {
+      const __amdgpu_buffer_rsrc_t rv = __builtin_amdgcn_make_buffer_rsrc(
+          (void*)uniform_ptr(vb + row_offset<L>(key0w, a.v_stride[2])), (short)0, -1, 0x00020000);
+      uint32_t step = (uint32_t)(2 * row_offset<L>(1u, a.v_stride[2])), soff = 0u;
+      asm volatile("" : "+s"(step));
+#pragma unroll
+      for (int e = 0; e < kVKeysPerWave; ++e) {
+        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, 4u * (uint32_t)lane, (int)soff, 0);
+        soff += step;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVKeysPerWave; ++e) {
+        const uint32_t key = key0w + (uint32_t)e;
+        const bool in = key < a.seqlen_k;
+        const __amdgpu_buffer_rsrc_t rv =
+            __builtin_amdgcn_make_buffer_rsrc((void*)uniform_ptr(vb + row_offset<L>(in ? key : 0u, a.v_stride[2])),
+                                              (short)0, __builtin_amdgcn_readfirstlane(in ? kHeadDim * 2 : 0), 0x00020000);
+        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, 4u * (uint32_t)lane, 0, 0);
+      }
+    }
+  }
+
+  /* Group 1: the staged V rows, transposed, into a V^T buffer: key groups 2 wq and 2 wq + 1, two
+   * granules each (8 keys of one dim). */
+  __device__ __forceinline__ void store_vt(const unsigned int (&v)[kVKeysPerWave], u32x4* lds_vt) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned int* x = v + 8 * h;
+      u32x4 even, odd;
+      even.x = __builtin_amdgcn_perm(x[1], x[0], 0x05040100u);
+      even.y = __builtin_amdgcn_perm(x[3], x[2], 0x05040100u);
+      even.z = __builtin_amdgcn_perm(x[5], x[4], 0x05040100u);
+      even.w = __builtin_amdgcn_perm(x[7], x[6], 0x05040100u);
+      odd.x = __builtin_amdgcn_perm(x[1], x[0], 0x07060302u);
+      odd.y = __builtin_amdgcn_perm(x[3], x[2], 0x07060302u);
+      odd.z = __builtin_amdgcn_perm(x[5], x[4], 0x07060302u);
+      odd.w = __builtin_amdgcn_perm(x[7], x[6], 0x07060302u);
+      const int kg = 2 * (w & 3) + h;
+      lds_vt[vt_lds_index(2 * lane, kg)] = even;
+      lds_vt[vt_lds_index(2 * lane + 1, kg)] = odd;
+    }
+  }
+};
+
+}  // namespace ra_gfx942
+
+#endif /* RA_HIP_COPY_H */
