@@ -579,6 +579,11 @@ def _compile(name: str, ins: Instr, ops: list[Operand], meta: Meta, index_of: di
     if name == "v_and_or_b32":
         d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
         return lambda w: w.vset(d, _full((a(w) & b(w)) | c(w), np.uint32))
+    if name == "v_xad_u32":  # D = (S0 ^ S1) + S2, 32 bits
+        d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
+        return lambda w: w.vset(
+            d, _full(((np.asarray(a(w), np.uint64) ^ b(w)) + np.asarray(c(w), np.uint64)) & M32, np.uint32)
+        )
     if name == "v_bfe_u32":
         d, a, b, c = ops[0].index, reader_u32(ops[1]), reader_u32(ops[2]), reader_u32(ops[3])
 

@@ -469,3 +469,21 @@ def test_sopk_compares_bit_compare_not_and_u64_compares(asm_kernel):
     # lanes 0, 1 hold 0x7_00000003 == s[30:31]; the others 0x0_00000003
     assert out[:, 8].tolist() == [1, 1] + [0] * 62
     assert out[:, 9].tolist() == [0, 0] + [1] * 62
+
+
+def test_xad_u32_xors_then_adds_modulo_2_32(asm_kernel):
+    """v_xad_u32 D = (S0 ^ S1) + S2 (CDNA3 ISA, VOP3), wrapping at 2^32; an SGPR and a VGPR source."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  s_mov_b32 s20, 0xf0
+  v_mov_b32 v10, 0xfffffff0
+  v_xad_u32 v11, s20, v0, v10
+  global_store_dword v[2:3], v11, off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros(64, np.uint32)
+    assert not k(out)[0]
+    lane = np.arange(64, dtype=np.uint64)
+    assert out.tolist() == (((lane ^ 0xF0) + 0xFFFFFFF0) & 0xFFFFFFFF).tolist()
