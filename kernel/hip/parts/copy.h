@@ -6,10 +6,11 @@
  *      l/4, so the lane fetches the global granule k_lds_index stores there (layout.h,
  *      k_dma_lane_bytes). No VGPR, no ds_write, no VALU; counted on vmcnt: the wave waits for them
  *      before the barrier that publishes the tile.
- *   V  the four waves of group 1 (schedule.h says why): wave wq = w - 4 loads keys 16 wq .. +15 by 16
- *      dword loads into VGPRs (lane = dim pair), transposes them by v_perm into V^T granules and writes
- *      them with ds_write_b128 (an MFMA operand holds keys packed in a register and a V row holds dims,
- *      so no direct-to-LDS load can do the transpose).
+ *   V  wave w loads the 8 keys of key group v_keygroup(w) (group 1 the tile's keys 0-31, group 0 keys
+ *      32-63, in different phases: schedule.h) by 8 dword loads into VGPRs (lane = dim pair),
+ *      transposes them by v_perm into two V^T granules and writes them with ds_write_b128 (an MFMA
+ *      operand holds keys packed in a register and a V row holds dims, so no direct-to-LDS load can
+ *      do the transpose).
  *
  * Two address paths, the same bytes (copy_fast decides per tile): `fast` for a tile wholly below
  * seqlen_k and strides below 2^20 elements (one buffer resource a tile, each row's distance a
@@ -104,12 +105,12 @@ struct KvCopy {
     }
   }
 
-  /* Group 1: the wave's 16 V rows (keys key0 + 16 wq + e) into staging registers v (dims 2 lane and
+  /* The wave's 8 V rows (keys key0 + 8 v_keygroup(w) + e) into staging registers v (dims 2 lane and
    * 2 lane + 1 of each key). */
   template <bool kFast>
   __device__ __forceinline__ void load_v(unsigned int (&v)[kVKeysPerWave], const KernelArgs& a, const uint16_t* vb,
                                          uint32_t key0) const {
-    const uint32_t key0w = key0 + (uint32_t)(kVKeysPerWave * (w & 3));
+    const uint32_t key0w = key0 + (uint32_t)(kVKeysPerWave * v_keygroup(w));
     if constexpr (kFast) {
       const __amdgpu_buffer_rsrc_t rv = __builtin_amdgcn_make_buffer_rsrc(
           (void*)uniform_ptr(vb + row_offset<L>(key0w, a.v_stride[2])), (short)0, -1, 0x00020000);
@@ -133,25 +134,20 @@ struct KvCopy {
     }
   }
 
-  /* Group 1: the staged V rows, transposed, into a V^T buffer: key groups 2 wq and 2 wq + 1, two
-   * granules each (8 keys of one dim). */
+  /* The staged V rows, transposed, into a V^T buffer: key group v_keygroup(w), two granules (8 keys of
+   * one dim each). */
   __device__ __forceinline__ void store_vt(const unsigned int (&v)[kVKeysPerWave], u32x4* lds_vt) const {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const unsigned int* x = v + 8 * h;
-      u32x4 even, odd;
-      even.x = __builtin_amdgcn_perm(x[1], x[0], 0x05040100u);
-      even.y = __builtin_amdgcn_perm(x[3], x[2], 0x05040100u);
-      even.z = __builtin_amdgcn_perm(x[5], x[4], 0x05040100u);
-      even.w = __builtin_amdgcn_perm(x[7], x[6], 0x05040100u);
-      odd.x = __builtin_amdgcn_perm(x[1], x[0], 0x07060302u);
-      odd.y = __builtin_amdgcn_perm(x[3], x[2], 0x07060302u);
-      odd.z = __builtin_amdgcn_perm(x[5], x[4], 0x07060302u);
-      odd.w = __builtin_amdgcn_perm(x[7], x[6], 0x07060302u);
-      const int kg = 2 * (w & 3) + h;
-      lds_vt[vt_lds_index(2 * lane, kg)] = even;
-      lds_vt[vt_lds_index(2 * lane + 1, kg)] = odd;
-    }
+    u32x4 even, odd;
+    even.x = __builtin_amdgcn_perm(v[1], v[0], 0x05040100u);
+    even.y = __builtin_amdgcn_perm(v[3], v[2], 0x05040100u);
+    even.z = __builtin_amdgcn_perm(v[5], v[4], 0x05040100u);
+    even.w = __builtin_amdgcn_perm(v[7], v[6], 0x05040100u);
+    odd.x = __builtin_amdgcn_perm(v[1], v[0], 0x07060302u);
+    odd.y = __builtin_amdgcn_perm(v[3], v[2], 0x07060302u);
+    odd.z = __builtin_amdgcn_perm(v[5], v[4], 0x07060302u);
+    odd.w = __builtin_amdgcn_perm(v[7], v[6], 0x07060302u);
+    lds_vt[vt_lds_index(2 * lane, v_keygroup(w))] = even;
+    lds_vt[vt_lds_index(2 * lane + 1, v_keygroup(w))] = odd;
   }
 };
 

@@ -82,9 +82,10 @@ constexpr int kDmaRows = kBlockK / kWaves; /* K rows per wave */
 RA_HIP_HD int k_dma_row(int w, int i) { return w + kWaves * i; }
 RA_HIP_HD int k_dma_lane_bytes(int lane, int row) { return 16 * ((lane >> 2) ^ k_swizzle(row)) + 4 * (lane & 3); }
 
-/* V by group 1 (waves 4-7, wq = w - 4; schedule.h says why): wave wq loads keys 16 wq .. 16 wq + 15,
- * lane l dims 2l and 2l + 1, and writes them as V^T key groups 2 wq and 2 wq + 1. */
-constexpr int kVKeysPerWave = 2 * kVGranules; /* 16 */
+/* V through registers (copy.h): wave w loads the 8 keys of V^T key group w ^ 4 (group 1's waves the
+ * keys 0-31 of a tile, group 0's the keys 32-63; schedule.h says why), lane l dims 2l and 2l + 1. */
+constexpr int kVKeysPerWave = kVGranules; /* 8 */
+RA_HIP_HD int v_keygroup(int w) { return w ^ 4; }
 
 /* One fp32 partial row of a tail-split part (step 10): O (unnormalised, 128 fp32), the row's
  * exponent offset q (log2 units, -Inf when every key of the part was -Inf), its sum l, two pad words

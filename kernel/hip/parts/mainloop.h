@@ -137,7 +137,7 @@ struct TileCopy {
  * score MFMAs and are in flight through the softmax. Fragment f[i]: i < 16 K (key tile i/4, dims
  * 32(i%4) + 8g), else V^T (dim tile (i-16)/2, keys 32((i-16)%2) + 8g). */
 constexpr int kFrags = 2 * kKTiles * 4; /* 16 K + 16 V^T reads per wave per tile */
-constexpr int kLdsDepth = 2;            /* reads in flight ahead of their MFMAs */
+constexpr int kLdsDepth = 8;            /* reads in flight ahead of their MFMAs */
 
 /* Step 8: each lane's LDS byte offsets, computed once before the tile loop. The swizzles
  * depend only on the low bits of a K row (key tile kt & 1) and of a V^T row (dim tile dt & 3), so

@@ -53,15 +53,24 @@ __device__ __forceinline__ void phase_barrier() {
 }
 __device__ __forceinline__ void wait_vmcnt0() { asm volatile("s_waitcnt vmcnt(0)" ::: "memory"); }
 __device__ __forceinline__ void wait_lgkmcnt0() { asm volatile("s_waitcnt lgkmcnt(0)" ::: "memory"); }
+#define RA_HIP_STR_(x) #x
+#define RA_HIP_STR(x) RA_HIP_STR_(x)
+#define RA_HIP_LDS_DEPTH 8 /* kLdsDepth, for the asm text below (checked against it) */
+static_assert(RA_HIP_LDS_DEPTH == kLdsDepth, "RA_HIP_LDS_DEPTH must spell kLdsDepth");
+__device__ __forceinline__ void wait_lgkmcnt_depth() {
+  asm volatile("s_waitcnt lgkmcnt(" RA_HIP_STR(RA_HIP_LDS_DEPTH) ")" ::: "memory");
+}
 
 /* The first kLdsDepth reads of an M phase, issued at the end of the X phase before it: V^T fragments
  * (16 ..) of a phase that starts with PV, K fragments (0 ..) of M(0). */
 template <bool kPV>
 __device__ __forceinline__ void prefetch(u32x4 (&f)[kFrags], const u32x4* lds_k, const u32x4* lds_vt,
                                          const FragAddr& fa) {
-  constexpr int first = kPV ? 16 : 0;
 #pragma unroll
-  for (int i = first; i < first + kLdsDepth; ++i) f[i] = read_frag(i, lds_k, lds_vt, fa);
+  for (int q = 0; q < kLdsDepth; ++q) {
+    const int i = kPV ? 16 + 2 * q : q; /* m_phase's stream order: PV's c = 0 fragments first */
+    f[i] = read_frag(i, lds_k, lds_vt, fa);
+  }
 }
 
 /* An M phase: O += V^T P (kPV), then S = K Q^T (kS); its 16 or 32 LDS fragment reads one stream
@@ -74,19 +83,17 @@ __device__ __forceinline__ void m_phase(f32x4 (&s)[kMTiles][kKTiles], f32x4 (&o)
                                         const FragAddr& fa, uint64_t rise, const float (&alpha)[kMTiles]) {
   constexpr int D = kLdsDepth;
   constexpr int len = 16 * ((int)kPV + (int)kS);
-  constexpr auto frag = [](int q) { return kPV ? (q < 16 ? 16 + q : q - 16) : q; };
+  /* PV's fragments key half first (c = 0 for every dim tile, then c = 1): the kLdsDepth <= 8 read
+   * before the phase's barrier then touch keys 0-31 only, which group 1 wrote a phase earlier (keys
+   * 32-63 are group 0's, written in group 0's own last X phase). Each O chain still sums c = 0 then
+   * c = 1, the same order as before: the same bits. */
+  constexpr auto frag = [](int q) {
+    return kPV ? (q < 16 ? 16 + 2 * (q & 7) + (q >> 3) : q - 16) : q;
+  };
+  static_assert(!kPV || D <= 8, "the prefetched PV reads must stay in keys 0-31");
   __builtin_amdgcn_s_setprio(1);
-  if constexpr (kPV) {
-    /* Unlikely (a tile that raised a max), so laid out of line: the common path falls through. Its
-     * VALU writes of O then need 2 wait states before the PV MFMAs read them (the entry fence); P's,
-     * from the X phase, are a barrier and more behind. */
-    if (rise != 0u) rescale_o(o, alpha);
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) mfma_entry_fence(o[mt], p[mt]);
-  }
 #pragma unroll
   for (int q = 0; q < len; ++q) {
-    if (q + D < len) f[frag(q + D)] = read_frag(frag(q + D), lds_k, lds_vt, fa);
     const int i = frag(q);
     if (i >= 16) {
       const int dt = (i - 16) >> 1, c = (i - 16) & 1;
@@ -106,6 +113,8 @@ __device__ __forceinline__ void m_phase(f32x4 (&s)[kMTiles][kKTiles], f32x4 (&o)
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(s[mt][kt], hi_half(f[i]), hi_half(qf[mt][pp]));
     }
+    /* The read kLdsDepth ahead after this fragment's MFMAs: the phase opens on an MFMA. */
+    if (q + D < len) f[frag(q + D)] = read_frag(frag(q + D), lds_k, lds_vt, fa);
   }
 }
 
@@ -122,6 +131,12 @@ __device__ __forceinline__ void m_end() {
  * for it. */
 __device__ __forceinline__ void fence_s(f32x4 (&s)[kMTiles][kKTiles]) {
   mfma_fence(s[0][0], s[0][1], s[0][2], s[0][3], s[1][0], s[1][1], s[1][2], s[1][3]);
+}
+__device__ __forceinline__ void tie_o(f32x4 (&o)[kMTiles][kDTiles]) {
+  asm volatile(""
+               : "+v"(o[0][0]), "+v"(o[0][1]), "+v"(o[0][2]), "+v"(o[0][3]), "+v"(o[0][4]), "+v"(o[0][5]),
+                 "+v"(o[0][6]), "+v"(o[0][7]), "+v"(o[1][0]), "+v"(o[1][1]), "+v"(o[1][2]), "+v"(o[1][3]),
+                 "+v"(o[1][4]), "+v"(o[1][5]), "+v"(o[1][6]), "+v"(o[1][7]));
 }
 __device__ __forceinline__ void fence_o(f32x4 (&o)[kMTiles][kDTiles]) {
   asm volatile(RA_MFMA_FENCE_ASM
@@ -188,11 +203,19 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
   uint64_t rise = 0u;
   const uint32_t n = c.n;
 
+  /* The accumulators' and row statistics' initial values in their registers before the pipeline
+   * starts (else the compiler sinks their 70 v_mov into group 1's first X phase, which then runs
+   * past the other group's M phase). */
+  if constexpr (kActive) {
+    tie_o(o);
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) asm volatile("" : "+v"(st[mt].m), "+v"(st[mt].l), "+v"(st[mt].q));
+  }
   /* Prologue: K(0), every wave its rows. */
   copy_k(cp, c, 0u, kbuf[0]);
   wait_vmcnt0();
   phase_barrier();
-  if (grp == 1u) { /* X(-1): V(0), its K(1) rows */
+  if (grp == 1u) { /* X(-1): its keys of V(0), its K(1) rows */
     if (n > 1u) copy_k(cp, c, 1u, kbuf[1]);
     unsigned int v[kVKeysPerWave];
     load_v(v, cp, c, 0u);
@@ -212,30 +235,49 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
    * V(j+1); then the first reads of PV(j), which opens M(j+1). The buffer parities are template
    * constants (the loop runs two tiles a trip), so every LDS address is a lane offset and an
    * immediate: no VALU address arithmetic in the M phase. */
-  auto softmax = [&](uint32_t j) {
+  auto softmax = [&](uint32_t j, auto&& mid) {
     if constexpr (kActive) {
       const uint32_t key0 = c.key0(j);
       rise = softmax_x(st, s, p, alpha, c.a.scale_log2e, key0 + (uint32_t)kBlockK > c.a.seqlen_k, c.a.seqlen_k - key0,
-                       c.lane, c.g);
+                       c.lane, c.g, mid);
+    } else {
+      mid();
     }
   };
   auto x_phase = [&](uint32_t j) {
     const uint32_t P = j & 1u;
     const uint32_t tk = j + 1u + grp;
     if (tk < n) copy_k(cp, c, tk, kbuf[tk & 1u]);
-    /* Group 1's V rows: loaded first, their latency under the softmax, stored last. The softmax is
-     * written out on both sides of the branch, so the staging registers are defined wherever they
-     * are read (one shared softmax carried them, undefined, round the loop: 16 VGPRs). */
-    if (grp == 1u && j + 1u < n) {
+    /* The wave's V keys: group 0 its keys 32-63 of V(j), group 1 its keys 0-31 of V(j+1), each
+     * into the buffer of that tile. Loaded first, stored in the middle of the softmax (after its
+     * exponentials: their latency hidden, the phase's tail kept short). The softmax is written out on
+     * both sides of the branch, so the staging registers are defined wherever they are read (one
+     * shared softmax carried them, undefined, round the loop). */
+    /* The first kLdsDepth reads of PV(j), which opens M(j+1), also in the softmax's middle: the
+     * phase's tail is then the P packing only. */
+    auto pre = [&] {
+      if constexpr (kActive) prefetch<true>(f, lds_k[0], lds_vt[P], fa);
+    };
+    const uint32_t tv = j + grp;
+    if (tv < n) {
       unsigned int v[kVKeysPerWave];
-      load_v(v, cp, c, j + 1u);
-      softmax(j);
-      cp.store_vt(v, lds_vt[P ^ 1u]);
+      load_v(v, cp, c, tv);
+      softmax(j, [&] {
+        cp.store_vt(v, lds_vt[P ^ grp]);
+        pre();
+      });
     } else {
-      softmax(j);
+      softmax(j, pre);
     }
-    wait_lgkmcnt0();
-    if constexpr (kActive) prefetch<true>(f, lds_k[0], lds_vt[P], fa);
+    if constexpr (kActive) {
+      /* The O rescale of a tile that raised some row's max: here at the end of X, so the M phase
+       * opens on its MFMAs; the entry fence spaces the VALU writes of O and P from them. */
+      if (__builtin_expect(rise != 0u, 0)) rescale_o(o, alpha);
+      mfma_entry_fence2(o, p);
+      wait_lgkmcnt_depth(); /* this X's LDS writes landed; the kLdsDepth reads may still fly */
+    } else {
+      wait_lgkmcnt0();
+    }
     wait_vmcnt0();
     phase_barrier();
   };

@@ -109,6 +109,15 @@ __device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles
   return softmax_tail_fma(st, s, p, m_new, m_use, scale_log2e);
 }
 
+/* 16 floats through an empty asm: nothing is computed before it that is not needed, nothing after it
+ * that it feeds is hoisted above it (the exponentials' run in softmax_x). */
+__device__ __forceinline__ void tie16(float (&x)[kKTiles][4]) {
+  asm volatile(""
+               : "+v"(x[0][0]), "+v"(x[0][1]), "+v"(x[0][2]), "+v"(x[0][3]), "+v"(x[1][0]), "+v"(x[1][1]),
+                 "+v"(x[1][2]), "+v"(x[1][3]), "+v"(x[2][0]), "+v"(x[2][1]), "+v"(x[2][2]), "+v"(x[2][3]),
+                 "+v"(x[3][0]), "+v"(x[3][1]), "+v"(x[3][2]), "+v"(x[3][3]));
+}
+
 /* Step 13: the X phase's softmax of a wave's two query tiles (schedule.h). The same bits as
  * online_softmax + step 6's lazy rescale, in another instruction mix:
  *   - no packed-F32 VALU: under the reading of LLVM's co-issue rule that holds packed-F32 ops behind
@@ -120,9 +129,11 @@ __device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles
  *     for a row that has seen only -Inf, whose O is +0 or NaN and whose l is 0 or NaN, or NaN for a
  *     row holding +Inf, whose l is NaN), so l + sum and the unscaled O give the same outputs;
  *   - both query tiles' row maxima interleaved, so one ds_bpermute round trip waits for two. */
+template <class Mid>
 __device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s)[kMTiles][kKTiles],
                                               bf16x4 (&p)[kMTiles][kKTiles], float (&alpha)[kMTiles],
-                                              float scale_log2e, bool partial, uint32_t keys_left, int lane, int g) {
+                                              float scale_log2e, bool partial, uint32_t keys_left, int lane, int g,
+                                              Mid&& mid) {
 #pragma clang fp contract(off)
   if (partial) {
     /* key = tile_key(kt, 4g + r) = 8g + (a constant of kt, r) >= keys_left: compared against the
@@ -160,37 +171,57 @@ __device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s
     q[mt] = m_use * scale_log2e;
     rise = rise || m_new[mt] != st[mt].m;
   }
+  /* A scalar branch, early (the phase's tail is on the critical path): the ballot through an empty
+   * asm, since clang turns `ballot(x) != 0` back into a divergent branch on x (exec-masked). Without a
+   * rise alpha is 1 for every lane: fma(l, 1, sum) = l + sum, and the O rescale is skipped. */
+  uint64_t any_rise = __builtin_amdgcn_ballot_w64(rise);
+  asm volatile("" : "+s"(any_rise));
+  if (__builtin_expect(any_rise != 0u, 0)) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+      alpha[mt] = (st[mt].m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f(st[mt].q - q[mt]);
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) alpha[mt] = 1.0f;
+  }
+  /* The 32 exponentials of the tile in one run, between two empty asm that take their arguments and
+   * their results: a quarter-rate v_exp_f32 holds the SIMD's VALU for 4 issue cycles, one more than
+   * the other wave's 16-clock MFMA leaves, so each costs the matrix core at least one cycle; in a run
+   * exactly one (interleaved with other VALU the compiler placed them where they cost two or three). */
+  float e[kMTiles][kKTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int kt = 0; kt < kKTiles; ++kt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) e[mt][kt][r] = __builtin_fmaf(s[mt][kt][r], scale_log2e, -q[mt]);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) tie16(e[mt]);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int kt = 0; kt < kKTiles; ++kt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) e[mt][kt][r] = __builtin_amdgcn_exp2f(e[mt][kt][r]);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) tie16(e[mt]);
+  mid(); /* the caller's work for the middle of the phase (group 1's V^T stores) */
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
-    float nq = -q[mt];
     float x = 0.0f, y = 0.0f; /* the two lanes of step 7's paired sum */
 #pragma unroll
     for (int kt = 0; kt < kKTiles; ++kt) {
-      float e[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) e[r] = __builtin_amdgcn_exp2f(__builtin_fmaf(s[mt][kt][r], scale_log2e, nq));
-      x = x + e[0];
-      y = y + e[1];
-      x = x + e[2];
-      y = y + e[3];
-      p[mt][kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[0], e[1]), pack_p_bf16_rna(e[2], e[3])});
+      x = x + e[mt][kt][0];
+      y = y + e[mt][kt][1];
+      x = x + e[mt][kt][2];
+      y = y + e[mt][kt][3];
+      p[mt][kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[mt][kt][0], e[mt][kt][1]),
+                                                   pack_p_bf16_rna(e[mt][kt][2], e[mt][kt][3])});
     }
     sum[mt] = x + y;
   }
-  /* A scalar branch: the ballot through an empty asm, since clang turns `ballot(x) != 0` back into a
-   * divergent branch on x (exec-masked). The O rescale itself is the next M phase's (rescale_o). */
-  uint64_t any_rise = __builtin_amdgcn_ballot_w64(rise);
-  asm volatile("" : "+s"(any_rise));
-  if (any_rise != 0u) {
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      alpha[mt] = (st[mt].m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f(st[mt].q - q[mt]);
-      st[mt].l = __builtin_fmaf(st[mt].l, alpha[mt], sum[mt]);
-    }
-  } else {
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) st[mt].l = st[mt].l + sum[mt];
-  }
+  for (int mt = 0; mt < kMTiles; ++mt) st[mt].l = __builtin_fmaf(st[mt].l, alpha[mt], sum[mt]);
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     st[mt].m = m_new[mt];
