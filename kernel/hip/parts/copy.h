@@ -53,11 +53,27 @@ __device__ __forceinline__ u32x4 buffer_rsrc(const void* base, uint32_t num_reco
  * of M0 needs one wait state before an LDS-DMA load reads it (LLVM GCNHazardRecognizer: the gfx9 M0
  * read hazard of LDS DMA): the s_nop 0. The compiler never uses M0 in this kernel (the compile test
  * checks that only this asm writes it). */
-__device__ __forceinline__ void dma_row(u32x4 rsrc, uint32_t voff, uint32_t soff, uint32_t m0) {
-  asm volatile("s_mov_b32 m0, %2\n\ts_nop 0\n\tbuffer_load_dword %0, %1, %3 offen lds"
+template <int kRowBytes>
+__device__ __forceinline__ void dma_row(u32x4 rsrc, uint32_t voff, uint32_t soff, uint32_t m0_base) {
+  /* M0 = the buffer's LDS address + the row's offset, added here (as a constant the compiler hoisted
+   * eight of them out of the loop into SGPRs, and its loop preheader ran long: schedule.h). */
+  asm volatile("s_add_u32 m0, %2, %4\n\ts_nop 0\n\tbuffer_load_dword %0, %1, %3 offen lds"
                :
-               : "v"(voff), "s"(rsrc), "s"(m0), "s"(soff)
+               : "v"(voff), "s"(rsrc), "s"(m0_base), "s"(soff), "i"(kRowBytes)
                : "memory");
+}
+
+/* f(Int<0>{}), ..., f(Int<N-1>{}): a loop whose index is a constant expression in the body. */
+template <int I>
+struct Int {
+  static constexpr int value = I;
+};
+template <int N, int I = 0, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  if constexpr (I < N) {
+    f(Int<I>{});
+    static_for<N, I + 1>(f);
+  }
 }
 
 /* The LDS byte address of a __shared__ object: the low 32 bits of its generic address. */
@@ -71,12 +87,20 @@ __device__ __forceinline__ bool copy_fast(const KernelArgs& a, uint32_t key0) {
 
 template <int L>
 struct KvCopy {
-  uint32_t klane[2];             /* byte offset of this lane's K dword in rows w + 8i, i even / odd */
+  uint32_t klane[2]; /* byte offset of this lane's K dword in rows w + 8i, i even / odd */
+  uint32_t vlane;    /* byte offset of this lane's V dword in a row */
+  uint32_t vt[2];    /* byte offsets of this lane's two V^T granules in a V^T buffer */
   int w, lane;
 
+  /* The lane offsets tied to an empty asm where they are made (the kernel's start): the compiler
+   * otherwise computes them in the key loop's preheader, which falls in group 1's first X phase. */
   __device__ __forceinline__ KvCopy(int w_, int lane_) : w(w_), lane(lane_) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) klane[h] = (uint32_t)k_dma_lane_bytes(lane, k_dma_row(w, h));
+    vlane = 4u * (uint32_t)lane;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) vt[h] = 16u * (uint32_t)vt_lds_index(2 * lane + h, v_keygroup(w));
+    asm volatile("" : "+v"(klane[0]), "+v"(klane[1]), "+v"(vlane), "+v"(vt[0]), "+v"(vt[1]));
   }
 
   /* The wave's 8 K rows of the tile at key0 into the K buffer at LDS byte kbuf. */
@@ -87,22 +111,23 @@ struct KvCopy {
     uint32_t step = (uint32_t)(2 * row_offset<L>((uint32_t)kWaves, a.k_stride[2]));
     asm volatile("" : "+s"(step));
     uint32_t soff = 0u;
-#pragma unroll
-    for (int i = 0; i < kDmaRows; ++i) {
+    static_for<kDmaRows>([&](auto ic) {
+      constexpr int i = decltype(ic)::value;
       const uint32_t r = (uint32_t)k_dma_row(w, i);
-      const uint32_t m0 = kbuf + r * (uint32_t)(kHeadDim * 2);
+      constexpr int kRow = kWaves * kHeadDim * 2; /* LDS bytes from row w + 8i to row w + 8(i + 1) */
+      const uint32_t m0 = kbuf + (uint32_t)w * (uint32_t)(kHeadDim * 2);
       if constexpr (kFast) {
         const u32x4 rk = buffer_rsrc(kb + row_offset<L>(key0 + (uint32_t)w, a.k_stride[2]), 0xFFFFFFFFu);
-        dma_row(rk, klane[i & 1], soff, m0);
+        dma_row<kRow * i>(rk, klane[i & 1], soff, m0);
         soff += step;
       } else {
         const uint32_t key = key0 + r;
         const bool in = key < a.seqlen_k;
         const u32x4 rk =
             buffer_rsrc(kb + row_offset<L>(in ? key : 0u, a.k_stride[2]), in ? (uint32_t)(kHeadDim * 2) : 0u);
-        dma_row(rk, klane[i & 1], 0u, m0);
+        dma_row<kRow * i>(rk, klane[i & 1], 0u, m0);
       }
-    }
+    });
   }
 
   /* The wave's 8 V rows (keys key0 + 8 v_keygroup(w) + e) into staging registers v (dims 2 lane and
@@ -118,7 +143,7 @@ struct KvCopy {
       asm volatile("" : "+s"(step));
 #pragma unroll
       for (int e = 0; e < kVKeysPerWave; ++e) {
-        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, 4u * (uint32_t)lane, (int)soff, 0);
+        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, vlane, (int)soff, 0);
         soff += step;
       }
     } else {
@@ -129,7 +154,7 @@ struct KvCopy {
         const __amdgpu_buffer_rsrc_t rv =
             __builtin_amdgcn_make_buffer_rsrc((void*)uniform_ptr(vb + row_offset<L>(in ? key : 0u, a.v_stride[2])),
                                               (short)0, __builtin_amdgcn_readfirstlane(in ? kHeadDim * 2 : 0), 0x00020000);
-        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, 4u * (uint32_t)lane, 0, 0);
+        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, vlane, 0, 0);
       }
     }
   }
@@ -146,8 +171,8 @@ struct KvCopy {
     odd.y = __builtin_amdgcn_perm(v[3], v[2], 0x07060302u);
     odd.z = __builtin_amdgcn_perm(v[5], v[4], 0x07060302u);
     odd.w = __builtin_amdgcn_perm(v[7], v[6], 0x07060302u);
-    lds_vt[vt_lds_index(2 * lane, v_keygroup(w))] = even;
-    lds_vt[vt_lds_index(2 * lane + 1, v_keygroup(w))] = odd;
+    *reinterpret_cast<u32x4*>(reinterpret_cast<char*>(lds_vt) + vt[0]) = even;
+    *reinterpret_cast<u32x4*>(reinterpret_cast<char*>(lds_vt) + vt[1]) = odd;
   }
 };
 

@@ -169,7 +169,10 @@ __device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s
     m_new[mt] = __builtin_fmaxf(st[mt].m, mx[mt]);
     const float m_use = (m_new[mt] == neg_inf()) ? 0.0f : m_new[mt];
     q[mt] = m_use * scale_log2e;
-    rise = rise || m_new[mt] != st[mt].m;
+    /* A row whose running max was -Inf has O in {+0, NaN} and l in {0, NaN}: its alpha of 0 leaves both
+     * as they are (x * 0 = x there, fma(l, 0, sum) = l + sum), so only finite old maxima count (the
+     * first tile then never rescales) */
+    rise = rise || (m_new[mt] != st[mt].m && st[mt].m != neg_inf());
   }
   /* A scalar branch, early (the phase's tail is on the critical path): the ballot through an empty
    * asm, since clang turns `ballot(x) != 0` back into a divergent branch on x (exec-masked). Without a
