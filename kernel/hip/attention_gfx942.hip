@@ -204,10 +204,17 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
 
 #if RA_HIP_PINGPONG
   const KeyLoop c{a, kb, vb, tile0, n_tiles, active, w, lane, li, g};
-  if (active)
-    key_loop<L, true>(c, lds_k, lds_vt, qf, o, st);
-  else
-    key_loop<L, false>(c, lds_k, lds_vt, qf, o, st);
+  if (kv_rows_fit<L>(a)) {
+    if (active)
+      key_loop<L, true, true>(c, lds_k, lds_vt, qf, o, st);
+    else
+      key_loop<L, false, true>(c, lds_k, lds_vt, qf, o, st);
+  } else {
+    if (active)
+      key_loop<L, true, false>(c, lds_k, lds_vt, qf, o, st);
+    else
+      key_loop<L, false, false>(c, lds_k, lds_vt, qf, o, st);
+  }
 #else
   TileCopy<L> cp;
   cp.load(kb, vb, a.k_stride[2], a.v_stride[2], tile0 * (uint32_t)kBlockK, a.seqlen_k, t);

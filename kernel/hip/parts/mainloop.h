@@ -171,6 +171,20 @@ __device__ __forceinline__ u32x4 read_frag(int i, const u32x4* lds_k, const u32x
                                          8192 * (dt >> 2));
 }
 
+/* Step 13: the same reads through an LDS-address-space pointer made from a 32-bit LDS address (the M
+ * phase's buffer addresses, computed before its barrier). */
+typedef const u32x4 __attribute__((address_space(3)))* LdsPtr;
+typedef const char __attribute__((address_space(3)))* LdsBytes;
+__device__ __forceinline__ LdsPtr lds_ptr(uint32_t addr) { return (LdsPtr)(uintptr_t)addr; }
+__device__ __forceinline__ u32x4 read_frag(int i, LdsPtr lds_k, LdsPtr lds_vt, const FragAddr& fa) {
+  if (i < 16) {
+    const int kt = i >> 2;
+    return *reinterpret_cast<LdsPtr>(reinterpret_cast<LdsBytes>(lds_k) + fa.k[4 * (kt & 1) + (i & 3)] + 8192 * (kt >> 1));
+  }
+  const int j = i - 16, dt = j >> 1;
+  return *reinterpret_cast<LdsPtr>(reinterpret_cast<LdsBytes>(lds_vt) + fa.v[2 * (dt & 3) + (j & 1)] + 8192 * (dt >> 2));
+}
+
 template <int D>
 __device__ __forceinline__ void score_tile_stream(f32x4 (&s)[kMTiles][kKTiles], const u32x4 (&qf)[kMTiles][4],
                                                   u32x4 (&f)[kFrags], const u32x4* lds_k, const u32x4* lds_vt,

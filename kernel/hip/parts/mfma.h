@@ -116,6 +116,22 @@ __device__ __forceinline__ void mfma_entry_fence2(f32x4 (&o)[2][8], bf16x4 (&p)[
 #endif
 }
 
+/* The same operands with no wait state of its own: step 13's X phase ends on its LDS and memory waits
+ * and the barrier (asm: s_waitcnt, s_waitcnt, s_setprio, s_barrier), four instructions after it and
+ * before any MFMA, which are the 2 wait states. */
+__device__ __forceinline__ void mfma_entry_tie2(f32x4 (&o)[2][8], bf16x4 (&p)[2][4]) {
+#if !RA_HIP_MFMA_BUILTIN
+  asm volatile(""
+               : "+v"(o[0][0]), "+v"(o[0][1]), "+v"(o[0][2]), "+v"(o[0][3]), "+v"(o[0][4]), "+v"(o[0][5]),
+                 "+v"(o[0][6]), "+v"(o[0][7]), "+v"(o[1][0]), "+v"(o[1][1]), "+v"(o[1][2]), "+v"(o[1][3]),
+                 "+v"(o[1][4]), "+v"(o[1][5]), "+v"(o[1][6]), "+v"(o[1][7]), "+v"(p[0][0]), "+v"(p[0][1]),
+                 "+v"(p[0][2]), "+v"(p[0][3]), "+v"(p[1][0]), "+v"(p[1][1]), "+v"(p[1][2]), "+v"(p[1][3]));
+#else
+  (void)o;
+  (void)p;
+#endif
+}
+
 /* The low / high 8 bytes of a 16-byte load as an MFMA operand. */
 __device__ __forceinline__ bf16x4 lo_half(u32x4 x) { return __builtin_bit_cast(bf16x4, u32x2{x.x, x.y}); }
 __device__ __forceinline__ bf16x4 hi_half(u32x4 x) { return __builtin_bit_cast(bf16x4, u32x2{x.z, x.w}); }

@@ -63,9 +63,8 @@ __device__ __forceinline__ void wait_lgkmcnt_depth() {
 
 /* The first kLdsDepth reads of an M phase, issued at the end of the X phase before it: V^T fragments
  * (16 ..) of a phase that starts with PV, K fragments (0 ..) of M(0). */
-template <bool kPV>
-__device__ __forceinline__ void prefetch(u32x4 (&f)[kFrags], const u32x4* lds_k, const u32x4* lds_vt,
-                                         const FragAddr& fa) {
+template <bool kPV, class Ptr>
+__device__ __forceinline__ void prefetch(u32x4 (&f)[kFrags], Ptr lds_k, Ptr lds_vt, const FragAddr& fa) {
 #pragma unroll
   for (int q = 0; q < kLdsDepth; ++q) {
     const int i = kPV ? 16 + 2 * q : q; /* m_phase's stream order: PV's c = 0 fragments first */
@@ -76,11 +75,11 @@ __device__ __forceinline__ void prefetch(u32x4 (&f)[kFrags], const u32x4* lds_k,
 /* An M phase: O += V^T P (kPV), then S = K Q^T (kS); its 16 or 32 LDS fragment reads one stream
  * kLdsDepth ahead of their MFMAs, the first kLdsDepth issued by prefetch<kPV>. Stream position q is
  * fragment 16 + q (V^T) while PV runs, then fragment q - 16 or q (K). */
-template <bool kPV, bool kS>
+template <bool kPV, bool kS, bool kPrio, class Ptr, class Hook>
 __device__ __forceinline__ void m_phase(f32x4 (&s)[kMTiles][kKTiles], f32x4 (&o)[kMTiles][kDTiles],
                                         bf16x4 (&p)[kMTiles][kKTiles], const u32x4 (&qf)[kMTiles][4],
-                                        u32x4 (&f)[kFrags], const u32x4* lds_k, const u32x4* lds_vt,
-                                        const FragAddr& fa, uint64_t rise, const float (&alpha)[kMTiles]) {
+                                        u32x4 (&f)[kFrags], Ptr lds_k, Ptr lds_vt, const FragAddr& fa,
+                                        Hook&& hook) {
   constexpr int D = kLdsDepth;
   constexpr int len = 16 * ((int)kPV + (int)kS);
   /* PV's fragments key half first (c = 0 for every dim tile, then c = 1): the kLdsDepth <= 8 read
@@ -91,39 +90,66 @@ __device__ __forceinline__ void m_phase(f32x4 (&s)[kMTiles][kKTiles], f32x4 (&o)
     return kPV ? (q < 16 ? 16 + 2 * (q & 7) + (q >> 3) : q - 16) : q;
   };
   static_assert(!kPV || D <= 8, "the prefetched PV reads must stay in keys 0-31");
-  __builtin_amdgcn_s_setprio(1);
-#pragma unroll
-  for (int q = 0; q < len; ++q) {
-    const int i = frag(q);
-    if (i >= 16) {
-      const int dt = (i - 16) >> 1, c = (i - 16) & 1;
+  if constexpr (kPrio) __builtin_amdgcn_s_setprio(1); /* else raised before the barrier (x_barrier) */
+  /* hook(q): the caller's work in the middle of fragment q's MFMAs (the K rows of the next tile), so
+   * neither gap between MFMAs holds more than the 16 clocks of one */
+  static_for<len>([&](auto qc) {
+    constexpr int q = decltype(qc)::value;
+    constexpr int i = frag(q);
+    if constexpr (i >= 16) {
+      constexpr int dt = (i - 16) >> 1, c = (i - 16) & 1;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(o[mt][dt], lo_half(f[i]), p[mt][2 * c]);
+      hook(qc);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(o[mt][dt], hi_half(f[i]), p[mt][2 * c + 1]);
     } else {
-      const int kt = i >> 2, pp = i & 3;
+      constexpr int kt = i >> 2, pp = i & 3;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        if (pp == 0)
+        if constexpr (pp == 0)
           mfma_16x16x16_bf16_first(s[mt][kt], lo_half(f[i]), lo_half(qf[mt][pp]));
         else
           mfma_16x16x16_bf16(s[mt][kt], lo_half(f[i]), lo_half(qf[mt][pp]));
       }
+      hook(qc);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(s[mt][kt], hi_half(f[i]), hi_half(qf[mt][pp]));
     }
     /* The read kLdsDepth ahead after this fragment's MFMAs: the phase opens on an MFMA. */
-    if (q + D < len) f[frag(q + D)] = read_frag(frag(q + D), lds_k, lds_vt, fa);
-  }
+    if constexpr (q + D < len) f[frag(q + D)] = read_frag(frag(q + D), lds_k, lds_vt, fa);
+  });
+}
+
+/* The end of an X phase: the priority of the M phase that follows raised before its barrier, so that
+ * phase opens on its first MFMA. */
+__device__ __forceinline__ void x_barrier() {
+  __builtin_amdgcn_sched_barrier(0);
+  asm volatile("s_setprio 1\n\ts_barrier" ::: "memory");
+  __builtin_amdgcn_sched_barrier(0);
 }
 
 /* The end of an M phase: the barrier, then the priority back to 0 (lowered after the barrier, the
  * wave does not lose the cycles between its last MFMA and the barrier to the other wave's VALU). */
 __device__ __forceinline__ void m_end() {
   __builtin_amdgcn_sched_barrier(0);
-  asm volatile("s_barrier\n\ts_setprio 0" ::: "memory");
+  asm volatile("s_waitcnt vmcnt(0)\n\ts_barrier\n\ts_setprio 0" ::: "memory");
   __builtin_amdgcn_sched_barrier(0);
+}
+
+/* m_end of an M phase that computed S, with the wait states before VALU reads S: passes + 3 = 7 after
+ * its last MFMA, which the asm's own four instructions before the s_nop 3 count toward (placed after
+ * the barrier, so the other group's M phase does not wait for them). */
+__device__ __forceinline__ void m_end_s(f32x4 (&s)[kMTiles][kKTiles]) {
+#if !RA_HIP_MFMA_BUILTIN
+  __builtin_amdgcn_sched_barrier(0);
+  asm volatile("s_waitcnt vmcnt(0)\n\ts_barrier\n\ts_setprio 0\n\ts_nop 3"
+               : "+v"(s[0][0]), "+v"(s[0][1]), "+v"(s[0][2]), "+v"(s[0][3]), "+v"(s[1][0]), "+v"(s[1][1]),
+                 "+v"(s[1][2]), "+v"(s[1][3])::"memory");
+  __builtin_amdgcn_sched_barrier(0);
+#else
+  m_end();
+#endif
 }
 
 /* After an M phase, before VALU reads its results: 8 wait states (passes + 3 of a 16x16x16 MFMA is
@@ -163,15 +189,6 @@ struct KeyLoop {
   __device__ __forceinline__ uint32_t key0(uint32_t t) const { return (tile0 + t) * (uint32_t)kBlockK; }
 };
 
-/* The wave's K rows of tile t, direct to LDS (copy.h), by the tile's address path. */
-template <int L>
-__device__ __forceinline__ void copy_k(const KvCopy<L>& cp, const KeyLoop& c, uint32_t t, uint32_t kbuf) {
-  const uint32_t key0 = c.key0(t);
-  if (copy_fast(c.a, key0))
-    cp.template dma_k<true>(c.a, c.kb, key0, kbuf);
-  else
-    cp.template dma_k<false>(c.a, c.kb, key0, kbuf);
-}
 /* Group 1: its V rows of tile t into registers. */
 template <int L>
 __device__ __forceinline__ void load_v(unsigned int (&v)[kVKeysPerWave], const KvCopy<L>& cp, const KeyLoop& c,
@@ -184,16 +201,36 @@ __device__ __forceinline__ void load_v(unsigned int (&v)[kVKeysPerWave], const K
 }
 
 /* The key loop of a wave (the table above; grp = w / 4, wave-uniform), on the block's two K and two
- * V^T buffers. One loop for both groups: what differs (the copies, group 1's X(-1) and group 0's last
- * barrier) sits in scalar branches outside the M phases. kActive: the wave has query rows below
+ * V^T buffers. One loop for both groups: what differs (group 1's X(-1), group 0's last barrier, the V
+ * copies) sits in scalar branches outside the M phases. kActive: the wave has query rows below
  * seqlen_q (a wave without any still copies and meets every barrier); a template constant, so no
- * path through the loop carries S or P past a phase that does not use them. */
-template <int L, bool kActive>
+ * path through the loop carries S or P past a phase that does not use them. kFits: k_rows_fit. */
+template <int L, bool kActive, bool kFits>
 __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlockK * kKGranules],
                                          u32x4 (*lds_vt)[kHeadDim * kVGranules], const u32x4 (&qf)[kMTiles][4],
                                          f32x4 (&o)[kMTiles][kDTiles], RowState (&st)[kMTiles]) {
-  const KvCopy<L> cp(c.w, c.lane);
-  const FragAddr fa(c.li, c.g);
+  using Copy = KvCopy<L>;
+  const Copy cp(c.w, c.lane);
+  const uint16_t* kb = uniform_ptr(c.kb); /* in SGPRs (made from a VALU division: VGPRs) */
+  const uint16_t* vb = uniform_ptr(c.vb);
+  /* The lanes' fragment addresses as absolute LDS byte addresses, K in the buffer M(j+1) reads, V^T in
+   * the one PV(j) reads: each X phase moves both to the other buffer (16 VALU adds there), and every
+   * read of an M phase is a ds_read of a lane register and an immediate offset, no VALU (a VALU op of
+   * the M wave waits behind the other wave's v_exp and holds its next MFMA back). */
+  FragAddr fa(c.li, c.g);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    fa.k[i] += lds_addr(lds_k[0]);
+    fa.v[i] += lds_addr(lds_vt[1]);
+  }
+  /* made here (the compiler sank them into group 1's first M phase, which then waited out the other
+   * group's exponentials for the VALU) */
+  asm volatile("" : "+v"(fa.k[0]), "+v"(fa.k[1]), "+v"(fa.k[2]), "+v"(fa.k[3]), "+v"(fa.k[4]), "+v"(fa.k[5]),
+               "+v"(fa.k[6]), "+v"(fa.k[7]));
+  asm volatile("" : "+v"(fa.v[0]), "+v"(fa.v[1]), "+v"(fa.v[2]), "+v"(fa.v[3]), "+v"(fa.v[4]), "+v"(fa.v[5]),
+               "+v"(fa.v[6]), "+v"(fa.v[7]));
+  const LdsPtr lds0 = lds_ptr(0u);
+  static_assert(kLdsKBytes == kLdsVBytes, "the K and V^T buffers are moved by one delta");
   const uint32_t kbuf[2] = {lds_addr(lds_k[0]), lds_addr(lds_k[1])};
   const uint32_t grp = (uint32_t)c.w >> 2;
   u32x4 f[kFrags];
@@ -211,12 +248,31 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) asm volatile("" : "+v"(st[mt].m), "+v"(st[mt].l), "+v"(st[mt].q));
   }
+  /* The copies of an M phase, as its hook: K(t)'s rows (q < 8) direct to LDS, then the wave's V rows of
+   * the tile its next X phase stores (8 <= q < 16) into the staging registers vst. */
+  unsigned int vst[kVKeysPerWave];
+  auto copies = [&](typename Copy::KTile& kt, const typename Copy::VTile& vt) {
+    return [&](auto qc) {
+      constexpr int q = decltype(qc)::value;
+      if constexpr (q < kDmaRows)
+        cp.template k_row<kFits, q>(c.a, kb, kt);
+      else if constexpr (q < kDmaRows + kVKeysPerWave)
+        cp.template v_row<kFits, q - kDmaRows>(c.a, vb, vt, vst[q - kDmaRows]);
+    };
+  };
+  /* An M phase's copies without the M phase (a wave with no query rows). */
+  auto copies_only = [&](typename Copy::KTile& kt, const typename Copy::VTile& vt) {
+    static_for<kDmaRows + kVKeysPerWave>(copies(kt, vt));
+  };
+
   /* Prologue: K(0), every wave its rows. */
-  copy_k(cp, c, 0u, kbuf[0]);
+  {
+    auto kt = cp.template k_tile<kFits>(c.a, cp.k_row_ptr(c.a, kb, c.key0(0u)), c.key0(0u), kbuf[0]);
+    static_for<kDmaRows>([&](auto ic) { cp.template k_row<kFits, decltype(ic)::value>(c.a, kb, kt); });
+  }
   wait_vmcnt0();
   phase_barrier();
-  if (grp == 1u) { /* X(-1): its keys of V(0), its K(1) rows */
-    if (n > 1u) copy_k(cp, c, 1u, kbuf[1]);
+  if (grp == 1u) { /* X(-1): its keys of V(0) */
     unsigned int v[kVKeysPerWave];
     load_v(v, cp, c, 0u);
     cp.store_vt(v, lds_vt[0]);
@@ -224,17 +280,23 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
     wait_vmcnt0();
     phase_barrier();
   }
-  if constexpr (kActive) {
-    prefetch<false>(f, lds_k[0], lds_vt[0], fa);
-    m_phase<false, true>(s, o, p, qf, f, lds_k[0], lds_vt[0], fa, 0u, alpha); /* M(0): S(0) */
+  /* M(0): S(0); K(1)'s rows and the wave's keys of V(grp) (every M(j) copies the wave's rows of
+   * K(j + 1) and loads its keys of V(j + grp), which X(j) stores) */
+  {
+    auto kt = cp.template k_tile<kFits>(c.a, cp.k_row_ptr(c.a, kb, c.key0(1u)), c.key0(1u), kbuf[1]);
+    const auto vt = cp.template v_tile<kFits>(c.a, cp.v_row_ptr(c.a, vb, c.key0(grp)), c.key0(grp));
+    if constexpr (kActive) {
+      prefetch<false>(f, lds0, lds0, fa);
+      m_phase<false, true, true>(s, o, p, qf, f, lds0, lds0, fa, copies(kt, vt));
+    } else {
+      copies_only(kt, vt);
+    }
   }
-  m_end();
-  if constexpr (kActive) fence_s(s);
+  if constexpr (kActive)
+    m_end_s(s);
+  else
+    m_end();
 
-  /* X(j), j % 2 == P: group 0 copies its rows of K(j+1), group 1 its rows of K(j+2) and its keys of
-   * V(j+1); then the first reads of PV(j), which opens M(j+1). The buffer parities are template
-   * constants (the loop runs two tiles a trip), so every LDS address is a lane offset and an
-   * immediate: no VALU address arithmetic in the M phase. */
   auto softmax = [&](uint32_t j, auto&& mid) {
     if constexpr (kActive) {
       const uint32_t key0 = c.key0(j);
@@ -244,64 +306,88 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
       mid();
     }
   };
-  auto x_phase = [&](uint32_t j) {
+  /* X(j), j % 2 == P: the softmax of S(j); the wave's keys of V(j + grp) (group 0 keys 32-63 of V(j),
+   * group 1 keys 0-31 of V(j+1)), loaded in M(j), stored in the middle of the softmax (after its
+   * exponentials: the phase's tail kept short); then the first kLdsDepth reads of PV(j), which opens
+   * M(j+1), also in the softmax's middle. */
+  auto x_phase = [&](uint32_t j, auto&& before_barrier) {
     const uint32_t P = j & 1u;
-    const uint32_t tk = j + 1u + grp;
-    if (tk < n) copy_k(cp, c, tk, kbuf[tk & 1u]);
-    /* The wave's V keys: group 0 its keys 32-63 of V(j), group 1 its keys 0-31 of V(j+1), each
-     * into the buffer of that tile. Loaded first, stored in the middle of the softmax (after its
-     * exponentials: their latency hidden, the phase's tail kept short). The softmax is written out on
-     * both sides of the branch, so the staging registers are defined wherever they are read (one
-     * shared softmax carried them, undefined, round the loop). */
-    /* The first kLdsDepth reads of PV(j), which opens M(j+1), also in the softmax's middle: the
-     * phase's tail is then the P packing only. */
-    auto pre = [&] {
-      if constexpr (kActive) prefetch<true>(f, lds_k[0], lds_vt[P], fa);
-    };
-    const uint32_t tv = j + grp;
-    if (tv < n) {
-      unsigned int v[kVKeysPerWave];
-      load_v(v, cp, c, tv);
-      softmax(j, [&] {
-        cp.store_vt(v, lds_vt[P ^ grp]);
-        pre();
-      });
-    } else {
-      softmax(j, pre);
+    if constexpr (kActive) { /* K to buffer P ^ 1, V^T to buffer P */
+      /* two addresses a 64-bit add (v_lshl_add_u64): the delta in both halves, a negative one borrowing
+       * from the high half what the low half's add carries into it */
+      const int64_t dk = P ? -(int64_t)kLdsKBytes : (int64_t)kLdsKBytes; /* lds_k[1] - lds_k[0] */
+      const uint64_t dk2 = (uint64_t)(dk * 0x100000001ll), dv2 = (uint64_t)(-dk * 0x100000001ll);
+#pragma unroll
+      for (int i = 0; i < 8; i += 2) {
+        uint64_t k2 = ((uint64_t)fa.k[i + 1] << 32 | fa.k[i]) + dk2;
+        uint64_t v2 = ((uint64_t)fa.v[i + 1] << 32 | fa.v[i]) + dv2;
+        fa.k[i] = (uint32_t)k2;
+        fa.k[i + 1] = (uint32_t)(k2 >> 32);
+        fa.v[i] = (uint32_t)v2;
+        fa.v[i + 1] = (uint32_t)(v2 >> 32);
+      }
     }
+    auto pre = [&] {
+      if constexpr (kActive) prefetch<true>(f, lds0, lds0, fa);
+    };
+    /* Stored whether or not tile j + grp exists: past the last, group 1's X(n-1) writes zeros (or the
+     * next part's keys) into V^T buffer n % 2, which M(n) does not read (one softmax, no branch: the
+     * two copies of it left the row statistics in different registers, 6 copies a tile). */
+    softmax(j, [&] {
+      cp.store_vt(vst, lds_vt[P ^ grp]);
+      pre();
+    });
     if constexpr (kActive) {
       /* The O rescale of a tile that raised some row's max: here at the end of X, so the M phase
        * opens on its MFMAs; the entry fence spaces the VALU writes of O and P from them. */
       if (__builtin_expect(rise != 0u, 0)) rescale_o(o, alpha);
-      mfma_entry_fence2(o, p);
+      mfma_entry_tie2(o, p);
       wait_lgkmcnt_depth(); /* this X's LDS writes landed; the kLdsDepth reads may still fly */
     } else {
       wait_lgkmcnt0();
     }
     wait_vmcnt0();
-    phase_barrier();
+    before_barrier();
+    x_barrier();
   };
-  /* M(j+1) after X(j), j % 2 == P: PV(j) from V^T buffer P, S(j+1) from K buffer P ^ 1. */
-  auto m_next = [&](uint32_t j) {
-    const uint32_t P = j & 1u;
-    if constexpr (kActive) m_phase<true, true>(s, o, p, qf, f, lds_k[P ^ 1u], lds_vt[P], fa, rise, alpha);
-    m_end();
-    if constexpr (kActive) fence_s(s);
+  /* M(j+1) after X(j), j % 2 == P: PV(j) from V^T buffer P (LDS address va), S(j+1) from K buffer P ^ 1
+   * (ka); K(j+2)'s rows into K buffer P (kt), V(j+1+grp)'s rows into vst (vt); all made in X(j),
+   * before its barrier. */
+  auto m_next = [&](typename Copy::KTile& kt, const typename Copy::VTile& vt) {
+    if constexpr (kActive)
+      m_phase<true, true, false>(s, o, p, qf, f, lds0, lds0, fa, copies(kt, vt));
+    else
+      copies_only(kt, vt);
+    if constexpr (kActive)
+      m_end_s(s);
+    else
+      m_end();
   };
-  auto m_last = [&](uint32_t j) { /* M(n): the last PV, from V^T buffer (n - 1) % 2 == P */
-    const uint32_t P = j & 1u;
-    if constexpr (kActive) m_phase<true, false>(s, o, p, qf, f, lds_k[0], lds_vt[P], fa, rise, alpha);
+  auto m_last = [&] { /* M(n): the last PV, from V^T buffer (n - 1) % 2 */
+    if constexpr (kActive) m_phase<true, false, false>(s, o, p, qf, f, lds0, lds0, fa, [](auto) {});
   };
-  /* Two tiles a trip; one exit, at the latch (a break between the X and M phases made the
-   * control-flow structurizer carry the O accumulators of both sides through the M phase: 64 more
-   * VGPRs and spills). */
+  /* One exit, at the latch (a break between the X and M phases made the control-flow structurizer
+   * carry the O accumulators of both sides through the M phase: 64 more VGPRs and spills). */
+  /* The copies' row pointers stepped a tile a trip (a 64-bit add each, no multiply). */
+  const uint16_t* kp = cp.k_row_ptr(c.a, kb, c.key0(2u));
+  const uint16_t* vp = cp.v_row_ptr(c.a, vb, c.key0(1u + grp));
+  const int64_t kstep = row_offset<L>((uint32_t)kBlockK, c.a.k_stride[2]);
+  const int64_t vstep = row_offset<L>((uint32_t)kBlockK, c.a.v_stride[2]);
   uint32_t j = 0;
   for (; j + 1u < n; ++j) {
-    x_phase(j);
-    m_next(j);
+    const uint32_t P = j & 1u;
+    auto kt = cp.template k_tile<kFits>(c.a, kp, c.key0(j + 2u), lds_addr(lds_k[P]));
+    auto vt = cp.template v_tile<kFits>(c.a, vp, c.key0(j + 1u + grp));
+    kp += kstep;
+    vp += vstep;
+    x_phase(j, [&] {
+      cp.tie(kt);
+      cp.tie(vt);
+    });
+    m_next(kt, vt);
   }
-  x_phase(j);
-  m_last(j);
+  x_phase(j, [] {});
+  m_last();
   if (grp == 0u) m_end();
   if constexpr (kActive) fence_o(o);
 }

@@ -211,11 +211,15 @@ __device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s
   mid(); /* the caller's work for the middle of the phase (group 1's V^T stores) */
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
-    float x = 0.0f, y = 0.0f; /* the two lanes of step 7's paired sum */
+    /* the two lanes of step 7's paired sum, which start at 0: 0 + e = e for every e an exp2 gives
+     * (never -0; a NaN stays the same NaN) */
+    float x = e[mt][0][0], y = e[mt][0][1];
 #pragma unroll
     for (int kt = 0; kt < kKTiles; ++kt) {
-      x = x + e[mt][kt][0];
-      y = y + e[mt][kt][1];
+      if (kt > 0) {
+        x = x + e[mt][kt][0];
+        y = y + e[mt][kt][1];
+      }
       x = x + e[mt][kt][2];
       y = y + e[mt][kt][3];
       p[mt][kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[mt][kt][0], e[mt][kt][1]),
