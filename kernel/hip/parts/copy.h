@@ -1,22 +1,25 @@
 /*
- * copy.h — a wave's share of a K/V tile's trip HBM -> LDS (step 13, docs/hip-gfx942.md).
+ * copy.h — a wave's share of a K/V tile's trip HBM -> LDS (step 13, docs/hip-gfx942.md), issued row by
+ * row from the wave's M phase, between its MFMAs (schedule.h).
  *
  *   K  direct to LDS: wave w moves rows w + 8i (i = 0..7), one `buffer_load_dword ... lds` a row.
  *      Lane l's dword lands at LDS byte 4l of the row (M0 = the row's LDS address), granule position
  *      l/4, so the lane fetches the global granule k_lds_index stores there (layout.h,
  *      k_dma_lane_bytes). No VGPR, no ds_write, no VALU; counted on vmcnt: the wave waits for them
- *      before the barrier that publishes the tile.
+ *      before the barrier that ends the phase.
  *   V  wave w loads the 8 keys of key group v_keygroup(w) (group 1 the tile's keys 0-31, group 0 keys
- *      32-63, in different phases: schedule.h) by 8 dword loads into VGPRs (lane = dim pair),
- *      transposes them by v_perm into two V^T granules and writes them with ds_write_b128 (an MFMA
- *      operand holds keys packed in a register and a V row holds dims, so no direct-to-LDS load can
- *      do the transpose).
+ *      32-63) by 8 dword loads into staging VGPRs (lane = dim pair); its next X phase transposes
+ *      them by v_perm into two V^T granules and writes them with ds_write_b128 (an MFMA operand holds
+ *      keys packed in a register and a V row holds dims, so no direct-to-LDS load can do the
+ *      transpose).
  *
- * Two address paths, the same bytes (copy_fast decides per tile): `fast` for a tile wholly below
- * seqlen_k and strides below 2^20 elements (one buffer resource a tile, each row's distance a
- * loop-invariant SGPR soffset, num_records the maximum: no range check); `checked` otherwise (a buffer
- * resource per row, num_records 256 or 0 and soffset 0, so a row past seqlen_k reads 0 whether or not
- * the range check counts soffset). Keys past seqlen_k are zeros.
+ * No branch (the rows are issued between MFMAs): one buffer resource a tile, the rows' distances in
+ * soffset, num_records ending at the last row below seqlen_k, so a row past it reads 0 (CDNA3's range
+ * check counts soffset: machine.Wave._buffer_dwords); a tile past the block's last is copied too
+ * (zeros, or the next split part's keys, into a buffer nobody reads again). For sequence strides of
+ * 2^25 elements or more (kv_rows_fit false: the row offsets would pass 32 bits) every row takes a
+ * resource of its own (num_records 256 or 0, soffset 0); RA_HIP_ROW_RESOURCES=1 takes that path on
+ * every call, so the emulator proves it on shapes that fit in memory.
  */
 #ifndef RA_HIP_COPY_H
 #define RA_HIP_COPY_H
@@ -80,13 +83,14 @@ __device__ __forceinline__ void static_for(F&& f) {
 /* The LDS byte address of a __shared__ object: the low 32 bits of its generic address. */
 __device__ __forceinline__ uint32_t lds_addr(const void* p) { return (uint32_t)(uintptr_t)p; }
 
-/* Whether the K rows of a tile fit the one-resource path (KTile): the wave's last row starts 56 rows
- * (7 x 8) after its first, and num_records holds up to 57 rows, in 32 bits: K seq strides below 2^25
+/* Whether a tile's rows fit the one-resource path (KTile, VTile): a wave's last K row starts 56 rows
+ * (7 x 8) after its first and num_records holds up to 57 rows, in 32 bits: seq strides below 2^25
  * elements (57 x 2^26 bytes < 2^32); larger ones take a resource per row. */
 template <int L>
 __device__ __forceinline__ bool kv_rows_fit(const KernelArgs& a) {
   const uint64_t st = (uint64_t)a.k_stride[2] | (uint64_t)a.v_stride[2];
-  return L == kPacked || ((uint32_t)(st >> 32) | ((uint32_t)st >> 25)) == 0u; /* 32-bit scalar tests */
+  return !RA_HIP_ROW_RESOURCES &&
+         (L == kPacked || ((uint32_t)(st >> 32) | ((uint32_t)st >> 25)) == 0u); /* 32-bit scalar tests */
 }
 
 /* Bytes from one seq row to the next, at least a row's 256 (a tensor of one key may have any stride:
@@ -104,12 +108,6 @@ __device__ __forceinline__ uint32_t rows_below(uint32_t seqlen_k, uint32_t key0,
   asm("" : "+s"(d));
   const uint32_t nv = seqlen_k > key0 ? d : 0u;
   return nv < rows ? nv : rows;
-}
-
-/* Whether the tile at key0 takes the fast path (see above). */
-__device__ __forceinline__ bool copy_fast(const KernelArgs& a, uint32_t key0) {
-  const uint64_t strides = (uint64_t)a.k_stride[2] | (uint64_t)a.v_stride[2];
-  return key0 + (uint32_t)kBlockK <= a.seqlen_k && ((uint32_t)(strides >> 32) | ((uint32_t)strides >> 20)) == 0u;
 }
 
 template <int L>
@@ -130,14 +128,8 @@ struct KvCopy {
     asm volatile("" : "+v"(klane[0]), "+v"(klane[1]), "+v"(vlane), "+v"(vt[0]), "+v"(vt[1]));
   }
 
-  /* Step 13b: a tile's K rows issued one by one from the wave's M phase (schedule.h), in the slots
-   * its MFMAs leave. No branch: a tile past the block's last is copied too (zeros past seqlen_k, or
-   * the next part's keys, into a buffer nobody reads again).
-   *   kFits: one resource for the tile from row w, the rows' distance a running soffset, num_records
-   *     ending at row w + 8i's end for the rows below seqlen_k: a row past it reads 0 (CDNA3's range
-   *     check counts soffset, machine.Wave._buffer_dwords). Rows 8 apart by max(2 stride, 256) bytes:
-   *     a K of one key (any stride) still has its rows 1.. out of range.
-   *   else: a resource per row (num_records 256 or 0), soffset 0. */
+  /* A tile's K rows (see above). kFits: one resource from row w, rows 8 apart by 8 row_step bytes in
+   * a running soffset, num_records ending at the last of them below seqlen_k; else one per row. */
   struct KTile {
     u32x4 rsrc;    /* kFits: the tile's buffer from row w */
     uint32_t m0;   /* LDS byte address of row w in the tile's buffer */
@@ -189,18 +181,15 @@ struct KvCopy {
     }
   }
 
-  /* Step 13b: the wave's 8 V rows (keys key0 + 8 v_keygroup(w) + e) of a tile, loaded one by one from
-   * its M phase into staging registers (stored transposed in its next X phase). kFits: one buffer
-   * for the 8 rows, num_records ending at the last row below seqlen_k, the rows' distance in soffset;
-   * else a buffer per row (num_records 256 or 0). No branch, as for K. */
+  /* A tile's 8 V rows of the wave (keys key0 + 8 v_keygroup(w) + e) into staging registers, as K's. */
   struct VTile {
     const uint16_t* base; /* kFits: the wave's first V row */
     uint32_t nrec;        /* kFits: bytes of the rows below seqlen_k */
     uint32_t step;        /* kFits: bytes from row to row */
     uint32_t key0;        /* the wave's first key */
   };
-  template <bool kFits>
   /* row: the wave's first V row of the tile (v_row_ptr; stepped as k_tile's). */
+  template <bool kFits>
   __device__ __forceinline__ VTile v_tile(const KernelArgs& a, const uint16_t* row, uint32_t key0) const {
     VTile t;
     t.key0 = key0 + (uint32_t)(kVKeysPerWave * v_keygroup(w));
@@ -226,62 +215,6 @@ struct KvCopy {
           __builtin_amdgcn_make_buffer_rsrc((void*)uniform_ptr(vb + row_offset<L>(in ? key : 0u, a.v_stride[2])),
                                             (short)0, __builtin_amdgcn_readfirstlane(in ? kHeadDim * 2 : 0), 0x00020000);
       v = __builtin_amdgcn_raw_buffer_load_b32(r, vlane, 0, 0);
-    }
-  }
-
-  /* The wave's 8 K rows of the tile at key0 into the K buffer at LDS byte kbuf. */
-  template <bool kFast>
-  __device__ __forceinline__ void dma_k(const KernelArgs& a, const uint16_t* kb, uint32_t key0, uint32_t kbuf) const {
-    /* The rows' distance as a running SGPR offset: loop-invariant offsets per row would be hoisted
-     * into 8 (K) and 16 (V) SGPRs, and the kernel ran out of SGPRs (it spilled them to VGPR lanes). */
-    uint32_t step = (uint32_t)(2 * row_offset<L>((uint32_t)kWaves, a.k_stride[2]));
-    asm volatile("" : "+s"(step));
-    uint32_t soff = 0u;
-    static_for<kDmaRows>([&](auto ic) {
-      constexpr int i = decltype(ic)::value;
-      const uint32_t r = (uint32_t)k_dma_row(w, i);
-      constexpr int kRow = kWaves * kHeadDim * 2; /* LDS bytes from row w + 8i to row w + 8(i + 1) */
-      const uint32_t m0 = kbuf + (uint32_t)w * (uint32_t)(kHeadDim * 2);
-      if constexpr (kFast) {
-        const u32x4 rk = buffer_rsrc(kb + row_offset<L>(key0 + (uint32_t)w, a.k_stride[2]), 0xFFFFFFFFu);
-        dma_row<kRow * i>(rk, klane[i & 1], soff, m0);
-        soff += step;
-      } else {
-        const uint32_t key = key0 + r;
-        const bool in = key < a.seqlen_k;
-        const u32x4 rk =
-            buffer_rsrc(kb + row_offset<L>(in ? key : 0u, a.k_stride[2]), in ? (uint32_t)(kHeadDim * 2) : 0u);
-        dma_row<kRow * i>(rk, klane[i & 1], 0u, m0);
-      }
-    });
-  }
-
-  /* The wave's 8 V rows (keys key0 + 8 v_keygroup(w) + e) into staging registers v (dims 2 lane and
-   * 2 lane + 1 of each key). */
-  template <bool kFast>
-  __device__ __forceinline__ void load_v(unsigned int (&v)[kVKeysPerWave], const KernelArgs& a, const uint16_t* vb,
-                                         uint32_t key0) const {
-    const uint32_t key0w = key0 + (uint32_t)(kVKeysPerWave * v_keygroup(w));
-    if constexpr (kFast) {
-      const __amdgpu_buffer_rsrc_t rv = __builtin_amdgcn_make_buffer_rsrc(
-          (void*)uniform_ptr(vb + row_offset<L>(key0w, a.v_stride[2])), (short)0, -1, 0x00020000);
-      uint32_t step = (uint32_t)(2 * row_offset<L>(1u, a.v_stride[2])), soff = 0u;
-      asm volatile("" : "+s"(step));
-#pragma unroll
-      for (int e = 0; e < kVKeysPerWave; ++e) {
-        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, vlane, (int)soff, 0);
-        soff += step;
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVKeysPerWave; ++e) {
-        const uint32_t key = key0w + (uint32_t)e;
-        const bool in = key < a.seqlen_k;
-        const __amdgpu_buffer_rsrc_t rv =
-            __builtin_amdgcn_make_buffer_rsrc((void*)uniform_ptr(vb + row_offset<L>(in ? key : 0u, a.v_stride[2])),
-                                              (short)0, __builtin_amdgcn_readfirstlane(in ? kHeadDim * 2 : 0), 0x00020000);
-        v[e] = __builtin_amdgcn_raw_buffer_load_b32(rv, vlane, 0, 0);
-      }
     }
   }
 

@@ -66,14 +66,6 @@ RA_HIP_HD int k_lds_index(int r, int granule) { return r * kKGranules + (granule
 RA_HIP_HD int v_swizzle(int d) { return (d ^ (d >> 3)) & 7; }
 RA_HIP_HD int vt_lds_index(int d, int granule) { return d * kVGranules + (granule ^ v_swizzle(d)); }
 
-/* Copy roles of thread t (0..511) for one K/V tile.
- * K: two 16-byte granules, rows t/16 and t/16 + 32, granule t%16 (rows read coalesced).
- * V: 8 keys x 2 dims: dim pair t%64, keys 8*(t/64) .. +7 (each wave reads 8 whole rows). */
-RA_HIP_HD int k_copy_row(int t, int i) { return (t >> 4) + 32 * i; }
-RA_HIP_HD int k_copy_granule(int t) { return t & 15; }
-RA_HIP_HD int v_copy_dimpair(int t) { return t & 63; }
-RA_HIP_HD int v_copy_keygroup(int t) { return t >> 6; }
-
 /* K by direct-to-LDS loads (step 13, copy.h): wave w (0..7) moves rows w + 8i (i = 0..7) of a K
  * tile, one 256-byte row an instruction. Lane l's dword lands at byte 4l of the LDS row, granule
  * position l/4, so it loads the global granule that k_lds_index puts there: (l/4) ^ k_swizzle(row).

@@ -3,12 +3,12 @@
  * docs/hip-gfx942.md).
  *
  * Group 0 = waves 0-3, group 1 = waves 4-7: one wave of each on every SIMD (wave i sits on SIMD i % 4).
- * A wave alternates an M phase — its MFMAs and their LDS reads only, at s_setprio 1: O += V^T(j-1)
- * P(j-1), then S(j) = K(j) Q^T — and an X phase: the online softmax of S(j) into P(j) with the O
- * rescale, its share of the copies, and the first LDS reads of its next M phase. Group 1 runs one phase
- * behind group 0, so on every SIMD one wave feeds the matrix core while the other runs its softmax on
- * the VALU slots the MFMAs leave; every phase ends at one s_barrier of the block, which holds the two
- * groups one phase apart:
+ * A wave alternates an M phase — its MFMAs, their LDS reads and its copies (copy.h), at s_setprio 1:
+ * O += V^T(j-1) P(j-1), then S(j) = K(j) Q^T — and an X phase: the online softmax of S(j) into P(j)
+ * with the O rescale, the V^T store of the rows its M phase loaded, and the first LDS reads of its
+ * next M phase. Group 1 runs one phase behind group 0, so on every SIMD one wave feeds the matrix
+ * core while the other runs its softmax on the VALU slots the MFMAs leave; every phase ends at one
+ * s_barrier of the block, which holds the two groups one phase apart:
  *
  *   phase     0      1      2      3     ...   2j       2j+1    ...   2n       2n+1
  *   group 0   M(0)   X(0)   M(1)   X(1)        M(j)     X(j)          M(n)     -
@@ -19,20 +19,28 @@
  * registers less than the 112 + 32 of S-then-PV; and the M phase can start on operands read before
  * its barrier (below).
  *
- * LDS, 64 KiB: K(j) in kbuf[j&1], V^T(j) in vbuf[j&1].
- *   V^T(j) is written in phase 2j by group 1 (in X(j-1); group 0 is in M(j)), so the first kLdsDepth
- *   fragment reads of PV(j) can be issued at the end of X(j) (phases 2j+1 and 2j+2), before the
- *   barrier: M(j+1) starts with its operands in VGPRs, whatever the LDS latency. V^T(j-2), in the
- *   same buffer, was last read in phase 2j-1.
- *   K(j) is written in phases 2j-2 (group 1's rows, in X(j-2)) and 2j-1 (group 0's, in X(j-1)),
- *   direct to LDS, and read in M(j), phases 2j and 2j+1; K(j-2), in the same buffer, was last read
- *   in phase 2j-3.
+ * Where the work sits. The M phase is the matrix core's: 128 MFMAs of 16 clocks, 3 free issue slots
+ * after each, where its copies go (8 K rows, 8 V rows: ~40 instructions, in the middle of a
+ * fragment's 4 MFMAs so no gap between two holds more than one MFMA's 16 clocks), and no VALU (a VALU
+ * op of the M wave waits behind the other wave's v_exp, 16 clocks of the SIMD's VALU, and holds its
+ * next MFMA back). Everything the M phase needs is made before its barrier: its LDS addresses (the
+ * fragment addresses are absolute and moved a buffer in X), its copies' scalars, s_setprio 1; so it
+ * opens on its first MFMA. The X phase then holds the softmax alone, with room for the O rescale.
+ *
+ * LDS, 64 KiB: K(t) in kbuf[t&1], V^T(t) in vbuf[t&1].
+ *   K(t) is copied, direct to LDS, in each wave's M(t-1) (group 0 phase 2t-2, group 1 phase 2t-1)
+ *   and read in M(t) (phases 2t and 2t+1); K(t-2), in the same buffer, was last read in phase 2t-3.
+ *   V(t): group 1's keys 0-31 are loaded in its M(t-1) (phase 2t-1) and stored in its X(t-1)
+ *   (phase 2t), group 0's keys 32-63 loaded in its M(t) (phase 2t) and stored in its X(t) (phase
+ *   2t+1). The first kLdsDepth fragment reads of PV(t), keys 0-31 only, are issued at the end of
+ *   X(t) (phases 2t+1 and 2t+2), before the barrier: M(t+1) starts with its operands in VGPRs,
+ *   whatever the LDS latency. V^T(t-2), in the same buffer, was last read in phase 2t-1.
  * A writer waits for its writes (lgkmcnt, and vmcnt for the direct-to-LDS loads) before the barrier
  * that publishes them; the emulator's LDS race and waitcnt checks prove the plan on every launch.
  *
  * The phases are pinned in the instruction stream: each barrier is an asm statement with a memory
- * clobber between two sched_barrier(0) (no instruction is scheduled across), and the M phase's MFMAs
- * and LDS reads keep their order (asm volatile, and memory operations against it).
+ * clobber between two sched_barrier(0) (no instruction is scheduled across), and the M phase's MFMAs,
+ * LDS reads and copies keep their order (asm volatile, and memory operations against it).
  */
 #ifndef RA_HIP_SCHEDULE_H
 #define RA_HIP_SCHEDULE_H
@@ -63,23 +71,22 @@ __device__ __forceinline__ void wait_lgkmcnt_depth() {
 
 /* The first kLdsDepth reads of an M phase, issued at the end of the X phase before it: V^T fragments
  * (16 ..) of a phase that starts with PV, K fragments (0 ..) of M(0). */
-template <bool kPV, class Ptr>
-__device__ __forceinline__ void prefetch(u32x4 (&f)[kFrags], Ptr lds_k, Ptr lds_vt, const FragAddr& fa) {
+template <bool kPV>
+__device__ __forceinline__ void prefetch(u32x4 (&f)[kFrags], const FragAddr& fa) {
 #pragma unroll
   for (int q = 0; q < kLdsDepth; ++q) {
     const int i = kPV ? 16 + 2 * q : q; /* m_phase's stream order: PV's c = 0 fragments first */
-    f[i] = read_frag(i, lds_k, lds_vt, fa);
+    f[i] = read_frag(i, fa);
   }
 }
 
 /* An M phase: O += V^T P (kPV), then S = K Q^T (kS); its 16 or 32 LDS fragment reads one stream
  * kLdsDepth ahead of their MFMAs, the first kLdsDepth issued by prefetch<kPV>. Stream position q is
  * fragment 16 + q (V^T) while PV runs, then fragment q - 16 or q (K). */
-template <bool kPV, bool kS, bool kPrio, class Ptr, class Hook>
+template <bool kPV, bool kS, bool kPrio, class Hook>
 __device__ __forceinline__ void m_phase(f32x4 (&s)[kMTiles][kKTiles], f32x4 (&o)[kMTiles][kDTiles],
                                         bf16x4 (&p)[kMTiles][kKTiles], const u32x4 (&qf)[kMTiles][4],
-                                        u32x4 (&f)[kFrags], Ptr lds_k, Ptr lds_vt, const FragAddr& fa,
-                                        Hook&& hook) {
+                                        u32x4 (&f)[kFrags], const FragAddr& fa, Hook&& hook) {
   constexpr int D = kLdsDepth;
   constexpr int len = 16 * ((int)kPV + (int)kS);
   /* PV's fragments key half first (c = 0 for every dim tile, then c = 1): the kLdsDepth <= 8 read
@@ -91,7 +98,7 @@ __device__ __forceinline__ void m_phase(f32x4 (&s)[kMTiles][kKTiles], f32x4 (&o)
   };
   static_assert(!kPV || D <= 8, "the prefetched PV reads must stay in keys 0-31");
   if constexpr (kPrio) __builtin_amdgcn_s_setprio(1); /* else raised before the barrier (x_barrier) */
-  /* hook(q): the caller's work in the middle of fragment q's MFMAs (the K rows of the next tile), so
+  /* hook(q): the caller's work in the middle of fragment q's MFMAs (the copies, copy.h), so
    * neither gap between MFMAs holds more than the 16 clocks of one */
   static_for<len>([&](auto qc) {
     constexpr int q = decltype(qc)::value;
@@ -117,9 +124,27 @@ __device__ __forceinline__ void m_phase(f32x4 (&s)[kMTiles][kKTiles], f32x4 (&o)
       for (int mt = 0; mt < kMTiles; ++mt) mfma_16x16x16_bf16(s[mt][kt], hi_half(f[i]), hi_half(qf[mt][pp]));
     }
     /* The read kLdsDepth ahead after this fragment's MFMAs: the phase opens on an MFMA. */
-    if constexpr (q + D < len) f[frag(q + D)] = read_frag(frag(q + D), lds_k, lds_vt, fa);
+    if constexpr (q + D < len) f[frag(q + D)] = read_frag(frag(q + D), fa);
   });
 }
+
+#if RA_INJECT_SLOWDOWN_PCT > 0
+/* Fire drill: about RA_INJECT_SLOWDOWN_PCT % more MFMA work per tile (128 MFMAs is the real work),
+ * on throw-away accumulators; asm volatile keeps it, outputs are untouched. */
+__device__ __forceinline__ void inject_slowdown(const u32x4 (&qf)[kMTiles][4]) {
+  constexpr int kExtra = (2 * kMTiles * kKTiles * 8 * RA_INJECT_SLOWDOWN_PCT + 50) / 100;
+  f32x4 burn[4] = {};
+#pragma unroll
+  for (int i = 0; i < kExtra; ++i) {
+    if (i < 4) /* no v_mov-zeroed C in front of an unguarded MFMA (step 2) */
+      mfma_16x16x16_bf16_first(burn[i], lo_half(qf[0][i]), hi_half(qf[1][i]));
+    else
+      mfma_16x16x16_bf16(burn[i & 3], lo_half(qf[0][i & 3]), hi_half(qf[1][i & 3]));
+  }
+  mfma_fence(burn[0], burn[1], burn[2], burn[3]);
+}
+#endif
+
 
 /* The end of an X phase: the priority of the M phase that follows raised before its barrier, so that
  * phase opens on its first MFMA. */
@@ -152,30 +177,20 @@ __device__ __forceinline__ void m_end_s(f32x4 (&s)[kMTiles][kKTiles]) {
 #endif
 }
 
-/* After an M phase, before VALU reads its results: 8 wait states (passes + 3 of a 16x16x16 MFMA is
- * 7), tied to the accumulators; placed after the barrier, so the other group's M phase does not wait
- * for it. */
-__device__ __forceinline__ void fence_s(f32x4 (&s)[kMTiles][kKTiles]) {
-  mfma_fence(s[0][0], s[0][1], s[0][2], s[0][3], s[1][0], s[1][1], s[1][2], s[1][3]);
-}
+/* The accumulators' registers fixed where they are made (an empty asm: no instruction). */
 __device__ __forceinline__ void tie_o(f32x4 (&o)[kMTiles][kDTiles]) {
   asm volatile(""
                : "+v"(o[0][0]), "+v"(o[0][1]), "+v"(o[0][2]), "+v"(o[0][3]), "+v"(o[0][4]), "+v"(o[0][5]),
                  "+v"(o[0][6]), "+v"(o[0][7]), "+v"(o[1][0]), "+v"(o[1][1]), "+v"(o[1][2]), "+v"(o[1][3]),
                  "+v"(o[1][4]), "+v"(o[1][5]), "+v"(o[1][6]), "+v"(o[1][7]));
 }
+/* After the last PV, before VALU reads O (the epilogue): 8 wait states. */
 __device__ __forceinline__ void fence_o(f32x4 (&o)[kMTiles][kDTiles]) {
   asm volatile(RA_MFMA_FENCE_ASM
                : "+v"(o[0][0]), "+v"(o[0][1]), "+v"(o[0][2]), "+v"(o[0][3]), "+v"(o[0][4]), "+v"(o[0][5]),
                  "+v"(o[0][6]), "+v"(o[0][7]), "+v"(o[1][0]), "+v"(o[1][1]), "+v"(o[1][2]), "+v"(o[1][3]),
                  "+v"(o[1][4]), "+v"(o[1][5]), "+v"(o[1][6]), "+v"(o[1][7]));
 }
-
-/* A buffer parity as a template constant (the key loop's lambdas take it as their `auto` argument). */
-template <int P>
-struct Parity {
-  static constexpr int value = P;
-};
 
 /* What the key loop of a block works on (attention_gfx942.hip sets it up). */
 struct KeyLoop {
@@ -189,22 +204,11 @@ struct KeyLoop {
   __device__ __forceinline__ uint32_t key0(uint32_t t) const { return (tile0 + t) * (uint32_t)kBlockK; }
 };
 
-/* Group 1: its V rows of tile t into registers. */
-template <int L>
-__device__ __forceinline__ void load_v(unsigned int (&v)[kVKeysPerWave], const KvCopy<L>& cp, const KeyLoop& c,
-                                       uint32_t t) {
-  const uint32_t key0 = c.key0(t);
-  if (copy_fast(c.a, key0))
-    cp.template load_v<true>(v, c.a, c.vb, key0);
-  else
-    cp.template load_v<false>(v, c.a, c.vb, key0);
-}
-
 /* The key loop of a wave (the table above; grp = w / 4, wave-uniform), on the block's two K and two
  * V^T buffers. One loop for both groups: what differs (group 1's X(-1), group 0's last barrier, the V
  * copies) sits in scalar branches outside the M phases. kActive: the wave has query rows below
  * seqlen_q (a wave without any still copies and meets every barrier); a template constant, so no
- * path through the loop carries S or P past a phase that does not use them. kFits: k_rows_fit. */
+ * path through the loop carries S or P past a phase that does not use them. kFits: kv_rows_fit (copy.h). */
 template <int L, bool kActive, bool kFits>
 __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlockK * kKGranules],
                                          u32x4 (*lds_vt)[kHeadDim * kVGranules], const u32x4 (&qf)[kMTiles][4],
@@ -229,7 +233,6 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
                "+v"(fa.k[6]), "+v"(fa.k[7]));
   asm volatile("" : "+v"(fa.v[0]), "+v"(fa.v[1]), "+v"(fa.v[2]), "+v"(fa.v[3]), "+v"(fa.v[4]), "+v"(fa.v[5]),
                "+v"(fa.v[6]), "+v"(fa.v[7]));
-  const LdsPtr lds0 = lds_ptr(0u);
   static_assert(kLdsKBytes == kLdsVBytes, "the K and V^T buffers are moved by one delta");
   const uint32_t kbuf[2] = {lds_addr(lds_k[0]), lds_addr(lds_k[1])};
   const uint32_t grp = (uint32_t)c.w >> 2;
@@ -273,9 +276,9 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
   wait_vmcnt0();
   phase_barrier();
   if (grp == 1u) { /* X(-1): its keys of V(0) */
-    unsigned int v[kVKeysPerWave];
-    load_v(v, cp, c, 0u);
-    cp.store_vt(v, lds_vt[0]);
+    const auto vt = cp.template v_tile<kFits>(c.a, cp.v_row_ptr(c.a, vb, c.key0(0u)), c.key0(0u));
+    static_for<kVKeysPerWave>([&](auto ec) { cp.template v_row<kFits, decltype(ec)::value>(c.a, vb, vt, vst[ec.value]); });
+    cp.store_vt(vst, lds_vt[0]);
     wait_lgkmcnt0();
     wait_vmcnt0();
     phase_barrier();
@@ -286,8 +289,11 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
     auto kt = cp.template k_tile<kFits>(c.a, cp.k_row_ptr(c.a, kb, c.key0(1u)), c.key0(1u), kbuf[1]);
     const auto vt = cp.template v_tile<kFits>(c.a, cp.v_row_ptr(c.a, vb, c.key0(grp)), c.key0(grp));
     if constexpr (kActive) {
-      prefetch<false>(f, lds0, lds0, fa);
-      m_phase<false, true, true>(s, o, p, qf, f, lds0, lds0, fa, copies(kt, vt));
+      prefetch<false>(f, fa);
+      m_phase<false, true, true>(s, o, p, qf, f, fa, copies(kt, vt));
+#if RA_INJECT_SLOWDOWN_PCT > 0
+      inject_slowdown(qf);
+#endif
     } else {
       copies_only(kt, vt);
     }
@@ -328,7 +334,7 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
       }
     }
     auto pre = [&] {
-      if constexpr (kActive) prefetch<true>(f, lds0, lds0, fa);
+      if constexpr (kActive) prefetch<true>(f, fa);
     };
     /* Stored whether or not tile j + grp exists: past the last, group 1's X(n-1) writes zeros (or the
      * next part's keys) into V^T buffer n % 2, which M(n) does not read (one softmax, no branch: the
@@ -339,7 +345,8 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
     });
     if constexpr (kActive) {
       /* The O rescale of a tile that raised some row's max: here at the end of X, so the M phase
-       * opens on its MFMAs; the entry fence spaces the VALU writes of O and P from them. */
+       * opens on its MFMAs; the entry tie orders the VALU writes of O and P before the waits and the
+       * barrier, their 2 wait states. */
       if (__builtin_expect(rise != 0u, 0)) rescale_o(o, alpha);
       mfma_entry_tie2(o, p);
       wait_lgkmcnt_depth(); /* this X's LDS writes landed; the kLdsDepth reads may still fly */
@@ -350,25 +357,29 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
     before_barrier();
     x_barrier();
   };
-  /* M(j+1) after X(j), j % 2 == P: PV(j) from V^T buffer P (LDS address va), S(j+1) from K buffer P ^ 1
-   * (ka); K(j+2)'s rows into K buffer P (kt), V(j+1+grp)'s rows into vst (vt); all made in X(j),
-   * before its barrier. */
+  /* M(j+1) after X(j), j % 2 == P: PV(j) from V^T buffer P, S(j+1) from K buffer P ^ 1 (fa, moved
+   * there in X(j)); K(j+2)'s rows into K buffer P (kt), V(j+1+grp)'s rows into vst (vt), both made in
+   * X(j), before its barrier. */
   auto m_next = [&](typename Copy::KTile& kt, const typename Copy::VTile& vt) {
-    if constexpr (kActive)
-      m_phase<true, true, false>(s, o, p, qf, f, lds0, lds0, fa, copies(kt, vt));
-    else
+    if constexpr (kActive) {
+      m_phase<true, true, false>(s, o, p, qf, f, fa, copies(kt, vt));
+#if RA_INJECT_SLOWDOWN_PCT > 0
+      inject_slowdown(qf);
+#endif
+    } else {
       copies_only(kt, vt);
+    }
     if constexpr (kActive)
       m_end_s(s);
     else
       m_end();
   };
   auto m_last = [&] { /* M(n): the last PV, from V^T buffer (n - 1) % 2 */
-    if constexpr (kActive) m_phase<true, false, false>(s, o, p, qf, f, lds0, lds0, fa, [](auto) {});
+    if constexpr (kActive) m_phase<true, false, false>(s, o, p, qf, f, fa, [](auto) {});
   };
-  /* One exit, at the latch (a break between the X and M phases made the control-flow structurizer
-   * carry the O accumulators of both sides through the M phase: 64 more VGPRs and spills). */
-  /* The copies' row pointers stepped a tile a trip (a 64-bit add each, no multiply). */
+  /* The copies' row pointers stepped a tile a trip (a 64-bit add each, no multiply). One exit, at the
+   * latch (a break between the X and M phases made the control-flow structurizer carry the O
+   * accumulators of both sides through the M phase: 64 more VGPRs and spills). */
   const uint16_t* kp = cp.k_row_ptr(c.a, kb, c.key0(2u));
   const uint16_t* vp = cp.v_row_ptr(c.a, vb, c.key0(1u + grp));
   const int64_t kstep = row_offset<L>((uint32_t)kBlockK, c.a.k_stride[2]);

@@ -40,74 +40,12 @@ struct RowState {
  *     the lazy rescale of step 6 still sees 1);
  *   - P to bf16 by round-to-nearest, ties away (one add of 0x8000 before the packing v_perm,
  *     instead of v_bfe + v_add3 for ties-to-even); only the rare exact tie differs;
- *   - the row's partial sum in pairs (v_pk_add_f32), 9 adds instead of 16 per query tile.
+ *   - the row's partial sum in pairs (two running sums, x and y, added at the end), in step 13 as
+ *     plain v_add_f32 in the same order (a v_pk_add_f32 is two IEEE adds).
  * Non-finite cases keep their meaning: -Inf scores give fma(-Inf, c, -q) = -Inf -> p = 0; a +Inf
  * score makes q = +Inf and fma(+Inf, c, -Inf) = NaN; NaN stays NaN; bf16 NaN/Inf survive the +0x8000. */
 
 __device__ __forceinline__ float neg_inf() { return -__builtin_inff(); }
-
-/* Step 7's exponentials, row sum and P packing (see above). */
-__device__ __forceinline__ float softmax_tail_fma(RowState& st, const f32x4 (&s)[kKTiles], bf16x4 (&p)[kKTiles],
-                                                  float m_new, float m_use, float scale_log2e) {
-  /* No contraction: q is rounded once and that q is used everywhere (clang's default
-   * fp-contract=fast turned st.q - m_use * c into an fma, and alpha was never exactly 1). */
-#pragma clang fp contract(off)
-  const float q = m_use * scale_log2e;
-  const float alpha = (st.m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f(st.q - q);
-  typedef float f32x2 __attribute__((ext_vector_type(2)));
-  f32x2 sum2 = {0.0f, 0.0f};
-#pragma unroll
-  for (int kt = 0; kt < kKTiles; ++kt) {
-    float e[4];
-    /* Step 9: the exponent arguments two at a time (v_pk_fma_f32, IEEE fma per element: same bits). */
-    /* -q as a register value: folded into neg_lo/neg_hi modifiers, the v_pk_fma_f32 form the
-     * emulator refuses (it implements op_sel_hi, not the negation modifiers). */
-    float nq = -q;
-    asm("" : "+v"(nq));
-    const f32x2 c2 = {scale_log2e, scale_log2e}, nq2 = {nq, nq};
-    const f32x2 a01 = __builtin_elementwise_fma(f32x2{s[kt][0], s[kt][1]}, c2, nq2);
-    const f32x2 a23 = __builtin_elementwise_fma(f32x2{s[kt][2], s[kt][3]}, c2, nq2);
-    e[0] = __builtin_amdgcn_exp2f(a01.x);
-    e[1] = __builtin_amdgcn_exp2f(a01.y);
-    e[2] = __builtin_amdgcn_exp2f(a23.x);
-    e[3] = __builtin_amdgcn_exp2f(a23.y);
-    sum2 += f32x2{e[0], e[1]};
-    sum2 += f32x2{e[2], e[3]};
-    p[kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[0], e[1]), pack_p_bf16_rna(e[2], e[3])});
-  }
-  st.l = __builtin_fmaf(st.l, alpha, sum2.x + sum2.y);
-  st.m = m_new;
-  st.q = q;
-  return alpha;
-}
-
-/* Updates one query tile's state with this K/V tile's scores, writes P (bf16, B-operand layout of the
- * PV MFMA) and returns alpha, the factor the O accumulators must be multiplied by. */
-__device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles], bf16x4 (&p)[kKTiles],
-                                                float scale_log2e, bool partial, uint32_t keys_left,
-                                                int lane, int g) {
-  if (partial) {
-    /* Opaque to the optimiser, so the 16 key compares stay inside this branch instead of being
-     * speculated into every tile (step 5). */
-    asm volatile("" : "+s"(keys_left));
-#pragma unroll
-    for (int kt = 0; kt < kKTiles; ++kt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        if ((uint32_t)tile_key(kt, 4 * g + r) >= keys_left) s[kt][r] = neg_inf();
-  }
-  float mx = neg_inf();
-#pragma unroll
-  for (int kt = 0; kt < kKTiles; ++kt)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) mx = __builtin_fmaxf(mx, s[kt][r]);
-  mx = __builtin_fmaxf(mx, lane_xor(mx, lane, 16));
-  mx = __builtin_fmaxf(mx, lane_xor(mx, lane, 32));
-
-  const float m_new = __builtin_fmaxf(st.m, mx);
-  const float m_use = (m_new == neg_inf()) ? 0.0f : m_new;
-  return softmax_tail_fma(st, s, p, m_new, m_use, scale_log2e);
-}
 
 /* 16 floats through an empty asm: nothing is computed before it that is not needed, nothing after it
  * that it feeds is hoisted above it (the exponentials' run in softmax_x). */
@@ -171,8 +109,8 @@ __device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s
     q[mt] = m_use * scale_log2e;
     /* A row whose running max was -Inf has O in {+0, NaN} and l in {0, NaN}: its alpha of 0 leaves both
      * as they are (x * 0 = x there, fma(l, 0, sum) = l + sum), so only finite old maxima count (the
-     * first tile then never rescales) */
-    rise = rise || (m_new[mt] != st[mt].m && st[mt].m != neg_inf());
+     * first tile then never rescales). Bitwise, not ||: a short-circuit became divergent branches. */
+    rise = rise | ((m_new[mt] != st[mt].m) & (st[mt].m != neg_inf()));
   }
   /* A scalar branch, early (the phase's tail is on the critical path): the ballot through an empty
    * asm, since clang turns `ballot(x) != 0` back into a divergent branch on x (exec-masked). Without a
