@@ -356,6 +356,12 @@ def _i24(x: Any) -> np.ndarray:
 
 
 _U32_BIN["v_mul_i32_i24"] = lambda a, b: (_i24(a) * _i24(b)) & M32
+# 16-bit VOP2 integer ops: the sources' low halves; gfx9 zeroes the result's high half (LLVM's
+# GCNSubtarget::zeroesHigh16BitsOfDest lists V_ADD_U16 and V_MIN_U16 for GFX9 and earlier).
+_U32_BIN["v_add_u16"] = lambda a, b: (np.asarray(a, np.uint32) + np.asarray(b, np.uint32)) & 0xFFFF
+_U32_BIN["v_min_u16"] = lambda a, b: np.minimum(
+    np.asarray(a, np.uint32) & 0xFFFF, np.asarray(b, np.uint32) & 0xFFFF
+)
 _PK_U16: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "v_pk_add_u16": lambda x, y: (x + y) & 0xFFFF,
     "v_pk_min_u16": np.minimum,

@@ -487,3 +487,29 @@ def test_xad_u32_xors_then_adds_modulo_2_32(asm_kernel):
     assert not k(out)[0]
     lane = np.arange(64, dtype=np.uint64)
     assert out.tolist() == (((lane ^ 0xF0) + 0xFFFFFFF0) & 0xFFFFFFFF).tolist()
+
+
+def test_add_u16_and_min_u16_take_low_halves_and_zero_the_high_half(asm_kernel):
+    """v_add_u16 / v_min_u16 (VOP2): the sources' low 16 bits, the sum wrapping at 2^16, the result's
+    high half zeroed (gfx9; LLVM GCNSubtarget::zeroesHigh16BitsOfDest); a literal and a VGPR source."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_or_b32 v10, 0xabcd7ff0, v0
+  v_add_u16_e32 v11, 0x8080, v10
+  v_min_u16_e32 v12, 0x7ffa, v10
+  v_or_b32 v14, v11, v12
+  v_lshrrev_b32 v14, 16, v14
+  v_lshlrev_b32 v12, 16, v12
+  v_or_b32 v11, v11, v12
+  v_xor_b32 v11, v11, v14
+  global_store_dword v[2:3], v11, off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros(64, np.uint32)
+    assert not k(out)[0]
+    lo = 0x7FF0 | np.arange(64, dtype=np.uint64)  # the low half of v10 per lane
+    add = (lo + 0x8080) & 0xFFFF
+    mn = np.minimum(lo, 0x7FFA)
+    assert out.tolist() == (add | (mn << 16)).tolist()  # and both high halves were 0 (v14)
