@@ -22,6 +22,7 @@ import pytest
 from committed import headline
 
 from regress.facts.metrics import stored_geomean, summarise
+from regress.facts.resources import mi300x_predicted_dir
 from regress.run.nightly import NightlyOptions, plan_cases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,3 +200,28 @@ def test_the_stored_summary_is_what_summarise_writes() -> None:
     stored = bundle["run"]["summary"]
     assert again["results"] == stored["results"] and again["suites"] == stored["suites"]
     assert stored_geomean(again) == stored_geomean(stored)
+
+
+def test_the_mi300x_predictions_are_the_committed_table() -> None:
+    """The MI300X item's predicted ratios (point [low, high] per mode against AITER v3, and against
+    MoonMath) are the summary of the committed model table it names."""
+    item = _item("MI300X")
+    m = re.search(r"`(benchmarks/results/mi300x-model/predicted-[^`]+\.jsonl)`", item)
+    assert m and "predicts" in item, "the MI300X item names no committed predicted table"
+    table = mi300x_predicted_dir() / Path(m.group(1)).name  # the package's one reader of the folder
+    lines = [json.loads(x) for x in table.read_text().splitlines() if x.strip()]
+    band = next(x for x in lines if x.get("summary"))["ours_vs_peers_band"]
+    triple = re.search(r"at ([\d.]+) \[([\d.]+), ([\d.]+)\] / ([\d.]+) \[([\d.]+), ([\d.]+)\] / "
+                       r"([\d.]+) \[([\d.]+), ([\d.]+)\]× AITER v3 \(rtne / rtna / rtz\)", item)  # fmt: skip
+    assert triple, "no point [low, high] triple against AITER"
+    for i, mode in enumerate(MODES):
+        got = band[f"aiter_{mode}"]
+        for stated, key in zip(triple.groups()[3 * i : 3 * i + 3], ("geomean", "low", "high"), strict=True):
+            assert _close(stated, got[key]), (mode, key, stated, got[key])
+    mm = re.search(r"([\d.]+) \[([\d.]+), ([\d.]+)–([\d.]+)\]× MoonMath", item)
+    assert mm, "no band against MoonMath"
+    peer = [band[f"moonmath_{mode}"] for mode in MODES]
+    assert all(_close(mm.group(1), p["geomean"]) and _close(mm.group(2), p["low"]) for p in peer)
+    assert _close(mm.group(3), min(p["high"] for p in peer)) and _close(
+        mm.group(4), max(p["high"] for p in peer)
+    )

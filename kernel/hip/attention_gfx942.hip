@@ -2,22 +2,24 @@
  * attention_gfx942.hip — O = softmax(scale * Q K^T) V, bf16 in/out, head_dim 128, for AMD MI300X
  * (gfx942, wave64). One translation unit: device parts in kernel/hip/parts/, host part at the end.
  *
- * Pipeline of one block (8 waves = two groups of 4, 256 query rows, 32 per wave):
+ * Pipeline of one block (8 waves = two groups of 4, 256 query rows, 32 per wave; step 13,
+ * parts/schedule.h):
  *
- *   HBM ──Q (16 B loads, once)──────────────────────────────► VGPR qf[2][4]   (B operands of S^T)
- *   HBM ──K,V tile j+1 (16 B / 4 B loads)──► VGPR staging ─┐  (issued before tile j's MFMAs)
- *                                                          ▼  after tile j's MFMAs
- *          LDS  buf[(j+1)&1]:  K [64 x 128] row-major, V^T [128 x 64], both XOR-swizzled
- *          LDS  buf[j&1] ──16 B reads──► S^T = K Q^T      64 x v_mfma_f32_16x16x16_bf16, fp32 VGPR
- *                                        │ mask keys >= Sk, online softmax (row max over 4 lanes)
- *                                        ▼ P -> bf16, already in the PV B-operand layout
- *          LDS  buf[j&1] ──16 B reads──► O^T += V^T P^T   64 x v_mfma_f32_16x16x16_bf16, fp32 VGPR
- *          one s_barrier per tile (double buffering: tile j+1 is written while nobody reads it)
+ *   HBM ──Q (16 B loads, once)─────────────────────────────────────► VGPR qf[2][4] (B operands of S^T)
+ *   HBM ──K tile j+1: buffer_load_dword ... lds (a 256 B row each)──► LDS K buf[(j+1)&1], row-major
+ *   HBM ──V tile: 4 B loads──► VGPR ──v_perm──► ds_write_b128 ──────► LDS V^T buf, both XOR-swizzled
+ *   M phase (s_setprio 1), the copies issued between its MFMAs, LDS fragment reads 8 ahead:
+ *          O^T += V^T(j-1) P^T(j-1)   64 x v_mfma_f32_16x16x16_bf16, fp32 VGPR
+ *          S^T  = K(j) Q^T            64 x v_mfma_f32_16x16x16_bf16, fp32 VGPR
+ *   X phase: mask keys >= Sk, online softmax (row max over 4 lanes), P -> bf16 (the PV B-operand
+ *          layout), the O rescale where a row max rose, the V^T store, the next M phase's first reads
+ *   The groups alternate: on every SIMD one wave is in its M phase while the other is in its X phase;
+ *   one s_barrier a phase (double buffering: tile j+1 is written while nobody reads it).
  *   epilogue: row sum over 4 lanes, O / l (IEEE div), bf16 rounding R (rtne/rtna/rtz), 8 B stores
  *
  * Wave groups: waves 0-3 own rows 0-127 of the block, waves 4-7 rows 128-255; all 8 waves share the
- * tile copy (each thread moves 32 B of K and 32 B of V per tile). A wave whose 32 rows all lie past
- * Sq skips the MFMAs but still copies and meets the barriers.
+ * tile copy (each wave 8 K rows and 8 V rows a tile, 32 B of each a thread). A wave whose 32 rows all
+ * lie past Sq skips the MFMAs but still copies and meets the barriers.
  * No atomics: every output element is produced by one lane in a fixed order, so results are
  * bit-identical across launches. Step 10 (RA_HIP_TAIL_SPLIT): when the grid's last round would leave
  * CUs idle, its q-blocks run as key-range parts (fp32 partials in a stream-ordered workspace) and a
@@ -29,47 +31,27 @@
 #include "parts/compat.h"
 #include "parts/flags.h"
 
+/* Step 13: no packed-F32 VALU (v_pk_{add,fma,mul}_f32) in the device code: the ping-pong's softmax
+ * issues beside the other wave's MFMAs, and one reading of LLVM's co-issue rule holds packed-F32 ops
+ * behind every MFMA of the SIMD (docs/hip-gfx942.md); the SLP vectorizer also paired the softmax's
+ * scalar ops into them, and their register pairs did not coalesce with the MFMA accumulator quads
+ * (measured: 59 VGPRs spilled with them, none without). A function attribute would stop the
+ * always-inline parts from inlining (callee features must be the caller's), so it is set on every
+ * device function of the translation unit (the device pass only: the host pass defines __AMDGCN__ too). */
+#if defined(__HIP_DEVICE_COMPILE__)
+#pragma clang attribute push(__attribute__((target("no-packed-fp32-ops"))), apply_to = function)
+#define RA_HIP_NO_PK_F32 1
+#endif
+
 #include "parts/dispatch.h"
 #include "parts/epilogue.h"
 #include "parts/layout.h"
 #include "parts/mainloop.h"
 #include "parts/mfma.h"
+#include "parts/schedule.h"
 #include "parts/softmax.h"
 
 namespace ra_gfx942 {
-
-/* __syncthreads() spelled with builtins (the device code must not need hip_runtime.h). */
-__device__ __forceinline__ void block_barrier() {
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
-  __builtin_amdgcn_s_barrier();
-  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
-}
-
-#if RA_INJECT_SLOWDOWN_PCT > 0
-/* Fire drill: about RA_INJECT_SLOWDOWN_PCT % more MFMA work per tile (128 MFMAs is the real work),
- * on throw-away accumulators; asm volatile keeps it, outputs are untouched. */
-__device__ __forceinline__ void inject_slowdown(const u32x4 (&qf)[kMTiles][4]) {
-  constexpr int kExtra = (2 * kMTiles * kKTiles * 8 * RA_INJECT_SLOWDOWN_PCT + 50) / 100;
-  f32x4 burn[4] = {};
-#pragma unroll
-  for (int i = 0; i < kExtra; ++i) {
-    if (i < 4) /* no v_mov-zeroed C in front of an unguarded MFMA (step 2) */
-      mfma_16x16x16_bf16_first(burn[i], lo_half(qf[0][i]), hi_half(qf[1][i]));
-    else
-      mfma_16x16x16_bf16(burn[i & 3], lo_half(qf[0][i & 3]), hi_half(qf[1][i & 3]));
-  }
-  mfma_fence(burn[0], burn[1], burn[2], burn[3]);
-}
-#endif
-
-/* Step 4 (docs/hip-gfx942.md): the wave's priority is raised while it issues an MFMA batch, so the
- * matrix core is fed first and the other wave's softmax takes the slots left. */
-__device__ __forceinline__ void mfma_priority(bool up) {
-  if (up)
-    __builtin_amdgcn_s_setprio(1);
-  else
-    __builtin_amdgcn_s_setprio(0);
-}
 
 /* kSplit (step 10): the block is tail q-block wg_end + y, it runs key tiles [x*split_tiles, ...) only
  * and writes an fp32 partial (merge_body combines them); otherwise the whole key range, rounded. */
@@ -189,56 +171,17 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
     for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = f32x4{0.f, 0.f, 0.f, 0.f};
   }
 
-  TileCopy<L> cp;
-  cp.load(kb, vb, a.k_stride[2], a.v_stride[2], tile0 * (uint32_t)kBlockK, a.seqlen_k, t);
-  cp.store(lds_k[0], lds_vt[0], t);
-  block_barrier();
-
-  const FragAddr fa(li, g);
-  for (uint32_t it = 0; it < n_tiles; ++it) {
-    const int cur = (int)(it & 1u);
-    const bool more = it + 1u < n_tiles;
-    if (more) {
-      const uint32_t next0 = (tile0 + it + 1u) * (uint32_t)kBlockK;
-      if (next0 + (uint32_t)kBlockK <= a.seqlen_k) /* step 5: a full tile, unchecked copy */
-        cp.load_full(kb, vb, a.k_stride[2], a.v_stride[2], next0, w, lane);
-      else
-        cp.load(kb, vb, a.k_stride[2], a.v_stride[2], next0, a.seqlen_k, t);
-    }
-
-    if (active) {
-      f32x4 s[kMTiles][kKTiles];
-      mfma_priority(true);
-      u32x4 frag[kFrags];
-      score_tile_stream<kLdsDepth>(s, qf, frag, lds_k[cur], lds_vt[cur], fa);
-      mfma_priority(false);
-
-      const uint32_t key0 = (tile0 + it) * (uint32_t)kBlockK;
-      const bool partial = key0 + (uint32_t)kBlockK > a.seqlen_k;
-      bf16x4 p[kMTiles][kKTiles];
-      /* Step 6: alpha = exp2(0) = 1 exactly when no row of the query tile raised its max, and
-       * x * 1 = x, so the 32 v_pk_mul are skipped unless some lane of the wave has alpha != 1
-       * (a wave-uniform branch: the timing model pays it on the share of tiles that raise a max). */
-      float alpha[kMTiles];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-        alpha[mt] = online_softmax(st[mt], s[mt], p[mt], a.scale_log2e, partial, a.seqlen_k - key0, lane, g);
-      if (__builtin_amdgcn_ballot_w64(alpha[0] != 1.0f || alpha[1] != 1.0f) != 0u) {
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] *= alpha[mt];
-      }
-      mfma_priority(true);
-      pv_tile_stream<kLdsDepth>(o, p, frag, lds_k[cur], lds_vt[cur], fa);
-      mfma_priority(false);
-#if RA_INJECT_SLOWDOWN_PCT > 0
-      inject_slowdown(qf);
-#endif
-    }
-
-    if (more) cp.store(lds_k[cur ^ 1], lds_vt[cur ^ 1], t);
-    block_barrier();
+  const KeyLoop c{a, kb, vb, tile0, n_tiles, active, w, lane, li, g};
+  if (kv_rows_fit<L>(a)) {
+    if (active)
+      key_loop<L, true, true>(c, lds_k, lds_vt, qf, o, st);
+    else
+      key_loop<L, false, true>(c, lds_k, lds_vt, qf, o, st);
+  } else {
+    if (active)
+      key_loop<L, true, false>(c, lds_k, lds_vt, qf, o, st);
+    else
+      key_loop<L, false, false>(c, lds_k, lds_vt, qf, o, st);
   }
 
   if constexpr (kSplit) {
@@ -291,6 +234,10 @@ RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_packed, 2, ra_gfx942::kPacked)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
+
+#ifdef RA_HIP_NO_PK_F32
+#pragma clang attribute pop
+#endif
 
 /* ------------------------------------------------------------------------------------------------
  * Host part (only with the real HIP runtime headers).
@@ -449,6 +396,6 @@ extern "C" const char* ra_backend_name(void) { return "hip"; }
 extern "C" const char* ra_build_info(void) {
   return "{\"backend\":\"hip\",\"abi\":" RA_GFX942_STR(RA_ABI_VERSION) ",\"inject\":" RA_INJECT_INFO
          ",\"arch\":\"gfx942\",\"block_q\":256,\"block_k\":64,\"waves_per_block\":8"
-         ",\"mfma\":\"v_mfma_f32_16x16x16_bf16\",\"design_step\":12" RA_HIP_FLAGS_INFO "}";
+         ",\"mfma\":\"v_mfma_f32_16x16x16_bf16\",\"design_step\":13" RA_HIP_FLAGS_INFO "}";
 }
 #endif /* RA_HIP_HAVE_RUNTIME */

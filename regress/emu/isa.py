@@ -286,6 +286,8 @@ _VCMP: dict[str, Callable[[Any, Any], Any]] = {
     "v_cmp_ge_u32": lambda a, b: np.asarray(a, np.uint32) >= np.asarray(b, np.uint32),
     "v_cmp_le_u32": lambda a, b: np.asarray(a, np.uint32) <= np.asarray(b, np.uint32),
 }
+for _rel, _f in (("eq", np.equal), ("ne", np.not_equal)):  # VGPR pairs or SGPR pairs, all 64 bits
+    _VCMP[f"v_cmp_{_rel}_u64"] = lambda a, b, f=_f: f(np.asarray(a, np.uint64), np.asarray(b, np.uint64))
 for _rel, _f in (("gt", np.greater), ("lt", np.less), ("eq", np.equal), ("ne", np.not_equal)):
     _VCMP[f"v_cmp_{_rel}_u16"] = lambda a, b, f=_f: f(
         np.asarray(a, np.uint32) & 0xFFFF, np.asarray(b, np.uint32) & 0xFFFF
@@ -355,6 +357,12 @@ def _i24(x: Any) -> np.ndarray:
 
 
 _U32_BIN["v_mul_i32_i24"] = lambda a, b: (_i24(a) * _i24(b)) & M32
+# 16-bit VOP2 integer ops: the sources' low halves; gfx9 zeroes the result's high half (LLVM's
+# GCNSubtarget::zeroesHigh16BitsOfDest lists V_ADD_U16 and V_MIN_U16 for GFX9 and earlier).
+_U32_BIN["v_add_u16"] = lambda a, b: (np.asarray(a, np.uint32) + np.asarray(b, np.uint32)) & 0xFFFF
+_U32_BIN["v_min_u16"] = lambda a, b: np.minimum(
+    np.asarray(a, np.uint32) & 0xFFFF, np.asarray(b, np.uint32) & 0xFFFF
+)
 _PK_U16: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "v_pk_add_u16": lambda x, y: (x + y) & 0xFFFF,
     "v_pk_min_u16": np.minimum,
@@ -427,6 +435,7 @@ def _compile_instruction(ins: Instr, index_of: dict[int, int]) -> tuple[Exec, Me
             or name.startswith(("global_store", "buffer_store", "scratch_store"))
             or (name.startswith("buffer_load") and "lds" in flags)
             or name.startswith("s_cmp")
+            or name.startswith("s_bitcmp")
             or name.startswith("s_setprio")
         )
         if name.startswith("v_cmp") and k == 0:
@@ -581,7 +590,7 @@ def _valu_f32_bin(s: Site) -> Exec:
 def _valu_compare(s: Site) -> Exec:
     name = s.name
     cmp = _VCMP.get(name) or _VCMP_F[name]
-    rd = reader_f32 if name in _VCMP_F else reader_u32
+    rd = reader_f32 if name in _VCMP_F else reader_u64 if name.endswith("_u64") else reader_u32
     a, b = rd(s.ops[1]), rd(s.ops[2])
     dst = s.d
 
@@ -853,6 +862,15 @@ def _v_mad_u32_u24(s: Site) -> Exec:
 def _v_and_or_b32(s: Site) -> Exec:
     d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
     return lambda w: w.vset(d, _full((a(w) & b(w)) | c(w), np.uint32))
+
+
+@family("v_xad_u32")
+def _v_xad_u32(s: Site) -> Exec:
+    """D = (S0 ^ S1) + S2, 32 bits."""
+    d, a, b, c = s.d, s.u32(1), s.u32(2), s.u32(3)
+    return lambda w: w.vset(
+        d, _full(((np.asarray(a(w), np.uint64) ^ b(w)) + np.asarray(c(w), np.uint64)) & M32, np.uint32)
+    )
 
 
 @family("v_bfe_u32")
@@ -1300,6 +1318,37 @@ def _s_cmp(s: Site) -> Exec:
         w.scc = int(f(x, y))
 
     return run
+
+
+@family(pattern=r"s_cmpk_(lt|le|gt|ge|eq|lg)_(u32|i32)")
+def _s_cmpk(s: Site) -> Exec:
+    """SOPK: SCC = S0 rel SIMM16, the constant zero-extended for _u32 and sign-extended for _i32."""
+    rel, kind = s.name.split("_")[2:4]
+    f, a, v = _S_CMP[rel], s.u32(0), int(s.ins.operands[1], 0) & 0xFFFF
+    k = (v - 0x10000 if v & 0x8000 else v) if kind == "i32" else v
+
+    def run(w: Wave) -> None:
+        x = a(w)
+        w.scc = int(f(_s32(x) if kind == "i32" else x, k))
+
+    return run
+
+
+@family("s_bitcmp0_b32", "s_bitcmp1_b32")
+def _s_bitcmp(s: Site) -> Exec:
+    """SCC = (bit S1[4:0] of S0) == 0 / 1."""
+    a, b, want = s.u32(0), s.u32(1), int(s.name == "s_bitcmp1_b32")
+
+    def run(w: Wave) -> None:
+        w.scc = int((a(w) >> (b(w) & 31)) & 1 == want)
+
+    return run
+
+
+@family("s_not_b32")
+def _s_not_b32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+    return lambda w: w.sset(d, w.nz(~a(w) & M32))
 
 
 @family(*_SAVEEXEC)

@@ -17,7 +17,7 @@ def test_tile_cost_matches_the_design(tmp_path_factory: pytest.TempPathFactory, 
     c = tile_cost(lib, "rtne", packed)
     assert c.kernel.endswith("packed" if packed else "strided")
     assert c.per_wave["mfma"] == 128  # 64 for S^T = K Q^T, 64 for O^T += V^T P^T
-    assert c.per_wave["barrier"] == 1
+    assert c.per_wave["barrier"] == 2  # step 13: one a phase, an M and an X phase a tile
     k_and_v = 2 * 64 * 128 * 2  # one K and one V tile, bf16, read once per block
     assert c.global_bytes == k_and_v
     # 32 ds_read_b128 per wave (16 B per lane) plus the tile written once.

@@ -423,6 +423,7 @@ def test_every_mnemonic_has_exactly_one_family() -> None:
         *(f"scratch_{op}_dword{n}" for op in ("load", "store") for n in ("", "x2", "x3", "x4")),
         *(f"s_load_dword{n}" for n in ("", "x2", "x4", "x8", "x16")),
         *(f"s_cmp_{rel}_{t}" for rel in ("lt", "le", "gt", "ge", "eq", "lg") for t in ("i32", "u32", "u64")),
+        *(f"s_cmpk_{rel}_{t}" for rel in ("lt", "le", "gt", "ge", "eq", "lg") for t in ("i32", "u32")),
         "v_add_u32_sdwa",
         "v_cmp_eq_u32_sdwa",
     ]
@@ -432,3 +433,107 @@ def test_every_mnemonic_has_exactly_one_family() -> None:
         assert isa.family_of(name) is not None
     for name in ("v_mfma_f32_4x4x4_16b_f16", "s_cmp_bitcmp0_b32", "global_load_dwordx5", "s_sleep"):
         assert isa.family_of(name) is None, name
+
+
+def test_sopk_compares_bit_compare_not_and_u64_compares(asm_kernel):
+    """s_cmpk_*_u32 (SIMM16 zero-extended) and _i32 (sign-extended), s_bitcmp0/1_b32, s_not_b32 (SCC
+    = result != 0), v_cmp_eq/ne_u64 on a VGPR pair against an SGPR pair (all 64 bits): the key loop of
+    step 13 compiles to them (docs/hip-gfx942.md)."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  s_mov_b32 s20, 0x80
+  s_cmpk_lt_u32 s20, 0x81
+  s_cselect_b32 s21, 1, 0
+  s_cmpk_gt_u32 s20, 0x7f
+  s_cselect_b32 s22, 1, 0
+  s_cmpk_lt_u32 s20, 0xffff
+  s_cselect_b32 s23, 1, 0
+  s_cmpk_lt_i32 s20, 0xffff
+  s_cselect_b32 s24, 1, 0
+  s_mov_b32 s25, 0x20
+  s_bitcmp1_b32 s25, 5
+  s_cselect_b32 s26, 1, 0
+  s_bitcmp0_b32 s25, 5
+  s_cselect_b32 s27, 1, 0
+  s_not_b32 s28, 0x0000ffff
+  s_cselect_b32 s29, 1, 0
+  s_mov_b32 s30, 3
+  s_mov_b32 s31, 7
+  v_mov_b32 v12, 3
+  v_cmp_gt_u32 vcc, 2, v0
+  v_cndmask_b32 v13, 0, 7, vcc
+  v_cmp_eq_u64 vcc, s[30:31], v[12:13]
+  v_cndmask_b32 v14, 0, 1, vcc
+  v_cmp_ne_u64 s[32:33], s[30:31], v[12:13]
+  v_cndmask_b32 v15, 0, 1, s[32:33]
+  v_mov_b32 v16, s21
+  v_mov_b32 v17, s22
+  v_mov_b32 v18, s23
+  v_mov_b32 v19, s24
+  v_mov_b32 v20, s26
+  v_mov_b32 v21, s27
+  v_mov_b32 v22, s28
+  v_mov_b32 v23, s29
+  v_lshlrev_b32 v8, 6, v0
+  v_mov_b32 v9, 0
+  v_lshl_add_u64 v[24:25], s[4:5], 0, v[8:9]
+  global_store_dwordx4 v[24:25], v[16:19], off
+  global_store_dwordx4 v[24:25], v[20:23], off offset:16
+  global_store_dwordx2 v[24:25], v[14:15], off offset:32
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros((64, 16), np.uint32)
+    assert not k(out)[0]
+    # 0x80 < 0x81, 0x80 > 0x7f, 0x80 < 0xffff unsigned; as i32 0xffff is -1 and 0x80 < -1 is false.
+    assert out[0, :4].tolist() == [1, 1, 1, 0]
+    assert out[0, 4:6].tolist() == [1, 0]  # bit 5 of 0x20 is set
+    assert out[0, 6:8].tolist() == [0xFFFF0000, 1]
+    # lanes 0, 1 hold 0x7_00000003 == s[30:31]; the others 0x0_00000003
+    assert out[:, 8].tolist() == [1, 1] + [0] * 62
+    assert out[:, 9].tolist() == [0, 0] + [1] * 62
+
+
+def test_xad_u32_xors_then_adds_modulo_2_32(asm_kernel):
+    """v_xad_u32 D = (S0 ^ S1) + S2 (CDNA3 ISA, VOP3), wrapping at 2^32; an SGPR and a VGPR source."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  s_mov_b32 s20, 0xf0
+  v_mov_b32 v10, 0xfffffff0
+  v_xad_u32 v11, s20, v0, v10
+  global_store_dword v[2:3], v11, off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros(64, np.uint32)
+    assert not k(out)[0]
+    lane = np.arange(64, dtype=np.uint64)
+    assert out.tolist() == (((lane ^ 0xF0) + 0xFFFFFFF0) & 0xFFFFFFFF).tolist()
+
+
+def test_add_u16_and_min_u16_take_low_halves_and_zero_the_high_half(asm_kernel):
+    """v_add_u16 / v_min_u16 (VOP2): the sources' low 16 bits, the sum wrapping at 2^16, the result's
+    high half zeroed (gfx9; LLVM GCNSubtarget::zeroesHigh16BitsOfDest); a literal and a VGPR source."""
+    k = asm_kernel(
+        PROLOGUE
+        + """
+  v_or_b32 v10, 0xabcd7ff0, v0
+  v_add_u16_e32 v11, 0x8080, v10
+  v_min_u16_e32 v12, 0x7ffa, v10
+  v_or_b32 v14, v11, v12
+  v_lshrrev_b32 v14, 16, v14
+  v_lshlrev_b32 v12, 16, v12
+  v_or_b32 v11, v11, v12
+  v_xor_b32 v11, v11, v14
+  global_store_dword v[2:3], v11, off
+  s_waitcnt vmcnt(0)
+"""
+    )
+    out = np.zeros(64, np.uint32)
+    assert not k(out)[0]
+    lo = 0x7FF0 | np.arange(64, dtype=np.uint64)  # the low half of v10 per lane
+    add = (lo + 0x8080) & 0xFFFF
+    mn = np.minimum(lo, 0x7FFA)
+    assert out.tolist() == (add | (mn << 16)).tolist()  # and both high halves were 0 (v14)

@@ -47,7 +47,20 @@ SHORT_N_DEFAULT = 80
 SM90 = (
     MODES * LAYOUTS * SCHEDULES + IN_KERNEL_MERGES + DYN_KERNELS + LONG_KERNELS + TAIL_KERNELS + SHORT_KERNELS
 )
-KERNELS = SM90 + MODES * LAYOUTS + MERGES  # + mma.sync, + attn_merge_splits
+# ABI v2 (issue 40, mainloop_v2.cuh): attn_fwd_sm90_v2<kRound, Mask, Seq, kPack>, strided layout only;
+# the mask's alignment (top-left, bottom-right) is a runtime flag, not an instance
+V2_MASKS = ("NoMask", "CausalMask")
+V2_SEQS = ("FixedSeq", "VarSeq")  # a dense batch, or packed sequences (cu_seqlens)
+V2_PACKS = 2  # kPack: a tile of one head's 128 rows, or GQA's query heads packed into one tile
+V2_KERNELS = MODES * len(V2_MASKS) * len(V2_SEQS) * V2_PACKS
+V2_KERNEL = re.compile(r"attn_fwd_sm90_v2ILi(\d)ENS_\d+(\w+?)ENS_\d+(\w+?)ELb([01])E")
+# attn_varlen_tiles<Mask, kPack> (seqlen.cuh): varlen's pre-pass, one CTA that writes the tile list
+# into the workspace; no rounding mode and no output, so no fault of a drill build reaches it
+VARLEN_PREP = "attn_varlen_tiles"
+VARLEN_PREP_KERNEL = re.compile(r"attn_varlen_tilesINS_\d+(\w+?)ELb([01])E")
+VARLEN_PREPS = len(V2_MASKS) * V2_PACKS
+KERNELS = SM90 + MODES * LAYOUTS + MERGES + V2_KERNELS + VARLEN_PREPS  # + mma.sync, merges, v2, pre-passes
+ROUNDED = KERNELS - VARLEN_PREPS  # the kernels with a rounding mode template parameter
 ABI_SYMBOLS = {"ra_attention_fwd", "ra_validate", "ra_backend_name", "ra_build_info", "ra_plan_launch"}
 
 INJECT = {"slowdown_pct": 25, "ulp": 1, "nondeterminism": 1}
@@ -92,9 +105,17 @@ def injected(tmp_path_factory):
     return build(tmp_path_factory.mktemp("cuda-inject"), INJECT)
 
 
+def _v2(name: str) -> tuple[int, str, str, int] | None:
+    """attn_fwd_sm90_v2's (rounding mode, mask, lengths, packed) from its mangled name."""
+    m = V2_KERNEL.search(name)
+    return (int(m.group(1)), m.group(2), m.group(3), int(m.group(4))) if m else None
+
+
 def test_every_kernel_is_reported(built):
     found = kernels(built[1])
-    sm90 = [k for k in found if "attn_fwd_sm90" in k]
+    v2 = [k for k in found if "attn_fwd_sm90_v2" in k]
+    prep = [k for k in found if VARLEN_PREP in k]
+    sm90 = [k for k in found if "attn_fwd_sm90" in k and k not in v2]
     mma = [k for k in found if "attn_fwd_mma_sync" in k]
     merge = [k for k in found if "attn_merge_splits" in k]
     assert len(sm90) == SM90, found.keys()
@@ -105,7 +126,12 @@ def test_every_kernel_is_reported(built):
     assert sum(1 for k in sm90 if "attn_fwd_sm90_short" in k) == SHORT_KERNELS, found.keys()
     assert len(mma) == MODES * LAYOUTS, found.keys()
     assert len(merge) == MERGES, found.keys()
-    assert len(found) == len(sm90) + len(mma) + len(merge), found.keys()
+    # each (mode, mask, lengths, packing) once; each pre-pass (mask, packing) once
+    want = {(r, m, q, k) for r in range(MODES) for m in V2_MASKS for q in V2_SEQS for k in range(V2_PACKS)}
+    assert len(v2) == len(want) == V2_KERNELS and set(map(_v2, v2)) == want, v2
+    preps = [m.groups() for k in prep if (m := VARLEN_PREP_KERNEL.search(k))]
+    assert sorted(preps) == sorted((m, str(k)) for m in V2_MASKS for k in range(V2_PACKS)), prep
+    assert len(found) == len(sm90) + len(mma) + len(merge) + len(v2) + len(prep) == KERNELS, found.keys()
 
 
 def test_no_spills_no_stack(built):
@@ -155,13 +181,17 @@ def test_injected_fault_is_reported(built, injected):
 
 def test_injected_fault_is_in_the_device_code(built, injected):
     """Every kernel's SASS differs from the clean build's: the fault is compiled into the device
-    code, not only into the build-info string (the ULP fault moves every output in the epilogue)."""
+    code, not only into the build-info string (the ULP fault moves every output in the epilogue).
+    Varlen's pre-pass is the exception: it writes only the tile list (test_sass_tensor_cores_and_no_
+    local_memory holds it to that), and the slowdown drill times the tiles of the kernel after it."""
     cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
         pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
     clean, faulty = _sass(built[0], cuobjdump, nvdisasm), _sass(injected[0], cuobjdump, nvdisasm)
     assert clean.keys() == faulty.keys()
-    same = [name for name in clean if clean[name] == faulty[name]]
+    outputs = [name for name in clean if VARLEN_PREP not in name]
+    assert len(outputs) == KERNELS - VARLEN_PREPS, outputs
+    same = [name for name in outputs if clean[name] == faulty[name]]
     assert not same, f"no fault in the device code of {same}"
 
 
@@ -174,7 +204,8 @@ def test_rounding_swap_is_in_the_device_code(built, swapped):
     """`--inject swap_rounding=rtne:rtz` on CUDA (its run is the device nightly's, where the directed
     rounding cases fail on it): reported in the build info, and compiled into the device code as a
     permutation: the drill build's kernels are the clean build's SASS bodies, the rtne and rtz ones
-    traded (2 of every 3 kernels move), the rtna ones untouched."""
+    traded (2 of every 3 kernels with a rounding mode move), the rtna ones and varlen's pre-pass
+    (no rounding mode) untouched."""
     assert _build_info(swapped[0])["inject"]["round_swap"] == 5
     cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
@@ -183,7 +214,8 @@ def test_rounding_swap_is_in_the_device_code(built, swapped):
     assert clean.keys() == drill.keys()
     assert sorted(clean.values()) == sorted(drill.values())
     moved = [name for name in clean if clean[name] != drill[name]]
-    assert len(moved) == 2 * len(clean) // MODES, moved
+    assert len(clean) == KERNELS and len(moved) == 2 * ROUNDED // MODES, moved
+    assert not [name for name in moved if VARLEN_PREP in name], moved
 
 
 def _exported_ra(lib: Path) -> set[str]:
@@ -278,6 +310,30 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             assert len(re.findall(r"\bLDG\.E\.64\b", body)) == 34, name
             assert len(re.findall(r"\bATOMG\b", body)) == 2, name
             assert not re.search(r"\b(ST|LD)\.E\b", body), name
+        elif v2 := _v2(name):
+            _, mask, seq, pack = v2
+            tma_rows, by_rows = not pack, bool(pack) or seq == "VarSeq"  # the epilogue's paths
+            # 8 k-steps x (Q K^T of the first tile, of the key loop, of the next tile after the
+            # epilogue; P V of the key loop and of the last block)
+            assert len(re.findall(r"\bHGMMA\.64x128x16\.F32\.BF16\b", body)) == 40, name
+            # 8 stmatrix into the warp's staging per epilogue path (TMA boxes where 16 rows of one head
+            # fit, row by row where a box would cross a sequence's end or mix packed heads)
+            assert len(re.findall(r"\bSTSM\.16\.M88\.4\b", body)) == 8 * (tma_rows + by_rows), name
+            assert len(re.findall(r"\bUTMASTG\.4D\b", body)) == 2 * tma_rows, name
+            # the row path: each lane's 8 16-byte chunks, read back from the staging through a generic
+            # address (LD.E.128) and stored to global memory (STG.E.128)
+            assert len(re.findall(r"\bSTG\.E\.128\b", body)) == 8 * by_rows, name
+            assert len(re.findall(r"\bLD\.E\.128\b", body)) == 8 * by_rows, name
+            # the only generic store: the last block's zeroed V rows (causal or varlen, mask.cuh's
+            # RowMask), one 16-byte store a loop step; no other generic access
+            zero_v = mask == "CausalMask" or seq == "VarSeq"
+            assert len(re.findall(r"\bST\.E\.128\b", body)) == zero_v, name
+            assert len(re.findall(r"\b(ST|LD)\.E\b", body)) == 8 * by_rows + zero_v, name
+            # the LSE (2 rows a thread); the dynamic tile counter's 4 atomics, as in the dense dynamic
+            # kernels; never split over keys, so no partials
+            assert len(re.findall(r"\bSTG\.E\s", body)) == 2, name
+            assert len(re.findall(r"\bATOMG\b", body)) == 4, name
+            assert not re.search(r"\b(STG|LDG)\.E\.64\b", body), name
         elif "attn_fwd_sm90" in name:
             # 8 k-steps x (Q K^T of the first tile, of an idle warpgroup's next tile, of the key
             # loop and of the next tile beside the last P V; P V of the key loop and of the last block)
@@ -306,6 +362,12 @@ def test_sass_tensor_cores_and_no_local_memory(built):
             assert re.search(r"\bLDG\.E\.128\b", body) and re.search(r"\bSTG\.E\.64\b", body), name
             assert re.search(r"\bMUFU\.EX2\b", body), name
             assert not re.search(r"\b(ST|LD)\.E\b", body), name
+        elif VARLEN_PREP in name:
+            # the tile list only: its global stores are an entry's two 16-byte halves and the count
+            # (0 when cu_seqlens fail, else the total); no tensor cores, no rounding, no output
+            stores = re.findall(r"\bSTG\.E\S*", body)
+            assert sorted(stores) == ["STG.E", "STG.E", "STG.E.128", "STG.E.128"], (name, stores)
+            assert not re.search(r"\b(HGMMA|HMMA|ATOMG|STSM|UTMASTG|F2FP)\b|\b(ST|LD)\.E\b", body), name
         else:
             assert re.search(r"\bHMMA\.16816\.F32\.BF16\b", body), name
 
@@ -404,7 +466,7 @@ def test_softmax_runs_beside_the_products(built):
     funcs = _sass(built[0], cuobjdump, nvdisasm)
     checked = 0
     for name, body in funcs.items():
-        if "attn_fwd_sm90" not in name:
+        if "attn_fwd_sm90" not in name:  # the dense kernels and v2's (the same key loop, blocks_split_pv)
             continue
         segs = _overlap_segments(body)
         loop = [s for s in segs if s[0] > 0]
@@ -413,7 +475,7 @@ def test_softmax_runs_beside_the_products(built):
             # at least one row pair's first half of column tiles (16 at the 80-key block)
             assert inside >= 16 and after == 0, f"{name}: {inside} exponentials beside, {after} after"
         checked += 1
-    assert checked == SM90, checked
+    assert checked == SM90 + V2_KERNELS, checked
 
 
 @pytest.fixture(scope="module")

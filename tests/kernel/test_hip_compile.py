@@ -45,7 +45,18 @@ MERGE_KERNELS = [
     for layout in ("packed", "strided")
     for mode in ("rtne", "rtna", "rtz")
 ]
-MFMA_PER_KERNEL = 128  # 64 for S^T = K Q^T, 64 for O^T += V^T P^T per K/V tile
+# Step 13's key loop (kernel/hip/parts/schedule.h) in the code: M(0)'s S (64 MFMAs), the loop's M phase
+# (PV then S, 128: a tile's work) and M(n)'s last PV (64), with 16 + 24 + 8 LDS fragment reads and the
+# 8 + 8 of the X phase's prefetch (two copies of it: in the loop and after it).
+KEY_LOOP_MFMAS = 64 + 128 + 64
+KEY_LOOP_LDS_READS = 16 + 24 + 8 + 2 * 8
+
+
+def key_loops(name: str) -> int:
+    """Copies of the key loop in a kernel: a strided one also holds the row-resource copy of sequence
+    strides of 2^25 elements or more (kernel/hip/parts/copy.h, kv_rows_fit)."""
+    return 2 if name.endswith("strided") else 1
+
 
 # One record per kernel in the -Rpass-analysis=kernel-resource-usage remarks.
 REMARK_RE = re.compile(
@@ -133,12 +144,12 @@ def test_all_variant_kernels_present(clean):
 
 
 def test_split_kernels_run_the_same_tile_loop(clean):
-    """The split part is the dense kernel's tile loop (128 MFMAs, 32 LDS fragment reads, 2 waves/SIMD
+    """The split part is the dense kernel's key loop (its MFMAs and LDS fragment reads, 2 waves/SIMD
     at 64 KiB LDS) with another epilogue; the merge has no MFMA and no LDS."""
     funcs = clean.functions()
     for name in SPLIT_KERNELS:
-        assert sum(MFMA in ln for ln in funcs[name]) == MFMA_PER_KERNEL
-        assert sum("ds_read_b128" in ln for ln in funcs[name]) == 32
+        assert sum(MFMA in ln for ln in funcs[name]) == KEY_LOOP_MFMAS * key_loops(name)
+        assert sum("ds_read_b128" in ln for ln in funcs[name]) == KEY_LOOP_LDS_READS * key_loops(name)
         r = clean.resources[name]
         assert r["VGPRs Spill"] == "0" and r["ScratchSize [bytes/lane]"] == "0"
         assert int(r["Occupancy [waves/SIMD]"]) >= 2
@@ -152,13 +163,24 @@ def test_disassembly_uses_bf16_mfma(clean):
     funcs = clean.functions()
     for name in VARIANTS:
         count = sum(MFMA in line for line in funcs[name])
-        assert count == MFMA_PER_KERNEL, f"{name}: {count} x {MFMA}, expected {MFMA_PER_KERNEL}"
+        want = KEY_LOOP_MFMAS * key_loops(name)
+        assert count == want, f"{name}: {count} x {MFMA}, expected {want}"
         assert not any("scratch_" in ln or "buffer_store" in ln for ln in funcs[name]), (
             f"{name} touches scratch"
         )
         # K and V^T fragments come from LDS in 16-byte reads; no generic (flat) memory access.
-        assert sum("ds_read_b128" in ln for ln in funcs[name]) == 32
+        assert sum("ds_read_b128" in ln for ln in funcs[name]) == KEY_LOOP_LDS_READS * key_loops(name)
         assert not any(re.search(r"\tflat_", ln) for ln in funcs[name])
+        # K reaches LDS by direct-to-LDS loads, 8 rows in each of the prologue, M(0) and the loop's M
+        # phase, in each key-loop copy for a wave with query rows and one without; M0 is written only
+        # by their asm (the compiler never uses it).
+        dma = sum(
+            re.search(r"\tbuffer_load_dword .* lds$", ln.split("//")[0].rstrip()) is not None
+            for ln in funcs[name]
+        )
+        assert dma == 2 * 3 * 8 * key_loops(name)
+        m0_writes = [ln for ln in funcs[name] if re.search(r"\ts_\w+ m0,", ln)]
+        assert m0_writes and all("s_add_u32 m0," in ln for ln in m0_writes), m0_writes[:3]
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -195,7 +217,7 @@ def test_mfma_builtin_variant_builds(tmp_path_factory):
     co = compile_variant(tmp_path_factory, "-DRA_HIP_MFMA_BUILTIN=1")
     for name in VARIANTS:
         assert co.resources[name]["ScratchSize [bytes/lane]"] == "0"
-        assert sum(MFMA in ln for ln in co.functions()[name]) == MFMA_PER_KERNEL
+        assert sum(MFMA in ln for ln in co.functions()[name]) == KEY_LOOP_MFMAS * key_loops(name)
 
 
 @pytest.mark.slow  # one more gfx942 build (5-10 s of clang-19); plain pytest checks the clean one
@@ -217,8 +239,9 @@ def test_fire_drill_variants_build(tmp_path_factory, defines):
         assert co.resources[name]["VGPRs Spill"] == "0"
         assert not mfma_hazards(co.path, name)
     if defines[0].startswith("-DRA_INJECT_SLOWDOWN_PCT"):
-        extra = (MFMA_PER_KERNEL * 25 + 50) // 100
-        assert sum(MFMA in ln for ln in funcs[VARIANTS[0]]) == MFMA_PER_KERNEL + extra
+        # 25 % of a tile's 128 MFMAs more, in the two M phases that compute S (M(0) and the loop's)
+        extra = (128 * 25 + 50) // 100
+        assert sum(MFMA in ln for ln in funcs[VARIANTS[0]]) == KEY_LOOP_MFMAS + 2 * extra
 
 
 def test_hazard_scan_catches_unguarded_asm(tmp_path):
@@ -338,9 +361,9 @@ def test_host_part_type_checks_against_hip_stub(tmp_path):
     assert info["backend"] == "hip" and info["abi"] == 2 and info["arch"] == "gfx942"
     # kernel/hip/parts/flags.h: a build without -D compiles every flag at its table default.
     flags = {k: v for k, v in info.items() if f"{k}_default" in info}
-    assert flags == {"mfma_builtin": 0, "force_compat": 0}
+    assert flags == {"mfma_builtin": 0, "force_compat": 0, "row_resources": 0}
     assert all(info[f"{k}_default"] == v for k, v in flags.items())
-    assert info["design_step"] == 12
+    assert info["design_step"] == 13
     assert info["inject"] == {
         "slowdown_pct": 0,
         "ulp": 0,

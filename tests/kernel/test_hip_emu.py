@@ -121,6 +121,26 @@ def test_strided_views_in_and_out(cache: Path) -> None:
     assert (untouched == 3.0).all()
 
 
+@pytest.mark.slow  # two gfx942 builds and emulated launches
+def test_row_resource_copies_give_the_same_bits(cache: Path) -> None:
+    """The copy path of sequence strides of 2^25 elements or more (a buffer resource per K and V row,
+    kernel/hip/parts/copy.h), forced on every call by RA_HIP_ROW_RESOURCES=1, writes the bits of the
+    one-resource path: full and partial key tiles, blocks with waves past seqlen_q, both layouts."""
+    one = EmuLibrary(build_kernel("hip-emu", cache_dir=cache).path)
+    rows = EmuLibrary(
+        build_kernel("hip-emu", extra_flags=("-DRA_HIP_ROW_RESOURCES=1",), cache_dir=cache).path
+    )
+    assert rows.code.sha256 != one.code.sha256
+    for shape, layout in ((Shape(1, 2, 77, 203), "bshd"), (Shape(1, 1, 300, 130), "bhsd")):
+        q, k, v = make_inputs_bhsd(shape, seed=11, device="cpu")
+        if layout == "bshd":
+            q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        for mode in ("rtne", "rtz"):
+            a = one.forward(q, k, v, layout=layout, rounding=mode)
+            b = rows.forward(q, k, v, layout=layout, rounding=mode)
+            assert torch.equal(a.view(torch.int16), b.view(torch.int16)), (shape, layout, mode)
+
+
 @pytest.mark.slow  # builds each fire-drill code object and runs its suite on the emulator
 @pytest.mark.parametrize(
     ("inject", "suite", "case"),

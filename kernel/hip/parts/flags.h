@@ -1,6 +1,6 @@
 /*
  * flags.h — the one table of the gfx942 backend's build flags (issue 37): name, build-info key,
- * default, allowed range and the reason it exists. Only live choices are here. The design steps 1-12
+ * default, allowed range and the reason it exists. Only live choices are here. The design steps 1-13
  * of docs/hip-gfx942.md are the shipped kernel, read top to bottom; each earlier step is rebuilt from
  * history (the ablation table names the commit and its -D flags). The fire-drill faults
  * (RA_INJECT_*) are every backend's: ../../common/inject.h.
@@ -20,13 +20,19 @@
     "states, which cross-checks the static hazard scan (regress.emu.hazards)")                            \
   X(RA_HIP_FORCE_COMPAT, "force_compat", 0, 0, 1,                                                          \
     "the device code against compat.h even where <hip/hip_runtime.h> exists: the device-only build of "   \
-    "a machine without ROCm, on one that has it")
+    "a machine without ROCm, on one that has it")                                                        \
+  X(RA_HIP_ROW_RESOURCES, "row_resources", 0, 0, 1,                                                      \
+    "every K and V row copied through a buffer resource of its own, the path of sequence strides of "     \
+    "2^25 elements or more (parts/copy.h), on every call: the emulator proves it on shapes that fit")
 
 #ifndef RA_HIP_MFMA_BUILTIN
 #define RA_HIP_MFMA_BUILTIN 0
 #endif
 #ifndef RA_HIP_FORCE_COMPAT
 #define RA_HIP_FORCE_COMPAT 0
+#endif
+#ifndef RA_HIP_ROW_RESOURCES
+#define RA_HIP_ROW_RESOURCES 0
 #endif
 
 #define RA_HIP_FLAG_RANGE_(macro, key, dflt, lo, hi, why) \

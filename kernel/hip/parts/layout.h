@@ -66,13 +66,18 @@ RA_HIP_HD int k_lds_index(int r, int granule) { return r * kKGranules + (granule
 RA_HIP_HD int v_swizzle(int d) { return (d ^ (d >> 3)) & 7; }
 RA_HIP_HD int vt_lds_index(int d, int granule) { return d * kVGranules + (granule ^ v_swizzle(d)); }
 
-/* Copy roles of thread t (0..511) for one K/V tile.
- * K: two 16-byte granules, rows t/16 and t/16 + 32, granule t%16 (rows read coalesced).
- * V: 8 keys x 2 dims: dim pair t%64, keys 8*(t/64) .. +7 (each wave reads 8 whole rows). */
-RA_HIP_HD int k_copy_row(int t, int i) { return (t >> 4) + 32 * i; }
-RA_HIP_HD int k_copy_granule(int t) { return t & 15; }
-RA_HIP_HD int v_copy_dimpair(int t) { return t & 63; }
-RA_HIP_HD int v_copy_keygroup(int t) { return t >> 6; }
+/* K by direct-to-LDS loads (step 13, copy.h): wave w (0..7) moves rows w + 8i (i = 0..7) of a K
+ * tile, one 256-byte row an instruction. Lane l's dword lands at byte 4l of the LDS row, granule
+ * position l/4, so it loads the global granule that k_lds_index puts there: (l/4) ^ k_swizzle(row).
+ * Row w + 8i has swizzle w ^ 4(i & 1): two lane offsets serve all eight rows. */
+constexpr int kDmaRows = kBlockK / kWaves; /* K rows per wave */
+RA_HIP_HD int k_dma_row(int w, int i) { return w + kWaves * i; }
+RA_HIP_HD int k_dma_lane_bytes(int lane, int row) { return 16 * ((lane >> 2) ^ k_swizzle(row)) + 4 * (lane & 3); }
+
+/* V through registers (copy.h): wave w loads the 8 keys of V^T key group w ^ 4 (group 1's waves the
+ * keys 0-31 of a tile, group 0's the keys 32-63; schedule.h says why), lane l dims 2l and 2l + 1. */
+constexpr int kVKeysPerWave = kVGranules; /* 8 */
+RA_HIP_HD int v_keygroup(int w) { return w ^ 4; }
 
 /* One fp32 partial row of a tail-split part (step 10): O (unnormalised, 128 fp32), the row's
  * exponent offset q (log2 units, -Inf when every key of the part was -Inf), its sum l, two pad words

@@ -14,9 +14,10 @@
  *   MFMA reads C     -> VALU writes that VGPR             3 wait states
  *   MFMA write       -> next MFMA reads it as the same C  0 wait states (back-to-back chains are free)
  * So the wrapper starts with `s_nop 1` (2 wait states, hidden behind the previous MFMA's 16-cycle
- * issue), and every batch of MFMAs ends with ra_mfma_fence(), an `s_nop 7` (8 wait states) that
- * takes all the batch's accumulators as "+v" operands: every later use of a result depends on the
- * fence, so no instruction that reads a result can be scheduled between the MFMA and the fence.
+ * issue; step 2 removed it, below), and every batch of MFMAs is followed by wait states tied to the
+ * batch's accumulators as "+v" operands (mfma_fence, an `s_nop 7`, or step 13's m_end_s): every
+ * later use of a result depends on them, so no instruction that reads a result can be scheduled
+ * between the MFMA and them.
  * tests/kernel/test_hip_compile.py re-checks these windows on the final disassembly.
  * -DRA_HIP_MFMA_BUILTIN=1 swaps in the compiler builtin (the compiler then owns the hazards).
  */
@@ -38,9 +39,8 @@ typedef unsigned int u32x2 __attribute__((ext_vector_type(2)));
  * A/B/C operands are then never written by a VALU within 2 wait states by construction: K and V^T
  * fragments come from ds_read, Q from global loads, a score chain's C from the previous MFMA of the
  * chain (0 wait states) or the literal 0 (step 1, required), and the PV batch's VALU-written inputs
- * (P and the rescaled O) pass mfma_entry_fence() first, an `s_nop 1` that takes them as "+v"
- * operands, so every VALU write of them is ordered before it. The static scan and the emulator's
- * dynamic checker re-prove it on the final instruction stream. */
+ * (P and the rescaled O) pass mfma_entry_tie2() first, at least 2 instructions before the batch.
+ * The static scan and the emulator's dynamic checker re-prove it on the final instruction stream. */
 
 /* acc += a * b, a: A operand (16x16 row-major slice), b: B operand. */
 __device__ __forceinline__ void mfma_16x16x16_bf16(f32x4& acc, bf16x4 a, bf16x4 b) {
@@ -74,20 +74,17 @@ __device__ __forceinline__ void mfma_16x16x16_bf16_first(f32x4& acc, bf16x4 a, b
 __device__ __forceinline__ void mfma_fence(f32x4& a0, f32x4& a1, f32x4& a2, f32x4& a3) {
   asm volatile(RA_MFMA_FENCE_ASM : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3));
 }
-__device__ __forceinline__ void mfma_fence(f32x4& a0, f32x4& a1, f32x4& a2, f32x4& a3, f32x4& a4, f32x4& a5,
-                                           f32x4& a6, f32x4& a7) {
-  asm volatile(RA_MFMA_FENCE_ASM
-               : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7));
-}
-
-/* Start of an MFMA batch whose inputs a VALU wrote (step 2): 2 wait states after the last write of
- * the 8 O accumulators and 4 P fragments of one query tile. Nothing at all otherwise (an empty asm
- * with these operands would still constrain register allocation). */
-__device__ __forceinline__ void mfma_entry_fence(f32x4 (&o)[8], bf16x4 (&p)[4]) {
+/* The PV MFMAs' VALU-written inputs (P and the rescaled O, both query tiles) through an empty asm: no
+ * instruction of its own, since step 13's X phase ends on its LDS and memory waits and the barrier
+ * (asm: s_waitcnt, s_waitcnt, s_setprio, s_barrier), four instructions after it and before any MFMA,
+ * which are the 2 wait states; the operands order every VALU write of them before it. */
+__device__ __forceinline__ void mfma_entry_tie2(f32x4 (&o)[2][8], bf16x4 (&p)[2][4]) {
 #if !RA_HIP_MFMA_BUILTIN
-  asm volatile("s_nop 1"
-               : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]),
-                 "+v"(p[0]), "+v"(p[1]), "+v"(p[2]), "+v"(p[3]));
+  asm volatile(""
+               : "+v"(o[0][0]), "+v"(o[0][1]), "+v"(o[0][2]), "+v"(o[0][3]), "+v"(o[0][4]), "+v"(o[0][5]),
+                 "+v"(o[0][6]), "+v"(o[0][7]), "+v"(o[1][0]), "+v"(o[1][1]), "+v"(o[1][2]), "+v"(o[1][3]),
+                 "+v"(o[1][4]), "+v"(o[1][5]), "+v"(o[1][6]), "+v"(o[1][7]), "+v"(p[0][0]), "+v"(p[0][1]),
+                 "+v"(p[0][2]), "+v"(p[0][3]), "+v"(p[1][0]), "+v"(p[1][1]), "+v"(p[1][2]), "+v"(p[1][3]));
 #else
   (void)o;
   (void)p;

@@ -40,73 +40,150 @@ struct RowState {
  *     the lazy rescale of step 6 still sees 1);
  *   - P to bf16 by round-to-nearest, ties away (one add of 0x8000 before the packing v_perm,
  *     instead of v_bfe + v_add3 for ties-to-even); only the rare exact tie differs;
- *   - the row's partial sum in pairs (v_pk_add_f32), 9 adds instead of 16 per query tile.
+ *   - the row's partial sum in pairs (two running sums, x and y, added at the end), in step 13 as
+ *     plain v_add_f32 in the same order (a v_pk_add_f32 is two IEEE adds).
  * Non-finite cases keep their meaning: -Inf scores give fma(-Inf, c, -q) = -Inf -> p = 0; a +Inf
  * score makes q = +Inf and fma(+Inf, c, -Inf) = NaN; NaN stays NaN; bf16 NaN/Inf survive the +0x8000. */
 
 __device__ __forceinline__ float neg_inf() { return -__builtin_inff(); }
 
-/* Step 7's exponentials, row sum and P packing (see above). */
-__device__ __forceinline__ float softmax_tail_fma(RowState& st, const f32x4 (&s)[kKTiles], bf16x4 (&p)[kKTiles],
-                                                  float m_new, float m_use, float scale_log2e) {
-  /* No contraction: q is rounded once and that q is used everywhere (clang's default
-   * fp-contract=fast turned st.q - m_use * c into an fma, and alpha was never exactly 1). */
-#pragma clang fp contract(off)
-  const float q = m_use * scale_log2e;
-  const float alpha = (st.m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f(st.q - q);
-  typedef float f32x2 __attribute__((ext_vector_type(2)));
-  f32x2 sum2 = {0.0f, 0.0f};
-#pragma unroll
-  for (int kt = 0; kt < kKTiles; ++kt) {
-    float e[4];
-    /* Step 9: the exponent arguments two at a time (v_pk_fma_f32, IEEE fma per element: same bits). */
-    /* -q as a register value: folded into neg_lo/neg_hi modifiers, the v_pk_fma_f32 form the
-     * emulator refuses (it implements op_sel_hi, not the negation modifiers). */
-    float nq = -q;
-    asm("" : "+v"(nq));
-    const f32x2 c2 = {scale_log2e, scale_log2e}, nq2 = {nq, nq};
-    const f32x2 a01 = __builtin_elementwise_fma(f32x2{s[kt][0], s[kt][1]}, c2, nq2);
-    const f32x2 a23 = __builtin_elementwise_fma(f32x2{s[kt][2], s[kt][3]}, c2, nq2);
-    e[0] = __builtin_amdgcn_exp2f(a01.x);
-    e[1] = __builtin_amdgcn_exp2f(a01.y);
-    e[2] = __builtin_amdgcn_exp2f(a23.x);
-    e[3] = __builtin_amdgcn_exp2f(a23.y);
-    sum2 += f32x2{e[0], e[1]};
-    sum2 += f32x2{e[2], e[3]};
-    p[kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[0], e[1]), pack_p_bf16_rna(e[2], e[3])});
-  }
-  st.l = __builtin_fmaf(st.l, alpha, sum2.x + sum2.y);
-  st.m = m_new;
-  st.q = q;
-  return alpha;
+/* 16 floats through an empty asm: nothing is computed before it that is not needed, nothing after it
+ * that it feeds is hoisted above it (the exponentials' run in softmax_x). */
+__device__ __forceinline__ void tie16(float (&x)[kKTiles][4]) {
+  asm volatile(""
+               : "+v"(x[0][0]), "+v"(x[0][1]), "+v"(x[0][2]), "+v"(x[0][3]), "+v"(x[1][0]), "+v"(x[1][1]),
+                 "+v"(x[1][2]), "+v"(x[1][3]), "+v"(x[2][0]), "+v"(x[2][1]), "+v"(x[2][2]), "+v"(x[2][3]),
+                 "+v"(x[3][0]), "+v"(x[3][1]), "+v"(x[3][2]), "+v"(x[3][3]));
 }
 
-/* Updates one query tile's state with this K/V tile's scores, writes P (bf16, B-operand layout of the
- * PV MFMA) and returns alpha, the factor the O accumulators must be multiplied by. */
-__device__ __forceinline__ float online_softmax(RowState& st, f32x4 (&s)[kKTiles], bf16x4 (&p)[kKTiles],
-                                                float scale_log2e, bool partial, uint32_t keys_left,
-                                                int lane, int g) {
+/* Step 13: the X phase's softmax of a wave's two query tiles (schedule.h). The same bits as
+ * online_softmax + step 6's lazy rescale, in another instruction mix:
+ *   - no packed-F32 VALU: under the reading of LLVM's co-issue rule that holds packed-F32 ops behind
+ *     every MFMA of the SIMD (the model's band, docs/hip-gfx942.md), they could not issue at all
+ *     while the other wave's MFMA batch runs; the fmas and sums are plain v_fma_f32 / v_add_f32, in
+ *     the same order (a v_pk op is two IEEE ops, element by element);
+ *   - alpha = exp2(q_old - q_new) is taken only when some lane's running max moved (one wave ballot,
+ *     as step 6 decides the O rescale): on a tile that raises no max every alpha is exactly 1 (or 0
+ *     for a row that has seen only -Inf, whose O is +0 or NaN and whose l is 0 or NaN, or NaN for a
+ *     row holding +Inf, whose l is NaN), so l + sum and the unscaled O give the same outputs;
+ *   - both query tiles' row maxima interleaved, so one ds_bpermute round trip waits for two. */
+template <class Mid>
+__device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s)[kMTiles][kKTiles],
+                                              bf16x4 (&p)[kMTiles][kKTiles], float (&alpha)[kMTiles],
+                                              float scale_log2e, bool partial, uint32_t keys_left, int lane, int g,
+                                              Mid&& mid) {
+#pragma clang fp contract(off)
   if (partial) {
-    /* Opaque to the optimiser, so the 16 key compares stay inside this branch instead of being
-     * speculated into every tile (step 5). */
-    asm volatile("" : "+s"(keys_left));
+    /* key = tile_key(kt, 4g + r) = 8g + (a constant of kt, r) >= keys_left: compared against the
+     * lane's keys_left - 8g, so no lane constant is hoisted out of this branch (16 VGPRs) */
+    int kl = (int)keys_left - 8 * g;
+    asm volatile("" : "+v"(kl));
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int kt = 0; kt < kKTiles; ++kt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          if (tile_key(kt, r) >= kl) s[mt][kt][r] = neg_inf();
+  }
+  float mx[kMTiles];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    mx[mt] = neg_inf();
 #pragma unroll
     for (int kt = 0; kt < kKTiles; ++kt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-        if ((uint32_t)tile_key(kt, 4 * g + r) >= keys_left) s[kt][r] = neg_inf();
+      for (int r = 0; r < 4; ++r) mx[mt] = __builtin_fmaxf(mx[mt], s[mt][kt][r]);
   }
-  float mx = neg_inf();
 #pragma unroll
-  for (int kt = 0; kt < kKTiles; ++kt)
+  for (int mt = 0; mt < kMTiles; ++mt) mx[mt] = __builtin_fmaxf(mx[mt], lane_xor(mx[mt], lane, 16));
 #pragma unroll
-    for (int r = 0; r < 4; ++r) mx = __builtin_fmaxf(mx, s[kt][r]);
-  mx = __builtin_fmaxf(mx, lane_xor(mx, lane, 16));
-  mx = __builtin_fmaxf(mx, lane_xor(mx, lane, 32));
+  for (int mt = 0; mt < kMTiles; ++mt) mx[mt] = __builtin_fmaxf(mx[mt], lane_xor(mx[mt], lane, 32));
 
-  const float m_new = __builtin_fmaxf(st.m, mx);
-  const float m_use = (m_new == neg_inf()) ? 0.0f : m_new;
-  return softmax_tail_fma(st, s, p, m_new, m_use, scale_log2e);
+  float m_new[kMTiles], q[kMTiles], sum[kMTiles];
+  bool rise = false;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    m_new[mt] = __builtin_fmaxf(st[mt].m, mx[mt]);
+    const float m_use = (m_new[mt] == neg_inf()) ? 0.0f : m_new[mt];
+    q[mt] = m_use * scale_log2e;
+    /* A row whose running max was -Inf has O in {+0, NaN} and l in {0, NaN}: its alpha of 0 leaves both
+     * as they are (x * 0 = x there, fma(l, 0, sum) = l + sum), so only finite old maxima count (the
+     * first tile then never rescales). Bitwise, not ||: a short-circuit became divergent branches. */
+    rise = rise | ((m_new[mt] != st[mt].m) & (st[mt].m != neg_inf()));
+  }
+  /* A scalar branch, early (the phase's tail is on the critical path): the ballot through an empty
+   * asm, since clang turns `ballot(x) != 0` back into a divergent branch on x (exec-masked). Without a
+   * rise alpha is 1 for every lane: fma(l, 1, sum) = l + sum, and the O rescale is skipped. */
+  uint64_t any_rise = __builtin_amdgcn_ballot_w64(rise);
+  asm volatile("" : "+s"(any_rise));
+  if (__builtin_expect(any_rise != 0u, 0)) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+      alpha[mt] = (st[mt].m == neg_inf()) ? 0.0f : __builtin_amdgcn_exp2f(st[mt].q - q[mt]);
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) alpha[mt] = 1.0f;
+  }
+  /* The 32 exponentials of the tile in one run, between two empty asm that take their arguments and
+   * their results: a quarter-rate v_exp_f32 holds the SIMD's VALU for 4 issue cycles, one more than
+   * the other wave's 16-clock MFMA leaves, so each costs the matrix core at least one cycle; in a run
+   * exactly one (interleaved with other VALU the compiler placed them where they cost two or three). */
+  float e[kMTiles][kKTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int kt = 0; kt < kKTiles; ++kt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) e[mt][kt][r] = __builtin_fmaf(s[mt][kt][r], scale_log2e, -q[mt]);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) tie16(e[mt]);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int kt = 0; kt < kKTiles; ++kt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) e[mt][kt][r] = __builtin_amdgcn_exp2f(e[mt][kt][r]);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) tie16(e[mt]);
+  mid(); /* the caller's work for the middle of the phase (group 1's V^T stores) */
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    /* the two lanes of step 7's paired sum, which start at 0: 0 + e = e for every e an exp2 gives
+     * (never -0; a NaN stays the same NaN) */
+    float x = e[mt][0][0], y = e[mt][0][1];
+#pragma unroll
+    for (int kt = 0; kt < kKTiles; ++kt) {
+      if (kt > 0) {
+        x = x + e[mt][kt][0];
+        y = y + e[mt][kt][1];
+      }
+      x = x + e[mt][kt][2];
+      y = y + e[mt][kt][3];
+      p[mt][kt] = __builtin_bit_cast(bf16x4, u32x2{pack_p_bf16_rna(e[mt][kt][0], e[mt][kt][1]),
+                                                   pack_p_bf16_rna(e[mt][kt][2], e[mt][kt][3])});
+    }
+    sum[mt] = x + y;
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) st[mt].l = __builtin_fmaf(st[mt].l, alpha[mt], sum[mt]);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    st[mt].m = m_new[mt];
+    st[mt].q = q[mt];
+  }
+  return any_rise;
+}
+
+/* The O rescale of a tile that raised some row's max (softmax_x returned non-zero): at the head of the
+ * next M phase, before the PV MFMAs that accumulate into O (a rare branch of the M phase). */
+__device__ __forceinline__ void rescale_o(f32x4 (&o)[kMTiles][kDTiles], const float (&alpha)[kMTiles]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) o[mt][dt][r] = o[mt][dt][r] * alpha[mt];
 }
 
 }  // namespace ra_gfx942
