@@ -410,10 +410,9 @@ if __name__ == "__main__":  # python3 tests/test_import_layers.py: the package's
         print(f"floor {level}: " + ", ".join(f"{r} ({modules.get(r, 0)} modules)" for r in here))
 
 
-# Who may name the committed results' folders: the package's one accessor of the MI300X predictions,
-# the tests' one reader of the headline bundles and campaign archives, and the gfx942 branch's own
-# test of its predictions (mid-change when benchmarks/ became a workshop).
-RESULTS_READERS = {"regress/facts/resources.py", "tests/kit/committed.py", "tests/emu/test_mi300x.py"}
+# Who may name the committed results' folders: the package's one accessor of the MI300X predictions
+# and the tests' one reader of the headline bundles and campaign archives.
+RESULTS_READERS = {"regress/facts/resources.py", "tests/kit/committed.py"}
 RESULT_FOLDERS = ("results", "headline", "campaigns")
 
 
