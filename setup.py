@@ -1,6 +1,6 @@
 """The one packaging step pyproject.toml cannot express: a wheel carries the kernel sources, the
 Alembic migrations, the site's templates and assets and the shipped stack pins as regress/_share/,
-so an installed regress builds, migrates and renders from any directory (regress/resources.py finds
+so an installed regress builds, migrates and renders from any directory (regress/facts/resources.py finds
 them). An editable install reads the checkout itself and copies nothing."""
 
 import runpy
@@ -11,8 +11,8 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-# The list of what travels lives in regress/resources.py, next to the code that reads it.
-_RES = runpy.run_path(str(ROOT / "regress" / "resources.py"))
+# The list of what travels lives in regress/facts/resources.py, next to the code that reads it.
+_RES = runpy.run_path(str(ROOT / "regress" / "facts" / "resources.py"))
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.o", "*.co", "*.hsaco", "*.tmp")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from regress.emu.cost import TileCost, tile_cost
 from regress.emu.library import EmuLibrary
-from regress.results import LAYOUTS, ROUNDING_MODES
+from regress.facts.results import LAYOUTS, ROUNDING_MODES
 
 
 def table(costs: list[TileCost]) -> str:
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_ours:
         path = args.code_object
         if path is None:
-            from regress.build import build_kernel
+            from regress.native.build import build_kernel
 
             path = build_kernel("hip-emu").path
         lib = EmuLibrary(path)

@@ -18,9 +18,9 @@ import os
 import time
 from pathlib import Path
 
-from regress.build import build_kernel
-from regress.runner import CaseOptions, make_context
-from regress.suites import get_suite
+from regress.native.build import build_kernel
+from regress.run.runner import CaseOptions, make_context
+from regress.run.suites import get_suite
 
 HIST = ("0", "1", "2", "3", "gt3")
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from regress.build import COMMANDS, OUT, REPO_ROOT, build_argv, inject_flags
+from regress.native.build import COMMANDS, OUT, REPO_ROOT, build_argv, inject_flags
 
 RECIPE = COMMANDS["hip-compile-only"]
 # The default object, the live flag's other value and each fire drill: every one must stay the same.

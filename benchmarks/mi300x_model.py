@@ -41,9 +41,9 @@ from regress.emu.mi300x import (
     ratio_band,
     tflops,
 )
-from regress.metrics import geomean
-from regress.results import ROUNDING_MODES
-from regress.stats import median
+from regress.facts.metrics import geomean
+from regress.facts.results import ROUNDING_MODES
+from regress.facts.stats import median
 
 # MoonMath's README, "MI300X" table (median of 5 passes x 30 iterations; dense tail KV-split on; times
 # include its V pre-transpose): (B, H, S) -> mode -> (MoonMath ms, AITER v3 ms). D = 128, Sq = Sk = S.
@@ -128,7 +128,7 @@ def _build_models(args: argparse.Namespace, cus: int) -> dict[str, KernelModel]:
         if name == "ours":
             path = args.code_object
             if path is None:
-                from regress.build import build_kernel
+                from regress.native.build import build_kernel
 
                 path = build_kernel("hip-emu").path
             models["ours"] = Ours(path, cus=cus)

@@ -1,5 +1,5 @@
 """`python -m regress` is the `regress` command."""
 
-from .cli import run
+from regress.cli import run
 
 run()

@@ -1,4 +1,4 @@
-"""regress.build: the CPU build, its cache, its failures, and the resource-report parsers."""
+"""regress.native.build: the CPU build, its cache, its failures, and the resource-report parsers."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from regress import build
-from regress.build import BuildError, build_kernel
+from regress.native import build
+from regress.native.build import BuildError, build_kernel
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The case catalogue (regress/cases.py): torch-free, and the one maker of case names and params,
+"""The case catalogue (regress/facts/cases.py): torch-free, and the one maker of case names and params,
 so the demo's cases are cases a real nightly runs."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from regress.demo import demo_cases
-from regress.suites import SUITES
-from regress.suites.base import SuiteContext
+from regress.present.demo import demo_cases
+from regress.run.suites import SUITES
+from regress.run.suites.base import SuiteContext
 
 
 def _real(device: str, quick: bool = False, backend: str = "cuda") -> dict[str, dict[str, object]]:
@@ -24,7 +24,7 @@ def _real(device: str, quick: bool = False, backend: str = "cuda") -> dict[str, 
 
 
 def test_the_catalogue_and_the_demo_import_no_torch() -> None:
-    code = "import sys, regress.cases, regress.demo; sys.exit('torch' in sys.modules)"
+    code = "import sys, regress.facts.cases, regress.present.demo; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from regress.clidoc import render
+from regress.cli.clidoc import render
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 
 def test_cli_reference_is_current() -> None:
-    assert DOC.read_text() == render(), "docs/cli.md is stale: run `python -m regress.clidoc > docs/cli.md`"
+    assert DOC.read_text() == render(), (
+        "docs/cli.md is stale: run `python -m regress.cli.clidoc > docs/cli.md`"
+    )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from regress.analysis import AnalysisConfig, night_evidence
-from regress.evidence import PerfPair, perf_evidence
-from regress.gate import GateConfig
-from regress.results import CaseResult, CaseSpec
+from regress.facts.results import CaseResult, CaseSpec
+from regress.judge.analysis import AnalysisConfig, night_evidence
+from regress.judge.evidence import PerfPair, perf_evidence
+from regress.judge.gate import GateConfig
 from regress.store import queries
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 

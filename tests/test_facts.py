@@ -1,4 +1,4 @@
-"""The suite and backend tables (regress.suite_facts, regress.backends) are the only statement of
+"""The suite and backend tables (regress.facts.suite_facts, regress.facts.backends) are the only statement of
 their facts: the readers agree with them, and no module of the package restates one."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 import click
 import pytest
 
-from regress import backends, suite_facts
-from regress.build import COMMANDS
-from regress.commands.options import backend as backend_option
-from regress.results import LAYOUTS, ROUNDING_MODES
-from regress.suites import SUITES
+from regress.cli.commands.options import backend as backend_option
+from regress.facts import backends, suite_facts
+from regress.facts.results import LAYOUTS, ROUNDING_MODES
+from regress.native.build import COMMANDS
+from regress.run.suites import SUITES
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "regress"
@@ -95,13 +95,15 @@ def test_no_module_restates_which_suites_are_timed_or_which_backends_are_alike()
         rel = root_rel.removeprefix("regress/")
         for node in ast.walk(tree):
             strings = _strings(node)
-            if strings and strings <= suites and rel != "suite_facts.py":
+            if strings and strings <= suites and rel != "facts/suite_facts.py":
                 found.append(f"{rel}:{node.lineno}: suites {sorted(strings)}")  # type: ignore[attr-defined]
-            if strings and strings <= names and rel != "backends.py":
+            if strings and strings <= names and rel != "facts/backends.py":
                 found.append(f"{rel}:{node.lineno}: backends {sorted(strings)}")  # type: ignore[attr-defined]
-            if _reads_torch_hip(node) and rel != "backends.py":
+            if _reads_torch_hip(node) and rel != "facts/backends.py":
                 found.append(f"{rel}:{node.lineno}: torch.version.hip")  # type: ignore[attr-defined]
-    assert not found, "restated (read regress.suite_facts / regress.backends):\n" + "\n".join(found)
+    assert not found, "restated (read regress.facts.suite_facts / regress.facts.backends):\n" + "\n".join(
+        found
+    )
 
 
 def test_a_nightly_refuses_a_timed_suite_on_a_backend_without_a_clock(
@@ -117,11 +119,11 @@ def test_a_nightly_refuses_a_timed_suite_on_a_backend_without_a_clock(
 
 def test_the_mode_and_layout_lists_are_stated_once_in_results() -> None:
     """Every tuple, list or set of all the modes or all the layouts, and every Literal of them, in the
-    package and the benchmarks comes from regress.results."""
+    package and the benchmarks comes from regress.facts.results."""
     modes, layouts = set(ROUNDING_MODES), set(LAYOUTS)
     found = []
     for rel, tree in _trees():
-        if rel == "regress/results.py":
+        if rel == "regress/facts/results.py":
             continue
         for node in ast.walk(tree):
             strings = _strings(node)
@@ -136,15 +138,15 @@ def test_the_mode_and_layout_lists_are_stated_once_in_results() -> None:
                 if {a.value for a in args if isinstance(a, ast.Constant)} & (modes | layouts):
                     found.append(f"{rel}:{node.lineno}: Literal of modes or layouts")
     assert not found, (
-        "restated (import ROUNDING_MODES / LAYOUTS / Rounding / Layout from regress.results):\n"
+        "restated (import ROUNDING_MODES / LAYOUTS / Rounding / Layout from regress.facts.results):\n"
         + ("\n".join(found))
     )
 
 
 def test_head_dim_is_stated_once_in_the_abi() -> None:
     """The kernel's one head_dim is the ABI's (kernel/include/regress_attn.h, mirrored once by
-    regress.abi.RA_HEAD_DIM): no other module binds a head-dim name to a number."""
-    from regress.abi import RA_HEAD_DIM
+    regress.facts.abi.RA_HEAD_DIM): no other module binds a head-dim name to a number."""
+    from regress.facts.abi import RA_HEAD_DIM
 
     header = (ROOT / "kernel" / "include" / "regress_attn.h").read_text()
     assert re.search(r"#define RA_HEAD_DIM (\d+)", header).group(1) == str(RA_HEAD_DIM)  # type: ignore[union-attr]
@@ -161,18 +163,22 @@ def test_head_dim_is_stated_once_in_the_abi() -> None:
             value = getattr(node, "value", None)
             for target in targets:
                 name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
-                if "head_dim" in name.lower() and isinstance(value, ast.Constant) and rel != "regress/abi.py":
+                if (
+                    "head_dim" in name.lower()
+                    and isinstance(value, ast.Constant)
+                    and rel != "regress/facts/abi.py"
+                ):
                     found.append(f"{rel}:{node.lineno}: {name} = {value.value!r}")
-    assert not found, "restated (import RA_HEAD_DIM from regress.abi):\n" + "\n".join(found)
+    assert not found, "restated (import RA_HEAD_DIM from regress.facts.abi):\n" + "\n".join(found)
 
 
 def test_the_fire_drills_are_one_table() -> None:
-    """regress.build.DRILLS is the one statement of the drills: `--inject` takes its names, a build
+    """regress.native.build.DRILLS is the one statement of the drills: `--inject` takes its names, a build
     its keys and macros (each defined in kernel/common/inject.h), the CLI help says what each breaks,
     and no other module of the package or the benchmarks spells a drill macro."""
-    from regress.build import DRILLS, INJECT_MACROS, inject_flags
-    from regress.commands.options import inject
-    from regress.runner import INJECT_NAMES, parse_inject
+    from regress.cli.commands.options import inject
+    from regress.native.build import DRILLS, INJECT_MACROS, inject_flags
+    from regress.run.runner import INJECT_NAMES, parse_inject
 
     header = (ROOT / "kernel" / "common" / "inject.h").read_text()
     for d in DRILLS:
@@ -192,21 +198,22 @@ def test_the_fire_drills_are_one_table() -> None:
     found = [
         f"{rel}:{node.lineno}"
         for rel, tree in _trees()
-        if rel != "regress/build.py"
+        if rel != "regress/native/build.py"
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and "RA_INJECT_" in node.value
     ]
     assert not found, (
-        "a drill macro spelled outside regress.build.DRILLS (use build.inject_flags):\n" + "\n".join(found)
+        "a drill macro spelled outside regress.native.build.DRILLS (use build.inject_flags):\n"
+        + "\n".join(found)
     )
 
 
 def test_the_flop_formula_is_stated_once_in_the_catalogue() -> None:
-    """regress.cases.Shape.flops is the one FLOP count (4 · H · visible pairs · D): no other module
+    """regress.facts.cases.Shape.flops is the one FLOP count (4 · H · visible pairs · D): no other module
     multiplies by the literal 4 a product of shape sizes, and the MI300X model's Shape counts with
     it (dense, causal, GQA and varlen alike)."""
-    from regress import cases
     from regress.emu.mi300x import Shape as ModelShape
+    from regress.facts import cases
 
     for text in ("2,24,8192,8192", "2,32,4096,1000,8,causal", "16,4,lens=300/1000/77,causal"):
         shape = ModelShape.parse(text)
@@ -226,7 +233,7 @@ def test_the_flop_formula_is_stated_once_in_the_catalogue() -> None:
 
     found = []
     for rel, tree in _trees():
-        if rel == "regress/cases.py":
+        if rel == "regress/facts/cases.py":
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
@@ -239,4 +246,6 @@ def test_the_flop_formula_is_stated_once_in_the_catalogue() -> None:
                     and len(names(node) & sizes) >= 3
                 ):
                     found.append(f"{rel}:{node.lineno}")
-    assert not found, "a FLOP count outside regress.cases.Shape.flops:\n" + "\n".join(sorted(set(found)))
+    assert not found, "a FLOP count outside regress.facts.cases.Shape.flops:\n" + "\n".join(
+        sorted(set(found))
+    )

@@ -5,7 +5,7 @@ statistics are tested on controlled noise in tests/detect/test_verdict.py. The s
 gate may answer 1 (caught, cases named) or 2 (too noisy to tell, cases named, with the MDE) on a
 loaded CI machine, never 0: a pass needs every case's MDE within 15 %, and a 30 % drill is caught at
 that power with near certainty. How often it is 1 rather than 2 depends on the machine's load and
-is a measurement (benchmarks/fire_drills.py, docs/detection.md), not a test. Clean-against-clean on
+is a measurement (benchmarks/service/fire_drills.py, docs/detection.md), not a test. Clean-against-clean on
 real timings is a rate too, for the same reason.
 
 Each test builds its own temp SQLite database through `run_nightly` (the real path: build, suites,
@@ -23,16 +23,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from regress.analysis import list_regressions
-from regress.build import build_kernel
-from regress.cases import Shape
-from regress.gate import gate, gate_ab
+from regress.facts.cases import Shape
+from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
+from regress.judge.analysis import list_regressions
+from regress.judge.gate import gate, gate_ab
 from regress.kernel import load_library
-from regress.nightly import NightlyOptions, plan_cases, run_nightly
-from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
+from regress.native.build import build_kernel
+from regress.run.nightly import NightlyOptions, plan_cases, run_nightly
+from regress.run.suites.common import make_inputs
 from regress.store import Case, Result, Run
 from regress.store.repo import Store, open_store
-from regress.suites.common import make_inputs
 
 # Two clean nights: the baseline and one night of history. Too short a history for the cross-night
 # rule on the CPU (no stated prior: it says how many nights would decide); the A/B verdict of the
@@ -187,7 +187,7 @@ def test_ulp_drill_fails_the_ulp_suite_and_the_gate(db: tuple[str, Store], tmp_p
     assert all(r.mark == "x" for r in report.regressions)
 
 
-# The directed rounding cases of the two swapped modes (regress.suites.rounding.SHAPES x layouts).
+# The directed rounding cases of the two swapped modes (regress.run.suites.rounding.SHAPES x layouts).
 SWAPPED_ROUNDING_CASES = {
     f"ulp/b1_h3_sq4_sk{sk}_{layout}_{mode}_rounding"
     for sk in (128, 4)
@@ -265,7 +265,7 @@ def test_gate_ab_on_two_pinned_stacks_runs_and_judges_one_ab_run(
     judges the same stored run again. What the verdict is depends on this machine's load, so the
     test checks what was stored and reported, not the outcome."""
     from regress.cli import main
-    from regress.gate.core import VERDICT_EXIT
+    from regress.judge.gate.core import VERDICT_EXIT
 
     db = f"sqlite:///{tmp_path / 'r.db'}"
     args = ["gate", "--ab", "--db", db, "--report-dir", str(tmp_path / "gate"), "--json"]

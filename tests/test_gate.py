@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from regress.cli import main
-from regress.errors import UserError
-from regress.gate import GateConfig, compare, gate, render_html
-from regress.results import CaseResult, CaseSpec
+from regress.facts.errors import UserError
+from regress.facts.results import CaseResult, CaseSpec
+from regress.judge.gate import GateConfig, compare, gate, render_html
 from regress.store import GateDecision
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, record_build, start_run
 
@@ -337,7 +337,7 @@ def _alternated(store: Store, pairs: int, slowdown: float) -> list[str]:
 
 @pytest.mark.slow  # two alternated nights written and gated (1.7 s CPU a database)
 def test_alternated_runs_decide_a_slowdown_and_a_clean_pair(store: Store, tmp_path: Path) -> None:
-    from regress.gate import gate_alternating
+    from regress.judge.gate import gate_alternating
 
     slow = gate_alternating(store, _alternated(store, 10, 0.10), report_dir=tmp_path / "slow")
     assert slow.exit_code == 1, slow.reasons
@@ -360,7 +360,7 @@ def test_too_few_alternated_pairs_are_undecided_naming_how_many_would_decide(
 
 
 def test_alternated_runs_that_do_not_alternate_two_builds_are_refused(store: Store) -> None:
-    from regress.gate import gate_alternating
+    from regress.judge.gate import gate_alternating
 
     runs = _alternated(store, 2, 0.0)
     with pytest.raises(UserError, match="even number of runs"):
@@ -375,7 +375,7 @@ def test_alternated_runs_that_do_not_alternate_two_builds_are_refused(store: Sto
 
 def _ab_perf(name: str, slowdown: float = 0.0, status: str = "pass", n: int = 60) -> CaseResult:
     """A perf case of an A/B run: both builds timed in the same rounds (noise only adds time)."""
-    from regress.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
+    from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
 
     base = 1.0 + 0.005 * np.abs(_rng.standard_normal(n))
     cand = (1.0 + slowdown) * (1.0 + 0.005 * np.abs(_rng.standard_normal(n)))
@@ -396,7 +396,7 @@ def _ab_perf(name: str, slowdown: float = 0.0, status: str = "pass", n: int = 60
 def test_an_ab_run_with_a_case_it_could_not_time_is_undecided_naming_it(store: Store) -> None:
     """A/B gating counts what it did not see as the cross-night gate does: a timed-out case, a passed
     case without both arms' samples, or an unfinished run is undecided (exit 2), never a pass."""
-    from regress.gate import gate_ab
+    from regress.judge.gate import gate_ab
 
     clean = add_run(store, [_ab_perf(c) for c in CASES])
     assert gate_ab(store, clean).exit_code == 0
@@ -416,7 +416,7 @@ def test_an_ab_run_with_a_case_it_could_not_time_is_undecided_naming_it(store: S
 
 
 def test_an_ab_regression_stands_beside_a_case_it_could_not_time(store: Store) -> None:
-    from regress.gate import gate_ab
+    from regress.judge.gate import gate_ab
 
     rows = [_ab_perf(c, slowdown=0.10) for c in CASES[:-1]] + [_ab_perf(CASES[-1], status="error")]
     assert gate_ab(store, add_run(store, rows)).exit_code == 1
@@ -424,7 +424,7 @@ def test_an_ab_regression_stands_beside_a_case_it_could_not_time(store: Store) -
 
 @pytest.mark.slow  # ten alternated pairs written and gated
 def test_alternated_runs_with_a_case_missing_from_one_run_are_undecided(store: Store) -> None:
-    from regress.gate import gate_alternating
+    from regress.judge.gate import gate_alternating
 
     runs = _alternated(store, 10, 0.0)
     assert gate_alternating(store, runs).exit_code == 0
@@ -479,7 +479,7 @@ def test_a_regression_on_an_unfinished_run_stands_and_names_the_run(store: Store
 def test_both_gate_modes_rank_regression_over_unfinished_over_pass(store: Store) -> None:
     """The same unfinished night judged cross-night and A/B: a regression it measured is 1 in both,
     naming the unfinished run; the same night without the slowdown is 2 in both, never 0."""
-    from regress.gate import gate_ab
+    from regress.judge.gate import gate_ab
 
     runs = history(store)
     for slowdown, verdict in ((0.10, "regression"), (0.0, "undecided")):
@@ -587,7 +587,7 @@ def test_options_ab_would_ignore_are_a_usage_error_naming_each(
 
 def test_the_ab_only_options_are_the_ones_whose_help_says_with_ab() -> None:
     """One list to refuse by, kept in step with the help that tells the user."""
-    from regress.commands.gate import AB_ONLY, STACKS_ONLY, gate_cmd
+    from regress.cli.commands.gate import AB_ONLY, STACKS_ONLY, gate_cmd
 
     with_ab = {
         p.name

@@ -1,10 +1,9 @@
-"""benchmarks/h200_byte_floor.py and family_spread.py on committed device results: the floor table
+"""benchmarks/h200/h200_byte_floor.py and family_spread.py on committed device results: the floor table
 re-derived from its raw JSON, the trace's phase arithmetic on hand-built rows, the run-to-run
 spread against the bundles' raw samples; byte_floor.cu builds where nvcc is."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -13,25 +12,25 @@ from typing import Any
 
 import pytest
 
-from regress.stats import median
+from regress.facts.stats import median
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
 import family_spread  # noqa: E402
 import h200_byte_floor as floor  # noqa: E402
+from committed import read, read_json  # noqa: E402
 
-RESULTS = ROOT / "benchmarks/results"
-FLOOR_CALL = RESULTS / "h200-issue26-call34"
+FLOOR_CALL = "h200-issue26.tar.xz:call34"
 SPREAD_BUNDLES = [
-    RESULTS / "h200-issue26-call32/01a2362836778f864ca70f37.json",
-    RESULTS / "h200-issue26-call35/01a2369b09dedc177b3ec021.json",
-    RESULTS / "h200-issue26-call35/01a2369d87be939f84e94c7d.json",
+    "headline/h200-issue26-call32-01a2362836778f864ca70f37.json",
+    "h200-issue26.tar.xz:call35/01a2369b09dedc177b3ec021.json",
+    "h200-issue26.tar.xz:call35/01a2369d87be939f84e94c7d.json",
 ]
 
 
 def test_the_committed_floor_table_is_its_json() -> None:
-    doc = json.loads((FLOOR_CALL / "floor.json").read_text())
-    assert floor.table(doc["rows"]) + "\n" == (FLOOR_CALL / "floor.txt").read_text()
+    doc = read_json(f"{FLOOR_CALL}/floor.json")
+    assert floor.table(doc["rows"]) + "\n" == read(f"{FLOOR_CALL}/floor.txt").decode()
     for r in doc["rows"]:  # the floor of a row is its fastest configuration, in the same rounds
         configs = {k: v for k, v in r["ms"].items() if k.startswith("floor:")}
         assert len(configs) == len(doc["configs"]) and r["floor_ms"] == min(configs.values())
@@ -76,8 +75,8 @@ def test_trace_phases_by_hand() -> None:
 def test_the_committed_trace_is_its_cta_rows() -> None:
     """Every launch's phases in call 63's trace follow from its CTAs' rows, and the table's medians
     from the launches."""
-    doc = json.loads((RESULTS / "h200-issue26-call37/trace.json").read_text())
-    table = (RESULTS / "h200-issue26-call37/trace.txt").read_text()
+    doc = read_json("h200-issue26.tar.xz:call37/trace.json")
+    table = read("h200-issue26.tar.xz:call37/trace.txt").decode()
     assert len(doc["shapes"]) == 7
     for shape, v in doc["shapes"].items():
         for launch in v["launches"]:
@@ -103,7 +102,7 @@ def _lower_p50_ratio(bundle: dict[str, Any], fam: str, mode: str) -> float:
 
 
 def test_family_spread_against_the_raw_samples() -> None:
-    bundles = [json.loads(p.read_text()) for p in SPREAD_BUNDLES]
+    bundles = [read_json(c) for c in SPREAD_BUNDLES]
     rows = family_spread.spread(bundles, "sdpa_cudnn")
     assert len(rows) == 30 * 3
     for fam, mode in (("32,32,1,8192", "rtna"), ("256,32,128,128", "rtne"), ("2,40,1024,77", "rtz")):
@@ -121,7 +120,9 @@ def test_family_spread_refuses_unreadable_bundles(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/family_spread.py"), str(bad)], capture_output=True, text=True
+        [sys.executable, str(ROOT / "benchmarks/h200/family_spread.py"), str(bad)],
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 2 and "cannot read" in out.stderr and str(bad) in out.stderr
 

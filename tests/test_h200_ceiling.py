@@ -1,4 +1,4 @@
-"""benchmarks/h200_ceiling.py: `report` on a committed real nightly bundle, checked against
+"""benchmarks/h200/h200_ceiling.py: `report` on a committed real nightly bundle, checked against
 hand computations from the bundle's raw samples; its refusals; `measure` without a GPU."""
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from regress.stats import median
+from regress.facts.stats import median
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
 import h200_ceiling  # noqa: E402
+from committed import extract  # noqa: E402
 
-BUNDLE = ROOT / "benchmarks/results/h200-issue26-call6/h200-full-01a23241d97138bfc089b083.json"
+CALL = (
+    "h200-issue26.tar.xz:call6/h200-full-01a23241d97138bfc089b083.json"  # the bundle of the call it measured
+)
 KINDS = ["--tflops", "788", "--tbps", "4.3"]  # KINDS.md's recorded burst figures
 
 
@@ -29,13 +32,18 @@ def _invoke(*args: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def bundle() -> dict[str, Any]:
-    return json.loads(BUNDLE.read_text())
+def bundle_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return extract(CALL, tmp_path_factory.mktemp("committed"))
 
 
 @pytest.fixture(scope="module")
-def doc() -> dict[str, Any]:
-    res = _invoke("report", str(BUNDLE), *KINDS, "--json")
+def bundle(bundle_path: Path) -> dict[str, Any]:
+    return json.loads(bundle_path.read_text())
+
+
+@pytest.fixture(scope="module")
+def doc(bundle_path: Path) -> dict[str, Any]:
+    res = _invoke("report", str(bundle_path), *KINDS, "--json")
     assert res.exit_code == 0, res.output
     return json.loads(res.output)
 
@@ -111,14 +119,16 @@ def test_the_geomeans_are_over_the_nightlys_rows(doc: dict[str, Any], bundle: di
         assert doc["geomean"]["families"][mode]["n"] == 30
 
 
-def test_the_markdown_report_and_a_ceilings_file_agree(tmp_path: Path, doc: dict[str, Any]) -> None:
-    res = _invoke("report", str(BUNDLE), *KINDS)
+def test_the_markdown_report_and_a_ceilings_file_agree(
+    tmp_path: Path, doc: dict[str, Any], bundle_path: Path
+) -> None:
+    res = _invoke("report", str(bundle_path), *KINDS)
     assert res.exit_code == 0, res.output
     assert "| 256,32,128,128 | 68.72 | 1074 | 249.7 | bytes |" in res.output
     assert "the bar of 1.08×" in res.output
     ceilings = tmp_path / "ceil.json"
     ceilings.write_text(json.dumps({"ceilings": {"tflops": 788, "tbps": 4.3}}))
-    res = _invoke("report", str(BUNDLE), "--ceilings", str(ceilings), "--json")
+    res = _invoke("report", str(bundle_path), "--ceilings", str(ceilings), "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["geomean"] == doc["geomean"]
 
@@ -131,7 +141,9 @@ def _one_line_error(res: Any, *words: str) -> None:
         assert w in last, res.output
 
 
-def test_hostile_inputs_are_refused_in_one_line(tmp_path: Path, bundle: dict[str, Any]) -> None:
+def test_hostile_inputs_are_refused_in_one_line(
+    tmp_path: Path, bundle: dict[str, Any], bundle_path: Path
+) -> None:
     _one_line_error(_invoke("report", str(tmp_path / "none.json"), *KINDS), "does not exist")
     no_cudnn = tmp_path / "no-cudnn.json"
     stripped = json.loads(json.dumps(bundle))
@@ -146,22 +158,22 @@ def test_hostile_inputs_are_refused_in_one_line(tmp_path: Path, bundle: dict[str
         ["--tflops", "inf", "--tbps", "4.3"],
         ["--tflops", "788"],
     ):
-        _one_line_error(_invoke("report", str(BUNDLE), *flags))
+        _one_line_error(_invoke("report", str(bundle_path), *flags))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     _one_line_error(_invoke("report", str(bad), *KINDS), "not readable JSON")
     _one_line_error(_invoke("report", str(bad), "--ceilings", str(bad)), "not readable JSON")
     zero = tmp_path / "zero.json"
     zero.write_text(json.dumps({"ceilings": {"tflops": 0, "tbps": 4.3}}))
-    _one_line_error(_invoke("report", str(BUNDLE), "--ceilings", str(zero)), "no positive ceilings")
-    _one_line_error(_invoke("report", str(BUNDLE), "--ceilings", str(zero), *KINDS), "not both")
+    _one_line_error(_invoke("report", str(bundle_path), "--ceilings", str(zero)), "no positive ceilings")
+    _one_line_error(_invoke("report", str(bundle_path), "--ceilings", str(zero), *KINDS), "not both")
 
 
 def test_measure_without_cuda_says_so_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "ceil.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/h200_ceiling.py"), "measure", "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks/h200/h200_ceiling.py"), "measure", "--out", str(out)],
         capture_output=True,
         text=True,
         env=env,

@@ -1,10 +1,11 @@
-"""benchmarks/h200_split.py's host-side logic, without a GPU: each build's effective launch settings
+"""benchmarks/h200/h200_split.py's host-side logic, without a GPU: each build's effective launch settings
 from its flags over the kernel's defaults, which kernels it runs per check shape, where bit-equality
 with the default is owed (other_kernel, split_rows) and the split tiles' rows. The device checks
 trust these to tell a real difference from an expected one."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -14,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from regress.cases import Shape
+from regress.facts.cases import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
 import cuda_plan as ctp  # noqa: E402
 import h200_split as hs  # noqa: E402
 
@@ -46,7 +47,11 @@ def test_imports_without_cuda_and_reads_h200_libs():
         "print(torch.cuda.is_available(), h.LIBS, h.settings('old')['tail_split'])"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT / "benchmarks", env=env, capture_output=True, text=True
+        [sys.executable, "-c", code],
+        cwd=ROOT / "benchmarks" / "h200",
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
@@ -168,21 +173,20 @@ def test_forced_splits_are_builds_of_two_or_more_splits(monkeypatch):
     assert not any(hs.forced_split(n) for n in ("s0", "s8", "one", "nosplit", "ns", "new", "unknown"))
 
 
-def test_a_timed_build_under_a_check_builds_name_is_refused():
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
-    code = "import h200_split"
-    for libs, ok in (("new=;s4=-DRA_CUDA_SPLIT=4", True), ("new=;nosplit=-DRA_CUDA_TAIL_SPLIT=0", False)):
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=ROOT / "benchmarks",
-            env={**env, "H200_LIBS": libs},
-            capture_output=True,
-            text=True,
-        )
-        assert (out.returncode == 0) == ok, out.stderr
-        if not ok:
-            assert "H200_LIBS: nosplit: the name of a check build" in out.stderr
-            assert "nosplit=-DRA_CUDA_SPLIT=1" in out.stderr
+def test_a_timed_build_under_a_check_builds_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """H200_LIBS is read when the module is imported: re-imported here under each value (a fresh
+    interpreter a case cost ~2.5 s; test_imports_without_cuda_and_reads_h200_libs keeps one)."""
+    try:
+        monkeypatch.setenv("H200_LIBS", "new=;s4=-DRA_CUDA_SPLIT=4")
+        assert importlib.reload(hs).LIBS == {"new": (), "s4": ("-DRA_CUDA_SPLIT=4",)}
+        monkeypatch.setenv("H200_LIBS", "new=;nosplit=-DRA_CUDA_TAIL_SPLIT=0")
+        with pytest.raises(SystemExit) as refused:
+            importlib.reload(hs)
+        assert "H200_LIBS: nosplit: the name of a check build" in str(refused.value)
+        assert "nosplit=-DRA_CUDA_SPLIT=1" in str(refused.value)
+    finally:
+        monkeypatch.delenv("H200_LIBS")
+        importlib.reload(hs)  # the module as the other tests found it
 
 
 def test_the_mma_sync_fallback_owes_no_bits(monkeypatch):

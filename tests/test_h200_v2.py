@@ -1,5 +1,5 @@
-"""benchmarks/h200_v2.py's table, without a GPU, from the committed results of issue 40's device
-calls: every perf family is a row with its speedups, the group geomeans are regress.stats' over those
+"""benchmarks/h200/h200_v2.py's table, without a GPU, from the committed results of issue 40's device
+calls: every perf family is a row with its speedups, the group geomeans are regress.facts.stats' over those
 rows, the A/B column reads the paired blocks (an A/A control sits at 1), and the plans recorded are
 the v2 kernels'."""
 
@@ -10,16 +10,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
 import h200_v2  # noqa: E402
+from committed import extract  # noqa: E402
 
-from regress.stats import geomean  # noqa: E402
+from regress.facts.stats import geomean  # noqa: E402
 
-CALL3 = ROOT / "benchmarks/results/h200-issue40-cuda/call3/v2-results.json.gz"
+CALL3 = "h200-issue40-cuda.tar.xz:call3/v2-results.json.gz"
 
 
-def test_the_table_of_the_committed_call() -> None:
-    results = h200_v2.load_results(CALL3)
+def test_the_table_of_the_committed_call(tmp_path: Path) -> None:
+    results = h200_v2.load_results(extract(CALL3, tmp_path))
     perf = [r for r in results if r.case.suite == "perf"]
     assert len(perf) == 36 and all(r.status == "pass" for r in results)
     lines = h200_v2.table(results)

@@ -1,4 +1,4 @@
-"""regress.metrics: the one place a fact about results is computed (issue 12)."""
+"""regress.facts.metrics: the one place a fact about results is computed (issue 12)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from committed import headline_bundle
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import gmean
 
-from regress.metrics import (
+from regress.facts.metrics import (
     HEADLINE,
     geomean,
     geomean_by_mode,
@@ -25,7 +26,7 @@ from regress.metrics import (
     summarise,
     timing_metrics,
 )
-from regress.results import CaseResult, CaseSpec
+from regress.facts.results import CaseResult, CaseSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
@@ -72,7 +73,7 @@ def test_geomean_speedups_one_shape_passing_perf_only() -> None:
 
 def test_summary_matches_the_committed_real_run() -> None:
     """The committed H200 nightly's stored summary is what summarise computes from its results."""
-    bundle = json.loads(next((ROOT / "benchmarks" / "results").glob("h200-nightly-*.json")).read_text())
+    bundle = json.loads(headline_bundle("h200-nightly-*").read_text())
     results = [
         CaseResult(CaseSpec(r["suite"], r["name"], r["params"]), r["status"], metrics=r["metrics"])
         for r in bundle["results"]
@@ -108,13 +109,13 @@ def test_headline_per_suite() -> None:
 
 
 def test_contract_is_the_packaged_toml() -> None:
-    raw = tomllib.loads((ROOT / "regress" / "contract.toml").read_text())
+    raw = tomllib.loads((ROOT / "regress" / "facts" / "contract.toml").read_text())
     assert load_contract().scaled_ulp_max == raw["scaled_ulp_max"]
 
 
 def test_a_drill_cost_outside_its_tolerance_is_called_so() -> None:
     """The nightly's drill table once printed "geomean (within tolerance) +58.8 %" for a 30 % request."""
-    from regress.metrics import drill_tolerance_word
+    from regress.facts.metrics import drill_tolerance_word
 
     drill = {"requested_pct": 30, "tolerance_pct": 6.0}
     assert drill_tolerance_word(drill, 58.8) == "outside tolerance"

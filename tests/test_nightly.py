@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from regress.bundle import read_bundle
 from regress.cli import main
-from regress.nightly import NightlyOptions, run_nightly
+from regress.facts.bundle import read_bundle
+from regress.run.nightly import NightlyOptions, run_nightly
 from regress.store import Case, Result, Run, Stack
 from regress.store.repo import open_store
 
@@ -333,8 +333,8 @@ def test_a_worker_that_dies_mid_case_costs_that_case_only(tmp_path: Path) -> Non
 
 def _quick_cpu_ulp_names(keep: Callable[[str], bool] = lambda name: True) -> set[str]:
     """The names of the cases the quick CPU ULP suite plans (the directed rounding cases included)."""
-    from regress.suites import get_suite
-    from regress.suites.base import SuiteContext
+    from regress.run.suites import get_suite
+    from regress.run.suites.base import SuiteContext
 
     specs = get_suite("ulp").cases(SuiteContext(library=None, device="cpu", quick=True))  # type: ignore[arg-type]
     return {spec.name for spec in specs if keep(spec.name)}
@@ -389,9 +389,9 @@ def test_a_device_that_does_not_answer_is_given_up_and_its_cases_skipped(tmp_pat
     """A worker whose start-up blocks (its library is a FIFO nobody writes: dlopen waits forever, as
     a wedged device would) or fails (no library) is never ready: the pool gives the device up
     without a replacement and records every case 'skip' with the reason, instead of raising."""
-    from regress.nightly import plan_cases
-    from regress.runner import CaseOptions
-    from regress.shard import WorkerPool
+    from regress.run.nightly import plan_cases
+    from regress.run.runner import CaseOptions
+    from regress.run.shard import WorkerPool
 
     plan = plan_cases(NightlyOptions(backend="cpu", quick=True, suites=("ulp",)), "cpu", "cpu")[:3]
     fifo = tmp_path / "libwedged.so"
@@ -444,8 +444,8 @@ def test_the_deadline_bounds_the_run(tmp_path: Path) -> None:
 
 
 def test_deadline_durations() -> None:
-    from regress.errors import UserError
-    from regress.runner import parse_duration
+    from regress.facts.errors import UserError
+    from regress.run.runner import parse_duration
 
     assert parse_duration("90m") == 5400 and parse_duration("1h30m") == 5400 and parse_duration("600") == 600
     assert parse_duration("45s") == 45 and parse_duration("1.5h") == 5400
@@ -455,8 +455,8 @@ def test_deadline_durations() -> None:
 
 
 def test_units_keep_a_shared_reference_together_and_run_longest_first() -> None:
-    from regress.nightly import plan_cases
-    from regress.shard import make_units, predict_wall
+    from regress.run.nightly import plan_cases
+    from regress.run.shard import make_units, predict_wall
 
     plan = plan_cases(NightlyOptions(backend="cpu", suites=("ulp", "perf")), "cpu", "cpu")
     units = make_units(plan, {})
@@ -476,8 +476,8 @@ def test_units_keep_a_shared_reference_together_and_run_longest_first() -> None:
 
 
 def test_hang_drill_needs_a_query_length() -> None:
-    from regress.errors import UserError
-    from regress.runner import parse_inject
+    from regress.facts.errors import UserError
+    from regress.run.runner import parse_inject
 
     assert parse_inject(["hang=64"]) == {"hang_sq": 64}
     assert parse_inject(["crash=64"]) == {"crash_sq": 64}
@@ -487,9 +487,9 @@ def test_hang_drill_needs_a_query_length() -> None:
 
 
 def test_rounding_swap_drill_names_two_modes() -> None:
-    from regress.build import BuildError, inject_flags
-    from regress.errors import UserError
-    from regress.runner import parse_inject
+    from regress.facts.errors import UserError
+    from regress.native.build import BuildError, inject_flags
+    from regress.run.runner import parse_inject
 
     assert parse_inject(["swap_rounding=rtne:rtz"]) == {"round_swap": 5}
     assert parse_inject(["swap_rounding=rtna:rtne"]) == {"round_swap": 3}
@@ -504,7 +504,7 @@ def test_rounding_swap_drill_names_two_modes() -> None:
 def test_phases_count_each_second_once() -> None:
     import time as _time
 
-    from regress.phases import PhaseRecorder, phase, phase_seconds, recording
+    from regress.facts.phases import PhaseRecorder, phase, phase_seconds, recording
 
     entered: list[str] = []
     rec = PhaseRecorder(on_enter=entered.append)

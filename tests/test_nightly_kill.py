@@ -15,18 +15,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from committed import headline
 from sqlalchemy import select
 
-from regress.bundle import read_bundle
 from regress.cli import main
+from regress.facts.bundle import read_bundle
 from regress.store import Run
 from regress.store.repo import open_store
 
 # The child: `regress nightly ARGS...` with a SIGKILL at the aimed point.
 CHILD = """
 import os, signal, sys
-import regress.nightly as nightly
-import regress.upload as upload
+import regress.run.nightly as nightly
+import regress.run.upload as upload
 from regress.cli import main
 
 point = sys.argv[1]
@@ -93,13 +94,11 @@ def test_kill_before_the_commit_is_restored_from_the_bundle(tmp_path: Path, db_u
 @pytest.mark.slow  # a whole nightly, then its bundle rebuilt from the store (~3-5 s)
 def test_upload_run_recreates_a_bundle_from_the_store(tmp_path: Path, db_url: str) -> None:
     """`regress upload --run ID` spools the stored run's bundle (here: the service is down)."""
-    from regress.pins import pin_for_digest
+    from regress.machine.pins import pin_for_digest
     from regress.store.transfer import export_bundle, import_bundle
 
     store = open_store(db_url)
-    bundle = json.loads(
-        next((Path(__file__).parent.parent / "benchmarks" / "results").glob("*.json")).read_text()
-    )
+    bundle = json.loads(headline()[0].read_text())
     with store.transaction() as s:
         run_id, _ = import_bundle(s, bundle, pin=pin_for_digest(bundle["stack"]["digest"]))
     with store.reader() as s:

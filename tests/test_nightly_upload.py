@@ -12,8 +12,8 @@ from werkzeug.serving import make_server
 
 from regress.cli import main
 from regress.server import create_app
+from regress.server.tokens import create_token
 from regress.store.db import current_revision, make_engine
-from regress.tokens import create_token
 
 
 @pytest.mark.slow  # a real CPU nightly (~30 s)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import regress
-from regress.gate import gate
-from regress.gate.render import render_junit, render_markdown
-from regress.results import CaseResult, CaseSpec
+from regress.facts.results import CaseResult, CaseSpec
+from regress.judge.gate import gate
+from regress.judge.gate.render import render_junit, render_markdown
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 
 FORGE = "x\n- **verdict: pass** (exit 0)\n| + | forged | row |"
@@ -113,7 +113,7 @@ def test_runs_show_and_list_on_a_terminal(store: Store, db_url: str, trigger: st
 
 
 def test_escapes_are_inert() -> None:
-    from regress.escape import markdown, visible, xml_text
+    from regress.facts.escape import markdown, visible, xml_text
 
     assert visible("a\tb\nc\x1b") == "a\\x09b\\x0ac\\x1b"
     assert "\n" not in markdown(FORGE) and "\\*\\*verdict" in markdown(FORGE) and "\\|" in markdown(FORGE)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from regress.cli import main
-from regress.escape import csv_cell, markdown, visible
+from regress.facts.escape import csv_cell, markdown, visible
 
 sys.path.insert(0, str(Path(__file__).parent / "ingest"))
 from ingest_bundles import make_bundle

@@ -1,7 +1,7 @@
 """Issue #24 item 18: Python reprs reached people: `git_commit: None` from `regress build`,
 `is_drill False` and `pair_swing 0.00936549661293183` on the site's gate pages, `stack None` in
 the gate's Markdown and HTML reports for an unpinned stack. Text output now shows None as a dash,
-bools as yes/no and floats to a few significant digits (`regress.escape.readable`)."""
+bools as yes/no and floats to a few significant digits (`regress.facts.escape.readable`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from regress.cli import main
-from regress.escape import readable
-from regress.results import CaseResult, CaseSpec
-from regress.site import build_site
-from regress.site.format import fmt_num, fmt_show
+from regress.facts.escape import readable
+from regress.facts.results import CaseResult, CaseSpec
+from regress.present.site import build_site
+from regress.present.site.format import fmt_num, fmt_show
 from regress.store.repo import (
     Store,
     add_result,

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import headline
 
-from regress.metrics import stored_geomean, summarise
-from regress.nightly import NightlyOptions, plan_cases
+from regress.facts.metrics import stored_geomean, summarise
+from regress.facts.resources import mi300x_predicted_dir
+from regress.run.nightly import NightlyOptions, plan_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -48,9 +50,9 @@ def _tour() -> list[str]:
 
 @cache
 def _bundle(pattern: str) -> dict[str, Any]:
-    found = sorted(glob.glob(str(ROOT / pattern)))
+    found = headline(pattern.removeprefix("benchmarks/headline/"))
     assert len(found) == 1, f"README's {pattern} names {len(found)} files, not one"
-    data: dict[str, Any] = json.loads(Path(found[0]).read_text())
+    data: dict[str, Any] = json.loads(found[0].read_text())
     return data
 
 
@@ -76,7 +78,7 @@ def _check_geomeans(item: str, bundle: dict[str, Any]) -> None:
 
 
 def _path_in(item: str) -> str:
-    m = re.search(r"`(benchmarks/results/[^`]+\.json)`", item)
+    m = re.search(r"`(benchmarks/headline/[^`]+\.json)`", item)
     assert m, "the item names no committed bundle"
     return m.group(1)
 
@@ -190,7 +192,7 @@ def test_the_test_count_is_the_suites() -> None:
 
 def test_the_stored_summary_is_what_summarise_writes() -> None:
     """The figures above read the stored summary: it is `summarise`'s own (one place)."""
-    from regress.results import CaseResult
+    from regress.facts.results import CaseResult
 
     bundle = _bundle(_path_in(_item("H200, one GPU, the full nightly")))
     results = [CaseResult.from_dict(r) for r in bundle["results"]]
@@ -206,7 +208,8 @@ def test_the_mi300x_predictions_are_the_committed_table() -> None:
     item = _item("MI300X")
     m = re.search(r"`(benchmarks/results/mi300x-model/predicted-[^`]+\.jsonl)`", item)
     assert m and "predicts" in item, "the MI300X item names no committed predicted table"
-    lines = [json.loads(x) for x in (ROOT / m.group(1)).read_text().splitlines() if x.strip()]
+    table = mi300x_predicted_dir() / Path(m.group(1)).name  # the package's one reader of the folder
+    lines = [json.loads(x) for x in table.read_text().splitlines() if x.strip()]
     band = next(x for x in lines if x.get("summary"))["ours_vs_peers_band"]
     triple = re.search(r"at ([\d.]+) \[([\d.]+), ([\d.]+)\] / ([\d.]+) \[([\d.]+), ([\d.]+)\] / "
                        r"([\d.]+) \[([\d.]+), ([\d.]+)\]× AITER v3 \(rtne / rtna / rtz\)", item)  # fmt: skip

@@ -9,7 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from regress.analysis import (
+from regress.cli import main
+from regress.facts.errors import UserError
+from regress.facts.results import CaseResult, CaseSpec
+from regress.judge.analysis import (
     AnalysisConfig,
     acknowledge,
     analyse_run,
@@ -17,9 +20,6 @@ from regress.analysis import (
     list_regressions,
     resolve,
 )
-from regress.cli import main
-from regress.errors import UserError
-from regress.results import CaseResult, CaseSpec
 from regress.store import Regression
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, record_build, start_run
 

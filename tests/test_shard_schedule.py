@@ -1,4 +1,4 @@
-"""The worker pool's scheduling, without processes (regress.shard.Schedule): units dealt longest
+"""The worker pool's scheduling, without processes (regress.run.shard.Schedule): units dealt longest
 first, a lost worker's unfinished cases back at the front, a late result ignored, and every case of
 the plan recorded exactly once whatever the losses."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regress.results import CaseSpec
-from regress.shard import Schedule
+from regress.facts.results import CaseSpec
+from regress.run.shard import Schedule
 
 
 def _plan(n: int) -> list[tuple[str, CaseSpec]]:

@@ -23,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from committed import headline
 
-from regress.bundle import read_bundle
+from regress.facts.bundle import read_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+BUNDLES = headline()
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -128,7 +129,7 @@ def test_a_signal_ends_a_nightly_like_its_deadline(tmp_path: Path, signum: signa
 HOLD_THE_FINISH = """
 import sys, time
 from pathlib import Path
-import regress.nightly as nightly
+import regress.run.nightly as nightly
 from regress.cli import main
 
 write = nightly.write_bundle
@@ -178,7 +179,7 @@ def test_import_stops_on_sigterm_between_bundles(tmp_path: Path) -> None:
 HOLD_THE_SITE = """
 import sys, time
 from pathlib import Path
-import regress.site.writer as writer
+import regress.present.site.writer as writer
 from regress.cli import main
 
 render = writer.SiteWriter._render

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from committed import headline
 
 from regress.cli import main
-from regress.pins import load_pin
-from regress.stack import live_fingerprint
-from regress.stack_keys import HASHED_KEYS, PINNED_KEYS
+from regress.facts.stack_keys import HASHED_KEYS, PINNED_KEYS
+from regress.machine.pins import load_pin
+from regress.machine.stack import live_fingerprint
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_a_malformed_pin_is_a_clear_error_and_imports_go_on(
     path.write_text(path.read_text().replace(edit[0], edit[1], 1))
     assert main(["stack", "check", "here"]) == 2
     assert said in capsys.readouterr().err
-    bundle = next((Path(__file__).parent.parent / "benchmarks" / "results").glob("*.json"))
+    bundle = headline()[0]
     assert main(["import", str(bundle), "--db", f"sqlite:///{stacks_dir / 'r.db'}"]) == 0
 
 

@@ -1,4 +1,4 @@
-"""regress.stats: the shared formulas, and that no copy of them grows back elsewhere."""
+"""regress.facts.stats: the shared formulas, and that no copy of them grows back elsewhere."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regress import stats
 from regress.detect.paired import median_se
 from regress.detect.power import quantile_se
+from regress.facts import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 finite = st.floats(-1e6, 1e6, allow_nan=False)
@@ -72,7 +72,7 @@ def test_clip_outliers_bounds_one_night_to_its_neighbours() -> None:
 
 def test_stats_loads_no_numpy_until_asked() -> None:
     code = (
-        "import sys, regress.stats as s; s.percentile([1.0, 2.0], 50); s.geomean([1.0]); "
+        "import sys, regress.facts.stats as s; s.percentile([1.0, 2.0], 50); s.geomean([1.0]); "
         "print('numpy' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -80,10 +80,10 @@ def test_stats_loads_no_numpy_until_asked() -> None:
 
 
 def test_no_copy_of_the_robust_sigma_constant_outside_stats() -> None:
-    """1.4826 (the MAD-to-sigma factor) in code, not prose, anywhere but regress/stats.py."""
+    """1.4826 (the MAD-to-sigma factor) in code, not prose, anywhere but regress/facts/stats.py."""
     found = []
     for path in [*ROOT.joinpath("regress").rglob("*.py"), *ROOT.joinpath("benchmarks").rglob("*.py")]:
-        if path == ROOT / "regress" / "stats.py":
+        if path == ROOT / "regress" / "facts" / "stats.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (
@@ -92,11 +92,11 @@ def test_no_copy_of_the_robust_sigma_constant_outside_stats() -> None:
                 and abs(node.value - 1.4826) < 1e-4
             ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert not found, f"use regress.stats.mad_sigma / successive_sigma: {found}"
+    assert not found, f"use regress.facts.stats.mad_sigma / successive_sigma: {found}"
 
 
 def _loose_median(node: ast.AST) -> str | None:
-    """A median or quantile computed outside regress.stats: np/numpy/statistics .median, .quantile,
+    """A median or quantile computed outside regress.facts.stats: np/numpy/statistics .median, .quantile,
     .percentile (a vectorised call with axis= is not one value, and stays), or sorted(x)[len(x) // 2]."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         owner = node.func.value
@@ -129,13 +129,13 @@ def test_the_loose_median_check_sees_each_form() -> None:
 
 
 def test_no_median_or_quantile_outside_stats() -> None:
-    """Medians and quantiles go through regress.stats (median, upper_median, percentile), so one
+    """Medians and quantiles go through regress.facts.stats (median, upper_median, percentile), so one
     definition holds in every layer and benchmark."""
     found = []
     for path in [*ROOT.joinpath("regress").rglob("*.py"), *ROOT.joinpath("benchmarks").rglob("*.py")]:
-        if path == ROOT / "regress" / "stats.py":
+        if path == ROOT / "regress" / "facts" / "stats.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if what := _loose_median(node):
                 found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)} {what}")
-    assert not found, f"use regress.stats: {found}"
+    assert not found, f"use regress.facts.stats: {found}"

@@ -1,6 +1,8 @@
 """Behaviour-unchanged guards for moving files (issue 43, phase 2: the folders by layer and
-`benchmarks/` as a workshop). Every committed bundle (a plain JSON file under benchmarks/results or
-a member of a committed .tar.xz archive there), imported in name order into one store:
+`benchmarks/` as a workshop). Every committed bundle (a headline file in benchmarks/headline/ or a
+member of a campaign archive in benchmarks/campaigns/: tests/kit/committed.py reads both), imported
+in run-id order into one store (the order of the bundles' own ids, not of their file names, so
+renaming or archiving a file cannot change which bundle first states a case's params):
 
 - exports byte for byte as the JSON document it was (a pinned stack's keys read as its pin's);
 - renders the golden site: every page and asset `regress site` writes (its `.regress-site/` cache
@@ -22,7 +24,6 @@ import hashlib
 import itertools
 import json
 import os
-import tarfile
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -30,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import committed_bundles
 
-from regress.errors import UserError
-from regress.gate.core import gate, gate_ab
-from regress.pins import pin_for_digest
-from regress.site import build_site
+from regress.facts.errors import UserError
+from regress.judge.gate.core import gate, gate_ab
+from regress.machine.pins import pin_for_digest
+from regress.present.site import build_site
 from regress.store import queries
 from regress.store.repo import Store, open_store
 from regress.store.transfer import export_bundle, import_files
@@ -42,47 +44,25 @@ from regress.store.transfer import export_bundle, import_files
 pytestmark = pytest.mark.slow  # 61 real bundles (41 MB) imported, a site rendered, ~120 gates
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 GOLDEN = ROOT / "tests" / "data" / "unchanged.json"
 UPDATE = os.environ.get("REGRESS_UPDATE_GOLDEN") == "1"
 GENERATED = datetime(2026, 12, 1, tzinfo=UTC)  # what the pages say they were made at
 
 
-def _is_bundle(doc: Any) -> bool:
-    return isinstance(doc, dict) and {"schema_version", "run", "stack", "results"} <= set(doc)
-
-
-def committed_bundles() -> list[tuple[str, bytes]]:
-    """(name, bytes) of every committed bundle, by name: plain files, then archive members
-    (ARCHIVE.tar.xz/MEMBER)."""
-    found: list[tuple[str, bytes]] = []
-    for path in sorted(RESULTS.rglob("*.json")):
-        data = path.read_bytes()
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            continue
-        if _is_bundle(doc):
-            found.append((path.relative_to(RESULTS).as_posix(), data))
-    for archive in sorted(RESULTS.rglob("*.tar.xz")):
-        with tarfile.open(archive) as tar:
-            for member in sorted(tar.getmembers(), key=lambda m: m.name):
-                if member.isfile() and member.name.endswith(".json"):
-                    data = tar.extractfile(member).read()  # type: ignore[union-attr]
-                    if _is_bundle(json.loads(data)):
-                        found.append((f"{archive.relative_to(RESULTS).as_posix()}/{member.name}", data))
-    return found
-
-
 BUNDLES = committed_bundles()
+
+
+def _import_order(bundle: tuple[str, bytes]) -> tuple[str, str]:
+    """A bundle's place in the import: its run id (then its bytes' digest), never its file name."""
+    return json.loads(bundle[1])["run"]["id"], hashlib.sha256(bundle[1]).hexdigest()
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    """Every committed bundle through `regress import`'s path, in name order, on SQLite."""
+    """Every committed bundle through `regress import`'s path, in run-id order, on SQLite."""
     folder = tmp_path_factory.mktemp("committed")
     paths = []
-    for i, (_, data) in enumerate(BUNDLES):
+    for i, (_, data) in enumerate(sorted(BUNDLES, key=_import_order)):
         paths.append(folder / f"{i:03d}.json")
         paths[-1].write_bytes(data)
     opened = open_store(f"sqlite:///{folder / 'regress.db'}")

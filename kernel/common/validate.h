@@ -143,7 +143,7 @@ static inline ra_status ra_check_seqlens_host(const ra_attention_params* p, char
 }
 
 /* Until a backend's kernels implement causal masks, GQA, varlen and the LSE, it calls this after
- * ra_validate_params (one check, one wording, every GPU backend; regress/abi.py mirrors it for the
+ * ra_validate_params (one check, one wording, every GPU backend; regress/facts/abi.py mirrors it for the
  * hip-emu library): any non-default v2 field is refused, naming the argument and the backend. */
 static inline ra_status ra_require_dense_v1(const ra_attention_params* p, const char* backend, char* err,
                                             size_t err_len) {

@@ -17,7 +17,7 @@
  *
  * Every output row depends only on its own inputs and a fixed operation order, so the bits do not
  * depend on the thread count or on which thread ran the item. Built without -ffast-math and with
- * -ffp-contract=off (regress/build.py), so IEEE NaN/Inf propagate exactly as in an fp64 reference.
+ * -ffp-contract=off (regress/native/build.py), so IEEE NaN/Inf propagate exactly as in an fp64 reference.
  */
 #include <algorithm>
 #include <atomic>

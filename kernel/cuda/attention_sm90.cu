@@ -102,7 +102,7 @@ __device__ __forceinline__ void fwd_sm90(const FwdParams& p) {
 
 /* kPP and kDecode are always false: ping-pong and the 3-stage decode plan were measured and deleted
  * (docs/perf-notes.md, deleted flags); the parameters stay so that every kernel keeps the symbol
- * (and the SASS, benchmarks/sass_diff.sh) of the builds the device measured. */
+ * (and the SASS, benchmarks/h200/sass_diff.sh) of the builds the device measured. */
 template <int kRound, Layout L, bool kPP, bool kNQK, bool kDecode, bool kMerge = false, bool kDyn = false>
 __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
   static_assert(!kPP && !kDecode, "no ping-pong or decode-plan kernel since issue 37");

@@ -183,7 +183,7 @@ inline TailPlan tail_split_plan(int64_t tiles, int nb, int sms, int forced = 0) 
  * Long (RA_CUDA_LONG_BLOCK_N = N, 160 by default; 0 builds none): seqlen_k >= RA_CUDA_LONG_MIN_KEYS
  * and, under RA_CUDA_LONG_RULE=1 (the default), only where key blocks of N pad the keys less than
  * blocks of 128 (ceil(Sk / N) N < ceil(Sk / 128) 128; a tie stays at 128), since that is where it
- * was measured ahead (calls 33-34, benchmarks/results/h200-issue26-call14 and -call15, default / 160
+ * was measured ahead (calls 33-34, benchmarks/campaigns/h200-issue26.tar.xz:call14/ and -call15, default / 160
  * time: 1.020-1.041 at 4097 keys, 1.039-1.057 at 2049) while at multiples of 128 it was 0.982-1.030
  * (1.007-1.069 at (1,32,16384,16384) in call 34 alone) and the tail split, which plans 128-key
  * blocks, gains more there; RA_CUDA_LONG_RULE=0: every launch of >= RA_CUDA_LONG_MIN_KEYS keys.

@@ -65,7 +65,7 @@ using LongPlan = Plan<1, 2, kLongStaging, kLongBlockN>;
  * producer has the Q of the next two tiles in flight while one computes (such a tile is mostly its
  * loads and its store). The scores past seqlen_k that it no longer computes were -Inf, their p
  * exactly 0 and their V rows zero-filled: the row sums and P.V add the same non-zero terms in the
- * same order, so its outputs are the default kernel's bits: benchmarks/h200_split.py's SHORT_CHECK
+ * same order, so its outputs are the default kernel's bits: benchmarks/h200/h200_split.py's SHORT_CHECK
  * and SHORT_EDGES compare them, and on the H200 (docs/perf-notes.md v14) 96 comparisons differ in
  * no element, an exact -0 output at 80 keys included (the 128-key kernel's k-steps of +0 products
  * past the keys could have made it +0: they did not). */

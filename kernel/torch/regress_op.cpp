@@ -8,15 +8,15 @@
  *                                            from sizes and strides, the stream, then
  *                                        ──► ra_attention_fwd of the kernel library (dlopen'd)
  *
- * The schemas and the fake kernels stay in Python (regress/op.py defines them before this library
+ * The schemas and the fake kernels stay in Python (regress/kernel/op.py defines them before this library
  * is loaded); this file registers only the CPU, CUDA and autograd kernels, and the dispatcher
  * refuses to load it if a signature here disagrees with a schema there. The kernel libraries are
  * still built by the vendor compiler without torch; this file is the only one under kernel/ that
  * sees torch's headers, and it includes nothing of the kernel wing but the ABI. It finds a backend's
- * library by asking Python once (regress_op_set_resolver: regress/op_native.py builds the library
- * with regress.build and answers its path), then dlopens it: the same .so the ctypes path loaded.
+ * library by asking Python once (regress_op_set_resolver: regress/kernel/op_native.py builds the library
+ * with regress.native.build and answers its path), then dlopens it: the same .so the ctypes path loaded.
  *
- * The checks are the Python path's (regress/abi.py check_call_v2, regress/op.py), in the same
+ * The checks are the Python path's (regress/facts/abi.py check_call_v2, regress/kernel/op.py), in the same
  * order, with the same exception types and words; tests/kernel/test_op_native.py holds the two to
  * each other. A refusal of the kernel library itself is a RuntimeError ending in
  * "[ra_status N]", which regress.kernel turns back into KernelError(code=N).
@@ -176,7 +176,7 @@ const Backend& backend(Slot slot) {
   const Resolver resolve = g_resolver.load();
   TORCH_CHECK(resolve != nullptr,
               "regress: the operator library has no kernel library for ", slot == kCpu ? "cpu" : "gpu",
-              " tensors: it is loaded by `import regress.op`, which tells it where the libraries are");
+              " tensors: it is loaded by `import regress.kernel.op`, which tells it where the libraries are");
   char buf[4096] = {0};
   const int rc = resolve(slot, buf, sizeof buf);
   TORCH_CHECK(rc == 0, buf);
@@ -194,7 +194,7 @@ const Backend& backend(Slot slot) {
   return *fresh;
 }
 
-// ---- the checks of regress/abi.py check_call_v2, in its order and words ----------------------------
+// ---- the checks of regress/facts/abi.py check_call_v2, in its order and words ----------------------------
 
 constexpr std::string_view kRoundings[] = {"rtne", "rtna", "rtz"};  // ra_rounding 0, 1, 2
 
@@ -326,7 +326,7 @@ void launch(const Backend& be, ra_attention_params& p, const Tensor& q) {
   TORCH_CHECK(st == RA_OK, be.name, " kernel refused the call: ", err, " [ra_status ", static_cast<int>(st), "]");
 }
 
-// regress/op.py dense_mask: SDPA's is_causal (top-left) unless causal_alignment='bottom_right'.
+// regress/kernel/op.py dense_mask: SDPA's is_causal (top-left) unless causal_alignment='bottom_right'.
 int dense_mask(bool is_causal, std::string_view align) {
   const bool top = align == "top_left", bottom = align == "bottom_right";
   TORCH_CHECK_VALUE(top || bottom, "causal_alignment ", py_repr(align), " is not 'top_left' or 'bottom_right'");
@@ -344,7 +344,7 @@ Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, Sv la
   const int mask = dense_mask(is_causal, view(causal_alignment));
   const bool bshd = layout == "bshd";
   const bool known_layout = bshd || layout == "bhsd";
-  if (q.dim() == 4 && k.dim() == 4 && known_layout) {  // regress/op.py check_gqa: SDPA's rule
+  if (q.dim() == 4 && k.dim() == 4 && known_layout) {  // regress/kernel/op.py check_gqa: SDPA's rule
     const int64_t hq = q.size(bshd ? 2 : 1), hk = k.size(bshd ? 2 : 1);
     if (hq != hk) {
       TORCH_CHECK_VALUE(enable_gqa, "q has ", hq, " heads and k ", hk,
@@ -430,7 +430,7 @@ const c10::TypedOperatorHandle<VarlenSig>& varlen_handle() {
   return h;
 }
 
-std::string backward_error(const char* name) {  // regress/op.py backward_error, word for word
+std::string backward_error(const char* name) {  // regress/kernel/op.py backward_error, word for word
   return std::string("regress::") + name +
          " has no backward: the kernel is forward-only. Run it under torch.no_grad() or torch.inference_mode(), "
          "or detach its inputs";
@@ -517,7 +517,7 @@ TORCH_LIBRARY_IMPL(regress, AutogradCUDA, m) {
 
 extern "C" {
 
-/* regress/op_native.py hands over the function that answers where a backend's kernel library is. */
+/* regress/kernel/op_native.py hands over the function that answers where a backend's kernel library is. */
 void regress_op_set_resolver(Resolver fn) { g_resolver.store(fn); }
 
 /* What this library was built against, as JSON: op_native.py refuses a library built for another

@@ -7,7 +7,7 @@ Create Date: 2026-12-04 19:30:00
 A build row was one per (stack, backend, artifact hash), and the first uploader's facts (compiler,
 flags, stats, inject...) stood for every later run of that artifact: a second uploader's genuine
 facts answered 409 for good (issue 41 item 13). Now `record` holds the SHA-256 of the whole record
-(regress.store.build.record_digest over regress.bundle.build_fields) and (stack, record) is the key:
+(regress.store.build.record_digest over regress.facts.bundle.build_fields) and (stack, record) is the key:
 two records of one artifact are two rows. The backfill computes each stored row's record.
 
 0004 allows one row per artifact. Downgrading keeps every other record of an artifact, and which
@@ -71,7 +71,7 @@ def _as_text(table: sa.Table) -> list[Any]:
 def _record(row: Any) -> str:
     """The record digest of a row read through _as_text, as regress.store.build computes it for an
     upload (the same functions: a key the code could not find again would be no key)."""
-    from regress.bundle import build_fields
+    from regress.facts.bundle import build_fields
     from regress.store.build import record_digest
 
     def value(name: str) -> Any:

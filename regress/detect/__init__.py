@@ -4,7 +4,7 @@
 - `changepoint.detect_change_points`: the steps in a series of nightly values.
 - `power.minimum_detectable_effect`: what a pairwise comparison could have caught (its MDE).
 - `verdict.judge`: the rule over all perf cases of a pair of runs (gate and nightly analysis).
-The DB side lives in regress/analysis.py and regress/gate/.
+The DB side lives in regress/judge/analysis.py and regress/judge/gate/.
 """
 
 from importlib import import_module

@@ -2,8 +2,8 @@
 
 Pure: sequences in, a list of `ChangePoint` out; no database, no files.
 
-Method ("robust binary segmentation", chosen by measurement: benchmarks/detection.py, docs/detection.md)
------------------------------------------------------------------------------------------------------
+Method ("robust binary segmentation", chosen by measurement: docs/detection.md)
+-----------------------------------------------------------------------------
 1. Noise scale. sigma = 1.4826 · median|x[i+1] − x[i]| / √2, the median absolute successive
    difference (a steady series' sigma; unaffected by a few steps or outliers, unlike the sample
    standard deviation that Otava's t-test uses inside each window).
@@ -37,7 +37,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..stats import clip_outliers, median, successive_sigma
+from regress.facts.stats import clip_outliers, median, successive_sigma
+
 from .config import ChangePointConfig
 
 Direction = Literal["slower", "faster"]

@@ -13,7 +13,7 @@ MAX_STACK_MDE = 0.10  # the same for a shift of every case together
 # Stated run-to-run noise per backend, for a comparison whose stack has too few clean nights to
 # know its own (fewer than min_history): (sigma of one case between two runs, sigma of the
 # stack-wide mean), relative. Measured, not guessed (docs/detection.md, "Noise priors"):
-# cuda: the H200 quick perf nights of benchmarks/gate_calibration.sh and the committed H200
+# cuda: the H200 quick perf nights of benchmarks/service/gate_calibration.sh and the committed H200
 # bundles, where the noisiest quick case (the 25 µs cross-attention shape) moved about 1.7 % between
 # processes on one machine and the rest 0.3-1 %. No prior for the shared CPU (its noise is the
 # neighbours' load, not the machine's) nor for hip: there, a gate without history says how many

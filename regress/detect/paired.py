@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ..stats import median, order_statistic_se, percentile
+from regress.facts.stats import median, order_statistic_se, percentile
+
 from .verdict import CaseJudgement, Judgement, _pct
 
 

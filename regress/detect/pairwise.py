@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from ..stats import median, percentile, successive_sigma
+from regress.facts.stats import median, percentile, successive_sigma
 
 Verdict = Literal["slower", "faster", "same", "insufficient"]
 

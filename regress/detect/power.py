@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from ..stats import mad_sigma, median, order_statistic_se
+from regress.facts.stats import mad_sigma, median, order_statistic_se
 
 Limit = Literal["samples", "between-runs", "threshold"]
 

@@ -1,7 +1,7 @@
 """The rule that judges one run against another over all its perf cases, with its power.
 
-Pure: numbers in, a `Judgement` out; no database, no files. The upgrade gate (regress/gate/) and the
-analysis after every nightly (regress/analysis.py) both call `judge`, so a night and a gate cannot
+Pure: numbers in, a `Judgement` out; no database, no files. The upgrade gate (regress/judge/gate/) and the
+analysis after every nightly (regress/judge/analysis.py) both call `judge`, so a night and a gate cannot
 disagree about the same pair of runs.
 
 Per case
@@ -33,7 +33,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from ..stats import geomean, mad_sigma, median
+from regress.facts.stats import geomean, mad_sigma, median
+
 from .config import MAX_MDE, MAX_STACK_MDE
 from .pairwise import PairwiseConfig, compare_samples, historical_noise
 from .power import MIN_PAIR_CASES, minimum_detectable_effect, pair_noise

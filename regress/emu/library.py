@@ -20,13 +20,20 @@ from typing import Any
 
 import torch
 
-from regress import plan as planning
-from regress.abi import RA_ABI_VERSION, KernelError, Params, bhsd_strides, check_call, refuse_unsupported
-from regress.abi import RA_HEAD_DIM as HEAD_DIM
 from regress.emu import EMU_VERSION
 from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.machine import Launch, Memory, Trace
-from regress.results import ROUNDING_CODE
+from regress.facts.abi import (
+    RA_ABI_VERSION,
+    KernelError,
+    Params,
+    bhsd_strides,
+    check_call,
+    refuse_unsupported,
+)
+from regress.facts.abi import RA_HEAD_DIM as HEAD_DIM
+from regress.facts.results import ROUNDING_CODE
+from regress.native import plan as planning
 
 BLOCK_Q = 256  # kBlockQ, kernel/hip/parts/layout.h (the timing model's geometry)
 LOG2E = 1.4426950408889634

@@ -18,14 +18,14 @@ from typing import Protocol
 
 import torch
 
-from regress import cases
-from regress.abi import RA_HEAD_DIM as HEAD_DIM
 from regress.emu import timing
 from regress.emu.cdna3 import C
 from regress.emu.codeobject import Kernel
 from regress.emu.library import BLOCK_Q, SPLIT_RECORD, EmuLibrary, tail_split_plan
 from regress.emu.machine import recording
 from regress.emu.timing import Grid, LaunchTime, RecordT, SteadyState
+from regress.facts import cases
+from regress.facts.abi import RA_HEAD_DIM as HEAD_DIM
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from ..store.db import StoreFault
+from regress.store.db import StoreFault
+
 from . import health, openapi, runs, series
 from .errors import ApiError
 from .extensions import store_ext
@@ -19,7 +20,7 @@ from .extensions import store_ext
 # A nightly bundle with every raw timing is a few MiB; 64 MiB leaves room and still bounds memory.
 DEFAULT_MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 ENV_MAX_BYTES = "REGRESS_MAX_BUNDLE_BYTES"
-# Benchmark only (benchmarks/ingest.py): store results one row per statement, as before issue #13.
+# Benchmark only (benchmarks/service/ingest.py): store results one row per statement, as before issue #13.
 ENV_ROW_BY_ROW = "REGRESS_INGEST_ROW_BY_ROW"
 UNREAD_BODY_TIMEOUT_S = 2.0  # werkzeug only: how long a refused upload's unread body may stall
 RETRY_AFTER_S = 5  # what a client waits after a 503: a database restart takes a few seconds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Flask, current_app
 
-from ..store.repo import Store, open_store
+from regress.store.repo import Store, open_store
 
 
 class StoreExtension:

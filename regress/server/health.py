@@ -6,9 +6,10 @@ from typing import Any
 
 from flask import Blueprint, jsonify
 
-from ..store.db import write_problem
-from ..store.queries import database_answers
-from ..store.repo import database_writes
+from regress.store.db import write_problem
+from regress.store.queries import database_answers
+from regress.store.repo import database_writes
+
 from .extensions import store_ext
 
 bp = Blueprint("health", __name__)

@@ -6,8 +6,9 @@ from typing import Any
 
 from flask import Blueprint, jsonify
 
-from .. import __version__
-from ..bundle import bundle_schema
+from regress import __version__
+from regress.facts.bundle import bundle_schema
+
 from . import health, runs, series
 from .errors import ERROR_SCHEMA
 
@@ -19,7 +20,7 @@ BUNDLE_PREFIX = "Bundle_"
 
 def _openapi_schema(node: Any) -> Any:
     """A bundle schema node for OpenAPI 3.1: $defs become components; regress's own keywords become
-    what a generic tool reads (the service still checks them with regress.bundle)."""
+    what a generic tool reads (the service still checks them with regress.facts.bundle)."""
     if isinstance(node, list):
         return [_openapi_schema(v) for v in node]
     if not isinstance(node, dict):
@@ -38,7 +39,7 @@ def _openapi_schema(node: Any) -> Any:
 
 
 def bundle_components() -> dict[str, Any]:
-    """The bundle's JSON Schema (regress/schemas/bundle.schema.json) as OpenAPI components."""
+    """The bundle's JSON Schema (regress/facts/schemas/bundle.schema.json) as OpenAPI components."""
     schema = bundle_schema()
     components = {"Bundle": _openapi_schema(schema)}
     for name, node in schema.get("$defs", {}).items():

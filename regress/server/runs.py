@@ -13,12 +13,12 @@ from flask import Blueprint, current_app, jsonify, request, url_for
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from ..bundle import BundleError, loads_bundle, validate_bundle
-from ..pins import pin_for_digest
-from ..store import RunnerToken, queries, utcnow
-from ..store.queries import list_runs as list_runs_query
-from ..store.queries import run_summary
-from ..store.transfer import (
+from regress.facts.bundle import BundleError, loads_bundle, validate_bundle
+from regress.machine.pins import pin_for_digest
+from regress.store import RunnerToken, queries, utcnow
+from regress.store.queries import list_runs as list_runs_query
+from regress.store.queries import run_summary
+from regress.store.transfer import (
     BundleConflict,
     StackPin,
     UnreadableRun,
@@ -26,9 +26,10 @@ from ..store.transfer import (
     export_bundle,
     import_bundle,
 )
-from ..tokens import lookup_token, may_upload_onto
+
 from .errors import ApiError, error_response
 from .extensions import store_ext
+from .tokens import lookup_token, may_upload_onto
 
 bp = Blueprint("runs", __name__, url_prefix="/api/v1/runs")
 
@@ -76,7 +77,7 @@ OPENAPI_SCHEMAS: dict[str, Any] = {"RunSummary": _RUN_SUMMARY}
 OPENAPI_PATHS: dict[str, Any] = {
     "/api/v1/runs": {
         "post": {
-            "summary": "Upload one run bundle (schema regress.bundle v1)",
+            "summary": "Upload one run bundle (schema regress.facts.bundle v1)",
             "description": (
                 "Idempotent by runner and run id: the same bundle again answers 200, a different "
                 "bundle under a run id this runner stored 409. The token's runner owns the run; a "
@@ -247,7 +248,7 @@ def _gunzip(raw: bytes, limit: int) -> bytes:
 
 def _read_json() -> tuple[Any, str]:
     """The body's JSON and the SHA-256 of its (decompressed) bytes, which the answer echoes so the
-    client knows the service read the very bundle it sent (regress.upload checks it)."""
+    client knows the service read the very bundle it sent (regress.run.upload checks it)."""
     limit = int(current_app.config["MAX_CONTENT_LENGTH"])
     raw = _read_body(limit)
     encoding = request.headers.get("Content-Encoding", "identity").lower()

@@ -6,7 +6,8 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
-from ..store import queries
+from regress.store import queries
+
 from .errors import ApiError, error_response
 from .extensions import store_ext
 

@@ -28,7 +28,7 @@ from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
-from ..escape import visible
+from regress.facts.escape import visible
 
 HEADER_TIMEOUT_S = 10.0  # request line and headers: a few hundred bytes
 # The whole request: a 64 MiB bundle at 0.5 MiB/s. A runner on a slower link compresses (gzip).

@@ -8,7 +8,8 @@ Entity diagram:
 The schema is created and changed only by the Alembic migrations in migrations/.
 """
 
-from ..results import REGRESSION_STATES
+from regress.facts.results import REGRESSION_STATES
+
 from .base import Base, new_run_id, utcnow
 from .build import Build
 from .case import Case

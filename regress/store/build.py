@@ -22,9 +22,9 @@ from .base import Base, NotNull, Nullable, utcnow
 
 
 def record_digest(fields: dict[str, Any]) -> str:
-    """The key of a build record (regress.bundle.build_fields): SHA-256 of its canonical JSON, numbers
+    """The key of a build record (regress.facts.bundle.build_fields): SHA-256 of its canonical JSON, numbers
     `normalised` (a re-sent 128.0 is the stored 128, as the idempotency check reads them)."""
-    from ..bundle import normalised
+    from regress.facts.bundle import normalised
 
     text = json.dumps(normalised(fields), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -54,7 +54,7 @@ class Build(Base):
     def for_artifact(cls, session: Session, stack_id: int, build: dict[str, Any]) -> Build:
         """The build row of a BuildArtifact-shaped dict (backend, source_hash, git_commit, compiler,
         ...) on this stack: the row of exactly this record, created if new."""
-        from ..bundle import build_fields
+        from regress.facts.bundle import build_fields
 
         fields = build_fields(build)
         return cls.get_or_create(session, {"stack_id": stack_id, "record": record_digest(fields)}, **fields)

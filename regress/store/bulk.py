@@ -33,8 +33,9 @@ from sqlalchemy import Table, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from ..metrics import headline_value
-from ..results import CaseResult, CaseSpec, stored_series
+from regress.facts.metrics import headline_value
+from regress.facts.results import CaseResult, CaseSpec, stored_series
+
 from .case import Case
 from .result import Result, Sample
 from .run import Run

@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy import Index, String
 from sqlalchemy.orm import Mapped, Session
 
-from ..results import CaseSpec
+from regress.facts.results import CaseSpec
+
 from .base import Base, NotNull, Nullable
 
 

@@ -16,8 +16,8 @@ from sqlalchemy.exc import DatabaseError as SQLAlchemyDatabaseError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from .. import resources
-from ..errors import POSTGRES_HINT, UserError, environment_fault
+from regress.facts import resources
+from regress.facts.errors import POSTGRES_HINT, UserError, environment_fault
 
 ENV_URL = "REGRESS_DATABASE_URL"
 DEFAULT_SQLITE = Path(".regress") / "regress.db"

@@ -16,8 +16,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, Text, func, select, text
 from sqlalchemy.orm import Session
 
-from ..errors import UserError
-from ..stats import upper_median
+from regress.facts.errors import UserError
+from regress.facts.stats import upper_median
+
 from .build import Build
 from .case import Case
 from .gate import GateDecision

@@ -2,7 +2,7 @@
 site and the gate (issue 41 items 6, 7).
 
 A row is unreadable when a JSON column holds no JSON (base.Unreadable), when one of its durations
-is zero or negative (regress.bundle.unusable_duration, the rule the doors apply to new bundles), or
+is zero or negative (regress.facts.bundle.unusable_duration, the rule the doors apply to new bundles), or
 when its headline value is not a finite number. Readers skip such a row, name it and count it;
 none crashes on it and none turns it into a verdict."""
 
@@ -36,7 +36,7 @@ def run_problem(run: Run) -> str | None:
 def result_problem(result: Result, samples: bool = True) -> str | None:
     """Why no reader can use this result row, or None. samples=False: the caller reads none of
     its samples (they are not loaded)."""
-    from ..bundle import unusable_duration
+    from regress.facts.bundle import unusable_duration
 
     problem = unreadable_column(result, ("metrics", "device"))
     if problem is not None:
@@ -56,7 +56,7 @@ def result_problem(result: Result, samples: bool = True) -> str | None:
 
 def series_problem(name: str, values: Any) -> str | None:
     """Why a stored samples series is unusable (no JSON, not a list, a duration <= 0), or None."""
-    from ..bundle import unusable_duration
+    from regress.facts.bundle import unusable_duration
 
     if isinstance(values, Unreadable):
         return f"samples[{name!r}] holds no JSON ({values.text})"

@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..results import CaseResult, CaseSpec
+from regress.facts.results import CaseResult, CaseSpec
+
 from .base import new_run_id, utcnow
 from .build import Build
 from .case import Case

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Float, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, relationship
 
-from ..metrics import headline_value
-from ..results import CaseResult, stored_series
+from regress.facts.metrics import headline_value
+from regress.facts.results import CaseResult, stored_series
+
 from .base import Base, NotNull, Nullable
 
 if TYPE_CHECKING:

@@ -115,9 +115,9 @@ class Run(Base):
     ) -> dict[str, Any]:
         """Every column of the row of a validated bundle's `run` section, stored as an upload under
         `key` (`runner`: the uploading token's, else the bundle's)."""
-        # regress.bundle (and jsonschema with it) is imported where a bundle is read, not when a
+        # regress.facts.bundle (and jsonschema with it) is imported where a bundle is read, not when a
         # command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
-        from ..bundle import run_fields
+        from regress.facts.bundle import run_fields
 
         fields = run_fields(run)
         return {

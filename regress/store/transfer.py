@@ -7,7 +7,7 @@ back (`regress runs show --json`, `regress upload`, the API's run read, the nigh
 `bundle_fingerprint` says whether two bundles are the same run. Row mapping lives on each entity
 (run.py, result.py, build.py, stack.py, case.py); one-at-a-time writes stay in repo.py.
 
-Which pin names a stack is the caller's to say (the `pin` argument, from regress/pins.py): the
+Which pin names a stack is the caller's to say (the `pin` argument, from regress/machine/pins.py): the
 store neither probes the machine nor reads the pin files.
 """
 
@@ -23,9 +23,10 @@ from typing import Any, Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session, lazyload
 
-from ..errors import UserError
-from ..results import CaseResult, stored_series
-from ..stack_keys import HASHED_KEYS, PINNED_KEYS, RETIRED_KEYS, drifted_keys, stack_digest
+from regress.facts.errors import UserError
+from regress.facts.results import CaseResult, stored_series
+from regress.facts.stack_keys import HASHED_KEYS, PINNED_KEYS, RETIRED_KEYS, drifted_keys, stack_digest
+
 from .build import Build
 from .bulk import ensure_cases, prepare_results, write_runs
 from .case import Case
@@ -42,7 +43,7 @@ class BundleConflict(Exception):
 
 
 class StackPin(Protocol):
-    """What the store needs of a stack's pin (regress.pins.Pin is one): its name and the facts
+    """What the store needs of a stack's pin (regress.machine.pins.Pin is one): its name and the facts
     the stack must have."""
 
     name: str
@@ -56,7 +57,7 @@ def stack_facts(bundle: dict[str, Any], pin: StackPin | None) -> tuple[str | Non
     The digest must be the one of the bundle's keys (BundleError). A pinned stack's keys are its
     pin's: a pinned, unhashed key may differ only on a run that declared its drift, and the stored
     row keeps the pin's value (BundleConflict otherwise)."""
-    from ..bundle import BundleError
+    from regress.facts.bundle import BundleError
 
     st = bundle["stack"]
     computed = stack_digest({k: st["keys"].get(k) for k in HASHED_KEYS}, st["schema_version"])
@@ -95,7 +96,7 @@ def stack_facts(bundle: dict[str, Any], pin: StackPin | None) -> tuple[str | Non
 def bundle_stack(session: Session, bundle: dict[str, Any], pin: StackPin | None) -> Stack:
     """The stack row of a validated bundle (`stack_facts`). Shared rows are facts, not first come:
     a stored stack with other keys is a conflict (BundleConflict)."""
-    from ..bundle import first_difference
+    from regress.facts.bundle import first_difference
 
     st = bundle["stack"]
     name, keys = stack_facts(bundle, pin)
@@ -144,9 +145,9 @@ def export_bundle(
     take one page of its results, in stored order (the API's paginated read); samples=False leaves
     the raw samples out without loading them. UnreadableRun when the run's own row is unreadable;
     unreadable results are left out (and listed in `skipped` as (case name, why))."""
-    # regress.bundle (and jsonschema with it) is imported where a bundle is made or read, not when
+    # regress.facts.bundle (and jsonschema with it) is imported where a bundle is made or read, not when
     # a command opens the store (issue 11: `regress runs list` pays only for SQLAlchemy).
-    from ..bundle import BUNDLE_SCHEMA, BUNDLE_VERSION
+    from regress.facts.bundle import BUNDLE_SCHEMA, BUNDLE_VERSION
 
     run = session.get(Run, run_id)
     if run is None:
@@ -201,7 +202,7 @@ def import_bundle(
 ) -> tuple[str, bool]:
     """Stores a bundle inside the caller's transaction. Returns (the run's key, created).
 
-    pin: the pin of the bundle's stack digest (regress.pins.pin_for_digest), None when unpinned.
+    pin: the pin of the bundle's stack digest (regress.machine.pins.pin_for_digest), None when unpinned.
     A run is its runner's (`runner`, the uploading token's, else the bundle's run.runner) and its
     run id: the same bundle again is a no-op (created=False); a different bundle under a run id
     this runner stored raises BundleConflict; another runner's run under that id is another run,
@@ -211,14 +212,14 @@ def import_bundle(
     validated=True: the caller has just run validate_bundle on this very dict (the service).
     """
     if not validated:
-        from ..bundle import validate_bundle
+        from regress.facts.bundle import validate_bundle
 
         validate_bundle(bundle)
     run_doc = bundle["run"]
     owner = Run.owner(run_doc, runner)
     existing = run_of_runner(session, owner, run_doc["id"])
     if existing is not None:
-        from ..bundle import BundleError, canonical, first_difference, normalised
+        from regress.facts.bundle import BundleError, canonical, first_difference, normalised
 
         stored, sent = canonical(export_bundle(session, existing.id)), canonical(bundle)
         # The stack as the store holds it: a run that declared drift from its pin is stored under
@@ -264,7 +265,7 @@ def bundle_fingerprint(bundle: dict[str, Any]) -> tuple[Any, ...]:
     Numbers compare by value (`bundle.normalised`: a resent 3 is the stored 3.0, 2**53 + 1 is not
     2**53), raw samples as the store keeps them; call only on a validated bundle.
     """
-    from ..bundle import normalised
+    from regress.facts.bundle import normalised
 
     run = bundle["run"]
     results = sorted(
@@ -304,8 +305,8 @@ def import_files(
     store: Store, paths: Iterable[Path], *, pin_for: Callable[[str], StackPin | None]
 ) -> list[ImportOutcome]:
     """Validates and stores each bundle, one transaction each; a refused one leaves the database as
-    it was. pin_for: a stack digest's pin, or None (regress.pins.pin_for_digest)."""
-    from ..bundle import BundleError, read_bundle
+    it was. pin_for: a stack digest's pin, or None (regress.machine.pins.pin_for_digest)."""
+    from regress.facts.bundle import BundleError, read_bundle
 
     outcomes = []
     for path in paths:

@@ -1,5 +1,5 @@
 """Issue 11: the CLI starts fast because each command imports only what it needs. A timing must not
-decide a test, so this checks *which* heavy modules a command loads (benchmarks/cli_latency.py
+decide a test, so this checks *which* heavy modules a command loads (benchmarks/service/cli_latency.py
 measures the seconds)."""
 
 from __future__ import annotations

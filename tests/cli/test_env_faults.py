@@ -13,16 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from committed import headline_bundle
 
 from regress.cli import main
-from regress.demo import demo_history
+from regress.present.demo import demo_history
 from regress.server import create_app
+from regress.server.tokens import create_token
 from regress.store.repo import open_store
-from regress.tokens import create_token
 
 REPO = Path(__file__).resolve().parents[2]
 NIGHTLY = ["python", "-m", "regress", "nightly", "--quick", "--backend", "cpu", "--suites", "ulp"]
-BUNDLE = REPO / "benchmarks" / "results" / "h200-nightly-01a227263a5bf313a6c4ef19.json"
+BUNDLE = headline_bundle("h200-nightly-01a227263a5bf313a6c4ef19")
 
 
 def _one_line(capsys: pytest.CaptureFixture[str]) -> str:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from committed import headline_bundle
 
 from regress.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLE = ROOT / "benchmarks" / "results" / "h200-shard-gpus0-01a2272c9436d8afa02fc37d.json"
+BUNDLE = headline_bundle("h200-shard-gpus0-01a2272c9436d8afa02fc37d")
 
 
 @pytest.mark.parametrize("command", [["runs", "list"], ["regressions", "list"]])

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from committed import headline
 
 from regress.cli import cli, main
 from regress.store.repo import open_store
 from regress.store.transfer import export_bundle
 
-REAL_BUNDLES = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "results").glob("*.json"))
+REAL_BUNDLES = headline()
 
 
 def _invoke(args: list[str]) -> tuple[int, str]:

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import click
 import pytest
+from committed import headline_bundle
 
 from regress.cli import cli
-from regress.pins import pin_for_digest
+from regress.machine.pins import pin_for_digest
 from regress.store import queries
 from regress.store.repo import open_store
 from regress.store.transfer import import_files
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLE = ROOT / "benchmarks" / "results" / "h200-shard-gpus0-01a2272c9436d8afa02fc37d.json"
+BUNDLE = headline_bundle("h200-shard-gpus0-01a2272c9436d8afa02fc37d")
 RUN = json.loads(BUNDLE.read_text())["run"]["id"]
 BAD = os.fsdecode(b"\xff")  # what Python makes of the byte 0xff in argv
 

@@ -12,15 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from committed import headline_bundle
 
 from regress.cli import main
-from regress.commands.nightly import next_gate_command
-from regress.gate.render import summary_lines
-from regress.gate.report import GateReport, GateRow
-from regress.nightly import NightlyOptions, NightlyOutcome
+from regress.cli.commands.nightly import next_gate_command
+from regress.judge.gate.render import summary_lines
+from regress.judge.gate.report import GateReport, GateRow
+from regress.run.nightly import NightlyOptions, NightlyOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARDED = ROOT / "benchmarks" / "results" / "h200x2-full-sharded-01a22bb6efff5a4d06bc5e7d.json"
+SHARDED = headline_bundle("h200x2-full-sharded-01a22bb6efff5a4d06bc5e7d")
 
 
 def _regress(args: list[str], columns: int | None = None) -> subprocess.CompletedProcess[str]:
@@ -70,7 +71,7 @@ def test_listings_are_tables_and_take_tsv_and_json(sharded_db: str) -> None:
 @pytest.mark.slow
 def test_regressions_list_is_sized_to_the_width(tmp_path: Path) -> None:
     """main printed it 200 columns wide whatever the terminal."""
-    from regress.demo import demo_history
+    from regress.present.demo import demo_history
     from regress.store.repo import open_store
 
     url = f"sqlite:///{tmp_path / 'demo.db'}"
@@ -93,7 +94,7 @@ def test_help_lists_each_command_with_its_whole_first_sentence() -> None:
     commands = shown.stdout.split("Commands:")[1]
     assert "..." not in commands and "(e.g." not in commands
     flat = " ".join(commands.split())
-    assert "import Store run bundles, such as benchmarks/results/*.json, through the service's own " in flat
+    assert "import Store run bundles, such as benchmarks/headline/*.json, through the service's own " in flat
 
 
 def test_the_same_run_twice_hints_the_ab_gate(sharded_db: str, capsys: pytest.CaptureFixture[str]) -> None:

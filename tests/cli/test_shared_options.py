@@ -1,4 +1,4 @@
-"""Options several commands take are declared once (regress/commands/options.py): every `--db` reads
+"""Options several commands take are declared once (regress/cli/commands/options.py): every `--db` reads
 the same way, and $REGRESS_DATABASE_URL reaches a command through the store's one resolver."""
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def test_wheel_carries_sources_migrations_web_and_pins(installed: tuple[Path, Pa
         "regress/_share/migrations/env.py",
         "regress/_share/web/templates/index.html.j2",
         "regress/_share/runners/stacks/cpu-local.toml",
-        "regress/contract.toml",
+        "regress/facts/contract.toml",
     ):
         assert needed in names, needed
     assert not [n for n in names if n.endswith((".so", ".pyc", ".co"))]
@@ -97,7 +97,7 @@ def test_installed_package_runs_from_an_empty_directory(installed: tuple[Path, P
     assert (Path(env["HOME"]) / ".cache" / "regress" / "build").is_dir()  # not inside site-packages
     # The torch operator's C++ kernels build from the wheel's copy of kernel/torch (issue 40).
     code = (
-        "from regress import op; import torch; q = torch.zeros(1, 2, 1, 128).bfloat16(); "
+        "from regress.kernel import op; import torch; q = torch.zeros(1, 2, 1, 128).bfloat16(); "
         "print(op.IMPLEMENTATION, op.attention_op(q, q, q, 'bshd', 'rtne').shape)"
     )
     op = _sh(["python", "-c", code], work, env)
@@ -165,7 +165,7 @@ def test_sdist_manifest_lists_what_the_wheel_ships() -> None:
     """MANIFEST.in cannot import Python, so the folders and files it grafts are a second list of
     resources.SHARED_TREES / SHARED_FILES; this keeps the two the same (the wheel test builds from
     the tree, so a drift would otherwise show only in an sdist build)."""
-    from regress.resources import SHARED_FILES, SHARED_TREES
+    from regress.facts.resources import SHARED_FILES, SHARED_TREES
 
     lines = [ln.split() for ln in (ROOT / "MANIFEST.in").read_text().splitlines() if ln and ln[0] != "#"]
     grafted = {words[1] for words in lines if words[0] == "graft"}

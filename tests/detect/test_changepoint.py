@@ -108,14 +108,14 @@ def test_to_dict_round_trip() -> None:
 
 
 def test_year_of_500_series_is_fast_enough_to_run_nightly() -> None:
-    # Sanity, not a timed assertion: the benchmark (benchmarks/detection.py) measures the runtime.
+    # Sanity, not a timed assertion: the benchmark (benchmarks/service/detection.py) measures the runtime.
     rng = np.random.default_rng(6)
     data = 1.0 + 0.01 * rng.standard_normal((500, 365))
     assert sum(len(detect_change_points(row)) for row in data) <= 2
 
 
 def test_outlier_night_next_to_a_step_does_not_veto_it_through_the_samples() -> None:
-    # Measured in benchmarks/detection.py: a +15 % one-night outlier just before a 10 % step made
+    # Measured in benchmarks/service/detection.py: a +15 % one-night outlier just before a 10 % step made
     # the raw-sample rank test compare mixed windows and veto the step; clipped nights are skipped.
     rng = np.random.default_rng(8)
     x = _series(150, sigma=0.002, seed=8)

@@ -177,7 +177,7 @@ def asm_kernel(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Runner
 @pytest.fixture(scope="session")
 def hip_kernel(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Runner]:
     """Compiles HIP device code (a kernel named k) with the project's clang-19 device-only flags."""
-    from regress.build import COMMANDS, REPO_ROOT
+    from regress.native.build import COMMANDS, REPO_ROOT
 
     root = tmp_path_factory.mktemp("hip")
     recipe = COMMANDS["hip-compile-only"]

@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from regress import numerics, reference
-from regress.cases import Shape
 from regress.emu.machine import compiled
 from regress.emu.peers import aiter as peer
-from regress.metrics import load_contract
-from regress.results import ROUNDING_MODES
-from regress.suites.common import make_inputs
+from regress.facts import numerics
+from regress.facts.cases import Shape
+from regress.facts.metrics import load_contract
+from regress.facts.results import ROUNDING_MODES
+from regress.kernel import reference
+from regress.run.suites.common import make_inputs
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,7 @@ def test_aiter_grouped_query_reads_key_head_i_over_group(aiter: peer.Aiter, layo
 def test_compare_bits_histogram_and_nonfinite_identity() -> None:
     """compare_bits (the vs-AITER row): plain ULP over positions where both are finite; NaN/Inf
     positions and raw bit patterns compared without canonicalisation."""
-    from regress.suites.ulp import compare_bits
+    from regress.run.suites.ulp import compare_bits
 
     ours = np.array([0x3F80, 0x3F81, 0x3F80, 0x7FC0, 0x7F80, 0x0001], np.uint16)
     peer_ = np.array([0x3F80, 0x3F80, 0x3F84, 0x7FC0, 0x7F80, 0x8001], np.uint16)

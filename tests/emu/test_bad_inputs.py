@@ -18,10 +18,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regress.abi import KernelError
 from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.library import ROUNDING_NAMES, EmuLibrary, kernel_name, tail_split_plan
-from regress.plan import plan_launch
+from regress.facts.abi import KernelError
+from regress.native.plan import plan_launch
 
 # Every kernel name our host part launches, each an empty gfx942 kernel: enough to load and plan, never
 # to run a real call (every test here stops before a launch).

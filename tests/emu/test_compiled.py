@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from regress import numerics
+from regress.facts import numerics
 
 SOURCE = """
 #include "hip/parts/compat.h"

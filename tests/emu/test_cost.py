@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from regress.build import build_kernel
 from regress.emu.cost import WAVES, tile_cost
 from regress.emu.library import EmuLibrary
-from regress.results import ROUNDING_MODES
+from regress.facts.results import ROUNDING_MODES
+from regress.native.build import build_kernel
 
 
 @pytest.mark.slow  # emulates whole tiles of the gfx942 kernel

@@ -14,6 +14,7 @@ from regress.emu import timing
 from regress.emu.cdna3 import C
 from regress.emu.mi300x import Shape
 from regress.emu.timing import Grid, SteadyState
+from regress.facts.resources import mi300x_predicted_dir
 
 HZ = C["clock_ghz"] * 1e9 * C["clock_eff"]  # the clock of a launch without MFMA activity (the peak)
 
@@ -107,8 +108,8 @@ def _check_steady(st: SteadyState, mfma_per_tile: float) -> None:
 
 @pytest.mark.slow
 def test_our_steady_state_and_prediction(tmp_path_factory: pytest.TempPathFactory) -> None:
-    from regress.build import build_kernel
     from regress.emu.mi300x import Ours, Predictor
+    from regress.native.build import build_kernel
 
     ours = Ours(build_kernel("hip-emu", cache_dir=tmp_path_factory.mktemp("co")).path)
     pred = Predictor()
@@ -211,11 +212,11 @@ def test_the_benchmark_prints_one_line_per_row_and_a_summary(capsys: pytest.Capt
 
 # --- the uncertainty band (pure parts; the committed table as real input) ---------------------------
 
-COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks/results/mi300x-model"
+COMMITTED = mi300x_predicted_dir()  # the folder the site shows, through the package's one reader of it
 
 
 def _committed_rows() -> tuple[list[dict[str, object]], dict[str, object]]:
-    from regress.site import predicted
+    from regress.present.site import predicted
 
     path = predicted.latest_file(COMMITTED)
     assert path is not None and path.name.startswith("predicted-v2"), path

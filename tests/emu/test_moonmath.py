@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from regress.emu.peers import moonmath as mm
-from regress.metrics import load_contract
-from regress.numerics import scaled_ulp
-from regress.reference import reference_attention, to_bhsd_bits
-from regress.results import ROUNDING_MODES
+from regress.facts.metrics import load_contract
+from regress.facts.numerics import scaled_ulp
+from regress.facts.results import ROUNDING_MODES
+from regress.kernel.reference import reference_attention, to_bhsd_bits
 
 
 def test_tail_plan_follows_moonmaths_cost_rule() -> None:

@@ -11,7 +11,7 @@ import requests
 from ingest_server import Service
 from real_bundles import real_bundles
 
-from regress.upload import RetryPolicy
+from regress.run.upload import RetryPolicy
 
 FAST = RetryPolicy(attempts=2, base_s=0.01, cap_s=0.02, timeout_s=10)
 

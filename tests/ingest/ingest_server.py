@@ -10,8 +10,8 @@ from typing import Any
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from regress.server import create_app
+from regress.server.tokens import create_token
 from regress.store.repo import Store
-from regress.tokens import create_token
 
 # Small enough that the oversized-bundle test stays fast, large enough for a realistic bundle.
 TEST_LIMIT_BYTES = 512 * 1024

@@ -1,6 +1,6 @@
 """Property: whatever a runner sends, the service answers 4xx or stores a run every reader can show.
 
-Hypothesis mutates the committed real H200 bundles (benchmarks/results/*.json, trimmed): one field
+Hypothesis mutates the committed real H200 bundles (benchmarks/headline/*.json, trimmed): one field
 replaced by a hostile value (NaN, 1e999, 10**30, NUL, a lone surrogate, strings one past their
 column, odd timestamps, the wrong type, 100,000 nested arrays...), deleted, or joined by an unknown
 field, or a result repeated. Each mutant goes to the real Flask app on a real SQLite file and a real
@@ -27,16 +27,16 @@ from hypothesis import strategies as st
 from real_bundles import real_bundles
 from sqlalchemy import select
 
-from regress.bundle import validate_bundle
 from regress.cli import main
-from regress.gate.core import VERDICT_EXIT
+from regress.facts.bundle import validate_bundle
+from regress.judge.gate.core import VERDICT_EXIT
+from regress.present.site import build_site
 from regress.server import create_app
-from regress.site import build_site
+from regress.server.tokens import create_token
 from regress.store import Run
 from regress.store.base import new_run_id
 from regress.store.repo import Store
 from regress.store.transfer import bundle_fingerprint
-from regress.tokens import create_token
 
 RUNNER = "fuzz-runner"
 DEEP = "__deep_nesting__"  # replaced in the JSON text: json.dumps itself cannot write 100,000 levels

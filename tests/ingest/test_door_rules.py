@@ -1,5 +1,5 @@
 """Issue 41 items 10, 11, 15, the rules both doors (the service, `regress import`) now share in
-regress.bundle.validate_bundle: a schema `$` is the end of the string (Python's also matched before
+regress.facts.bundle.validate_bundle: a schema `$` is the end of the string (Python's also matched before
 a final newline: `aaaaaaaa\\n` was a run id), case names are stored NFC (an NFD spelling became a
 second case that looks the same), and `regress import` refuses a run from the future as the service
 did (a 2999 `started_at` became every `stack:NAME` gate's baseline)."""

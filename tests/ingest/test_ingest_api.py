@@ -13,8 +13,12 @@ from ingest_bundles import conflicting, make_bundle
 from ingest_server import TEST_LIMIT_BYTES, Service
 from sqlalchemy import func, select
 
+from regress.server.tokens import revoke_tokens
 from regress.store import Result, Run, RunnerToken
-from regress.tokens import revoke_tokens
+
+# PostgreSQL copies in plain pytest: these (concurrent inserts of one run);
+# the module's others in CI (tests/conftest.py)
+POSTGRES_IN_PLAIN = {"test_concurrent_identical_uploads_store_one_run"}
 
 
 def post(service: Service, bundle: Any, token: str | None, **kw: Any) -> requests.Response:

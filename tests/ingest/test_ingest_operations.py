@@ -13,8 +13,8 @@ import requests
 from ingest_client import post, undrifted
 from ingest_server import Service
 
-from regress.bundle import validate_bundle
 from regress.cli import main
+from regress.facts.bundle import validate_bundle
 
 
 def test_runs_delete_removes_a_run_and_what_refers_to_it(service: Service, db_url: str) -> None:

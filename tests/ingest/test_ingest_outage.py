@@ -11,7 +11,7 @@ import requests
 from ingest_bundles import make_bundle
 from ingest_server import start_server, stop_server
 
-from regress.tokens import create_token
+from regress.server.tokens import create_token
 
 
 def test_database_down_is_503_with_retry_after(db_url: str, tmp_path: Path) -> None:

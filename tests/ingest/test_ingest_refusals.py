@@ -20,7 +20,7 @@ from ingest_bundles import make_bundle
 from ingest_client import nested, post, real, set_at
 from ingest_server import TEST_LIMIT_BYTES, Service
 
-from regress.bundle import BundleError, validate_bundle
+from regress.facts.bundle import BundleError, validate_bundle
 
 BAD_VALUES = [
     ("run.message", float("nan")),
@@ -120,7 +120,7 @@ def test_gzip_with_several_members_is_read_whole(service: Service) -> None:
 
 
 def test_validate_bundle_error_is_a_user_error() -> None:
-    from regress.errors import UserError
+    from regress.facts.errors import UserError
 
     with pytest.raises(BundleError, match=r"bundle\.run\.started_at") as caught:
         validate_bundle(set_at(real(), "run.started_at", "yesterday"))
@@ -128,7 +128,7 @@ def test_validate_bundle_error_is_a_user_error() -> None:
 
 
 def test_openapi_request_body_is_the_bundle_schema() -> None:
-    from regress.bundle import bundle_schema
+    from regress.facts.bundle import bundle_schema
     from regress.server.openapi import openapi_document
 
     doc = openapi_document()

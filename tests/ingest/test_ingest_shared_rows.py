@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 from typing import Any
 
 import pytest
@@ -20,9 +19,13 @@ from real_bundles import real_bundles
 
 from regress.cli import main
 
+# PostgreSQL copies in plain pytest: these (a second uploader's build row under PostgreSQL's unique keys);
+# the module's others in CI (tests/conftest.py)
+POSTGRES_IN_PLAIN = {"test_another_uploaders_build_record_locks_nothing"}
+
 
 def test_a_digest_that_is_not_the_keys_is_400_naming_both(service: Service) -> None:
-    from regress.stack_keys import HASHED_KEYS, stack_digest
+    from regress.facts.stack_keys import HASHED_KEYS, stack_digest
 
     bundle = undrifted()
     genuine = bundle["stack"]["digest"]
@@ -53,12 +56,12 @@ def test_a_run_that_declared_its_drift_is_stored_under_the_pins_keys(service: Se
     pin's, which is no longer compared (issue 42), so the drift here is a torch one. The run is
     stored; the stack row keeps the pin's values, so a genuine run reads back as pinned; the same
     drift undeclared is still a conflict."""
-    from real_bundles import RESULTS_DIR, _trim
+    from committed import read_json
+    from real_bundles import _trim
 
     from regress.store.base import new_run_id
 
-    path = sorted((RESULTS_DIR / "h200-hang-drill").glob("*.json"))[0]
-    drifted = _trim(json.loads(path.read_text()), 3, 5)
+    drifted = _trim(read_json("h200-hang-drill.tar.xz:h200-hang-drill-01a2311cb51dea9f2ed179a0.json"), 3, 5)
     drifted["run"]["runner"] = None
     drifted["stack"]["keys"]["torch"] = "2.11.1"  # the pin says 2.11.0
     assert drifted["run"]["host"]["drift"], "the committed drill bundle records its drift"

@@ -17,14 +17,18 @@ from ingest_server import Service
 from real_bundles import real_bundles
 from sqlalchemy import func, select, update
 
-from regress.bundle import validate_bundle
 from regress.cli import main
-from regress.pins import pin_for_digest, write_pin
-from regress.site import build_site
-from regress.stack_keys import Fingerprint
+from regress.facts.bundle import validate_bundle
+from regress.facts.stack_keys import Fingerprint
+from regress.machine.pins import pin_for_digest, write_pin
+from regress.present.site import build_site
 from regress.store import Result, Run, Sample, Stack
 from regress.store.repo import reap_stale_runs
 from regress.store.transfer import export_bundle, import_bundle
+
+# PostgreSQL copies in plain pytest: these (COPY on PostgreSQL against executemany on SQLite);
+# the module's others in CI (tests/conftest.py)
+POSTGRES_IN_PLAIN = {"test_bulk_and_row_by_row_store_the_same"}
 
 
 def test_readers_survive_odd_stored_runs(service: Service, db_url: str, tmp_path: Path) -> None:
@@ -79,7 +83,7 @@ def test_stack_name_comes_from_the_pin(
 
 
 def _all_keys() -> tuple[str, ...]:
-    from regress.stack_keys import HASHED_KEYS, PINNED_KEYS
+    from regress.facts.stack_keys import HASHED_KEYS, PINNED_KEYS
 
     return (*HASHED_KEYS, *PINNED_KEYS)
 

@@ -1,7 +1,7 @@
 """Issue #24 item 16 on PostgreSQL's own disk: a cluster whose filesystem is full refuses a run's
 rows (53100, the upload is 503 + Retry-After) but still takes /healthz's probe, one row rewritten in
 place. The probe's commit used to clear the upload's recorded fault, so /healthz answered 200 while
-every upload got 503 (benchmarks/hostile_drills.py, family pgdisk). A real cluster on a real tmpfs."""
+every upload got 503 (benchmarks/service/hostile_drills.py, family pgdisk). A real cluster on a real tmpfs."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import requests
 from ingest_bundles import make_bundle
 from ingest_server import free_port, start_server, stop_server
 
+from regress.server.tokens import create_token
 from regress.store.repo import open_store
-from regress.tokens import create_token
 
 PGBIN = Path(os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin"))
 

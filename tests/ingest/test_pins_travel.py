@@ -17,10 +17,10 @@ from ingest_client import post
 from ingest_server import Service
 
 from regress.cli import main
-from regress.errors import UserError
-from regress.nightly import NightlyOptions, run_nightly
-from regress.pins import check_pin, load_pin, run_drift
-from regress.stack_keys import HASHED_KEYS, PINNED_KEYS, Fingerprint
+from regress.facts.errors import UserError
+from regress.facts.stack_keys import HASHED_KEYS, PINNED_KEYS, Fingerprint
+from regress.machine.pins import check_pin, load_pin, run_drift
+from regress.run.nightly import NightlyOptions, run_nightly
 
 
 def _other_machine(**changed: str) -> Fingerprint:

@@ -19,13 +19,13 @@ from ingest_server import stop_server
 from sqlalchemy import func, select
 from werkzeug.serving import make_server
 
-from regress.bundle import BundleError, bundle_schema, max_results, validate_bundle
 from regress.cli import main
+from regress.facts.bundle import BundleError, bundle_schema, max_results, validate_bundle
 from regress.server import create_app
+from regress.server.tokens import create_token
 from regress.store.repo import Store
 from regress.store.result import Result
 from regress.store.run import Run
-from regress.tokens import create_token
 
 
 def bundle_of(n: int) -> dict[str, Any]:

@@ -18,13 +18,13 @@ from ingest_bundles import conflicting, make_bundle
 from ingest_client import FAST, post
 from ingest_server import Service
 
-from regress.bundle import canonical
 from regress.cli import main
-from regress.pins import pin_for_digest
+from regress.facts.bundle import canonical
+from regress.machine.pins import pin_for_digest
+from regress.run.upload import flush_spool, spool_bundle, spooled_files
 from regress.store.queries import find_run
 from regress.store.repo import Store
 from regress.store.transfer import export_bundle, import_files
-from regress.upload import flush_spool, spool_bundle, spooled_files
 
 
 def _read(service: Service, path: str, **params: str) -> dict[str, Any]:

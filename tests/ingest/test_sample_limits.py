@@ -16,8 +16,8 @@ from ingest_bundles import make_bundle
 from ingest_client import post
 from ingest_server import Service
 
-from regress.bundle import MAX_SAMPLES_PER_RESULT, MAX_SAMPLES_PER_RUN, BundleError, validate_bundle
 from regress.cli import main
+from regress.facts.bundle import MAX_SAMPLES_PER_RESULT, MAX_SAMPLES_PER_RUN, BundleError, validate_bundle
 from regress.server import runs as runs_module
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from regress.cli import main
-from regress.tokens import create_token
+from regress.server.tokens import create_token
 
 
 def test_token_revoke_by_id_or_runner(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from regress.server.tokens import list_tokens
     from regress.store.repo import open_store
-    from regress.tokens import list_tokens
 
     store = open_store(db_url)
     alpha = create_token(store, "alpha")[0]
@@ -33,10 +33,10 @@ def test_token_revoke_id_past_the_integer_range(db_url: str, capsys: pytest.Capt
 
 
 def test_token_stacks_must_name_a_pin_or_a_digest(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from regress.pins import load_pin
+    from regress.machine.pins import load_pin
+    from regress.server.tokens import may_upload_onto
     from regress.store import RunnerToken
     from regress.store.repo import open_store
-    from regress.tokens import may_upload_onto
 
     # A typo made a token that every upload answered 403.
     assert main(["token", "create", "h200-01", "--stacks", "h200-cuda13", "--db", db_url]) == 2

@@ -13,12 +13,12 @@ from ingest_bundles import conflicting, make_bundle
 from ingest_server import TEST_LIMIT_BYTES, Service, free_port
 from sqlalchemy import func, select
 
-from regress.bundle import write_bundle
 from regress.cli import main
+from regress.facts.bundle import write_bundle
+from regress.run.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles
+from regress.server.tokens import create_token
 from regress.store import Run
 from regress.store.repo import open_store
-from regress.tokens import create_token
-from regress.upload import RetryPolicy, flush_spool, spooled_files, upload_bundles
 
 FAST = RetryPolicy(attempts=3, base_s=0.01, cap_s=0.05, timeout_s=10)
 
@@ -70,7 +70,7 @@ def test_refused_bundles_move_aside(service: Service, tmp_path: Path) -> None:
 
 def test_revoked_token_keeps_bundle_spooled(service: Service, tmp_path: Path) -> None:
     token = service.token("mi300x-01")
-    from regress.tokens import revoke_tokens
+    from regress.server.tokens import revoke_tokens
 
     revoke_tokens(service.store, runner="mi300x-01")
     report = upload_bundles(write(tmp_path, [make_bundle()]), service.url, token, tmp_path / "spool")

@@ -19,9 +19,9 @@ from ingest_server import Service, start_server, stop_server
 from sqlalchemy import func, select
 from werkzeug.serving import make_server
 
+from regress.run.upload import flush_spool, spooled_files, upload_bundles
+from regress.server.tokens import create_token
 from regress.store import Run
-from regress.tokens import create_token
-from regress.upload import flush_spool, spooled_files, upload_bundles
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """ABI v2 (kernel/include/regress_attn.h): the parameter block's layout as the C compiler lays it out,
 the validator's refusals of the new fields, and the one "not implemented yet" check that the CUDA,
 HIP and hip-emu backends share (kernel/common/validate.h's ra_require_dense_v1, mirrored by
-regress.abi.refuse_unsupported)."""
+regress.facts.abi.refuse_unsupported)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from regress.abi import RA_ABI_VERSION, RA_ERR_UNSUPPORTED, KernelError, Params, refuse_unsupported
-from regress.build import REPO_ROOT, build_kernel
+from regress.facts.abi import RA_ABI_VERSION, RA_ERR_UNSUPPORTED, KernelError, Params, refuse_unsupported
 from regress.kernel import KernelLibrary, load_library
+from regress.native.build import REPO_ROOT, build_kernel
 
 # A host program over the real headers: every field's offset, the size, and ra_require_dense_v1's
 # refusal of each v2 feature (code and text), for the backend name "hip-emu".

@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from regress import numerics as nm
-from regress import reference
-from regress.abi import PARAMS_PACK, RA_ABI_VERSION, Params
-from regress.build import build_kernel
-from regress.kernel import KernelError, KernelLibrary, load_library
+from regress.facts import numerics as nm
+from regress.facts.abi import PARAMS_PACK, RA_ABI_VERSION, Params
+from regress.kernel import KernelError, KernelLibrary, load_library, reference
+from regress.native.build import build_kernel
 
 MODES = ("rtne", "rtna", "rtz")
-# The contract's thresholds (regress/contract.toml, docs/numerics.md).
+# The contract's thresholds (regress/facts/contract.toml, docs/numerics.md).
 LIMIT = {"rtne": 1.5, "rtna": 1.5, "rtz": 2.0}
 
 
@@ -410,8 +409,8 @@ def test_inject_slowdown_is_exact(lib: KernelLibrary, monkeypatch: pytest.Monkey
 
 
 def test_attention_api_and_backout_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from regress.baselines import available_baselines
     from regress.kernel import attention
+    from regress.kernel.baselines import available_baselines
 
     q, k, v = make_qkv(1, 2, 48, 64, seed=14)
     ours = attention(q, k, v, layout="bshd", rounding="rtne")
@@ -430,7 +429,7 @@ def test_attention_api_and_backout_switch(monkeypatch: pytest.MonkeyPatch) -> No
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 def test_sdpa_cpu_baseline_is_close_to_reference(layout: str) -> None:
-    from regress.baselines import available_baselines
+    from regress.kernel.baselines import available_baselines
 
     (sdpa,) = available_baselines("cpu")
     q, k, v = make_qkv(1, 2, 70, 90, layout=layout, seed=15)

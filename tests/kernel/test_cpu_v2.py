@@ -15,11 +15,10 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from regress import numerics as nm
-from regress import reference
-from regress.build import build_kernel
-from regress.kernel import KernelLibrary, load_library
-from regress.results import MASKS
+from regress.facts import numerics as nm
+from regress.facts.results import MASKS
+from regress.kernel import KernelLibrary, load_library, reference
+from regress.native.build import build_kernel
 
 LIMIT = {"rtne": 1.5, "rtna": 1.5, "rtz": 2.0}
 # LSE: fp32 scores and an fp32 sum against fp64; |error| within this many fp32 ulps of max(|lse|, 1)

@@ -2,7 +2,7 @@
 
 No GPU is needed: nvcc builds the library exactly as the build module does, and the tests read
 ptxas' resource report (-Xptxas -v) and, where cuobjdump is installed, the SASS. What runs on the
-device (numerics, fire drills, speed, sanitizers, ncu) is benchmarks/h200_op.sh's job, through the
+device (numerics, fire drills, speed, sanitizers, ncu) is benchmarks/h200/h200_op.sh's job, through the
 package; docs/perf-notes.md has its figures.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from regress.build import build_kernel, parse_ptxas
+from regress.native.build import build_kernel, parse_ptxas
 
 ROOT = Path(__file__).resolve().parents[2]
 NVCC = shutil.which("nvcc")
@@ -85,7 +85,7 @@ def kernels(log: str) -> dict[str, dict[str, int]]:
 
 
 def build(out: Path, inject: dict[str, int] | None = None) -> tuple[Path, str]:
-    """Builds through the project's one build path (regress.build), so the checks below hold for
+    """Builds through the project's one build path (regress.native.build), so the checks below hold for
     exactly what `regress build --backend cuda [--inject ...]` produces; returns the library and
     ptxas' log. The stats the build stored are the product parser's reading of that log."""
     art = build_kernel("cuda", inject=inject, cache_dir=out)
@@ -241,7 +241,7 @@ def test_the_library_plans_as_the_host_planner_does(built):
     flags.def): loaded without a GPU (libcudart resolves; no device call is made)."""
     import ctypes
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
     import cuda_plan as cp
 
     lib = ctypes.CDLL(str(built[0]))
@@ -487,7 +487,7 @@ def trace_built(tmp_path_factory):
 
 
 def test_trace_build(built, trace_built):
-    """-DRA_CUDA_TRACE=1 (trace.cuh; benchmarks/h200_byte_floor.py --trace) adds its reader to the
+    """-DRA_CUDA_TRACE=1 (trace.cuh; benchmarks/h200/h200_byte_floor.py --trace) adds its reader to the
     library's exports and its clock reads to every kernel, without spills or serialised wgmma; the
     default build exports exactly the ABI (test_exports_exactly_the_abi) and says trace 0."""
     assert _exported_ra(trace_built[0]) == ABI_SYMBOLS | {"ra_cuda_trace_read"}

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from regress import numerics as nm
-from regress import reference
-from regress.abi import KernelError
-from regress.build import build_kernel
-from regress.cases import Shape
-from regress.kernel import KernelLibrary, load_library
-from regress.metrics import load_contract
-from regress.suites.common import make_inputs
+from regress.facts import numerics as nm
+from regress.facts.abi import KernelError
+from regress.facts.cases import Shape
+from regress.facts.metrics import load_contract
+from regress.kernel import KernelLibrary, load_library, reference
+from regress.native.build import build_kernel
+from regress.run.suites.common import make_inputs
 
 pytestmark = pytest.mark.gpu
 

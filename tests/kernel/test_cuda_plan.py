@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "h200"))
 import cuda_plan as cp
 
-from regress.plan import shape_params
+from regress.native.plan import shape_params
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to build the host planner")
 
@@ -205,7 +205,7 @@ def test_a_workspace_limit_is_never_exceeded(shape: tuple[int, int, int, int], l
 
 
 def v2_params(b: int, h: int, sq: int, sk: int, **kw: object) -> object:
-    """BSHD params with ABI v2 fields (regress.plan.shape_params' keywords)."""
+    """BSHD params with ABI v2 fields (regress.native.plan.shape_params' keywords)."""
     return shape_params(b, h, sq, sk, **kw)  # type: ignore[arg-type]
 
 

@@ -15,16 +15,16 @@ import textwrap
 
 import pytest
 
-from regress.build import build_kernel
+from regress.native.build import build_kernel
 
 pytestmark = pytest.mark.gpu
 
 _SCRIPT = textwrap.dedent(
     """
     import sys, threading, torch
-    from regress.cases import Shape
-    from regress.loader import load_library
-    from regress.suites.common import make_inputs
+    from regress.facts.cases import Shape
+    from regress.kernel.loader import load_library
+    from regress.run.suites.common import make_inputs
 
     lib = load_library(sys.argv[1])
     # Three shapes that take different launches (kernel/cuda/plan.h's plan): the

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from regress import numerics as nm
-from regress import reference
-from regress.build import build_kernel
-from regress.kernel import KernelLibrary, load_library
-from regress.results import MASKS
+from regress.facts import numerics as nm
+from regress.facts.results import MASKS
+from regress.kernel import KernelLibrary, load_library, reference
+from regress.native.build import build_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -302,8 +301,8 @@ def test_a_neighbour_sequence_never_reaches_another(lib: KernelLibrary) -> None:
 def test_non_finite_inputs_match_the_reference(lib: KernelLibrary, kind: str) -> None:
     """The suites' edge inputs (one poisoned element, batch 0 head 0 row 3) on a causal GQA call;
     the poisoned key is one every row sees, so the reference's NaN/Inf positions apply."""
-    from regress.cases import Shape
-    from regress.suites.common import make_inputs
+    from regress.facts.cases import Shape
+    from regress.run.suites.common import make_inputs
 
     shape = Shape(1, 4, 200, 300, hkv=2, mask="causal_bottom_right")
     q, k, v = make_inputs(shape, "bshd", seed=42, device="cuda", kind=kind)

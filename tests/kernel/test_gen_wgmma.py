@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 CUDA = Path(__file__).resolve().parents[2] / "kernel" / "cuda"
-sys.path.insert(0, str(CUDA.parents[1] / "benchmarks"))
+sys.path.insert(0, str(CUDA.parents[1] / "benchmarks" / "h200"))
 import cuda_plan as cp  # noqa: E402
 
 

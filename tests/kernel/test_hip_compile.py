@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from regress.build import build_kernel
 from regress.emu.codeobject import CodeObject as EmuCodeObject
 from regress.emu.hazards import scan
+from regress.native.build import build_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "kernel" / "hip" / "attention_gfx942.hip"

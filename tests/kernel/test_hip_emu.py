@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from regress import numerics, reference
-from regress.build import build_kernel
-from regress.cases import HEAD_DIM, Shape
 from regress.emu import EMU_VERSION
 from regress.emu.library import EmuLibrary
-from regress.nightly import NightlyOptions, run_nightly
-from regress.runner import CaseOptions, make_context
-from regress.suites import get_suite
-from regress.suites.common import make_inputs_bhsd
-from regress.suites.contract import load_contract
-from regress.suites.ulp import compare
+from regress.facts import numerics
+from regress.facts.cases import HEAD_DIM, Shape
+from regress.kernel import reference
+from regress.native.build import build_kernel
+from regress.run.nightly import NightlyOptions, run_nightly
+from regress.run.runner import CaseOptions, make_context
+from regress.run.suites import get_suite
+from regress.run.suites.common import make_inputs_bhsd
+from regress.run.suites.contract import load_contract
+from regress.run.suites.ulp import compare
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("clang-19") and shutil.which("llvm-objdump-19")),
@@ -212,7 +213,7 @@ def test_tail_split_meets_the_contract(cache: Path) -> None:
     (an +Inf score's NaN rows in head 0, a NaN value in head 1) where the unsplit call has them with
     the same bits, and a second call repeats every bit; a mixed call's dense blocks are the unsplit
     call's bits."""
-    from regress.plan import plan_launch
+    from regress.native.plan import plan_launch
 
     path = build_kernel("hip-emu", cache_dir=cache).path
     mixed, every, whole = EmuLibrary(path, cus=2), EmuLibrary(path), EmuLibrary(path, cus=1)

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regress.abi import KernelError
-from regress.build import PLANNERS, REPO_ROOT, BuildError, build_planner
-from regress.metrics import plan_label
-from regress.plan import DEFAULT_COMPUTE_UNITS, plan_launch, planner, shape_params, summary
-from regress.results import CaseResult, CaseSpec
+from regress.facts.abi import KernelError
+from regress.facts.metrics import plan_label
+from regress.facts.results import CaseResult, CaseSpec
+from regress.native.build import PLANNERS, REPO_ROOT, BuildError, build_planner
+from regress.native.plan import DEFAULT_COMPUTE_UNITS, plan_launch, planner, shape_params, summary
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 
 pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="g++ builds the host-only planner")
@@ -221,7 +221,7 @@ def test_plan_label_reads_what_a_result_recorded() -> None:
 
 
 def test_runs_show_and_the_case_page_show_the_plan(store: Store, db_url: str, tmp_path: Path) -> None:
-    from regress.site import build_site
+    from regress.present.site import build_site
 
     with store.transaction() as session:
         stack_id = get_or_create_stack(session, digest="f" * 64, keys={}, schema_version=1, name="s").id
@@ -250,10 +250,10 @@ def test_runs_show_and_the_case_page_show_the_plan(store: Store, db_url: str, tm
 def test_a_result_records_the_plan_its_library_runs() -> None:
     """What perf and e2e store next to a timing (suites.common.plan_metrics): the plan of the library
     under test, asked of that library; nothing for the CPU golden model, which has no planner."""
-    from regress.build import build_kernel
-    from regress.cases import Shape
-    from regress.runner import CaseOptions, make_context
-    from regress.suites.common import plan_metrics
+    from regress.facts.cases import Shape
+    from regress.native.build import build_kernel
+    from regress.run.runner import CaseOptions, make_context
+    from regress.run.suites.common import plan_metrics
 
     opts = CaseOptions(quick=True, seed=1, iterations=None)
     emu = make_context(build_kernel("hip-emu").path, "cpu", opts)

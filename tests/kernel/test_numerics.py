@@ -1,4 +1,4 @@
-"""bf16 rounding and ULP measures: Python (regress.numerics) against hand-computed bit patterns, an
+"""bf16 rounding and ULP measures: Python (regress.facts.numerics) against hand-computed bit patterns, an
 exact big-rational rounding, and the C kernel's own rounding (ra_cpu_round_f32)."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from regress import numerics as nm
-from regress import reference
-from regress.build import build_kernel
-from regress.kernel import KernelLibrary, load_library
-from regress.results import ROUNDING_MODES
+from regress.facts import numerics as nm
+from regress.facts.results import ROUNDING_MODES
+from regress.kernel import KernelLibrary, load_library, reference
+from regress.native.build import build_kernel
 
 MODES = ROUNDING_MODES
 MODE_CODE = {"rtne": 0, "rtna": 1, "rtz": 2}

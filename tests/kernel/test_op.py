@@ -1,6 +1,6 @@
-"""torch.ops.regress.attention: the custom op over the CPU golden model (regress/op.py).
+"""torch.ops.regress.attention: the custom op over the CPU golden model (regress/kernel/op.py).
 
-The same op dispatches to the CUDA kernel on GPU tensors; benchmarks/h200_op.py checks that side
+The same op dispatches to the CUDA kernel on GPU tensors; benchmarks/h200/h200_op.py checks that side
 (compile bits, CUDA-graph capture) on the H200.
 """
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from regress.kernel import attention, default_library
-from regress.op import attention_op
+from regress.kernel.op import attention_op
 
 
 def make_qkv(b: int, h: int, sq: int, sk: int, layout: str, seed: int) -> tuple[torch.Tensor, ...]:

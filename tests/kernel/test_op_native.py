@@ -1,8 +1,8 @@
 """The C++ kernels of torch.ops.regress.* (kernel/torch/regress_op.cpp, issue 40) against the Python
-kernels they replace (regress.op.python_ops(), the same ops in the `regress_python` namespace): the
+kernels they replace (regress.kernel.op.python_ops(), the same ops in the `regress_python` namespace): the
 same bits on every mode, layout, mask, GQA and varlen case, the same exception type and words for
 every refusal (hostile arguments from hypothesis), the same forward-only autograd; the build through
-regress.build's cache; and the fallback to the Python kernels, with its reason, where the C++
+regress.native.build's cache; and the fallback to the Python kernels, with its reason, where the C++
 library cannot be built (a real compiler that fails, in a fresh process)."""
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from regress import op
-from regress.abi import KernelError
-from regress.build import build_kernel, build_op
-from regress.kernel import attention, attention_varlen, default_library
-from regress.results import LAYOUTS, ROUNDING_MODES
+from regress.facts.abi import KernelError
+from regress.facts.results import LAYOUTS, ROUNDING_MODES
+from regress.kernel import attention, attention_varlen, default_library, op
+from regress.native.build import build_kernel, build_op
 
 ROOT = Path(__file__).resolve().parents[2]
 PY_ATTENTION, PY_VARLEN = op.python_ops()
@@ -142,7 +141,7 @@ def test_compiled_fullgraph_runs_the_cpp_kernels_with_eager_bits() -> None:
 
 def outcome(fn: Callable[..., Any], *args: Any) -> tuple[str, str]:
     """(exception type, message) of a call, or ("ok", "") — a refusal of the kernel library counts as
-    KernelError on both sides (the C++ one is a RuntimeError that regress.op.kernel_error reads)."""
+    KernelError on both sides (the C++ one is a RuntimeError that regress.kernel.op.kernel_error reads)."""
     try:
         fn(*args)
     except RuntimeError as exc:
@@ -368,7 +367,7 @@ def test_without_a_working_compiler_the_python_kernels_run_with_the_reason(tmp_p
         import warnings, torch
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            from regress import op
+            from regress.kernel import op
         from regress.kernel import default_library
         q = torch.randn(1, 9, 2, 128, generator=torch.Generator().manual_seed(1)).bfloat16()
         got = op.attention_op(q, q, q, "bshd", "rtz", None, True, "top_left", False)
@@ -381,10 +380,10 @@ def test_without_a_working_compiler_the_python_kernels_run_with_the_reason(tmp_p
     first, warned = res.stdout.splitlines()[:2]
     assert first == "python True"
     assert "the C++ operator could not be built" in warned and "planted" in warned
-    refused = _python("import regress.op", {**env, "REGRESS_OP": "native"})
+    refused = _python("import regress.kernel.op", {**env, "REGRESS_OP": "native"})
     assert refused.returncode != 0 and "NativeOpUnavailable" in refused.stderr and "planted" in refused.stderr
     chosen = _python(
-        "from regress import op; print(op.IMPLEMENTATION, op.IMPLEMENTATION_REASON)",
+        "from regress.kernel import op; print(op.IMPLEMENTATION, op.IMPLEMENTATION_REASON)",
         {**env, "REGRESS_OP": "python"},
     )
     assert chosen.stdout.strip() == "python REGRESS_OP=python", chosen.stderr[-2000:]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from regress.kernel import attention, attention_varlen, default_library
-from regress.op import attention_op, varlen_attention_op
+from regress.kernel.op import attention_op, varlen_attention_op
 
 
 def bits(t: torch.Tensor) -> np.ndarray:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from regress.build import REPO_ROOT, build_kernel
+from regress.native.build import REPO_ROOT, build_kernel
 
 DOC = REPO_ROOT / "docs" / "serving.md"
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from regress.demo import demo_history
-from regress.metrics import timing_metrics
-from regress.results import CaseResult, CaseSpec
-from regress.site import SiteReport, build_site
+from regress.facts.metrics import timing_metrics
+from regress.facts.results import CaseResult, CaseSpec
+from regress.present.demo import demo_history
+from regress.present.site import SiteReport, build_site
 from regress.store import Case, Regression, Run, Stack
 from regress.store.repo import Store, add_result, finish_run, open_store, start_run
 

@@ -1,5 +1,5 @@
 """The p5-p95 band of the case pages is what the perf suite stored (metrics p5_ms and p95_ms,
-regress.metrics.summarize_times), not a recomputation; a run stored before p5_ms existed (every
+regress.facts.metrics.summarize_times), not a recomputation; a run stored before p5_ms existed (every
 committed bundle before issue 43) gets the missing edge from its raw samples, as its pages had."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 
-from regress.metrics import summarize_times
-from regress.results import CaseResult, CaseSpec
-from regress.site.data import load
+from regress.facts.metrics import summarize_times
+from regress.facts.results import CaseResult, CaseSpec
+from regress.present.site.data import load
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 
 

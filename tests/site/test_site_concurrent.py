@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from regress.cli import main
-from regress.errors import UserError
-from regress.site import LOCK_FILE, build_site
+from regress.facts.errors import UserError
+from regress.present.site import LOCK_FILE, build_site
 from regress.store.repo import Store
 
 
@@ -73,7 +73,7 @@ def _damaged(original: object) -> list[object]:
 def test_a_damaged_cache_or_manifest_is_read_again(store: Store, tmp_path: Path, name: str) -> None:
     import json
 
-    from regress.demo import demo_history
+    from regress.present.demo import demo_history
 
     demo_history(store, nights=10, cases=12, seed=1)
     out = tmp_path / "site"

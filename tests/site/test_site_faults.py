@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from regress.cli import main
-from regress.demo import demo_history
-from regress.site import build_site
-from regress.site.writer import STATE_DIR, TMP_DIR, render_lock
+from regress.present.demo import demo_history
+from regress.present.site import build_site
+from regress.present.site.writer import STATE_DIR, TMP_DIR, render_lock
 from regress.store.repo import Store, open_store
 
 REPO = Path(__file__).resolve().parents[2]

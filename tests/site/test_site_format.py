@@ -3,7 +3,7 @@ temperature and power, never as raw keys (the site showed `time_unix 1796018983.
 
 from __future__ import annotations
 
-from regress.site.format import describe_device, device_rows, fmt_ratio, host_rows, throttle_text
+from regress.present.site.format import describe_device, device_rows, fmt_ratio, host_rows, throttle_text
 
 
 def test_nvidia_snapshot() -> None:

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regress.results import CaseResult, CaseSpec
-from regress.site import build_site
-from regress.site.pages.run import kernel_table
+from regress.facts.results import CaseResult, CaseSpec
+from regress.present.site import build_site
+from regress.present.site.pages.run import kernel_table
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 
 PARAMS = {"b": 1, "h": 1, "sq": 64, "sk": 64, "d": 64, "layout": "bshd", "mode": "rtne"}

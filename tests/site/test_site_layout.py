@@ -22,8 +22,8 @@ import pytest
 from conftest import NIGHTS, START
 from sqlalchemy import select
 
-from regress.demo import demo_history
-from regress.site import build_site
+from regress.present.demo import demo_history
+from regress.present.site import build_site
 from regress.store import Regression
 from regress.store.repo import Store, open_store
 

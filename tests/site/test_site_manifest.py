@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from regress.site import build_site
-from regress.site.writer import MANIFEST_VERSION
+from regress.present.site import build_site
+from regress.present.site.writer import MANIFEST_VERSION
 from regress.store.repo import Store
 
 

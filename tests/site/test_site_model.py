@@ -1,14 +1,14 @@
 """What the index derives from the runs: a stack's latest run and which stack replaced which
-(regress/site/model.py), on small stores written through the store's own API."""
+(regress/present/site/model.py), on small stores written through the store's own API."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from regress.results import CaseResult, CaseSpec
-from regress.site import build_site
-from regress.site import data as site_data
-from regress.site import model as site_model
+from regress.facts.results import CaseResult, CaseSpec
+from regress.present.site import build_site
+from regress.present.site import data as site_data
+from regress.present.site import model as site_model
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, open_store, start_run
 
 SPEC = CaseSpec(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from regress.site import build_site, predicted
+from regress.present.site import build_site, predicted
 from regress.store.repo import finish_run, get_or_create_stack, open_store, start_run
 
 

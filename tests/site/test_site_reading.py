@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from regress.cli import main
-from regress.site import data as site_data
+from regress.present.site import data as site_data
 from regress.store.repo import open_store
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ingest"))

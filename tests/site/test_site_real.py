@@ -1,4 +1,4 @@
-"""The site rendered from the committed REAL bundles (benchmarks/results/: a single-GPU H200 nightly,
+"""The site rendered from the committed REAL bundles (benchmarks/headline/: a single-GPU H200 nightly,
 a one-GPU sharded run, a two-GPU sharded quick run and its one-GPU twin), checked in headless
 Chromium: the index card shows the geomean per rounding mode against each baseline, the device
 state before/after as clocks, temperature and power per worker, and the workers of a sharded
@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import SAMPLE, headline
 
-from regress.pins import pin_for_digest
-from regress.site import build_site
+from regress.machine.pins import pin_for_digest
+from regress.present.site import build_site
 from regress.store.repo import Store, open_store
 from regress.store.transfer import import_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+BUNDLES = headline()
 NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
@@ -46,13 +47,11 @@ def render(tmp: Path, bundles: list[dict[str, Any]]) -> RealSite:
     return RealSite(bundles[-1], tmp / "site", store)
 
 
-# Plain pytest renders three kinds (one GPU's nightly, one shard, a two-GPU sharded full run); the
-# slow tier renders every committed bundle (about 3 s of rendering and Chromium each).
-PLAIN = ("h200-nightly-", "h200-shard-gpus0-", "h200x2-full-sharded-")
+# Plain pytest renders the sample, one bundle of each kind (one GPU's nightly, one shard, a two-GPU
+# sharded run: tests/kit/committed.py); the slow tier renders every headline bundle (about 3 s of
+# rendering and Chromium each).
 REAL_PARAMS = [
-    pytest.param(
-        p, marks=() if p.name.startswith(PLAIN) else pytest.mark.slow, id=f"{p.stem.rsplit('-', 1)[0]}"
-    )
+    pytest.param(p, marks=() if p.stem in SAMPLE else pytest.mark.slow, id=f"{p.stem.rsplit('-', 1)[0]}")
     for p in BUNDLES
 ]
 
@@ -237,7 +236,7 @@ def test_the_real_site_is_byte_identical_for_the_same_runs_and_clock(tmp_path: P
     row order, a dict's order, the render's own time or the folder it writes to."""
     from datetime import datetime
 
-    from regress.site.writer import STATE_DIR
+    from regress.present.site.writer import STATE_DIR
 
     bundles = [json.loads(p.read_text()) for p in BUNDLES]
     clock = datetime(2026, 1, 2, 3, 4, 5)

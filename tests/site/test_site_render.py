@@ -9,20 +9,19 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from committed import headline_bundle
 from conftest import CASES, EVIL, NIGHTS, START, Site, demo_copy, make_site
 from sqlalchemy import func, select
 
-from regress.bundle import validate_bundle
 from regress.cli import main
-from regress.demo import demo_cases, demo_history
-from regress.resources import WEB_ENV, web_dir
-from regress.site import build_site
+from regress.facts.bundle import validate_bundle
+from regress.facts.resources import WEB_ENV, web_dir
+from regress.facts.suite_facts import is_timed
+from regress.present.demo import demo_cases, demo_history
+from regress.present.site import build_site
 from regress.store import Case, GateDecision, Regression, Run, Stack
 from regress.store.repo import Store
 from regress.store.transfer import export_bundle
-from regress.suite_facts import is_timed
-
-REAL = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 def _chart(page: Path) -> dict:
@@ -256,7 +255,7 @@ def test_demo_history_shape(tmp_path: Path, demo_db: Path) -> None:
         cuda = s.scalars(select(Run.id).where(Run.backend == "cuda").order_by(Run.id.desc())).first()
         demo = export_bundle(s, cuda)
     validate_bundle(demo)
-    real = json.loads(next(REAL.glob("h200-nightly-*.json")).read_text())
+    real = json.loads(headline_bundle("h200-nightly-*").read_text())
     for suite in ("perf", "e2e", "determinism", "ulp"):
         ours = {k for r in demo["results"] if r["suite"] == suite for k in r["metrics"]}
         theirs = {k for r in real["results"] if r["suite"] == suite for k in r["metrics"]}

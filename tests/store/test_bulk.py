@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from regress.demo import demo_history
-from regress.results import CaseResult, CaseSpec
+from regress.facts.results import CaseResult, CaseSpec
+from regress.present.demo import demo_history
 from regress.store import queries
 from regress.store.bulk import BulkWriter, ensure_cases
 from regress.store.repo import (

@@ -15,17 +15,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from committed import headline
 from sqlalchemy import func, inspect, select
 
-from regress.bundle import canonical
 from regress.cli import main
-from regress.pins import pin_for_digest
+from regress.facts.bundle import canonical
+from regress.machine.pins import pin_for_digest
 from regress.store import Build, Result, Run, Sample
 from regress.store.base import new_run_id
 from regress.store.repo import Store, open_store
 from regress.store.transfer import export_bundle, import_bundle
 
-BUNDLES = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "results").glob("*.json"))
+BUNDLES = headline()
 SIDE_TABLES = {"run_given_ids_kept", "build_records_kept", "build_runs_kept"}
 
 

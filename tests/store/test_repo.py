@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from regress.bundle import BundleError
-from regress.results import CaseResult, CaseSpec
+from regress.facts.bundle import BundleError
+from regress.facts.results import CaseResult, CaseSpec
 from regress.store import Result, Run, Sample
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 from regress.store.transfer import BundleConflict, export_bundle, import_bundle

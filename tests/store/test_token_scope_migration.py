@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from regress.cli import main
+from regress.server.tokens import list_tokens
 from regress.store.repo import open_store
-from regress.tokens import list_tokens
 
 
 # 0001: 0002's downgrade runs (it drops the column); 0002 and 0004: only later revisions are undone

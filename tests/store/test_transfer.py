@@ -1,4 +1,4 @@
-"""Bundle transfer on the committed real runs (benchmarks/results/*.json): what `regress import`
+"""Bundle transfer on the committed real runs (benchmarks/headline/*.json): what `regress import`
 stores, `export_bundle` gives back, byte for byte, and the pin alone decides the stack's facts.
 
 The proof that moving transfer out of repo.py (issue 25) changed no bundle: every real bundle goes
@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import headline, headline_sample
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from regress.pins import pin_for_digest
+from regress.machine.pins import pin_for_digest
 from regress.store import queries
 from regress.store.base import new_run_id
 from regress.store.repo import Store, open_store
@@ -32,16 +33,20 @@ from regress.store.transfer import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+BUNDLES = headline()
+# What the module's store holds in plain pytest: one headline bundle of each kind (tests/kit/committed.py);
+# every headline bundle goes through the same round trip in test_every_headline_bundle_comes_back (CI's
+# full tier), and every committed bundle through tests/test_unchanged.py.
+SAMPLED = headline_sample()
 
 
 @pytest.fixture(scope="module")
 def stored(module_db_url: str) -> Iterator[Store]:
-    """Every real bundle through `regress import`'s path, once per database (COPY on PostgreSQL)."""
+    """The sampled real bundles through `regress import`'s path, once per database (COPY on PostgreSQL)."""
     store = open_store(module_db_url)
     try:
-        outcomes = import_files(store, BUNDLES, pin_for=pin_for_digest)
-        assert [o.state for o in outcomes] == ["stored"] * len(BUNDLES), [o.line() for o in outcomes]
+        outcomes = import_files(store, SAMPLED, pin_for=pin_for_digest)
+        assert [o.state for o in outcomes] == ["stored"] * len(SAMPLED), [o.line() for o in outcomes]
         yield store
     finally:
         store.engine.dispose()  # else DROP DATABASE waits on pooled connections
@@ -59,8 +64,8 @@ def expected_export(bundle: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_real_bundle_imported_again_is_already_stored(stored: Store) -> None:
     """Idempotent, drift-declaring runs included (their stack row holds the pin's keys)."""
-    outcomes = import_files(stored, BUNDLES, pin_for=pin_for_digest)
-    assert [o.state for o in outcomes] == ["already stored"] * len(BUNDLES), [o.line() for o in outcomes]
+    outcomes = import_files(stored, SAMPLED, pin_for=pin_for_digest)
+    assert [o.state for o in outcomes] == ["already stored"] * len(SAMPLED), [o.line() for o in outcomes]
 
 
 def test_an_import_that_loses_the_race_to_another_is_already_stored(
@@ -85,7 +90,7 @@ def test_an_import_that_loses_the_race_to_another_is_already_stored(
         return real(session, bundle, **kw)
 
     monkeypatch.setattr(transfer, "import_bundle", racing)
-    outcomes = import_files(store, BUNDLES[:2], pin_for=pin_for_digest)
+    outcomes = import_files(store, SAMPLED[:2], pin_for=pin_for_digest)
     assert [o.state for o in outcomes] == ["already stored", "stored"], [o.line() for o in outcomes]
     with store.reader() as session:
         assert len(queries.list_runs(session, limit=10)) == 2
@@ -95,20 +100,38 @@ def test_real_bundles_are_there() -> None:
     assert len(BUNDLES) >= 9  # the committed H200 runs; fewer means the proof below proves less
 
 
-@pytest.mark.parametrize("path", BUNDLES, ids=[p.stem for p in BUNDLES])
-def test_a_real_bundle_comes_back_byte_for_byte(stored: Store, path: Path) -> None:
+def _comes_back(store: Store, path: Path) -> None:
     bundle = json.loads(path.read_text())
-    with stored.reader() as session:
+    with store.reader() as session:
         exported = export_bundle(session, bundle["run"]["id"])
     # sort_keys: the export builds each object in its own key order (samples: in insertion order).
     assert json.dumps(exported, sort_keys=True) == json.dumps(expected_export(bundle), sort_keys=True)
     assert bundle_fingerprint(exported) == bundle_fingerprint(bundle)
 
 
+@pytest.mark.parametrize("path", SAMPLED, ids=[p.stem for p in SAMPLED])
+def test_a_real_bundle_comes_back_byte_for_byte(stored: Store, path: Path) -> None:
+    _comes_back(stored, path)
+
+
+@pytest.mark.slow  # every headline bundle, 19 MB (plain pytest: the sample above)
+def test_every_headline_bundle_comes_back(db_url: str) -> None:
+    store = open_store(db_url)
+    try:
+        outcomes = import_files(store, BUNDLES, pin_for=pin_for_digest)
+        assert [o.state for o in outcomes] == ["stored"] * len(BUNDLES), [o.line() for o in outcomes]
+        again = import_files(store, BUNDLES, pin_for=pin_for_digest)
+        assert [o.state for o in again] == ["already stored"] * len(BUNDLES), [o.line() for o in again]
+        for path in BUNDLES:
+            _comes_back(store, path)
+    finally:
+        store.engine.dispose()
+
+
 def test_a_results_series_come_back_in_the_order_the_run_wrote_them(stored: Store) -> None:
     """The export lists each result's sample series as stored (the bundles write the baselines'
     series before the kernel's), on PostgreSQL too, whose selectin load has no order of its own."""
-    bundle = json.loads(BUNDLES[0].read_text())
+    bundle = json.loads(SAMPLED[0].read_text())
     with stored.reader() as session:
         exported = export_bundle(session, bundle["run"]["id"])
     want = {r["case_key"]: list(r["samples"]) for r in bundle["results"]}
@@ -117,7 +140,7 @@ def test_a_results_series_come_back_in_the_order_the_run_wrote_them(stored: Stor
 
 
 def test_pinned_stacks_are_named_by_the_pin_the_caller_passes(stored: Store) -> None:
-    digests = {json.loads(p.read_text())["stack"]["digest"] for p in BUNDLES}
+    digests = {json.loads(p.read_text())["stack"]["digest"] for p in SAMPLED}
     with stored.reader() as session:
         for digest in digests:
             pin = pin_for_digest(digest)
@@ -129,7 +152,7 @@ def test_pinned_stacks_are_named_by_the_pin_the_caller_passes(stored: Store) -> 
 def test_an_unpinned_import_keeps_the_uploaded_keys_and_no_name(tmp_path: Path) -> None:
     """The store decides no name: with no pin passed, the stack row is nameless and keeps every
     key the bundle sent (the name in the bundle is the uploader's word, never stored)."""
-    path = BUNDLES[0]
+    path = SAMPLED[0]
     bundle = json.loads(path.read_text())
     store = open_store(f"sqlite:///{tmp_path / 'unpinned.db'}")
     [outcome] = import_files(store, [path], pin_for=lambda digest: None)
@@ -149,7 +172,7 @@ INT64 = st.integers(min_value=-(2**63) + 2, max_value=2**63 - 3)  # a + delta st
 def _one_perf_result(value: int, sample: int) -> dict[str, Any]:
     """The smallest real bundle cut to one perf result, with `value` in a metric of its own and
     `sample` as its first raw timing."""
-    bundle = json.loads(min(BUNDLES, key=lambda p: p.stat().st_size).read_text())
+    bundle = json.loads(min(SAMPLED, key=lambda p: p.stat().st_size).read_text())
     perf = copy.deepcopy(next(r for r in bundle["results"] if r["suite"] == "perf"))
     perf["metrics"]["cycles"] = value
     perf["samples"]["time_ms"][0] = abs(sample) or 1  # a timing is > 0 (both doors refuse others)

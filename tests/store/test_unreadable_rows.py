@@ -15,7 +15,7 @@ import pytest
 
 from regress.cli import main
 from regress.server import create_app
-from regress.tokens import create_token
+from regress.server.tokens import create_token
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ingest"))
 from ingest_bundles import make_bundle

@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from regress.baselines import available_baselines
-from regress.build import build_kernel
 from regress.kernel import KernelLibrary, load_library
-from regress.suites import SuiteContext
+from regress.kernel.baselines import available_baselines
+from regress.native.build import build_kernel
+from regress.run.suites import SuiteContext
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from regress.gpu_state import cpu_state, device_state, gpu_state
+from regress.machine.gpu_state import cpu_state, device_state, gpu_state
 
 
 def test_cpu_state_names_the_processor() -> None:

@@ -1,4 +1,4 @@
-"""The directed rounding cases (regress/suites/rounding.py): exact by construction, each mode's rule
+"""The directed rounding cases (regress/run/suites/rounding.py): exact by construction, each mode's rule
 stated independently of the kernels' recipes, and a bias statistic that tells the modes apart."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import itertools
 import numpy as np
 import pytest
 
-from regress import numerics
-from regress.metrics import load_contract
-from regress.results import ROUNDING_MODES
-from regress.suites import rounding
+from regress.facts import numerics
+from regress.facts.metrics import load_contract
+from regress.facts.results import ROUNDING_MODES
+from regress.run.suites import rounding
 
 SK = (4, 128)
 
@@ -21,7 +21,7 @@ def _f32(bits: np.ndarray) -> np.ndarray:
 
 
 def test_rule_agrees_with_the_kernels_recipe_on_every_edge() -> None:
-    """rule_bits (kept bits vs the half) against bf16.h's add-and-shift recipe (regress.numerics
+    """rule_bits (kept bits vs the half) against bf16.h's add-and-shift recipe (regress.facts.numerics
     carries the same one): all 2^16 dropped patterns under even, odd, all-ones and largest-finite
     upper halves of both signs, Inf, NaNs, and a million random patterns."""
     low = np.arange(1 << 16, dtype=np.uint64)

@@ -1,4 +1,4 @@
-"""The run's options travel in the options (regress.runner.CaseOptions → SuiteContext), not in the
+"""The run's options travel in the options (regress.run.runner.CaseOptions → SuiteContext), not in the
 environment: the A/B baseline build and the long-shape switch; and a nightly leaves its caller's
 options as they were."""
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from regress.build import build_kernel
-from regress.errors import UserError
-from regress.nightly import NightlyOptions, plan_cases, run_nightly
-from regress.runner import CaseOptions, make_context
-from regress.suites import get_suite
-from regress.suites.perf import GPU_LONG_SHAPES
+from regress.facts.errors import UserError
+from regress.native.build import build_kernel
+from regress.run.nightly import NightlyOptions, plan_cases, run_nightly
+from regress.run.runner import CaseOptions, make_context
+from regress.run.suites import get_suite
+from regress.run.suites.perf import GPU_LONG_SHAPES
 
 
 def test_the_ab_baseline_is_an_option_that_reaches_the_perf_suite() -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from regress.results import LAYOUTS, ROUNDING_MODES
-from regress.suites import SUITES, SuiteContext, get_suite
-from regress.suites.contract import load_contract, parse_contract
+from regress.facts.results import LAYOUTS, ROUNDING_MODES
+from regress.run.suites import SUITES, SuiteContext, get_suite
+from regress.run.suites.contract import load_contract, parse_contract
 
 
 class _Unloaded:

@@ -11,12 +11,12 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from regress.baselines import Baseline
-from regress.cases import Shape, make_spec
+from regress.facts.cases import Shape, make_spec
+from regress.facts.results import CaseResult, CaseSpec
 from regress.kernel import KernelLibrary
-from regress.results import CaseResult, CaseSpec
-from regress.suites import SUITES, SuiteContext, geomean_speedups, get_suite, run_suite
-from regress.suites.common import derive_seed, make_inputs, sha256_bits
+from regress.kernel.baselines import Baseline
+from regress.run.suites import SUITES, SuiteContext, geomean_speedups, get_suite, run_suite
+from regress.run.suites.common import derive_seed, make_inputs, sha256_bits
 
 MakeCtx = Callable[..., SuiteContext]
 
@@ -57,7 +57,7 @@ def test_second_process_worker_agrees(cpu_lib: KernelLibrary) -> None:
         [
             sys.executable,
             "-m",
-            "regress.suites.determinism_worker",
+            "regress.run.suites.determinism_worker",
             "--lib",
             str(cpu_lib.path),
             "--seed",
@@ -128,8 +128,8 @@ def test_perf_stores_every_sample(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> 
 def test_cpu_rounds_follow_the_shape_not_a_warm_up() -> None:
     """Two runs of one case get the same round structure: the count comes from the shape's FLOPs at
     a stated rate, with a floor (one preempted warm-up once gave a case 5 rounds and its twin 770)."""
-    from regress.suites.base import SuiteContext
-    from regress.suites.perf import (
+    from regress.run.suites.base import SuiteContext
+    from regress.run.suites.perf import (
         CPU_MIN_WINDOW_S,
         CPU_NOMINAL_FLOPS,
         MAX_ITERATIONS,
@@ -157,7 +157,7 @@ def test_cpu_perf_times_one_thread_and_restores_the_setting(
 
     import torch
 
-    from regress.suites.perf import _one_thread
+    from regress.run.suites.perf import _one_thread
 
     ctx = make_ctx(cpu_lib, iterations=2)
     before, env = torch.get_num_threads(), os.environ.get("REGRESS_CPU_THREADS")
@@ -169,7 +169,7 @@ def test_cpu_perf_times_one_thread_and_restores_the_setting(
 def test_the_round_loop_warms_then_alternates_the_order() -> None:
     """perf and e2e both time through suites.timing.interleaved_rounds: untimed warm-up rounds, then
     every runner once a round with the round's index, the order reversed every other round."""
-    from regress.suites.timing import interleaved_rounds
+    from regress.run.suites.timing import interleaved_rounds
 
     calls: list[tuple[str, int]] = []
     runners = [(key, lambda i, key=key: calls.append((key, i))) for key in ("a", "b")]

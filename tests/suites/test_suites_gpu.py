@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from regress.baselines import available_baselines
-from regress.build import build_kernel
 from regress.kernel import load_library
-from regress.suites import SUITES, SuiteContext, geomean_speedups, get_suite
+from regress.kernel.baselines import available_baselines
+from regress.native.build import build_kernel
+from regress.run.suites import SUITES, SuiteContext, geomean_speedups, get_suite
 
 
 @pytest.mark.gpu

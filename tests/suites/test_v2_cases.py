@@ -11,10 +11,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regress import reference
-from regress.abi import refuse_unsupported
-from regress.build import build_kernel
-from regress.cases import (
+from regress.facts.abi import refuse_unsupported
+from regress.facts.cases import (
     LLAMA3_8B_HEADS,
     LLAMA3_8B_KV_HEADS,
     Shape,
@@ -25,10 +23,11 @@ from regress.cases import (
     ulp_case,
     visible_pairs,
 )
-from regress.kernel import load_library
-from regress.results import MASKS
-from regress.suites import SuiteContext, get_suite
-from regress.suites.common import guarded, is_v2
+from regress.facts.results import MASKS
+from regress.kernel import load_library, reference
+from regress.native.build import build_kernel
+from regress.run.suites import SuiteContext, get_suite
+from regress.run.suites.common import guarded, is_v2
 
 
 class _Unloaded:

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from regress.abi import RA_HEAD_DIM as HEAD_DIM
 from regress.emu.codeobject import CodeObject
 from regress.emu.machine import Launch, Memory, Trace
-from regress.results import ROUNDING_MODES
+from regress.facts.abi import RA_HEAD_DIM as HEAD_DIM
+from regress.facts.results import ROUNDING_MODES
 
 PACKAGE = "amd-aiter"
 WHEEL_ENV = "REGRESS_AITER_WHEEL"
@@ -63,7 +63,7 @@ class PeerUnavailable(RuntimeError):
 
 
 def cache_root() -> Path:
-    from regress.resources import cache_dir
+    from regress.facts.resources import cache_dir
 
     return cache_dir() / "peers"
 

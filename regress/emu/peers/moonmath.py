@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from regress.abi import RA_HEAD_DIM as HEAD_DIM
 from regress.emu.codeobject import CodeObject, Kernel, load_image
 from regress.emu.machine import Launch, Memory, Trace
 from regress.emu.peers import kernarg
-from regress.results import LAYOUTS, ROUNDING_MODES
+from regress.facts.abi import RA_HEAD_DIM as HEAD_DIM
+from regress.facts.results import LAYOUTS, ROUNDING_MODES
 
 SRC_ENV = "REGRESS_MOONMATH_SRC"
 INCLUDE = Path(__file__).resolve().parent / "include"
@@ -111,7 +111,7 @@ class Build:
 
 
 def _command(csrc: Path, mode: str, out: Path) -> list[str]:
-    from regress.build import COMMANDS
+    from regress.native.build import COMMANDS
 
     recipe = COMMANDS["hip-compile-only"]
     argv: list[str] = []
@@ -129,8 +129,8 @@ def _command(csrc: Path, mode: str, out: Path) -> list[str]:
 
 def build(src: str | Path | None = None, mode: str = "rtne", cache_dir: Path | None = None) -> Build:
     """Compile MoonMath's `attention_<mode>.hip` (or take it from the cache)."""
-    from regress import resources
-    from regress.build import BuildError, compiler_version, parse_amdgpu_remarks
+    from regress.facts import resources
+    from regress.native.build import BuildError, compiler_version, parse_amdgpu_remarks
 
     if mode not in ROUNDING_MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(ROUNDING_MODES)}")

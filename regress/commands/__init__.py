@@ -1,4 +1,0 @@
-"""CLI subcommands, one module per area; each module exports COMMANDS (a list of click commands).
-
-Commands return an exit code through `ctx.exit(code)` and raise regress.errors.UserError for bad input.
-"""

@@ -1,0 +1,1 @@
+"""What people read: the static site and the demo history (README.md)."""
