@@ -28,6 +28,7 @@ from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
+from regress.facts.errors import on_stop_signals
 from regress.facts.escape import visible
 
 HEADER_TIMEOUT_S = 10.0  # request line and headers: a few hundred bytes
@@ -37,6 +38,7 @@ IDLE_TIMEOUT_S = 30.0  # a keep-alive connection with no request in flight
 CONNECTION_LIMIT = 1000  # sockets at once; past it new ones wait in the listen backlog
 THREADS = 8  # requests handled at once (a request reaches a thread only once fully read)
 CHECK_INTERVAL_S = 1  # how often (s) the deadlines are checked (waitress takes whole seconds)
+STOP_GRACE_S = 10.0  # how long requests already in a worker thread may take to finish on a stop signal
 
 
 class _TimedParser(HTTPRequestParser):
@@ -77,6 +79,40 @@ class _DeadlineServer(TcpWSGIServer):  # type: ignore[misc]
             ):
                 channel.will_close = True  # the I/O loop closes it on its next pass
 
+    stop_signal: int | None = None
+    stops = 0
+
+    def request_stop(self, signum: int, _frame: Any = None) -> None:
+        """A stop signal's handler: the I/O loop ends on its next pass (a second signal ends the
+        wait for answers in flight). It must not raise: the signal runs wherever the main thread
+        is, often inside a channel's handler, and waitress's loop catches everything but
+        KeyboardInterrupt/SystemExit there (`wasyncore.readwrite`), so a raised Interrupted was
+        taken for that channel's error and the server kept serving."""
+        self.stop_signal = signum
+        self.stops += 1
+
+    def _pass(self, timeout: float) -> None:
+        self.asyncore.loop(timeout=timeout, map=self._map, use_poll=self.adj.asyncore_use_poll, count=1)
+
+    def _answering(self) -> bool:
+        """Whether a fully read request is queued, being served, or its answer not yet sent."""
+        return any(ch.requests or ch.total_outbufs_len for ch in list(self.active_channels.values()))
+
+    def serve_until_stopped(self) -> int:
+        """Serves until a stop signal; returns its number. Then it accepts no connection, and the
+        I/O loop runs on until every request already read has its answer sent (up to STOP_GRACE_S):
+        closing at once cut those answers off and left worker threads writing to the closed
+        wake-up pipe (a traceback on a stop under load)."""
+        with on_stop_signals(self.request_stop):
+            while self.stop_signal is None:
+                self._pass(CHECK_INTERVAL_S)
+            self.accepting = False
+            ends = time.monotonic() + STOP_GRACE_S
+            while self.stops == 1 and self._answering() and time.monotonic() < ends:
+                self._pass(0.05)
+        self.task_dispatcher.shutdown(cancel_pending=True, timeout=1)
+        return self.stop_signal if self.stop_signal is not None else 0
+
 
 def access_log(app: Any, stream: Any = None) -> Any:
     """One line per answer, `ADDR "METHOD PATH PROTOCOL" STATUS` (werkzeug's shape, which the drills
@@ -99,8 +135,8 @@ def access_log(app: Any, stream: Any = None) -> Any:
 
 
 def make_server(app: Any, host: str, port: int, max_body_bytes: int, limits: Limits | None = None) -> Any:
-    """A waitress server bound to host:port (port 0: a free one, see `.effective_port`); `.run()`
-    serves until `.close()`."""
+    """A waitress server bound to host:port (port 0: a free one, see `.effective_port`);
+    `.serve_until_stopped()` serves until a stop signal (`.run()` until `.close()`)."""
     limits = limits or Limits()
     app = access_log(app)
     adj = Adjustments(

@@ -11,7 +11,7 @@ import math
 
 import click
 
-from regress.facts.errors import UserError
+from regress.facts.errors import Interrupted, UserError
 
 from . import options
 
@@ -101,9 +101,10 @@ def serve(
         f"{limits.connection_limit} connections)"
     )
     try:
-        server.run()
+        signum = server.serve_until_stopped()
     finally:
         server.close()
+    raise Interrupted(signum)  # exit 128 + N, one line, as every command stopped by a signal
 
 
 COMMANDS = [serve]
