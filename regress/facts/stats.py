@@ -108,4 +108,5 @@ def clip_outliers(x: np.ndarray, sigma: float, k: float) -> np.ndarray:
     med = np.empty(n)
     med[1:-1] = np.median(np.stack([x[:-2], x[1:-1], x[2:]]), axis=0)
     med[0], med[-1] = med[1], med[-2]
-    return np.clip(x, med - k * sigma, med + k * sigma)
+    clipped: np.ndarray = np.clip(x, med - k * sigma, med + k * sigma)
+    return clipped
