@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 MAD_TO_SIGMA = 1.4826
 
 
-def percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
     """Linear-interpolated percentile, q in [0, 100] (numpy's default method); nan when empty.
 
     A numpy array goes to numpy (the ULP suite's millions of elements); a short list stays in plain
