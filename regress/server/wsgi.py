@@ -39,7 +39,7 @@ THREADS = 8  # requests handled at once (a request reaches a thread only once fu
 CHECK_INTERVAL_S = 1  # how often (s) the deadlines are checked (waitress takes whole seconds)
 
 
-class _TimedParser(HTTPRequestParser):
+class _TimedParser(HTTPRequestParser):  # type: ignore[misc]  # waitress has no type information
     """A request parser that remembers when its first byte arrived."""
 
     def __init__(self, adj: Adjustments) -> None:
@@ -47,7 +47,7 @@ class _TimedParser(HTTPRequestParser):
         self.started = time.monotonic()
 
 
-class _TimedChannel(HTTPChannel):
+class _TimedChannel(HTTPChannel):  # type: ignore[misc]  # waitress has no type information
     parser_class = _TimedParser
 
 
@@ -60,7 +60,7 @@ class Limits:
     threads: int = THREADS
 
 
-class _DeadlineServer(TcpWSGIServer):  # type: ignore[misc]
+class _DeadlineServer(TcpWSGIServer):  # type: ignore[misc]  # waitress has no type information
     channel_class = _TimedChannel
     limits = Limits()
 
