@@ -69,6 +69,15 @@ def test_damaged_cache_entry_is_rebuilt(
     assert not b.cached and b.artifact_hash == hashlib.sha256(b.path.read_bytes()).hexdigest()
 
 
+@pytest.mark.parametrize("meta", ["[]", '"build"', "3", "null"])
+def test_cache_meta_that_is_not_an_object_is_rebuilt(tmp_path: Path, meta: str) -> None:
+    """Valid JSON but not the object a build writes: a cache miss (it was an AttributeError that
+    stopped the build instead of rebuilding)."""
+    (tmp_path / "libregress_attn_cpu.so").write_bytes(b"an artifact")
+    (tmp_path / build.BUILD_JSON).write_text(meta)
+    assert build._load_cached(tmp_path, "libregress_attn_cpu.so") is None
+
+
 def test_missing_compiler(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="compiler 'no-such-compiler-xyz' not found"):
         build_kernel("cpu", compiler="no-such-compiler-xyz", cache_dir=tmp_path)

@@ -86,7 +86,8 @@ def interquartile_mean(samples: Sequence[np.ndarray], fallback: np.ndarray) -> n
     if sizes.size and np.all(sizes == sizes[0]) and sizes[0] >= 4:
         k = int(sizes[0])
         srt = np.sort(np.stack(samples), axis=1)
-        return srt[:, k // 4 : k - k // 4].mean(axis=1)
+        means: np.ndarray = srt[:, k // 4 : k - k // 4].mean(axis=1)
+        return means
     for i, s in enumerate(samples):
         if s.size >= 4:
             k = s.size
@@ -229,7 +230,7 @@ def detect_change_points(
         return []
     sample_arrays = None
     if samples is not None:
-        sample_arrays = [np.asarray(samples[i], dtype=float) for i in keep]
+        sample_arrays = [np.asarray(samples[int(i)], dtype=float) for i in keep]
         sample_arrays = [s[np.isfinite(s)] for s in sample_arrays]
         if cfg.sample_location == "iqm":
             x = interquartile_mean(sample_arrays, x)

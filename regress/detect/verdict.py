@@ -37,6 +37,7 @@ from regress.facts.stats import geomean, mad_sigma, median
 
 from .config import MAX_MDE, MAX_STACK_MDE
 from .pairwise import PairwiseConfig, compare_samples, historical_noise
+from .pairwise import Verdict as PairVerdict
 from .power import MIN_PAIR_CASES, minimum_detectable_effect, pair_noise
 
 Status = Literal["regression", "improvement", "same", "undecided"]
@@ -182,12 +183,19 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%" if x <= 10.0 else ">1000%"
 
 
+# A pairwise verdict as a case's status (too few samples: undecided).
+_STATUS_OF: dict[PairVerdict, Status] = {
+    "slower": "regression",
+    "faster": "improvement",
+    "same": "same",
+    "insufficient": "undecided",
+}
+
+
 def _judge_case(cfg: RuleConfig, c: CaseInput, floor_noise: float | None) -> CaseJudgement:
     pw = cfg.pairwise
     cmp = compare_samples(c.baseline, c.candidate, history=c.history, config=pw, pooled_noise=floor_noise)
-    status: Status = {"slower": "regression", "faster": "improvement", "same": "same"}.get(
-        cmp.verdict, "undecided"
-    )  # type: ignore[assignment]
+    status = _STATUS_OF[cmp.verdict]
     j = CaseJudgement(
         c.key,
         c.name or c.key,
@@ -451,7 +459,7 @@ def judge(cases: Sequence[CaseInput], config: RuleConfig | None = None) -> Judge
             f"{len(too_noisy)} of {len(out)} perf case(s) too noisy to pass: {_seen(cfg, out)}, but "
             f"one below their MDE could have been missed (worst {worst.name}: {worst.advice})"
         )
-    if stack_limited:
+    if stack_limited and stack_mde is not None:  # stack_limited implies it; said again for the checker
         reasons.append(
             f"the stack as a whole is too noisy: a shift of every case below {_pct(stack_mde)} would be "
             f"missed (limit {_pct(cfg.max_stack_mde)}; night-to-night band {_pct(aggregate['threshold'])})"

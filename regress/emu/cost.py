@@ -62,13 +62,15 @@ def tile_cost(lib: EmuLibrary, rounding: str, packed: bool) -> TileCost:
     return cost_between(small, big, lib.last_kernel or "?", tiles=TILES, waves=WAVES)
 
 
-def cost_between(small: Trace, big: Trace, kernel: str, *, tiles: int, waves: int) -> TileCost:
+def cost_between(small: Trace, big: Trace, kernel: str, *, tiles: float, waves: int) -> TileCost:
     """The steady-state cost of one key tile of any kernel (ours or a peer's, named `kernel`): the
     difference of two traces of the same launch that differ by `tiles` tiles, per tile, and per wave
-    of the `waves` that run the loop."""
+    of the `waves` that run the loop. `tiles` may be fractional: a peer's cost is given per 64 keys
+    whatever its own tile size (regress.emu.peers.aiter.tile_cost)."""
 
     def d(attr: str) -> float:
-        return (getattr(big, attr) - getattr(small, attr)) / tiles
+        per_tile: float = (getattr(big, attr) - getattr(small, attr)) / tiles
+        return per_tile
 
     per_wave = {c: (big.issued[c] - small.issued[c]) / tiles / waves for c in CLASSES}
     nops = d("nop_wait_states") / waves

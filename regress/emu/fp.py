@@ -161,7 +161,8 @@ def div_fixup_f32(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray
     en, ed, eq = _exponent(num), _exponent(den), _exponent(q)
     # Fast path: no special operand (exponent field 0 with a zero, or 255) and no over/underflow.
     if ((en > 0) & (en < 255) & (ed > 0) & (ed < 255) & (eq < 255) & (en - ed >= -150)).all():
-        return np.where(neg, -np.abs(q), np.abs(q)).astype(np.float32)
+        fast: np.ndarray = np.where(neg, -np.abs(q), np.abs(q)).astype(np.float32)
+        return fast
     inf = np.where(neg, -np.inf, np.inf).astype(np.float32)
     zero = np.where(neg, np.float32(-0.0), np.float32(0.0)).astype(np.float32)
     out = np.where(neg, -np.abs(q), np.abs(q)).astype(np.float32)
@@ -179,7 +180,8 @@ def div_fixup_f32(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray
         c = cond & ~done
         out = np.where(c, val, out)
         done = done | c
-    return out.astype(np.float32)
+    fixed: np.ndarray = out.astype(np.float32)
+    return fixed
 
 
 def bf16_to_f32(h: np.ndarray) -> np.ndarray:
@@ -267,4 +269,5 @@ def mfma_16x16x16_bf16_regs(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.n
     cm = np.asarray(c, np.float32).ravel()[_C_IDX].astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         dm = fa[_A_IDX] @ fb[_B_IDX] + cm
-    return dm.ravel()[_D_IDX].astype(np.float32)
+    d: np.ndarray = dm.ravel()[_D_IDX].astype(np.float32)
+    return d

@@ -38,7 +38,9 @@ class Wave(Protocol):
     prio: int  # s_setprio
 
     def sset(self, d: int, val: int) -> None: ...
+    def sset64(self, d: int, val: int) -> None: ...
     def vset(self, d: int, val: Any) -> None: ...
+    def vset64(self, d: int, val: np.ndarray) -> None: ...
     def vsetf(self, d: int, val: Any) -> None: ...
     def lanes(self, sreg: int) -> np.ndarray: ...
     def set_mask_reg(self, d: int, lanes: np.ndarray) -> None: ...
@@ -57,6 +59,7 @@ class Wave(Protocol):
     def scratch(self, addr: Any, d: int, ndw: int, store: bool) -> None: ...
     def smem_load(self, d: int, addr: int, ndw: int) -> None: ...
     def lds_read(self, addr: Any, offset: int, d: int, ndw: int) -> None: ...
+    def lds_read2(self, addr: Any, offsets: tuple[int, int], d: int, ndw: int) -> None: ...
     def lds_write(self, addr: Any, offset: int, src: int, ndw: int) -> None: ...
     def ds_swizzle(self, d: int, src: Any, src_lane: np.ndarray) -> None: ...
     def ds_bpermute(self, d: int, addr: Any, src: Any, offset: int) -> None: ...
@@ -286,12 +289,25 @@ _VCMP: dict[str, Callable[[Any, Any], Any]] = {
     "v_cmp_ge_u32": lambda a, b: np.asarray(a, np.uint32) >= np.asarray(b, np.uint32),
     "v_cmp_le_u32": lambda a, b: np.asarray(a, np.uint32) <= np.asarray(b, np.uint32),
 }
-for _rel, _f in (("eq", np.equal), ("ne", np.not_equal)):  # VGPR pairs or SGPR pairs, all 64 bits
-    _VCMP[f"v_cmp_{_rel}_u64"] = lambda a, b, f=_f: f(np.asarray(a, np.uint64), np.asarray(b, np.uint64))
-for _rel, _f in (("gt", np.greater), ("lt", np.less), ("eq", np.equal), ("ne", np.not_equal)):
-    _VCMP[f"v_cmp_{_rel}_u16"] = lambda a, b, f=_f: f(
-        np.asarray(a, np.uint32) & 0xFFFF, np.asarray(b, np.uint32) & 0xFFFF
-    )
+
+
+def _compare(relation: np.ufunc, operand: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """A v_cmp: `relation` of both sources, each read as `operand` reads it."""
+    return lambda a, b: relation(operand(a), operand(b))
+
+
+_RELATIONS: dict[str, np.ufunc] = {
+    "gt": np.greater,
+    "lt": np.less,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "ge": np.greater_equal,
+    "le": np.less_equal,
+}
+for _rel in ("eq", "ne"):  # VGPR pairs or SGPR pairs, all 64 bits
+    _VCMP[f"v_cmp_{_rel}_u64"] = _compare(_RELATIONS[_rel], lambda x: np.asarray(x, np.uint64))
+for _rel in ("gt", "lt", "eq", "ne"):
+    _VCMP[f"v_cmp_{_rel}_u16"] = _compare(_RELATIONS[_rel], lambda x: np.asarray(x, np.uint32) & 0xFFFF)
 _PK_F32: dict[str, tuple[Callable[..., Any], int]] = {
     "v_pk_mul_f32": (lambda a, b: np.multiply(a, b, dtype=np.float32), 2),
     "v_pk_add_f32": (lambda a, b: np.add(a, b, dtype=np.float32), 2),
@@ -302,7 +318,7 @@ _PK_F32: dict[str, tuple[Callable[..., Any], int]] = {
 }
 
 
-def _i32(x: Any) -> np.ndarray:
+def _i32(x: Any) -> np.ndarray | np.int32:
     return np.asarray(x, np.uint32).view(np.int32) if isinstance(x, np.ndarray) else np.int32(_s32(int(x)))
 
 
@@ -324,15 +340,8 @@ _U32_BIN.update(
         "v_mul_hi_u32": lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) >> np.uint64(32),
     }
 )
-for _rel, _f in (
-    ("gt", np.greater),
-    ("lt", np.less),
-    ("eq", np.equal),
-    ("ne", np.not_equal),
-    ("ge", np.greater_equal),
-    ("le", np.less_equal),
-):
-    _VCMP[f"v_cmp_{_rel}_i32"] = lambda a, b, f=_f: f(_i32(a), _i32(b))
+for _rel, _relation in _RELATIONS.items():
+    _VCMP[f"v_cmp_{_rel}_i32"] = _compare(_relation, _i32)
 _U32_BIN["v_mul_lo_u32"] = lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) & M32
 # Carry ops: (adds, operands reversed, takes a carry in); the carry/borrow out goes to a lane mask.
 _CARRY_OPS = {
@@ -472,8 +481,9 @@ def swizzle_lanes(offset: str) -> np.ndarray:
     if m := re.fullmatch(r"swizzle\((\w+)((?:,\d+)*)\)", offset):
         kind, args = m.group(1), [int(x) for x in m.group(2).split(",")[1:]]
         if kind == "QUAD_PERM" and len(args) == 4:
-            return (lane & ~3) | np.asarray(args)[lane & 3]
-        masks = {
+            quad: np.ndarray = (lane & ~3) | np.asarray(args)[lane & 3]
+            return quad
+        masks: dict[str, Callable[..., tuple[int, int, int]]] = {
             "SWAP": lambda n: (0x1F, 0, n),
             "REVERSE": lambda n: (0x1F, 0, n - 1),
             "BROADCAST": lambda size, at: (0x1F & ~(size - 1), at, 0),
@@ -489,7 +499,8 @@ def swizzle_lanes(offset: str) -> np.ndarray:
         if v & 0x8000:
             return (lane & ~3) | ((v >> (2 * (lane & 3))) & 3)
         and_m, or_m, xor_m = v & 0x1F, (v >> 5) & 0x1F, (v >> 10) & 0x1F
-    return (lane & 0x20) | (((lane & and_m) | or_m) ^ xor_m)
+    source: np.ndarray = (lane & 0x20) | (((lane & and_m) | or_m) ^ xor_m)
+    return source
 
 
 # --- the instruction families ---------------------------------------------------------------------
@@ -1034,7 +1045,11 @@ def _buffer(s: Site) -> Exec:
         raise UnsupportedInstruction(f"{ins.text}: vaddr without offen/idxen")
     if lds and (op == "store" or ndw != 1):
         raise UnsupportedInstruction(ins.text)
-    data_op, vaddr, rsrc, soff = (None, *ops) if lds else ops
+    data_op: Operand | None = None
+    if lds:
+        vaddr, rsrc, soff = ops
+    else:
+        data_op, vaddr, rsrc, soff = ops
     if rsrc.kind != "s" or rsrc.count != 4:
         raise UnsupportedInstruction(f"{ins.text}: resource operand")
     inst_off = s.offset()
@@ -1126,7 +1141,7 @@ def _ds_read_write(s: Site) -> Exec:
 def _ds_read2(s: Site) -> Exec:
     ndw, scale = _DS_READ2[s.name]
     d, a = s.d, s.u32(1)
-    offs = tuple(s.offset(f"offset{i}") * scale for i in (0, 1))
+    offs = (s.offset("offset0") * scale, s.offset("offset1") * scale)
     return lambda w: w.lds_read2(a(w), offs, d, ndw)
 
 

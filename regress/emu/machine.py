@@ -421,18 +421,19 @@ class Wave:
         wg.check_lds(self, idx, write=True)
         wg.lds[idx] = VGPR_POISON
         wg.launch.trace.lds_bytes += 4 * lanes.size
+        if self.dma_dwords is None:
+            self.dma_dwords = np.zeros(LDS_BYTES // 4, np.int16)
+        in_flight = self.dma_dwords
 
         def land() -> None:
             wg.check_lds(self, idx, write=True)
             wg.lds[idx] = data
             self.dma_pending -= 1
-            np.subtract.at(self.dma_dwords, idx, 1)
+            np.subtract.at(in_flight, idx, 1)
 
         self.vm_queue.append(Pending(self.pc, "vm", (), land, idx))
         self.dma_pending += 1
-        if self.dma_dwords is None:
-            self.dma_dwords = np.zeros(LDS_BYTES // 4, np.int16)
-        np.add.at(self.dma_dwords, idx, 1)
+        np.add.at(in_flight, idx, 1)
 
     def _check_dma(self, idx: np.ndarray) -> None:
         """A read of LDS that this wave's direct-to-LDS loads still have in flight."""
@@ -459,7 +460,7 @@ class Wave:
         lanes = self._active()
         if lanes.size:
             a = np.broadcast_to(np.asarray(addr, np.uint64), (64,))[lanes] + np.uint64(offset)
-            data = np.ascontiguousarray(self.v[src : src + ndw, lanes].T)
+            data: np.ndarray = np.ascontiguousarray(self.v[src : src + ndw, lanes].T)
             if nbytes:
                 data = data.view(np.uint8)[:, :nbytes]
             self.wg.launch.memory.store(a, data)

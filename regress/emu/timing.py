@@ -697,7 +697,9 @@ def clock_ghz(activity: float, params: dict[str, float] | None = None) -> float:
     peak = p["clock_ghz"]
     if activity <= 0:
         return peak
-    return min(peak, p["clock_gemm_ghz"] * (p["gemm_mfma_busy"] / activity) ** p["clock_beta"])
+    # float ** float is typed Any (a negative base would give a complex); both are positive here
+    capped: float = p["clock_gemm_ghz"] * (p["gemm_mfma_busy"] / activity) ** p["clock_beta"]
+    return min(peak, capped)
 
 
 def launch_time(

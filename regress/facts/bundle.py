@@ -328,7 +328,7 @@ def _describe(err: ValidationError) -> str:
         return f"has unknown field(s) {', '.join(map(repr, extra[:5]))}"
     if kind in ("maxItems", "maxProperties"):
         return f"has {len(inst):,} entries, more than the limit of {err.validator_value:,}"
-    return err.message[:300]
+    return str(err.message)[:300]  # jsonschema has no type information
 
 
 def _first_error(data: Any) -> ValidationError | None:
@@ -567,7 +567,7 @@ def canonical(bundle: dict[str, Any]) -> dict[str, Any]:
         {**res, "samples": {name: stored_series(v) for name, v in res["samples"].items()}}
         for res in (CaseResult.from_dict(r).to_dict() for r in bundle["results"])
     ]
-    return normalised(
+    stored: dict[str, Any] = normalised(  # a dict stays a dict
         {
             "schema": bundle["schema"],
             "schema_version": bundle["schema_version"],
@@ -577,6 +577,7 @@ def canonical(bundle: dict[str, Any]) -> dict[str, Any]:
             "results": sorted(results, key=lambda r: str(r["case_key"])),
         }
     )
+    return stored
 
 
 def first_difference(a: Any, b: Any, where: tuple[str | int, ...] = ()) -> str | None:
@@ -633,4 +634,5 @@ def read_bundle(path: Path) -> dict[str, Any]:
     except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8, not JSON
         raise BundleError(f"{path}: cannot read bundle: {exc}") from exc
     validate_bundle(data)
-    return data
+    bundle: dict[str, Any] = data  # validate_bundle raised unless it is a bundle object
+    return bundle

@@ -35,13 +35,15 @@ class Interrupted(BaseException):  # not Exception: per-case error handling must
 
 
 Handler = Callable[[int, FrameType | None], None]
+# What signal.signal returns and takes back: a handler, SIG_DFL/SIG_IGN, or None (set outside Python)
+_SignalHandler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 @contextmanager
 def on_stop_signals(handler: Handler) -> Iterator[None]:
     """`handler` for every stop signal while the block runs (the previous handlers after it).
     Outside the main thread signals cannot be caught, and the block runs without it."""
-    previous: dict[int, object] = {}
+    previous: dict[signal.Signals, _SignalHandler] = {}
     try:
         for signum in STOP_SIGNALS:
             previous[signum] = signal.signal(signum, handler)
@@ -50,8 +52,8 @@ def on_stop_signals(handler: Handler) -> Iterator[None]:
     try:
         yield
     finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)  # type: ignore[arg-type]
+        for stopped, old in previous.items():
+            signal.signal(stopped, old)
 
 
 def raise_interrupted(signum: int, _frame: FrameType | None) -> None:

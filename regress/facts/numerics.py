@@ -52,7 +52,8 @@ def f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
         over = np.abs(t.astype(np.float64)) > np.abs(x)
         t = np.where(over, np.nextafter(t, np.float32(0)), t)
         inexact = (t.astype(np.float64) != x) & ~np.isnan(x)
-    return np.ascontiguousarray(t).view(np.uint32) | inexact.astype(np.uint32)
+    bits: np.ndarray = np.ascontiguousarray(t).view(np.uint32) | inexact.astype(np.uint32)
+    return bits
 
 
 def f64_to_bf16_bits(x: np.ndarray, mode: Mode) -> np.ndarray:
@@ -85,7 +86,8 @@ def canonicalize_nan(bits: np.ndarray) -> np.ndarray:
 
 
 def is_nonfinite_bits(bits: np.ndarray) -> np.ndarray:
-    return (np.asarray(bits, dtype=np.uint16) & 0x7F80) == 0x7F80
+    nonfinite: np.ndarray = (np.asarray(bits, dtype=np.uint16) & 0x7F80) == 0x7F80
+    return nonfinite
 
 
 # --- ULP measures ---------------------------------------------------------------------------------

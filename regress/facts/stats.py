@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 MAD_TO_SIGMA = 1.4826
 
 
-def percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
     """Linear-interpolated percentile, q in [0, 100] (numpy's default method); nan when empty.
 
     A numpy array goes to numpy (the ULP suite's millions of elements); a short list stays in plain
@@ -108,4 +108,5 @@ def clip_outliers(x: np.ndarray, sigma: float, k: float) -> np.ndarray:
     med = np.empty(n)
     med[1:-1] = np.median(np.stack([x[:-2], x[1:-1], x[2:]]), axis=0)
     med[0], med[-1] = med[1], med[-2]
-    return np.clip(x, med - k * sigma, med + k * sigma)
+    clipped: np.ndarray = np.clip(x, med - k * sigma, med + k * sigma)
+    return clipped

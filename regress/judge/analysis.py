@@ -377,19 +377,19 @@ def analyse_run(store: Store, run_id: str, config: AnalysisConfig | None = None)
             for reg in queries.active_regressions_of_stack(session, run.stack_id):
                 if (reg.case_id, reg.kind, reg.metric) in flagged:
                     continue
-                result = checked.get(reg.case_id)
+                last = checked.get(reg.case_id)
                 if reg.details.get("drill"):
                     _resolve(reg, run, "drill over: a clean run followed")
-                elif reg.kind == "perf" and result is not None:
+                elif reg.kind == "perf" and last is not None:
                     levels = levels_by_case.get(reg.case_id)
-                    if _perf_recovered(cfg, session, reg, result, levels, pooled):
+                    if _perf_recovered(cfg, session, reg, last, levels, pooled):
                         _resolve(reg, run, "back to the baseline level")
                     else:  # still slow against its own baseline: the record follows the series
                         reg.last_run_id, reg.updated_at = run.id, utcnow()
                         reg.details = {**reg.details, "runs": int(reg.details.get("runs", 1)) + 1}
                         touched.append(reg)
-                elif reg.kind in ("numerics", "determinism") and result is not None:
-                    if result.status == "pass":
+                elif reg.kind in ("numerics", "determinism") and last is not None:
+                    if last.status == "pass":
                         _resolve(reg, run, "passes again")
                 elif reg.kind == "build" and reg.case_id == build_case_id:
                     _resolve(reg, run, "resources back within bounds")

@@ -111,11 +111,11 @@ def perf_evidence(
     by_night: dict[str, list[float]] = {}
     for hist in histories:
         name = next((n for _, res in hist if (n := _control_name(res))), None)
-        levels = {rid: v for rid, res in hist if name and (v := location(res, q, name))}
-        if len(levels) < 4:
+        night_levels = {rid: v for rid, res in hist if name and (v := location(res, q, name))}
+        if len(night_levels) < 4:
             continue
-        mid = median(list(levels.values()))
-        for rid, v in levels.items():
+        mid = median(list(night_levels.values()))
+        for rid, v in night_levels.items():
             by_night.setdefault(rid, []).append(math.log(v / mid))
     shifts = {rid: median(v) for rid, v in by_night.items()}
     base_ids = {p.base_run.id for p in pairs}

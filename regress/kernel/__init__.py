@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 import torch
 
-from regress.facts.abi import RA_ERR_UNSUPPORTED, KernelError, Layout, Library, Rounding
+from regress.facts.abi import RA_ERR_UNSUPPORTED, KernelError, Library
+from regress.facts.results import Layout, Rounding
 from regress.kernel.loader import KernelLibrary, default_library, load_library
 
 __all__ = [

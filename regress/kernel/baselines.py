@@ -219,9 +219,9 @@ class AiterBaseline(Baseline):
         kwargs: dict[str, Any] = {"causal": False, "how_v3_bf16_cvt": ROUNDING_CODE[rounding]}
         if scale is not None:
             kwargs["softmax_scale"] = scale
-        o = aiter.flash_attn_func(_to_bshd(q, layout), _to_bshd(k, layout), _to_bshd(v, layout), **kwargs)
-        if isinstance(o, tuple):  # some versions also return the log-sum-exp
-            o = o[0]
+        got = aiter.flash_attn_func(_to_bshd(q, layout), _to_bshd(k, layout), _to_bshd(v, layout), **kwargs)
+        # some versions also return the log-sum-exp (aiter has no type information)
+        o: torch.Tensor = got[0] if isinstance(got, tuple) else got
         return o.transpose(1, 2) if layout == "bhsd" else o
 
 

@@ -19,15 +19,13 @@ from regress.facts.abi import (
     PARAMS_PACK,
     RA_ABI_VERSION,
     KernelError,
-    Layout,
     Library,
     Params,
-    Rounding,
     bhsd_strides,
     check_call_v2,
 )
 from regress.facts.backends import torch_gpu_backend
-from regress.facts.results import MASK_CODE, ROUNDING_CODE, Mask
+from regress.facts.results import MASK_CODE, ROUNDING_CODE, Layout, Mask, Rounding
 
 
 class KernelLibrary:
@@ -50,7 +48,8 @@ class KernelLibrary:
         return f"KernelLibrary(backend={self.backend!r}, path={str(self.path)!r})"
 
     def build_info(self) -> dict[str, Any]:
-        return json.loads(self._lib.ra_build_info().decode())
+        info: dict[str, Any] = json.loads(self._lib.ra_build_info().decode())
+        return info
 
     def plan(
         self, b: int, h: int, sq: int, sk: int, *, layout: str, rounding: str, **v2: Any

@@ -172,7 +172,7 @@ def op_recipe() -> Recipe:
     from torch.torch_version import TorchVersion
 
     root = Path(torch.__file__).resolve().parent
-    std = "-std=c++20" if TorchVersion(torch.__version__) >= (2, 13) else "-std=c++17"
+    std = "-std=c++20" if TorchVersion(torch.__version__) >= "2.13" else "-std=c++17"
     return Recipe(
         argv=(
             "g++",
@@ -493,6 +493,8 @@ def _load_cached(out_dir: Path, output: str) -> dict[str, Any] | None:
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(meta, dict):  # valid JSON, but not the object build_meta writes
         return None
     # A damaged or replaced artifact is rebuilt rather than trusted.
     if meta.get("schema") != SCHEMA or meta.get("artifact_hash") != _sha256_file(artifact):

@@ -40,7 +40,7 @@ from regress.facts.cases import (
     ulp_case,
 )
 from regress.facts.metrics import load_contract, summarise, timing_metrics
-from regress.facts.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec
+from regress.facts.results import LAYOUTS, ROUNDING_MODES, CaseResult, CaseSpec, Status
 from regress.facts.stack_keys import HASHED_KEYS, SCHEMA_VERSION, stack_digest
 from regress.judge.analysis import acknowledge, analyse_run, regressions_for_run
 from regress.judge.gate.core import gate
@@ -214,7 +214,9 @@ class Event:
 
 
 def _events(total: int) -> list[Event]:
-    at = lambda frac: max(1, min(total - 1, int(total * frac)))  # noqa: E731
+    def at(frac: float) -> int:
+        return max(1, min(total - 1, int(total * frac)))
+
     # A slowdown that is fixed later (the analysis opens, then resolves it) and one still open.
     return [
         Event("tile scheduler: long sequences faster", at(0.22), 0.94, (0, 1, 2), "long"),
@@ -239,12 +241,13 @@ def _events(total: int) -> list[Event]:
 
 def _selects(selector: str, p: dict[str, Any]) -> bool:
     sq, sk = p["sq"], p["sk"]
-    return {
+    chosen: bool = {
         "long": sq * sk >= 16384 * 16384,
         "rtz": p.get("mode") == "rtz",
         "short_k": sk <= 4096,
         "rtna_bhsd": p.get("mode") == "rtna" and p.get("layout") == "bhsd" and sq >= 8192,
     }[selector]
+    return chosen
 
 
 @dataclass
@@ -278,7 +281,8 @@ def _noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     u = rng.random(shape) * (len(q) - 1)
     lo = np.floor(u).astype(int)
     hi = np.minimum(lo + 1, len(q) - 1)
-    return q[lo] + (q[hi] - q[lo]) * (u - lo)
+    drawn: np.ndarray = q[lo] + (q[hi] - q[lo]) * (u - lo)
+    return drawn
 
 
 def _base_ms(p: dict[str, Any], sd: StackDef) -> float:
@@ -288,7 +292,8 @@ def _base_ms(p: dict[str, Any], sd: StackDef) -> float:
     eff = 1.0 / (1.0 + (2**26 / work) ** 0.6)
     mode = {"rtne": 1.0, "rtna": 1.004, "rtz": 0.992}[p["mode"]]
     layout = 1.0 if p["layout"] == "bhsd" else 1.015
-    return 4 * work * d / (sd.tflops * 1e12 * eff) * 1e3 * mode * layout + 0.012
+    ms: float = 4 * work * d / (sd.tflops * 1e12 * eff) * 1e3 * mode * layout + 0.012
+    return ms
 
 
 # --- the plan: what depends only on the seed and the planned length ------------------------------
@@ -337,7 +342,8 @@ class Plan:
         f = 1.0 + self.drift * np.sin(night / 23.0 + np.arange(len(self.specs)))
         if night == self.thermal_night and lane == 0:
             f *= 1.22  # an outlier of the machine, not a step of the kernel
-        return f
+        factors: np.ndarray = f
+        return factors
 
 
 def make_plan(*, stacks: int, cases: int, seed: int, samples: int, total: int, start: datetime) -> Plan:
@@ -416,7 +422,7 @@ def _device(n: Night, i: int, seconds: float) -> dict[str, Any]:
     """A result's device record: its worker's GPU before and after the case."""
     t0 = (n.when - datetime(1970, 1, 1)).total_seconds() + 60 + 5 * i
     worker = i % n.sd.gpus
-    rec = {"before": _gpu(n, t0, False, worker), "after": _gpu(n, t0 + seconds, True, worker)}
+    rec: dict[str, Any] = {"before": _gpu(n, t0, False, worker), "after": _gpu(n, t0 + seconds, True, worker)}
     if n.sd.gpus > 1:
         rec |= {
             "device": n.sd.backend,
@@ -453,9 +459,11 @@ def perf_results(n: Night) -> Iterator[CaseResult]:
         jitter = n.plan.speedup_jitter[i]
         samples = _timed(n, i, _base_ms(p, n.sd), {b: t[p["mode"]] * jitter for b, t in n.sd.speedup.items()})
         flops = spec_shape(s).flops  # the catalogue's one formula (masked pairs counted)
-        metrics = timing_metrics(
-            samples, "tflops", lambda ms, f=flops: f / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
-        )
+
+        def tflops(ms: float, f: float = flops) -> float:
+            return f / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
+
+        metrics = timing_metrics(samples, "tflops", tflops)
         metrics |= {"iterations": n.plan.samples, "warmup": 10, "input_sets": 2}
         yield CaseResult(case=s, status="pass", metrics=metrics, samples=samples, device=_device(n, i, 0.3))
 
@@ -468,7 +476,11 @@ def e2e_results(n: Night) -> Iterator[CaseResult]:
         speedup = {b: 1 + (t[p["mode"]] - 1) * 0.4 for b, t in n.sd.speedup.items()}
         samples = _timed(n, i, ms, speedup)
         tokens = p["b"] * p["sq"]
-        metrics = timing_metrics(samples, "tokens_per_s", lambda m, k=tokens: k / (m / 1e3) if m > 0 else 0.0)
+
+        def tokens_per_s(m: float, k: int = tokens) -> float:
+            return k / (m / 1e3) if m > 0 else 0.0
+
+        metrics = timing_metrics(samples, "tokens_per_s", tokens_per_s)
         metrics["iterations"] = n.plan.samples
         yield CaseResult(case=s, status="pass", metrics=metrics, samples=samples, device=_device(n, i, 0.3))
 
@@ -510,7 +522,7 @@ def ulp_results(n: Night) -> Iterator[CaseResult]:
             "scaled_ulp_mean": round(v * 0.12, 4),
             "block_scaled_ulp_max": v,
         }
-        status = "pass" if v <= limit else "fail"
+        status: Status = "pass" if v <= limit else "fail"
         message = f"scaled ULP {v} above the {p['mode']} limit {limit}" if status == "fail" else ""
         yield CaseResult(
             case=s,
@@ -528,7 +540,7 @@ def determinism_results(n: Night) -> Iterator[CaseResult]:
         p = s.params
         flaky = n.lane == len(n.plan.lanes) - 1 and n.night == n.plan.flaky_night and i % 4 == 0
         distinct = 2 if flaky else 1
-        status = "pass" if distinct <= contract.distinct_hashes_max else "fail"
+        status: Status = "pass" if distinct <= contract.distinct_hashes_max else "fail"
         metrics = {
             "contract_version": contract.version,
             "distinct_hashes": distinct,

@@ -568,7 +568,7 @@ def plan_cases(opts: NightlyOptions, device: str, backend: str) -> list[tuple[st
     from .suites.base import SuiteContext
 
     probe = SuiteContext(
-        library=SimpleNamespace(backend=backend),  # type: ignore[arg-type]  # only .backend is read
+        library=SimpleNamespace(backend=backend),  # only .backend is read
         device=device,
         **asdict(opts.case_options()),
     )

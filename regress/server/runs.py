@@ -394,7 +394,7 @@ def get_run(run_id: str) -> Any:
     # The body stays a bundle (valid against the schema); the page is in the headers.
     headers = {"X-Total-Results": str(total), "X-Unreadable-Results": str(len(skipped))}
     if offset + len(bundle["results"]) < total:
-        args = {} if with_samples else {"samples": "false"}
+        args: dict[str, Any] = {} if with_samples else {"samples": "false"}
         after = url_for(
             "runs.get_run", run_id=run_id, offset=offset + len(bundle["results"]), limit=limit, **args
         )

@@ -41,7 +41,7 @@ CHECK_INTERVAL_S = 1  # how often (s) the deadlines are checked (waitress takes 
 STOP_GRACE_S = 10.0  # how long requests already in a worker thread may take to finish on a stop signal
 
 
-class _TimedParser(HTTPRequestParser):
+class _TimedParser(HTTPRequestParser):  # type: ignore[misc]  # waitress has no type information
     """A request parser that remembers when its first byte arrived."""
 
     def __init__(self, adj: Adjustments) -> None:
@@ -49,7 +49,7 @@ class _TimedParser(HTTPRequestParser):
         self.started = time.monotonic()
 
 
-class _TimedChannel(HTTPChannel):
+class _TimedChannel(HTTPChannel):  # type: ignore[misc]  # waitress has no type information
     parser_class = _TimedParser
 
 
@@ -62,7 +62,7 @@ class Limits:
     threads: int = THREADS
 
 
-class _DeadlineServer(TcpWSGIServer):  # type: ignore[misc]
+class _DeadlineServer(TcpWSGIServer):  # type: ignore[misc]  # waitress has no type information
     channel_class = _TimedChannel
     limits = Limits()
 

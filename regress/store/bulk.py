@@ -25,13 +25,16 @@ and message, one samples row per series), so every reader sees a bulk-written ru
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    import psycopg
 
 from regress.facts.metrics import headline_value
 from regress.facts.results import CaseResult, CaseSpec, stored_series
@@ -48,6 +51,22 @@ def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield items[i : i + size]
 
 
+# The dialects whose INSERT takes ON CONFLICT DO NOTHING.
+_UPSERT_INSERT: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
+    "postgresql": postgresql.insert,
+    "sqlite": sqlite.insert,
+}
+
+
+def _psycopg_cursor(session: Session) -> psycopg.Cursor[Any]:
+    """A psycopg cursor in this session's transaction (PostgreSQL only: the store ships psycopg 3)."""
+    import psycopg
+
+    driver = session.connection().connection.driver_connection
+    assert isinstance(driver, psycopg.Connection), f"not a psycopg connection: {type(driver).__name__}"
+    return driver.cursor()
+
+
 def _case_ids(session: Session, keys: Sequence[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     if not keys:
@@ -56,7 +75,7 @@ def _case_ids(session: Session, keys: Sequence[str]) -> dict[str, int]:
         # One array parameter, never a prepared (generic) plan: psycopg prepares a statement after
         # five runs, and a generic plan compares every row with every key of the IN list (O(n*m):
         # 12 s for a 14,000-result bundle); a custom plan hashes the keys or uses the unique index.
-        cursor = session.connection().connection.cursor()
+        cursor = _psycopg_cursor(session)
         cursor.execute("SELECT key, id FROM cases WHERE key = ANY(%s)", (list(keys),), prepare=False)
         found.update((key, id_) for key, id_ in cursor.fetchall())
         return found
@@ -74,14 +93,14 @@ def ensure_cases(session: Session, specs: Iterable[CaseSpec]) -> dict[str, int]:
     missing = [Case.columns_of(by_key[key]) for key in sorted(by_key) if key not in ids]
     if missing:
         dialect = session.get_bind().dialect.name
-        make = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
+        make = _UPSERT_INSERT.get(dialect)
         if dialect == "postgresql":
             _copy_cases_postgresql(session, missing)
         elif make is None:  # another backend: plain inserts (no concurrent writers assumed)
-            session.execute(insert(Case.__table__), missing)
+            session.execute(insert(_table(Case)), missing)
         else:
             # RETURNING makes SQLAlchemy batch the rows into multi-row VALUES (insertmanyvalues).
-            stmt = make(Case.__table__).on_conflict_do_nothing(index_elements=["key"])
+            stmt = make(_table(Case)).on_conflict_do_nothing(index_elements=["key"])
             ids.update((key, id_) for key, id_ in session.execute(stmt.returning(Case.key, Case.id), missing))
         lost = [v["key"] for v in missing if v["key"] not in ids]  # inserted concurrently by another
         ids.update(_case_ids(session, lost))
@@ -203,7 +222,9 @@ def _executemany_sqlite(session: Session, prepared: PreparedResults, case_ids: d
     key would refuse it and the whole transaction would roll back."""
     cursor = session.connection().connection.cursor()
     cursor.execute("SELECT coalesce(max(id), 0) FROM results")
-    first = int(cursor.fetchone()[0]) + 1
+    row = cursor.fetchone()
+    assert row is not None  # an aggregate without GROUP BY returns one row
+    first = int(row[0]) + 1
     ids = range(first, first + len(prepared.rows))
     cursor.executemany(
         "INSERT INTO results (id, run_id, case_id, status, value, metrics, device, message) "
@@ -228,7 +249,7 @@ def _executemany_sqlite(session: Session, prepared: PreparedResults, case_ids: d
 def _copy_postgresql(session: Session, prepared: PreparedResults, case_ids: dict[str, int]) -> None:
     """COPY FROM STDIN: the result ids are drawn from the sequence first, so samples can name them
     without a round trip per row."""
-    cursor = session.connection().connection.cursor()  # the psycopg cursor of this transaction
+    cursor = _psycopg_cursor(session)
     cursor.execute(
         "SELECT nextval(pg_get_serial_sequence('results', 'id')) FROM generate_series(1, %s)",
         (len(prepared.rows),),

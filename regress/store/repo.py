@@ -10,10 +10,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from sqlalchemy import CursorResult
 
 from regress.facts.results import CaseResult, CaseSpec
 
@@ -273,7 +276,11 @@ def delete_run(session: Session, run_id: str) -> dict[str, int]:
         ),
         ("runs", delete(Run).where(Run.id == run_id)),
     ):
-        removed[name] = int(session.execute(statement.execution_options(synchronize_session=False)).rowcount)
+        # a DELETE's result is a CursorResult (SQLAlchemy's Session.execute types every result as Result)
+        done = cast(
+            "CursorResult[Any]", session.execute(statement.execution_options(synchronize_session=False))
+        )
+        removed[name] = int(done.rowcount)
     return removed
 
 

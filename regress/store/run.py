@@ -28,6 +28,7 @@ REAPED_NOTE = "process ended before the run finished"
 
 
 RUN_KEY_LENGTH = 32  # runs.id and every column that refers to it
+TRIGGER_LENGTH = 32  # runs.trigger (`regress nightly --trigger` checks against it)
 
 
 def qualified_key(given_id: str, runner: str | None) -> str:
@@ -58,7 +59,7 @@ class Run(Base):
     stack_id: Mapped[int] = NotNull(ForeignKey("stacks.id"))
     build_id: Mapped[int | None] = Nullable(ForeignKey("builds.id"))
     status: Mapped[str] = NotNull(String(16), default="running")
-    trigger: Mapped[str] = NotNull(String(32), default="manual")
+    trigger: Mapped[str] = NotNull(String(TRIGGER_LENGTH), default="manual")
     is_drill: Mapped[bool] = NotNull(default=False)
     backend: Mapped[str] = NotNull(String(16))
     kernel_commit: Mapped[str | None] = Nullable(String(64))

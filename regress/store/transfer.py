@@ -44,10 +44,12 @@ class BundleConflict(Exception):
 
 class StackPin(Protocol):
     """What the store needs of a stack's pin (regress.machine.pins.Pin is one): its name and the facts
-    the stack must have."""
+    the stack must have. Read-only: the store never sets them (so Pin's narrower dict[str, str] fits)."""
 
-    name: str
-    expected: Mapping[str, Any]
+    @property
+    def name(self) -> str: ...
+    @property
+    def expected(self) -> Mapping[str, Any]: ...
 
 
 def stack_facts(bundle: dict[str, Any], pin: StackPin | None) -> tuple[str | None, dict[str, Any]]:

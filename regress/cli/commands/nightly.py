@@ -26,11 +26,12 @@ if TYPE_CHECKING:
 def _trigger(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     """At most the column's length, no control character: a longer one was a PostgreSQL
     StringDataRightTruncation traceback after the whole run (issue 41 item 12)."""
-    from regress.store.run import Run
+    from regress.store.run import TRIGGER_LENGTH
 
-    most = Run.__table__.c.trigger.type.length
-    if len(value) > most or not value.isprintable() or not value:
-        raise click.BadParameter(f"must be 1 to {most} printable characters, not {visible(value)!r}")
+    if len(value) > TRIGGER_LENGTH or not value.isprintable() or not value:
+        raise click.BadParameter(
+            f"must be 1 to {TRIGGER_LENGTH} printable characters, not {visible(value)!r}"
+        )
     return value
 
 

@@ -107,7 +107,10 @@ class Build:
 
     def dense(self, layout: str = "bhsd", split: bool = False) -> dict[str, Any]:
         """The resource figures of the dense forward kernel (VGPRs, SGPRs, LDS, scratch, spills)."""
-        return self.resources["kernels"][kernel_names(layout)["split" if split else "forward"]]
+        figures: dict[str, Any] = self.resources["kernels"][
+            kernel_names(layout)["split" if split else "forward"]
+        ]
+        return figures
 
 
 def _command(csrc: Path, mode: str, out: Path) -> list[str]:
@@ -139,8 +142,8 @@ def build(src: str | Path | None = None, mode: str = "rtne", cache_dir: Path | N
     h = hashlib.sha256()
     for name in SOURCES:
         h.update(name.encode() + b"\0" + (csrc / name).read_bytes())
-    for p in sorted(INCLUDE.rglob("*.h")):
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    for header in sorted(INCLUDE.rglob("*.h")):
+        h.update(header.name.encode() + b"\0" + header.read_bytes())
     h.update(" ".join(probe[1:]).replace(str(csrc), "<src>").encode())
     h.update(compiler_version(probe[0]).encode())
     root = Path(cache_dir) if cache_dir is not None else resources.cache_dir()

@@ -7,7 +7,7 @@ import bisect
 import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -83,7 +83,7 @@ def series_key(values: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(values, dtype=np.float64).tobytes()).hexdigest()
 
 
-def _valid_points(found: Any, n: int) -> bool:
+def _valid_points(found: object, n: int) -> TypeGuard[list[list[Any]]]:
     """A cached change-point list as build() writes it: [[index, "up"|"down", magnitude, p], ...]."""
     if not isinstance(found, list):
         return False

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from regress.facts.results import CaseResult, CaseSpec
 
 if TYPE_CHECKING:
-    from regress.kernel import KernelLibrary
+    from regress.facts.abi import Library
     from regress.kernel.baselines import Baseline
 
 
@@ -21,7 +21,7 @@ def _silent(_: str) -> None:
 class SuiteContext:
     """Everything a suite needs to produce results; one per (library, device) run."""
 
-    library: KernelLibrary
+    library: Library  # a KernelLibrary, or the emulator's EmuLibrary for a gfx942 code object
     device: str  # "cpu" or "cuda" (ROCm torch also says "cuda")
     baselines: list[Baseline] = field(default_factory=list)
     quick: bool = False

@@ -13,7 +13,7 @@ import math
 import traceback
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -52,13 +52,13 @@ EXTREME_LOGIT_FACTOR = 30.0
 def as_layout(value: object) -> Layout:
     if value not in LAYOUTS:
         raise ValueError(f"layout {value!r} is not one of {', '.join(LAYOUTS)}")
-    return cast(Layout, value)
+    return value
 
 
 def as_mode(value: object) -> Rounding:
     if value not in ROUNDING_MODES:
         raise ValueError(f"rounding mode {value!r} is not one of {', '.join(ROUNDING_MODES)}")
-    return cast(Rounding, value)
+    return value
 
 
 def spec_layout_mode(spec: CaseSpec) -> tuple[Layout, Rounding]:

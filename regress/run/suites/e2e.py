@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -34,6 +34,9 @@ from regress.machine.gpu_state import device_state
 from regress.run.suites.base import SuiteContext
 from regress.run.suites.common import as_mode, call_kwargs, derive_seed, for_device, guarded, plan_metrics
 from regress.run.suites.timing import interleaved_rounds, working_baselines
+
+if TYPE_CHECKING:
+    from regress.kernel.baselines import Baseline
 
 NAME = "e2e"
 LAYOUT: Layout = E2E_LAYOUT
@@ -88,7 +91,8 @@ class AttentionLayer(nn.Module):
         q = self.q(x).view(b, s, self.heads, self.head_dim)
         k = self.k(context).view(b, sk, self.heads, self.head_dim)
         v = self.v(context).view(b, sk, self.heads, self.head_dim)
-        return self.o(attention(q, k, v).reshape(b, s, dim))
+        out: torch.Tensor = self.o(attention(q, k, v).reshape(b, s, dim))
+        return out
 
 
 class GqaLayer(nn.Module):
@@ -121,7 +125,8 @@ class GqaLayer(nn.Module):
         else:  # decode: the new token's K/V would be appended; the cache holds them already
             _ = (self.k(x), self.v(x))  # the step's own projections, timed
             k, v = context[:, :, 0], context[:, :, 1]
-        return self.o(attention(q, k, v).reshape(b, s, dim))
+        out: torch.Tensor = self.o(attention(q, k, v).reshape(b, s, dim))
+        return out
 
 
 def default_iterations(ctx: SuiteContext) -> int:
@@ -187,7 +192,7 @@ class E2eSuite:
                 notes.append(f"{bl.name} at {bmode}")
 
             def base_attn(
-                q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl: Any = bl, bmode: str = bmode
+                q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl: Baseline = bl, bmode: str = bmode
             ) -> torch.Tensor:
                 return bl(q, k, v, layout=LAYOUT, rounding=bmode, mask=shape.mask)
 

@@ -182,7 +182,7 @@ def exact_means(v_bits: np.ndarray) -> np.ndarray:
     finite = np.isfinite(mean)
     if not (f32[finite].astype(np.float64) == mean[finite]).all():
         raise ValueError("a directed column's mean is not exact in fp32")
-    bits = f32.view(np.uint32).copy()
+    bits: np.ndarray = f32.view(np.uint32).copy()
     bits[np.isnan(mean)] = 0x7FFFFFFF
     bits[mean == 0] = 0  # exact cancellation gives +0 under round-to-nearest accumulation
     return bits
