@@ -331,3 +331,26 @@ def test_aiter_causal_and_varlen_grids() -> None:
     (la,) = model.launches(Shape.parse("2,lens=256/512"), "rtne")
     assert la.key == "main-group-rtne" and la.grid.workgroups == 2 * 3
     assert la.grid.tiles == round(2 * (8 + 2 * 16) / 6)
+
+
+@pytest.mark.slow  # a gfx942 build and the v2 kernel's emulated steady state
+def test_our_v2_launches_and_steady_state(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """GQA, causal and varlen calls are one launch of the v2 kernel (parts/plan.h's gfx942_v2): the
+    q-blocks that hold rows, a causal one timed at the average of the tiles up to its last row; the
+    same key loop as the dense kernel (128 MFMAs per tile), the causal diagonal in the fixed part."""
+    from regress.build import build_kernel
+    from regress.emu.mi300x import Ours, Predictor
+
+    ours = Ours(build_kernel("hip-emu", cache_dir=tmp_path_factory.mktemp("co")).path)
+    (la,) = ours.launches(Shape.parse("1,1,1024,1024,causal"), "rtz")
+    assert la.key == "v2-causal-rtz-bshd" and la.tiles == (8, 12)
+    assert (la.grid.workgroups, la.grid.tiles) == (4, round((4 + 8 + 12 + 16) / 4))
+    (la,) = ours.launches(Shape.parse("2,lens=256/512"), "rtne")
+    assert la.key == "v2-rtne-bshd" and la.grid.workgroups == 2 * 3
+    assert la.grid.tiles == round(2 * (4 + 2 * 8) / 6)
+    (la,) = ours.launches(Shape.parse("1,4,600,300,2"), "rtne")  # GQA alone
+    assert la.key == "v2-rtne-bshd" and (la.grid.workgroups, la.grid.tiles) == (12, 5)
+    pred = Predictor()
+    for shape in ("1,4,600,300,2", "1,1,1024,1024,causal"):
+        (la,) = ours.launches(Shape.parse(shape), "rtne")
+        _check_steady(pred.steady("ours", la), 128)

@@ -192,3 +192,31 @@ def test_square_causal_alignments_agree_and_fully_masked_tiles_are_skipped(lib: 
     lib.forward(q, k, v, lse=torch.empty(1, 1, 300))
     full_bytes = lib.last_trace.global_bytes_read if lib.last_trace else 0
     assert 0 < causal_bytes < full_bytes
+
+
+@pytest.mark.slow  # emulated launches
+def test_keys_no_row_of_a_block_sees_are_never_read(lib: EmuLibrary) -> None:
+    """NaN K and Inf V rows where no row of a q-block may look (the next packed sequence, keys past a
+    causal block's last row) do not reach it: the copies' buffer range ends at the block's last
+    visible key, so those rows load as zeros. (A key that some rows of the block see and others do
+    not still meets P = 0 there: docs/numerics.md §1b's gap, shared with the sm_90a kernel.)"""
+    g = torch.Generator().manual_seed(11)
+    cq = torch.tensor([0, 100, 190], dtype=torch.int32)
+    ck = torch.tensor([0, 70, 200], dtype=torch.int32)
+    q = realistic((190, 2, 128), g, "q")
+    k, v = realistic((200, 2, 128), g, "k"), realistic((200, 2, 128), g, "v")
+    k[70:], v[70:] = float("nan"), float("inf")  # sequence 1's keys
+    out = lib.forward(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=100, max_seqlen_k=130)
+    ref = reference.reference_varlen(q[:100], k[:70], v[:70], cq[:2], ck[:2])
+    check_contract(reference.tensor_bits(out[:100]), torch.zeros(2, 100), _no_lse(ref), "rtna")
+    q, k, v = (realistic((1, 300, 1, 128), g, x) for x in "qkv")
+    k[:, 256:], v[:, 256:] = float("nan"), float("inf")  # past q-block 0's last row (255)
+    out = lib.forward(q, k, v, mask="causal_top_left")
+    ref = reference.reference_full(q[:, :256], k[:, :256], v[:, :256], layout="bshd", mask="causal_top_left")
+    o_bits = reference.to_bhsd_bits(out[:, :256], "bshd")
+    check_contract(o_bits, torch.zeros(1, 1, 256), _no_lse(ref), "rtna")
+
+
+def _no_lse(ref: reference.Reference) -> reference.Reference:
+    """The reference with every LSE 0 (for calls that write none; the test passes zeros)."""
+    return reference.Reference(ref.ref, ref.mag, np.zeros_like(ref.lse))
