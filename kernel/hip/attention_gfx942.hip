@@ -199,8 +199,9 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   }
 }
 
-/* ABI v2 (issue 40): GQA, causal masks, varlen and the LSE, on the same key loop. Workgroup (x, y) is
- * q-block x of sequence and head y (KernelArgsV2 says which rows and keys a sequence has). A causal
+/* ABI v2 (issue 40): GQA, causal masks, varlen and the LSE, on the same key loop. The grid's
+ * (ceil(longest Sq / 256), B*H) workgroups take the (q-block, sequence and head) pairs heaviest q-block
+ * first (KernelArgsV2 says which rows and keys a sequence has). A causal
  * block runs only the key tiles below its last row's limit (the loop's seqlen_k is that limit, so the
  * copies read zeros past it and the tail mask covers it), and masks the diagonal row by row
  * (RowLimit). A row that sees no key writes +0 and LSE -inf, as FlashAttention; a block none of whose
@@ -217,8 +218,13 @@ __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
   const int g = lane >> 4;
   const int w = __builtin_amdgcn_readfirstlane(t >> 6);
 
-  const uint32_t bh = __builtin_amdgcn_workgroup_id_y() + x.a.bh_offset;
-  const uint32_t qblock = __builtin_amdgcn_workgroup_id_x();
+  /* Heaviest first: a causal q-block's key range grows with its index, and workgroups are dispatched
+   * in linear order, so the linear id is dealt out from the last q-block down, every (sequence, head)
+   * at one q-block before the next (a longest-first order over the CUs' rounds). A bijection of the
+   * grid: which workgroup computes a block changes, no block's arithmetic does. */
+  const uint32_t lin = (__builtin_amdgcn_workgroup_id_y() + x.a.bh_offset) * x.a.qblocks + __builtin_amdgcn_workgroup_id_x();
+  const uint32_t bh = lin % x.bh;
+  const uint32_t qblock = x.a.qblocks - 1u - lin / x.bh;
   const uint32_t b = bh / x.a.heads;
   const uint32_t h = bh - b * x.a.heads;
   uint32_t q0 = 0u, k0 = 0u, len_q = x.a.seqlen_q, len_k = x.a.seqlen_k;
@@ -486,6 +492,8 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, s
   KernelArgsV2 x;
   x.group = (uint32_t)(p->heads / p->heads_kv);
   x.mask = (uint32_t)p->mask;
+  x.bh = (uint32_t)(p->batch * p->heads);
+  x.reserved = 0u;
   x.cu_q = p->cu_seqlens_q;
   x.cu_k = p->cu_seqlens_k;
   x.lse = p->lse;

@@ -34,9 +34,9 @@ ROUNDING_NAMES = {0: "rtne", 1: "rtna", 2: "rtz"}
 # struct KernelArgs: 4 pointers, 4 x int64[3] strides, heads, seqlen_q, seqlen_k, bh_offset (u32),
 # scale_log2e (f32), flip_lsb (u32), wg_end, qblocks, split_parts, split_tiles (u32), ws (pointer).
 KERNEL_ARGS = struct.Struct("<4Q12q4IfI4IQ")
-# struct KernelArgsV2 (ABI v2's kernels): KernelArgs, then these: group, mask (u32), cu_q, cu_k, lse
-# (pointers), lse_bstride, lse_hstride (u64).
-V2_FIELDS = struct.Struct("<2I5Q")
+# struct KernelArgsV2 (ABI v2's kernels): KernelArgs, then these: group, mask, bh, reserved (u32), cu_q,
+# cu_k, lse (pointers), lse_bstride, lse_hstride (u64).
+V2_FIELDS = struct.Struct("<4I5Q")
 SPLIT_RECORD = 132  # kSplitRecord, kernel/hip/parts/layout.h: fp32 per partial row
 MI300X_CUS = planning.DEFAULT_COMPUTE_UNITS["hip"]  # hipDeviceAttributeMultiprocessorCount on MI300X
 
@@ -233,6 +233,8 @@ class EmuLibrary:
                 args += V2_FIELDS.pack(
                     h // hk,
                     params.mask,
+                    b * h,
+                    0,
                     params.cu_seqlens_q or 0,
                     params.cu_seqlens_k or 0,
                     params.lse or 0,

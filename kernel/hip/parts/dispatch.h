@@ -60,6 +60,8 @@ struct KernelArgsV2 {
   KernelArgs a;        /* seqlen_q/k: the packed totals in varlen; wg_end UINT32_MAX, no split */
   uint32_t group;      /* heads / heads_kv: query head h reads K/V head h / group */
   uint32_t mask;       /* ra_mask */
+  uint32_t bh;         /* batch * heads: the workgroups are dealt out q-block by q-block (heaviest first) */
+  uint32_t reserved;   /* 0 */
   const int32_t* cu_q; /* varlen: batch + 1 offsets (device memory), else null */
   const int32_t* cu_k;
   float* lse;              /* null: not written; else row i of (b, h) at lse[b lse_bstride + h lse_hstride + q0 + i] */
