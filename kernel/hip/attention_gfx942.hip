@@ -199,6 +199,115 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   }
 }
 
+/* ABI v2 (issue 40): GQA, causal masks, varlen and the LSE, on the same key loop. The grid's
+ * (ceil(longest Sq / 256), B*H) workgroups take the (q-block, sequence and head) pairs heaviest q-block
+ * first (KernelArgsV2 says which rows and keys a sequence has). A causal
+ * block runs only the key tiles below its last row's limit (the loop's seqlen_k is that limit, so the
+ * copies read zeros past it and the tail mask covers it), and masks the diagonal row by row
+ * (RowLimit). A row that sees no key writes +0 and LSE -inf, as FlashAttention; a block none of whose
+ * rows sees a key runs no key loop. No tail split. */
+template <int R, int L>
+__device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
+  static_assert(kLdsBytes <= 65536, "gfx942 gives a workgroup at most 64 KiB of LDS");
+  __shared__ u32x4 lds_k[2][kBlockK * kKGranules];
+  __shared__ u32x4 lds_vt[2][kHeadDim * kVGranules];
+
+  const int t = (int)__builtin_amdgcn_workitem_id_x();
+  const int lane = t & 63;
+  const int li = lane & 15;
+  const int g = lane >> 4;
+  const int w = __builtin_amdgcn_readfirstlane(t >> 6);
+
+  /* Heaviest first: a causal q-block's key range grows with its index, and workgroups are dispatched
+   * in linear order, so the linear id is dealt out from the last q-block down, every (sequence, head)
+   * at one q-block before the next (a longest-first order over the CUs' rounds). A bijection of the
+   * grid: which workgroup computes a block changes, no block's arithmetic does. */
+  const uint32_t lin = (__builtin_amdgcn_workgroup_id_y() + x.a.bh_offset) * x.a.qblocks + __builtin_amdgcn_workgroup_id_x();
+  const uint32_t bh = lin % x.bh;
+  const uint32_t qblock = x.a.qblocks - 1u - lin / x.bh;
+  const uint32_t b = bh / x.a.heads;
+  const uint32_t h = bh - b * x.a.heads;
+  uint32_t q0 = 0u, k0 = 0u, len_q = x.a.seqlen_q, len_k = x.a.seqlen_k;
+  if (x.cu_q != nullptr) { /* varlen: sequence b's rows (scalar loads: b is the workgroup's) */
+    q0 = (uint32_t)x.cu_q[b];
+    len_q = (uint32_t)x.cu_q[b + 1] - q0;
+    k0 = (uint32_t)x.cu_k[b];
+    len_k = (uint32_t)x.cu_k[b + 1] - k0;
+  }
+  if (qblock * (uint32_t)kBlockQ >= len_q) return; /* past this sequence's rows (grid x is the longest's) */
+  /* row i sees keys [0, clamp(i + 1 + off, 0, len_k)); the planner keeps lengths below 2^30, so every
+   * limit below is a 32-bit int */
+  const int off = x.mask == kMaskTopLeft ? 0 : x.mask == kMaskBottomRight ? (int)len_k - (int)len_q : (int)len_k;
+  const uint32_t r_end = len_q - qblock * (uint32_t)kBlockQ < (uint32_t)kBlockQ ? len_q : (qblock + 1u) * (uint32_t)kBlockQ;
+  const int e = (int)r_end + off; /* the block's last row's limit */
+  const uint32_t lim_blk = e <= 0 ? 0u : (uint32_t)e < len_k ? (uint32_t)e : len_k;
+
+  KernelArgs a = x.a;
+  a.seqlen_q = len_q;
+  a.seqlen_k = lim_blk; /* the key loop's keys: no tile past the block's last visible key */
+  const uint32_t hk = h / x.group;
+  const uint16_t* qb = a.q + (int64_t)b * a.q_stride[0] + (int64_t)h * a.q_stride[1] + (int64_t)q0 * a.q_stride[2];
+  const uint16_t* kb = a.k + (int64_t)b * a.k_stride[0] + (int64_t)hk * a.k_stride[1] + (int64_t)k0 * a.k_stride[2];
+  const uint16_t* vb = a.v + (int64_t)b * a.v_stride[0] + (int64_t)hk * a.v_stride[1] + (int64_t)k0 * a.v_stride[2];
+  uint16_t* ob = a.o + (int64_t)b * a.o_stride[0] + (int64_t)h * a.o_stride[1] + (int64_t)q0 * a.o_stride[2];
+
+  const uint32_t row0 = qblock * (uint32_t)kBlockQ + (uint32_t)(w * kRowsPerWave);
+  const bool active = row0 < len_q;
+
+  u32x4 qf[kMTiles][4];
+  load_q_fragments<L>(qf, qb, a.q_stride[2], row0, active ? len_q : 0u, li, g);
+
+  f32x4 o[kMTiles][kDTiles];
+  RowState st[kMTiles];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    st[mt].m = neg_inf();
+    st[mt].l = 0.0f;
+    st[mt].q = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = f32x4{0.f, 0.f, 0.f, 0.f};
+  }
+
+  if (lim_blk > 0u) {
+    /* the wave's first row's limit (its rows' limits minus 8g stay far inside int's range) */
+    const RowLimit rows{(int)row0 + 1 + off};
+    const KeyLoop c{a, kb, vb, 0u, (lim_blk + (uint32_t)kBlockK - 1u) / (uint32_t)kBlockK, active, w, lane, li, g};
+    if (kv_rows_fit<L>(a)) {
+      if (active)
+        key_loop<L, true, true>(c, lds_k, lds_vt, qf, o, st, rows);
+      else
+        key_loop<L, false, true>(c, lds_k, lds_vt, qf, o, st, rows);
+    } else {
+      if (active)
+        key_loop<L, true, false>(c, lds_k, lds_vt, qf, o, st, rows);
+      else
+        key_loop<L, false, false>(c, lds_k, lds_vt, qf, o, st, rows);
+    }
+  }
+
+  if (active) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      const float l_row = row_sum(st[mt].l, lane);
+      const uint32_t row = row0 + 16u * (uint32_t)mt + (uint32_t)li;
+      const bool none = len_k == 0u || (int)row + 1 + off <= 0; /* no visible key: +0, LSE -inf */
+      if (none) {
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = f32x4{0.f, 0.f, 0.f, 0.f};
+      }
+      const bool flip_first = a.flip_lsb != 0u && bh == 0u && row == 0u && g == 0;
+      store_output<R, L>(o[mt], none ? 1.0f : l_row, ob, a.o_stride[2], row, len_q, g, flip_first);
+      if (x.lse != nullptr && g == 0 && row < len_q) {
+        /* ln sum_j exp(scale s_j) = (q + log2 l) ln 2, q the row's exponent offset (softmax.h); a row
+         * whose max is -Inf (every visible score -Inf) gives NaN, as the reference */
+        const float v = (st[mt].q + __builtin_amdgcn_logf(l_row)) * 0.693147180559945f;
+        x.lse[b * x.lse_bstride + h * x.lse_hstride + q0 + row] =
+            none ? neg_inf() : st[mt].m == neg_inf() ? __builtin_nanf("") : v;
+      }
+    }
+  }
+}
+
 }  // namespace ra_gfx942
 
 /* The six variants as named kernels: <rounding>_<layout>. 512 threads, exactly. */
@@ -214,6 +323,19 @@ RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtz_packed, 2, ra_gfx942::kPacked)
 RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
 RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
 RA_GFX942_KERNEL(ra_attn_fwd_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
+
+/* ABI v2's six variants (parts/plan.h launches them for a call with GQA, a mask, varlen or an LSE). */
+#define RA_GFX942_V2_KERNEL(NAME, R, L)                                                              \
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(512, 512))) void NAME(           \
+      ra_gfx942::KernelArgsV2 a) {                                                                    \
+    ra_gfx942::attention_v2_body<R, L>(a);                                                            \
+  }
+RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtne_packed, 0, ra_gfx942::kPacked)
+RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtna_packed, 1, ra_gfx942::kPacked)
+RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtz_packed, 2, ra_gfx942::kPacked)
+RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
+RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
+RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
 
 /* Step 10's two extra launches: the split parts (no rounding: fp32 partials) and the merge per mode. */
 #define RA_GFX942_SPLIT_KERNEL(NAME, L)                                                              \
@@ -268,6 +390,23 @@ RA_GFX942_LAUNCHER(1, kStrided, ra_attn_fwd_gfx942_rtna_strided)
 RA_GFX942_LAUNCHER(2, kStrided, ra_attn_fwd_gfx942_rtz_strided)
 #undef RA_GFX942_LAUNCHER
 
+template <int R, int L>
+struct V2Launcher;
+#define RA_GFX942_V2_LAUNCHER(R, L, NAME)                                                            \
+  template <>                                                                                        \
+  struct V2Launcher<R, L> {                                                                          \
+    static void launch(dim3 grid, hipStream_t stream, const KernelArgsV2& a) {                       \
+      hipLaunchKernelGGL(NAME, grid, dim3(kThreads), 0, stream, a);                                  \
+    }                                                                                                \
+  };
+RA_GFX942_V2_LAUNCHER(0, kPacked, ra_attn_v2_gfx942_rtne_packed)
+RA_GFX942_V2_LAUNCHER(1, kPacked, ra_attn_v2_gfx942_rtna_packed)
+RA_GFX942_V2_LAUNCHER(2, kPacked, ra_attn_v2_gfx942_rtz_packed)
+RA_GFX942_V2_LAUNCHER(0, kStrided, ra_attn_v2_gfx942_rtne_strided)
+RA_GFX942_V2_LAUNCHER(1, kStrided, ra_attn_v2_gfx942_rtna_strided)
+RA_GFX942_V2_LAUNCHER(2, kStrided, ra_attn_v2_gfx942_rtz_strided)
+#undef RA_GFX942_V2_LAUNCHER
+
 template <int L>
 struct SplitLauncher;
 template <>
@@ -305,8 +444,7 @@ static std::atomic<unsigned long long> g_launch_count{0};
 }  // namespace ra_gfx942
 
 extern "C" ra_status ra_validate(const ra_attention_params* params, char* err, size_t err_len) {
-  const ra_status st = ra_validate_params(params, err, err_len);
-  return st != RA_OK ? st : ra_require_dense_v1(params, "hip", err, err_len); /* until the kernels gain v2 */
+  return ra_validate_params(params, err, err_len);
 }
 
 extern "C" ra_status ra_plan_launch(const ra_attention_params* params, const ra_device_facts* device,
@@ -350,6 +488,17 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, s
   a.flip_lsb = (RA_INJECT_NONDET && (launch_no & 1ull)) ? 1u : 0u;
   a.ws = nullptr;
   const hipStream_t stream = (hipStream_t)p->stream;
+  /* the v2 fields (used by the v2 kernels only: plan.kind_id == kPlanV2) */
+  KernelArgsV2 x;
+  x.group = (uint32_t)(p->heads / p->heads_kv);
+  x.mask = (uint32_t)p->mask;
+  x.bh = (uint32_t)(p->batch * p->heads);
+  x.reserved = 0u;
+  x.cu_q = p->cu_seqlens_q;
+  x.cu_k = p->cu_seqlens_k;
+  x.lse = p->lse;
+  x.lse_bstride = p->cu_seqlens_q ? 0u : (uint64_t)p->heads * (uint64_t)p->seqlen_q;
+  x.lse_hstride = (uint64_t)p->seqlen_q;
 
   void* ws = nullptr;
   if (plan.workspace_bytes > 0) {
@@ -371,7 +520,14 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, s
       a.split_tiles = l.split_tiles;
       const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
       switch (l.role) {
-        case RA_GFX942_DENSE: Launcher<R, L>::launch(grid, stream, a); break;
+        case RA_GFX942_DENSE:
+          if (plan.kind_id == kPlanV2) {
+            x.a = a;
+            V2Launcher<R, L>::launch(grid, stream, x);
+          } else {
+            Launcher<R, L>::launch(grid, stream, a);
+          }
+          break;
         case RA_GFX942_SPLIT: SplitLauncher<L>::launch(grid, stream, a); break;
         default: MergeLauncher<R, L>::launch(grid, stream, a); break;
       }

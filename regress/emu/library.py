@@ -23,16 +23,9 @@ import torch
 from regress.emu import EMU_VERSION
 from regress.emu.codeobject import CodeObject, CodeObjectError
 from regress.emu.machine import Launch, Memory, Trace
-from regress.facts.abi import (
-    RA_ABI_VERSION,
-    KernelError,
-    Params,
-    bhsd_strides,
-    check_call,
-    refuse_unsupported,
-)
+from regress.facts.abi import RA_ABI_VERSION, KernelError, Params, bhsd_strides, check_call_v2
 from regress.facts.abi import RA_HEAD_DIM as HEAD_DIM
-from regress.facts.results import ROUNDING_CODE
+from regress.facts.results import MASK_CODE, ROUNDING_CODE
 from regress.native import plan as planning
 
 BLOCK_Q = 256  # kBlockQ, kernel/hip/parts/layout.h (the timing model's geometry)
@@ -41,6 +34,9 @@ ROUNDING_NAMES = {0: "rtne", 1: "rtna", 2: "rtz"}
 # struct KernelArgs: 4 pointers, 4 x int64[3] strides, heads, seqlen_q, seqlen_k, bh_offset (u32),
 # scale_log2e (f32), flip_lsb (u32), wg_end, qblocks, split_parts, split_tiles (u32), ws (pointer).
 KERNEL_ARGS = struct.Struct("<4Q12q4IfI4IQ")
+# struct KernelArgsV2 (ABI v2's kernels): KernelArgs, then these: group, mask, bh, reserved (u32), cu_q,
+# cu_k, lse (pointers), lse_bstride, lse_hstride (u64).
+V2_FIELDS = struct.Struct("<4I5Q")
 SPLIT_RECORD = 132  # kSplitRecord, kernel/hip/parts/layout.h: fp32 per partial row
 MI300X_CUS = planning.DEFAULT_COMPUTE_UNITS["hip"]  # hipDeviceAttributeMultiprocessorCount on MI300X
 
@@ -140,11 +136,15 @@ class EmuLibrary:
         scale: float | None = None,
         out: torch.Tensor | None = None,
         stream: int | None = None,
-        **v2: Any,  # ABI v2's mask, cu_seqlens_q/k, max_seqlen_q/k, lse: refused until the kernel has them
+        mask: str = "none",
+        cu_seqlens_q: torch.Tensor | None = None,
+        cu_seqlens_k: torch.Tensor | None = None,
+        max_seqlen_q: int = 0,
+        max_seqlen_k: int = 0,
+        lse: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        refuse_unsupported(self.backend, q, k, layout, **v2)  # ra_require_dense_v1, as the C host code
-        # The same Python-side checks as every backend (regress.abi.check_call), CPU tensors.
-        (b, h, sq, sk, d), out = check_call(
+        # The same Python-side checks as every backend (regress.abi.check_call_v2), CPU tensors.
+        (b, h, sq, sk, d, hk), out = check_call_v2(
             q,
             k,
             v,
@@ -154,6 +154,12 @@ class EmuLibrary:
             out=out,
             device_type=self.device_type,
             backend=self.backend,
+            mask=mask,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k,
+            lse=lse,
         )
         tensors = {"q": q, "k": k, "v": v, "o": out}
         strides = {n: bhsd_strides(t, layout) for n, t in tensors.items()}  # type: ignore[arg-type]
@@ -161,7 +167,13 @@ class EmuLibrary:
         params.abi_version = RA_ABI_VERSION
         params.q, params.k, params.v, params.o = (t.data_ptr() for t in tensors.values())
         params.batch, params.heads, params.seqlen_q, params.seqlen_k, params.head_dim = b, h, sq, sk, d
-        params.heads_kv = h  # v2's other fields stay zero: refuse_unsupported passed only dense calls
+        params.heads_kv, params.mask = hk, MASK_CODE[mask]
+        extra = [t for t in (cu_seqlens_q, cu_seqlens_k, lse) if t is not None]  # more device memory
+        if cu_seqlens_q is not None and cu_seqlens_k is not None:
+            params.cu_seqlens_q, params.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+            params.max_seqlen_q, params.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        if lse is not None:
+            params.lse = lse.data_ptr()
         for n, st in strides.items():
             getattr(params, f"{n}_stride")[:] = st
         params.scale = 0.0 if scale is None else effective_scale(scale)
@@ -188,7 +200,7 @@ class EmuLibrary:
             flip = self._launches & 1
 
         memory = Memory()
-        for t in tensors.values():
+        for t in (*tensors.values(), *extra):
             st = t.untyped_storage()
             memory.map_host(st.data_ptr(), st.nbytes())
         ws_ptr = 0
@@ -217,6 +229,18 @@ class EmuLibrary:
                 la.split_tiles,
                 ws_ptr,
             )
+            if la.kernel.startswith("ra_attn_v2_"):  # KernelArgsV2: the v2 fields after the block
+                args += V2_FIELDS.pack(
+                    h // hk,
+                    params.mask,
+                    b * h,
+                    0,
+                    params.cu_seqlens_q or 0,
+                    params.cu_seqlens_k or 0,
+                    params.lse or 0,
+                    0 if cu_seqlens_q is not None else h * sq,
+                    sq,
+                )
             part = Launch(self.code.kernels[la.kernel], memory, args, strict=self.strict)
             _merge(trace, part.run(la.grid[:2], plan.threads))
         self.last_plan = plan.to_dict()

@@ -285,11 +285,65 @@ class Ours:
             self.lib.forward(q, k, v, layout=self.layout, rounding=mode)
         return sink[-1]
 
+    def _record_v2(
+        self, mode: str, n: int, causal: bool, rising: bool = False
+    ) -> tuple[Kernel, list[list[RecordT]]]:
+        """One CU's resident workgroups of the v2 kernel (parts/plan.h's gfx942_v2), n key tiles each:
+        one 256-row q-block per head; causal: bottom-right with Sq = 256, so the block's last row sees
+        all n tiles and its diagonal (the per-row masks) is the last four; else unmasked (the LSE makes
+        the call a v2 one)."""
+        wpc = timing.occupancy(next(iter(self.lib.code.kernels.values())), 512).wgs_per_cu
+        sk = KEYS_PER_TILE * n
+        if self.layout == "bshd":  # twice the heads make the rows strided; the first wpc are the call
+            q, k, v = (t[:, :, :wpc] for t in sample_qkv(BLOCK_Q, sk, KEYS_PER_TILE, rising, "bshd", 2 * wpc))
+        else:
+            q, k, v = sample_qkv(BLOCK_Q, sk, KEYS_PER_TILE, rising, "bhsd", wpc)
+        kw: dict[str, object] = (
+            {"mask": "causal_bottom_right"} if causal else {"lse": torch.empty(1, wpc, BLOCK_Q)}
+        )
+        with recording() as sink:
+            self.lib.forward(q, k, v, layout=self.layout, rounding=mode, **kw)  # type: ignore[arg-type]
+        return sink[-1]
+
+    def _v2_launches(self, shape: Shape, mode: str) -> list[Launch]:
+        """GQA, causal (bottom-right) or varlen: one launch of the v2 kernel. As AiterModel's causal
+        and varlen rows: the workgroups that hold rows (those past a sequence's end return at once),
+        each timed at the average of their key tiles (the imbalance between them is not modelled); a
+        causal q-block runs the tiles up to its last row's limit."""
+        wgs, key_tiles = 0, 0
+        for sq, sk in shape.seqs():
+            nq = math.ceil(sq / BLOCK_Q)
+            for j in range(nq):
+                last = min(sq, BLOCK_Q * (j + 1))
+                keys = min(sk, max(0, sk - sq + last)) if shape.causal else sk
+                key_tiles += math.ceil(keys / KEYS_PER_TILE)
+            wgs += nq
+        wgs *= shape.h
+        key_tiles *= shape.h
+        tiles = max(1, round(key_tiles / wgs))
+        kv_tile = 2 * KEYS_PER_TILE * shape.d * 2
+        q_o = 2 * BLOCK_Q * shape.d * 2
+        l2 = float(key_tiles * kv_tile + wgs * q_o)
+        grid = Grid("main", wgs, tiles, shape.bytes_qkvo(), l2, shape.flops, rise_rate(tiles, ROWS_PER_WAVE))
+        if shape.causal:  # both samples hold the diagonal's four masked tiles: its cost is in the fixed part
+            key = f"v2-causal-{mode}-{self.layout}"
+            rec, rise = (
+                (lambda n: self._record_v2(mode, n, True)),
+                (lambda n: self._record_v2(mode, n, True, True)),
+            )
+            return [Launch(key, grid, rec, tiles=(8, 12), rise_record=rise)]
+        return [
+            Launch(
+                f"v2-{mode}-{self.layout}",
+                grid,
+                lambda n: self._record_v2(mode, n, False),
+                rise_record=lambda n: self._record_v2(mode, n, False, True),
+            )
+        ]
+
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
-        if not shape.plain:
-            raise ValueError("our kernel has no causal or varlen mode yet")
-        if shape.hkv != shape.h:
-            raise ValueError("our kernel has no grouped-query mode (Hkv must equal H)")
+        if not shape.plain or shape.hkv != shape.h:
+            return self._v2_launches(shape, mode)
         wgs = shape.b * shape.h * math.ceil(shape.sq / BLOCK_Q)
         tiles = math.ceil(shape.sk / KEYS_PER_TILE)
         kv_tile = 2 * KEYS_PER_TILE * shape.d * 2

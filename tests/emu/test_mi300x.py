@@ -202,7 +202,8 @@ def test_the_benchmark_prints_one_line_per_row_and_a_summary(capsys: pytest.Capt
     assert mi300x_model.main(argv) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(lines) == 3 and lines[-1]["summary"] and lines[-1]["predicted"]
-    assert "grouped-query" in lines[1]["error"]  # a shape the kernel refuses is a row saying so
+    gqa = lines[1]  # grouped-query: the v2 kernel since issue 40 (it was a row saying it was refused)
+    assert "error" not in gqa and gqa["hkv"] == 2 and gqa["predicted_ms"] > 0, gqa
     row = lines[0]
     assert row["shape"] == [1, 2, 512, 128] and row["kernel"] == "ours" and row["published_ms"] is None
     assert row["predicted_ms"] > 0 and row["bound"] == "compute" and 0 < row["mfma_busy"] < 1
@@ -332,3 +333,26 @@ def test_aiter_causal_and_varlen_grids() -> None:
     (la,) = model.launches(Shape.parse("2,lens=256/512"), "rtne")
     assert la.key == "main-group-rtne" and la.grid.workgroups == 2 * 3
     assert la.grid.tiles == round(2 * (8 + 2 * 16) / 6)
+
+
+@pytest.mark.slow  # a gfx942 build and the v2 kernel's emulated steady state
+def test_our_v2_launches_and_steady_state(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """GQA, causal and varlen calls are one launch of the v2 kernel (parts/plan.h's gfx942_v2): the
+    q-blocks that hold rows, a causal one timed at the average of the tiles up to its last row; the
+    same key loop as the dense kernel (128 MFMAs per tile), the causal diagonal in the fixed part."""
+    from regress.emu.mi300x import Ours, Predictor
+    from regress.native.build import build_kernel
+
+    ours = Ours(build_kernel("hip-emu", cache_dir=tmp_path_factory.mktemp("co")).path)
+    (la,) = ours.launches(Shape.parse("1,1,1024,1024,causal"), "rtz")
+    assert la.key == "v2-causal-rtz-bshd" and la.tiles == (8, 12)
+    assert (la.grid.workgroups, la.grid.tiles) == (4, round((4 + 8 + 12 + 16) / 4))
+    (la,) = ours.launches(Shape.parse("2,lens=256/512"), "rtne")
+    assert la.key == "v2-rtne-bshd" and la.grid.workgroups == 2 * 3
+    assert la.grid.tiles == round(2 * (4 + 2 * 8) / 6)
+    (la,) = ours.launches(Shape.parse("1,4,600,300,2"), "rtne")  # GQA alone
+    assert la.key == "v2-rtne-bshd" and (la.grid.workgroups, la.grid.tiles) == (12, 5)
+    pred = Predictor()
+    for shape in ("1,4,600,300,2", "1,1,1024,1024,causal"):
+        (la,) = ours.launches(Shape.parse(shape), "rtne")
+        _check_steady(pred.steady("ours", la), 128)

@@ -37,6 +37,13 @@ VARIANTS = [
     for layout in ("packed", "strided")
     for mode in ("rtne", "rtna", "rtz")
 ]
+# ABI v2 (issue 40: GQA, causal masks, varlen, the LSE): the same key loop on its own argument block,
+# one kernel per (mode, layout); the dense kernels above are left as they were.
+V2_KERNELS = [
+    f"ra_attn_v2_gfx942_{mode}_{layout}"
+    for layout in ("packed", "strided")
+    for mode in ("rtne", "rtna", "rtz")
+]
 # Step 10 (the tail split, kernel/hip/parts/plan.h): the split parts' kernel per layout (same tile
 # loop, fp32 partials) and the merge per (mode, layout).
 SPLIT_KERNELS = [f"ra_attn_split_gfx942_{layout}" for layout in ("packed", "strided")]
@@ -138,9 +145,9 @@ def test_all_variant_kernels_present(clean):
     for name in VARIANTS:
         assert name in funcs, f"kernel {name} missing from the code object"
         assert f"{name}.kd" in clean.symbols, f"kernel descriptor {name}.kd missing"
-    for name in SPLIT_KERNELS + MERGE_KERNELS:
-        assert name in funcs and f"{name}.kd" in clean.symbols, f"step-10 kernel {name} missing"
-    assert set(clean.resources) == set(VARIANTS + SPLIT_KERNELS + MERGE_KERNELS)
+    for name in SPLIT_KERNELS + MERGE_KERNELS + V2_KERNELS:
+        assert name in funcs and f"{name}.kd" in clean.symbols, f"kernel {name} missing"
+    assert set(clean.resources) == set(VARIANTS + SPLIT_KERNELS + MERGE_KERNELS + V2_KERNELS)
 
 
 def test_split_kernels_run_the_same_tile_loop(clean):
@@ -161,7 +168,7 @@ def test_split_kernels_run_the_same_tile_loop(clean):
 
 def test_disassembly_uses_bf16_mfma(clean):
     funcs = clean.functions()
-    for name in VARIANTS:
+    for name in VARIANTS + V2_KERNELS:
         count = sum(MFMA in line for line in funcs[name])
         want = KEY_LOOP_MFMAS * key_loops(name)
         assert count == want, f"{name}: {count} x {MFMA}, expected {want}"
@@ -183,7 +190,7 @@ def test_disassembly_uses_bf16_mfma(clean):
         assert m0_writes and all("s_add_u32 m0," in ln for ln in m0_writes), m0_writes[:3]
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", VARIANTS + V2_KERNELS)
 def test_resources_no_scratch_no_spills(clean, name):
     r = clean.resources[name]
     assert r["ScratchSize [bytes/lane]"] == "0"
@@ -197,7 +204,7 @@ def test_resources_no_scratch_no_spills(clean, name):
 
 @pytest.mark.slow  # a gfx942 build and its disassembly (2.5 s CPU)
 def test_inline_asm_mfma_hazards_are_covered(clean):
-    for name in VARIANTS + SPLIT_KERNELS + MERGE_KERNELS:
+    for name in VARIANTS + SPLIT_KERNELS + MERGE_KERNELS + V2_KERNELS:
         problems = mfma_hazards(clean.path, name)
         assert not problems, f"{name}: {len(problems)} MFMA hazard(s), first: {problems[:5]}"
 
@@ -207,7 +214,7 @@ def test_static_scan_agrees_with_the_compilers_hazard_recognizer(tmp_path_factor
     """With the builtin MFMA the compiler's own GCNHazardRecognizer places the wait states: the
     scan, reading the same rules, finds nothing to add (and its MFMAs are seen, ranges and all)."""
     co = compile_variant(tmp_path_factory, "-DRA_HIP_MFMA_BUILTIN=1")
-    for name in VARIANTS:
+    for name in VARIANTS + V2_KERNELS:
         problems = mfma_hazards(co.path, name)
         assert not problems, f"{name}: {len(problems)} finding(s), first: {problems[:5]}"
 

@@ -56,23 +56,26 @@ def test_quick_nightly_runs_the_compile_only_code_object(tmp_path: Path, cache: 
     # The vs-AITER rows skip, with the reason, only where the amd-aiter wheel cannot be had.
     aiter_rows = [r for r in bundle["results"] if r["name"].endswith("_vs_aiter")]
     skipped = [r for r in aiter_rows if r["status"] == "skip"]
-    # ABI v2 cases (GQA, masks, varlen): skips with the backend's refusal until the gfx942 kernel has them.
-    v2 = [r for r in bundle["results"] if {"hkv", "mask", "seqs"} & set(r["params"])]
-    assert all(r["status"] == "skip" and "backend does not" in r["message"] for r in v2), v2[:2]
+    # ABI v2 cases (GQA, masks, varlen; issue 40): run by the gfx942 v2 kernels, none skipped.
+    v2 = [r for r in bundle["results"] if {"hkv", "mask", "seqs"} & set(r["params"]) and r not in skipped]
+    assert len(v2) >= 20 and all(r["status"] == "pass" for r in v2), [
+        r["name"] for r in v2 if r["status"] != "pass"
+    ]
     failed = [
-        (r["name"], r["message"])
-        for r in bundle["results"]
-        if r["status"] != "pass" and r not in skipped and r not in v2
+        (r["name"], r["message"]) for r in bundle["results"] if r["status"] != "pass" and r not in skipped
     ]
     assert outcome.exit_code == 0 and not failed, failed
-    assert len(aiter_rows) == 10 and all("AITER v3 not run" in r["message"] for r in skipped)
+    assert len(aiter_rows) == 22 and all("AITER v3 not run" in r["message"] for r in skipped)
     for r in aiter_rows:
         if r["status"] == "pass":
             m = r["metrics"]
             assert (
                 m["vs_aiter:nonfinite_positions_identical"] in (0, 1) and "vs_aiter:plain_ulp_hist_gt3" in m
             )
-            assert m["aiter:meets_contract"] == 1, (r["name"], r["message"])
+            # AITER's own rtz *_causal_* / *_group objects miss the rtz limit (2.15-2.35 scaled ULP on
+            # the quick shapes): recorded in the row, not required of a peer
+            if r["params"]["mode"] != "rtz" or not {"mask", "seqs"} & set(r["params"]):
+                assert m["aiter:meets_contract"] == 1, (r["name"], r["message"])
             assert m["vs_aiter:scaled_ulp_max"] >= 0, (r["name"], r["message"])
     assert bundle["build"]["artifact_hash"] == made.artifact_hash
     assert made.artifact_hash == hashlib.sha256(made.path.read_bytes()).hexdigest()
@@ -196,12 +199,20 @@ def test_rounding_swap_drill_fails_the_quick_nightly(tmp_path: Path, cache: Path
         )
     )
     assert outcome.exit_code == 1
-    assert set(outcome.summary["failing_cases"]) == {
+    failing = set(outcome.summary["failing_cases"])
+    directed = {
         f"ulp/b1_h3_sq4_sk{sk}_{layout}_{mode}_rounding"
         for sk in (128, 4)
         for layout in ("bshd", "bhsd")
         for mode in ("rtne", "rtz")
     }
+    assert directed <= failing, sorted(directed - failing)
+    # Beside them only ABI v2 cases (issue 40) of the two swapped modes: their larger outputs carry the
+    # swap past the scaled-ULP limit too; no rtna case and no dense realistic case fails.
+    others = failing - directed
+    assert all(
+        ("_rtne" in n or "_rtz" in n) and ("_hkv" in n or "_causal" in n or "_varlen" in n) for n in others
+    ), sorted(others)
 
 
 @pytest.mark.slow  # the split path on the emulator: 8 launches of a 3-launch call, fp64 references

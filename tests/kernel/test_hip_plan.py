@@ -20,7 +20,7 @@ from regress.facts.abi import KernelError
 from regress.facts.metrics import plan_label
 from regress.facts.results import CaseResult, CaseSpec
 from regress.native.build import PLANNERS, REPO_ROOT, BuildError, build_planner
-from regress.native.plan import DEFAULT_COMPUTE_UNITS, plan_launch, planner, shape_params, summary
+from regress.native.plan import plan_launch, summary
 from regress.store.repo import Store, add_result, finish_run, get_or_create_stack, start_run
 
 pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="g++ builds the host-only planner")
@@ -123,22 +123,6 @@ def test_the_planner_table_and_a_missing_source(tmp_path: Path, monkeypatch: pyt
         build_planner("cpu", cache_dir=tmp_path)
 
 
-@pytest.mark.parametrize("backend", ["hip"])
-@pytest.mark.parametrize(
-    ("field", "value", "says"),
-    [("heads_kv", 2, "heads_kv 2 != heads 4"), ("mask", 1, "mask"), ("lse", 1 << 16, "lse")],
-)
-def test_a_planner_refuses_what_its_forward_refuses(backend: str, field: str, value: int, says: str) -> None:
-    """ABI v2's features: the gfx942 kernels lack them yet, so the plan is refused as the forward is
-    (ra_require_dense_v1), naming the argument and the backend, never planned as a dense call. (The
-    sm_90a planner plans them: tests/kernel/test_cuda_plan.py.)"""
-    params = shape_params(1, 4, 256, 256)
-    setattr(params, field, value)
-    with pytest.raises(KernelError) as e:
-        planner(backend).plan(params, DEFAULT_COMPUTE_UNITS[backend])
-    assert e.value.code == 9 and says in str(e.value) and backend in str(e.value), str(e.value)
-
-
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "regress", *args],
@@ -206,8 +190,10 @@ def test_regress_plan_prints_the_plan(
     assert json.loads(out) == want and want["kind"] == "sm90_v2_varlen_packgqa_causal"
     code, out, err = cli("plan", "2", "8", "64", "64", "--backend", "cuda", "--varlen", "64")
     assert code == 2 and "MAXQ,MAXK" in err
-    code, out, err = cli("plan", "2", "8", "64", "64", "--backend", "hip", "--mask", "causal_top_left")
-    assert code == 2 and "hip planner refused" in err
+    code, out, err = cli(
+        "plan", "2", "8", "64", "64", "--backend", "hip", "--mask", "causal_top_left", "--json"
+    )
+    assert code == 0 and json.loads(out)["kind"] == "gfx942_v2", err
 
 
 def test_plan_label_reads_what_a_result_recorded() -> None:
@@ -262,3 +248,29 @@ def test_a_result_records_the_plan_its_library_runs() -> None:
         assert plan_metrics(emu, shape, "bshd", "rtne") == want
     cpu = make_context(build_kernel("cpu").path, "cpu", opts)
     assert plan_metrics(cpu, Shape(1, 4, 2048, 2048), "bshd", "rtne") == {}
+
+
+def test_v2_calls_plan_the_v2_kernels() -> None:
+    """ABI v2 (issue 40): any of GQA, a mask, varlen or an LSE launches the v2 kernel once, grid
+    (ceil(longest q / 256), B*H), no tail split; the same shape without them keeps its dense plan; a
+    varlen call with no query rows launches nothing; lengths of 2^30 or more are refused."""
+    dense = plan_launch("hip", 1, 4, 2048, 2048)
+    assert dense["kind"] == "gfx942_tail_split"
+    for kw in (
+        dict(heads_kv=2),
+        dict(mask="causal_top_left"),
+        dict(mask="causal_bottom_right"),
+        dict(lse=True),
+        dict(max_seqlen=(700, 2048)),
+    ):
+        plan = plan_launch("hip", 1, 4, 2048, 2048, **kw)  # type: ignore[arg-type]
+        qblocks = -(-kw.get("max_seqlen", (2048,))[0] // 256)  # type: ignore[index, operator]
+        assert plan["kind"] == "gfx942_v2" and plan["workspace_bytes"] == 0 and plan["merge"] == "none", kw
+        (la,) = plan["launches"]
+        assert la == {"role": "dense", "kernel": "ra_attn_v2_gfx942_rtne_strided", "grid": [qblocks, 4, 1]}, (
+            kw
+        )
+    empty = plan_launch("hip", 3, 4, 5, 10, max_seqlen=(0, 10))
+    assert empty["grid"][0] == 0 and "launches" not in empty  # regress.plan lists none
+    with pytest.raises(KernelError, match="below 2\\^30"):
+        plan_launch("hip", 1, 1, 1 << 30, 64, mask="causal_top_left")

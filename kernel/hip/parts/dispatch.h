@@ -49,6 +49,26 @@ struct KernelArgs {
   float* ws;            /* partials: per (tail q-block, part, row) kSplitRecord floats */
 };
 
+/* ABI v2's kernels (issue 40: GQA, causal masks, varlen, LSE): the dense block above, then the v2
+ * fields. A separate block so the dense kernels' argument block, and their code, stay as they were.
+ * Sequence b of a call: rows [cu_q[b], cu_q[b+1]) of Q/O and [cu_k[b], cu_k[b+1]) of K/V (varlen),
+ * else rows [0, seqlen_q) and [0, seqlen_k) of batch entry b; query row i of it sees the keys
+ * [0, clamp(i + 1 + off, 0, len_k)), off = len_k (no mask), 0 (top-left), len_k - len_q (bottom-right). */
+constexpr uint32_t kMaskTopLeft = 1;     /* RA_MASK_CAUSAL_TOP_LEFT (regress_attn.h) */
+constexpr uint32_t kMaskBottomRight = 2; /* RA_MASK_CAUSAL_BOTTOM_RIGHT */
+struct KernelArgsV2 {
+  KernelArgs a;        /* seqlen_q/k: the packed totals in varlen; wg_end UINT32_MAX, no split */
+  uint32_t group;      /* heads / heads_kv: query head h reads K/V head h / group */
+  uint32_t mask;       /* ra_mask */
+  uint32_t bh;         /* batch * heads: the workgroups are dealt out q-block by q-block (heaviest first) */
+  uint32_t reserved;   /* 0 */
+  const int32_t* cu_q; /* varlen: batch + 1 offsets (device memory), else null */
+  const int32_t* cu_k;
+  float* lse;              /* null: not written; else row i of (b, h) at lse[b lse_bstride + h lse_hstride + q0 + i] */
+  uint64_t lse_bstride;    /* dense heads * seqlen_q, varlen 0 */
+  uint64_t lse_hstride;    /* seqlen_q (varlen: the packed total) */
+};
+
 /* Step 5 (docs/hip-gfx942.md, "Design steps"): tiles wholly below seqlen_k copy without per-load
  * bounds tests (TileCopy::load_full) and skip the key mask's compares. */
 

@@ -15,6 +15,10 @@
  *                      launch stops before them, the split launch (parts x tail workgroups) writes
  *                      fp32 partials to the workspace, the merge launch (16 x tail, 512 threads)
  *                      combines each tile's parts in index order and rounds once.
+ *   gfx942_v2          (issue 40) a call with GQA, a causal mask, varlen or an LSE: one launch of the
+ *                      v2 kernels, grid (ceil(Sq / 256), B*H), Sq the longest sequence's in varlen
+ *                      (a sequence's q-blocks past its own length return at once); a causal q-block
+ *                      runs only the key tiles below its last row's limit. No tail split.
  * launch_at(i) lists the launches of a plan in issue order; the host part launches exactly them and
  * the emulator (regress/emu/library.py) runs exactly them.
  */
@@ -46,8 +50,8 @@ typedef struct {
 
 namespace ra_gfx942 {
 
-enum PlanKind : int32_t { kPlanDense = 0, kPlanTailSplit = 1 };
-constexpr const char* kPlanNames[] = {"gfx942_dense", "gfx942_tail_split"};
+enum PlanKind : int32_t { kPlanDense = 0, kPlanTailSplit = 1, kPlanV2 = 2 };
+constexpr const char* kPlanNames[] = {"gfx942_dense", "gfx942_tail_split", "gfx942_v2"};
 
 constexpr uint64_t kGridYMax = 65535;     /* grid.y limit of a dispatch */
 constexpr uint64_t kMergeRowsPerWg = 16;  /* merge: 512 threads, 32 per row (4 dims each) */
@@ -90,6 +94,12 @@ inline SplitPlan tail_split_plan(uint64_t wgs, uint64_t n_tiles, uint64_t cus, i
   return plan;
 }
 
+/* A call that needs the v2 kernels (any ABI v2 feature); the others run the dense kernels, unchanged. */
+inline bool uses_v2(const ra_attention_params& p) {
+  return p.heads_kv != p.heads || p.mask != RA_MASK_NONE || p.cu_seqlens_q != nullptr || p.lse != nullptr;
+}
+constexpr int64_t kV2MaxLen = (int64_t)1 << 30;
+
 /* kPacked: every tensor's seq stride is head_dim (one head's rows back to back); else kStrided. */
 inline bool packed_layout(const ra_attention_params& p) {
   return p.q_stride[2] == kHeadDim && p.k_stride[2] == kHeadDim && p.v_stride[2] == kHeadDim &&
@@ -99,15 +109,20 @@ inline bool packed_layout(const ra_attention_params& p) {
 /* The plan of a call (ra_plan_launch's body). */
 inline ra_status plan_launch(const ra_attention_params* p, const ra_device_facts* dev, ra_launch_plan* out,
                              char* err, size_t err_len) {
-  ra_status st = ra_validate_params(p, err, err_len);
-  /* the plan refuses what the forward refuses: no gfx942 kernel has ABI v2's features yet */
-  if (st == RA_OK) st = ra_require_dense_v1(p, "hip", err, err_len);
+  const ra_status st = ra_validate_params(p, err, err_len);
   if (st != RA_OK) return st;
   if (dev == nullptr || out == nullptr)
     return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "%s is a null pointer", dev == nullptr ? "device" : "plan");
   if (dev->compute_units < 1)
     return ra_fail(err, err_len, RA_ERR_DEVICE, "compute_units is %d, must be >= 1", (int)dev->compute_units);
-  const uint64_t qblocks = ((uint64_t)p->seqlen_q + kBlockQ - 1) / kBlockQ;
+  const bool v2 = uses_v2(*p);
+  /* v2 kernels: signed 32-bit row limits (row + 1 + off) with room to spare */
+  if (v2 && (p->seqlen_q >= kV2MaxLen || p->seqlen_k >= kV2MaxLen))
+    return ra_fail(err, err_len, RA_ERR_SHAPE, "seqlen_q %lld / seqlen_k %lld: the gfx942 v2 kernels take below 2^30",
+                   (long long)p->seqlen_q, (long long)p->seqlen_k);
+  const int64_t rows_q = v2 && p->cu_seqlens_q ? p->max_seqlen_q : p->seqlen_q;
+  const int64_t rows_k = v2 && p->cu_seqlens_q ? p->max_seqlen_k : p->seqlen_k;
+  const uint64_t qblocks = ((uint64_t)rows_q + kBlockQ - 1) / kBlockQ;
   /* The dispatch packet counts work-items in 32 bits per grid dimension. */
   if (qblocks * (uint64_t)kThreads > 0xFFFFFFFFull)
     return ra_fail(err, err_len, RA_ERR_SHAPE, "seqlen_q %lld needs more than 2^32 work-items in grid x",
@@ -117,11 +132,12 @@ inline ra_status plan_launch(const ra_attention_params* p, const ra_device_facts
   if (qblocks * bh >= 0xFFFFFFFFull)
     return ra_fail(err, err_len, RA_ERR_SHAPE, "batch*heads*ceil(seqlen_q/256) = %llu q-blocks is 2^32 - 1 or more",
                    (unsigned long long)(qblocks * bh));
-  const uint64_t n_tiles = ((uint64_t)p->seqlen_k + kBlockK - 1) / kBlockK;
-  const SplitPlan sp = tail_split_plan(qblocks * bh, n_tiles, (uint64_t)dev->compute_units, dev->max_workspace_bytes);
+  const uint64_t n_tiles = ((uint64_t)rows_k + kBlockK - 1) / kBlockK;
+  const SplitPlan sp = v2 ? SplitPlan{0u, 0u, 0u}
+                          : tail_split_plan(qblocks * bh, n_tiles, (uint64_t)dev->compute_units, dev->max_workspace_bytes);
 
   memset(out, 0, sizeof *out);
-  out->kind_id = sp.tail ? kPlanTailSplit : kPlanDense;
+  out->kind_id = v2 ? kPlanV2 : sp.tail ? kPlanTailSplit : kPlanDense;
   snprintf(out->kind, sizeof out->kind, "%s", kPlanNames[out->kind_id]);
   out->threads = kThreads;
   /* The dense launch; with a split tail it stops at the (batch, head) row of q-block T - tail - 1
@@ -149,7 +165,8 @@ inline ra_status plan_launch(const ra_attention_params* p, const ra_device_facts
 inline bool launch_at(const ra_attention_params& p, const ra_launch_plan& plan, int64_t i, ra_gfx942_launch* out) {
   static const char* const kModes[] = {"rtne", "rtna", "rtz"};
   const char* lay = packed_layout(p) ? "packed" : "strided";
-  const int64_t chunks = (plan.grid[1] + (int64_t)kGridYMax - 1) / (int64_t)kGridYMax;
+  /* a varlen call whose sequences are all empty of queries launches nothing (grid x 0) */
+  const int64_t chunks = plan.grid[0] == 0 ? 0 : (plan.grid[1] + (int64_t)kGridYMax - 1) / (int64_t)kGridYMax;
   const int64_t total = chunks + (plan.split_tiles ? 2 : 0);
   if (i < 0 || i >= total) return false;
   memset(out, 0, sizeof *out);
@@ -161,7 +178,8 @@ inline bool launch_at(const ra_attention_params& p, const ra_launch_plan& plan, 
   if (i < chunks) {
     const int64_t off = i * (int64_t)kGridYMax;
     out->role = RA_GFX942_DENSE;
-    snprintf(out->kernel, sizeof out->kernel, "ra_attn_fwd_gfx942_%s_%s", kModes[p.rounding], lay);
+    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s_%s", plan.kind_id == kPlanV2 ? "v2" : "fwd",
+             kModes[p.rounding], lay);
     out->grid[0] = (uint32_t)plan.grid[0];
     out->grid[1] = (uint32_t)(plan.grid[1] - off < (int64_t)kGridYMax ? plan.grid[1] - off : (int64_t)kGridYMax);
     out->bh_offset = (uint32_t)off;

@@ -204,15 +204,26 @@ struct KeyLoop {
   __device__ __forceinline__ uint32_t key0(uint32_t t) const { return (tile0 + t) * (uint32_t)kBlockK; }
 };
 
+/* Which keys a wave's query rows see besides those below seqlen_k. The dense kernels: all of them. */
+struct NoRowLimit {
+  static constexpr bool kOn = false;
+};
+/* ABI v2's kernels: the wave's first row sees the keys below lim0 (relative to the key loop's seqlen_k
+ * origin), the row 16 mt + li below lim0 + 16 mt + li (a causal mask; lim0 >= seqlen_k + 1 without one). */
+struct RowLimit {
+  static constexpr bool kOn = true;
+  int lim0;
+};
+
 /* The key loop of a wave (the table above; grp = w / 4, wave-uniform), on the block's two K and two
  * V^T buffers. One loop for both groups: what differs (group 1's X(-1), group 0's last barrier, the V
  * copies) sits in scalar branches outside the M phases. kActive: the wave has query rows below
  * seqlen_q (a wave without any still copies and meets every barrier); a template constant, so no
  * path through the loop carries S or P past a phase that does not use them. kFits: kv_rows_fit (copy.h). */
-template <int L, bool kActive, bool kFits>
+template <int L, bool kActive, bool kFits, class M = NoRowLimit>
 __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlockK * kKGranules],
                                          u32x4 (*lds_vt)[kHeadDim * kVGranules], const u32x4 (&qf)[kMTiles][4],
-                                         f32x4 (&o)[kMTiles][kDTiles], RowState (&st)[kMTiles]) {
+                                         f32x4 (&o)[kMTiles][kDTiles], RowState (&st)[kMTiles], const M& rows = M{}) {
   using Copy = KvCopy<L>;
   const Copy cp(c.w, c.lane);
   const uint16_t* kb = uniform_ptr(c.kb); /* in SGPRs (made from a VALU division: VGPRs) */
@@ -304,7 +315,14 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
     m_end();
 
   auto softmax = [&](uint32_t j, auto&& mid) {
-    if constexpr (kActive) {
+    if constexpr (kActive && M::kOn) {
+      /* a tile is partial where it passes seqlen_k or the wave's first row's limit (its last rows
+       * see more: the diagonal is masked lane by lane) */
+      const uint32_t key0 = c.key0(j);
+      const int lim = rows.lim0 - (int)key0;
+      rise = softmax_x<true>(st, s, p, alpha, c.a.scale_log2e, key0 + (uint32_t)kBlockK > c.a.seqlen_k || lim < kBlockK,
+                             c.a.seqlen_k - key0, c.lane, c.g, mid, lim + c.li);
+    } else if constexpr (kActive) {
       const uint32_t key0 = c.key0(j);
       rise = softmax_x(st, s, p, alpha, c.a.scale_log2e, key0 + (uint32_t)kBlockK > c.a.seqlen_k, c.a.seqlen_k - key0,
                        c.lane, c.g, mid);

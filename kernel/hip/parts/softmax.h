@@ -67,11 +67,13 @@ __device__ __forceinline__ void tie16(float (&x)[kKTiles][4]) {
  *     for a row that has seen only -Inf, whose O is +0 or NaN and whose l is 0 or NaN, or NaN for a
  *     row holding +Inf, whose l is NaN), so l + sum and the unscaled O give the same outputs;
  *   - both query tiles' row maxima interleaved, so one ds_bpermute round trip waits for two. */
-template <class Mid>
+/* kRows (ABI v2's kernels): each query row has its own key limit too, row_lim + 16 mt for the lane's
+ * row of query tile mt (keys of the tile at or past it are masked: a causal mask's diagonal). */
+template <bool kRows = false, class Mid>
 __device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s)[kMTiles][kKTiles],
                                               bf16x4 (&p)[kMTiles][kKTiles], float (&alpha)[kMTiles],
                                               float scale_log2e, bool partial, uint32_t keys_left, int lane, int g,
-                                              Mid&& mid) {
+                                              Mid&& mid, int row_lim = 0) {
 #pragma clang fp contract(off)
   if (partial) {
     /* key = tile_key(kt, 4g + r) = 8g + (a constant of kt, r) >= keys_left: compared against the
@@ -79,12 +81,15 @@ __device__ __forceinline__ uint64_t softmax_x(RowState (&st)[kMTiles], f32x4 (&s
     int kl = (int)keys_left - 8 * g;
     asm volatile("" : "+v"(kl));
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      int klm = kl; /* kRows: min(keys_left, row_lim + 16 mt) - 8g */
+      if constexpr (kRows) klm = kl + __builtin_elementwise_min(0, row_lim - (int)keys_left + 16 * mt);
 #pragma unroll
       for (int kt = 0; kt < kKTiles; ++kt)
 #pragma unroll
         for (int r = 0; r < 4; ++r)
-          if (tile_key(kt, r) >= kl) s[mt][kt][r] = neg_inf();
+          if (tile_key(kt, r) >= klm) s[mt][kt][r] = neg_inf();
+    }
   }
   float mx[kMTiles];
 #pragma unroll

@@ -113,6 +113,14 @@ AITER_QUICK = [Shape(1, 2, 203, 77)]
 AITER_SHAPES = [Shape(1, 2, 203, 77), Shape(2, 2, 300, 129), Shape(2, 1, 257, 33)]
 AITER_EDGE_SHAPE = Shape(1, 1, 129, 45)
 AITER_QUICK_EDGE_KINDS = ("nan_q", "posinf_k", "neginf_v", "extreme_logits")
+# ABI v2 against AITER's *_causal_* (its mask is bottom-right) and *_group (varlen: every length >= 1,
+# the longest query > 128) objects, GQA through its s_gqa; dense in both layouts, varlen packed.
+AITER_V2_QUICK = [
+    Shape(1, 4, 300, 300, hkv=2, mask="causal_bottom_right"),
+    Shape.varlen(4, [(150, 150), (210, 260)], hkv=2, mask="causal_bottom_right"),
+    Shape.varlen(2, [(140, 90), (200, 333)]),
+]
+AITER_V2_SHAPES = [*AITER_V2_QUICK, Shape(1, 2, 203, 330, mask="causal_bottom_right")]
 # ABI v2's axes (masks, GQA, varlen), every mode; dense ones in both layouts, varlen packed (bshd).
 # Sq != Sk so the two causal alignments differ; Sq > Sk bottom-right has rows with no visible key;
 # the varlen mixes hold lengths 0 and 1. A backend without the feature skips them (RA_ERR_UNSUPPORTED).
@@ -368,11 +376,12 @@ class UlpSuite:
         contract = load_contract()
         limit = contract.scaled_ulp_limit(mode)
         q, k, v, ref, mag, ref_bits, out = self._kernel_against_reference(ctx, spec)
+        shape = spec_shape(spec)
         with phase("baseline"):
-            theirs = peer.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5)
+            theirs = _aiter_call(peer, shape, q, k, v, layout, mode)
         with phase("compare"):
-            o_bits = reference.to_bhsd_bits(out, layout)
-            a_bits = reference.to_bhsd_bits(theirs, layout)
+            o_bits = call_bits(out, shape, layout)
+            a_bits = call_bits(theirs, shape, layout)
             m = compare(o_bits, ref_bits, ref, mag, self._mag_ulp)
             am = compare(a_bits, ref_bits, ref, mag, self._mag_ulp)
             vs = compare_bits(o_bits, a_bits)
@@ -452,12 +461,36 @@ def _aiter_cases(quick: bool) -> list[CaseSpec]:
         for layout in LAYOUTS
         for mode in ROUNDING_MODES
     ]
+    specs += [
+        ulp_case(shape, layout, mode, "vs_aiter", peer=PEER)
+        for shape in (AITER_V2_QUICK if quick else AITER_V2_SHAPES)
+        for layout in (LAYOUTS if shape.seqs is None else ("bshd",))
+        for mode in ROUNDING_MODES
+    ]
     kinds = AITER_QUICK_EDGE_KINDS if quick else EDGE_KINDS
     modes = ("rtne",) if quick else ROUNDING_MODES
     for kind in kinds:
         for mode in modes:
             specs.append(ulp_case(AITER_EDGE_SHAPE, "bshd", mode, kind, "vs_aiter", input=kind, peer=PEER))
     return specs
+
+
+def _aiter_call(
+    peer: Any, shape: Shape, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout, mode: str
+) -> torch.Tensor:
+    """AITER v3's output for a case: its plain, *_causal_* (bottom-right) or *_group (varlen, rows
+    packed as (1, total, H, D)) object, GQA through s_gqa; the varlen output as ours, [total, H, D]."""
+    causal = shape.mask == "causal_bottom_right"
+    if shape.mask not in ("none", "causal_bottom_right"):
+        raise ValueError(f"AITER v3 has no {shape.mask} object")
+    if shape.seqs is None:
+        return peer.forward(q, k, v, layout=layout, rounding=mode, scale=HEAD_DIM**-0.5, causal=causal)  # type: ignore[no-any-return]
+    kw = call_kwargs(shape, "cpu")
+    out = peer.forward(
+        q[None], k[None], v[None], rounding=mode, scale=HEAD_DIM**-0.5, causal=causal,
+        cu_seqlens_q=kw["cu_seqlens_q"], cu_seqlens_k=kw["cu_seqlens_k"],
+    )  # fmt: skip
+    return out[0]  # type: ignore[no-any-return]
 
 
 _AITER: list[Any] = []  # [AiterEmu] or [PeerUnavailable]: loaded (or refused) once per process
