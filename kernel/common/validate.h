@@ -142,27 +142,6 @@ static inline ra_status ra_check_seqlens_host(const ra_attention_params* p, char
   return RA_OK;
 }
 
-/* Until a backend's kernels implement causal masks, GQA, varlen and the LSE, it calls this after
- * ra_validate_params (one check, one wording, every GPU backend; regress/facts/abi.py mirrors it for the
- * hip-emu library): any non-default v2 field is refused, naming the argument and the backend. */
-static inline ra_status ra_require_dense_v1(const ra_attention_params* p, const char* backend, char* err,
-                                            size_t err_len) {
-  if (p->mask != RA_MASK_NONE)
-    return ra_fail(err, err_len, RA_ERR_UNSUPPORTED, "mask %d (causal): the %s backend does not implement masks yet",
-                   (int)p->mask, backend);
-  if (p->heads_kv != p->heads)
-    return ra_fail(err, err_len, RA_ERR_UNSUPPORTED,
-                   "heads_kv %lld != heads %lld (grouped-query attention): the %s backend does not implement it yet",
-                   (long long)p->heads_kv, (long long)p->heads, backend);
-  if (p->cu_seqlens_q)
-    return ra_fail(err, err_len, RA_ERR_UNSUPPORTED,
-                   "cu_seqlens_q/k (variable length): the %s backend does not implement varlen yet", backend);
-  if (p->lse)
-    return ra_fail(err, err_len, RA_ERR_UNSUPPORTED, "lse: the %s backend does not write the log-sum-exp yet",
-                   backend);
-  return RA_OK;
-}
-
 /* 1/sqrt(128) unless the caller gave a positive finite scale. */
 static inline float ra_effective_scale(const ra_attention_params* p) {
   float s = p->scale;

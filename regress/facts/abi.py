@@ -301,46 +301,6 @@ def check_call_v2(
     return (b, h, sq, sk, d, kh), out
 
 
-def refuse_unsupported(
-    backend: str,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    layout: str = "bshd",
-    *,
-    mask: str = "none",
-    cu_seqlens_q: torch.Tensor | None = None,
-    cu_seqlens_k: torch.Tensor | None = None,
-    max_seqlen_q: int = 0,
-    max_seqlen_k: int = 0,
-    lse: torch.Tensor | None = None,
-) -> None:
-    """ra_require_dense_v1 (kernel/common/validate.h) for a library that runs the host code in Python
-    (hip-emu): a backend without the v2 kernels refuses every non-default v2 argument, in the C
-    check's order and words, with RA_ERR_UNSUPPORTED."""
-    fail = f"{backend} kernel refused the call: "
-    if mask != "none":
-        raise KernelError(
-            f"{fail}mask {MASK_CODE.get(mask, mask)} (causal): the {backend} backend does not implement "
-            "masks yet",
-            RA_ERR_UNSUPPORTED,
-        )
-    if q.dim() == 4 and k.dim() == 4 and (hq := _bhsd_shape(q, layout)[1]) != (hk := kv_heads(k, layout)):  # type: ignore[arg-type]
-        raise KernelError(
-            f"{fail}heads_kv {hk} != heads {hq} (grouped-query attention): the {backend} backend does not "
-            "implement it yet",
-            RA_ERR_UNSUPPORTED,
-        )
-    if cu_seqlens_q is not None or cu_seqlens_k is not None or max_seqlen_q or max_seqlen_k:
-        raise KernelError(
-            f"{fail}cu_seqlens_q/k (variable length): the {backend} backend does not implement varlen yet",
-            RA_ERR_UNSUPPORTED,
-        )
-    if lse is not None:
-        raise KernelError(
-            f"{fail}lse: the {backend} backend does not write the log-sum-exp yet", RA_ERR_UNSUPPORTED
-        )
-
-
 class Library(Protocol):
     """What the suites, the operator and attention() call on a loaded kernel."""
 

@@ -1,7 +1,6 @@
 """ABI v2 (kernel/include/regress_attn.h): the parameter block's layout as the C compiler lays it out,
-the validator's refusals of the new fields, and the one "not implemented yet" check that the CUDA,
-HIP and hip-emu backends share (kernel/common/validate.h's ra_require_dense_v1, mirrored by
-regress.facts.abi.refuse_unsupported)."""
+and the validator's refusals of the new fields. (Every backend implements the v2 fields since issue
+40's gfx942 kernels, so the shared "not implemented yet" check is gone.)"""
 
 from __future__ import annotations
 
@@ -13,12 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from regress.facts.abi import RA_ABI_VERSION, RA_ERR_UNSUPPORTED, KernelError, Params, refuse_unsupported
+from regress.facts.abi import RA_ABI_VERSION, Params
 from regress.kernel import KernelLibrary, load_library
 from regress.native.build import REPO_ROOT, build_kernel
 
-# A host program over the real headers: every field's offset, the size, and ra_require_dense_v1's
-# refusal of each v2 feature (code and text), for the backend name "hip-emu".
+# A host program over the real headers: every field's offset and the size.
 _PROBE = r"""
 #include <stddef.h>
 #include <stdio.h>
@@ -30,20 +28,6 @@ int main(void) {
   OFF(stream) OFF(heads_kv) OFF(mask) OFF(reserved) OFF(cu_seqlens_q) OFF(cu_seqlens_k)
   OFF(max_seqlen_q) OFF(max_seqlen_k) OFF(lse)
   printf("sizeof %zu\n", sizeof(ra_attention_params));
-  static int32_t cu[2];
-  static float l[1];
-  for (int c = 0; c < 4; ++c) {
-    ra_attention_params p = {0};
-    p.heads = 4;
-    p.heads_kv = 4;
-    if (c == 0) p.mask = RA_MASK_CAUSAL_TOP_LEFT;
-    if (c == 1) p.heads_kv = 2;
-    if (c == 2) p.cu_seqlens_q = p.cu_seqlens_k = cu;
-    if (c == 3) p.lse = l;
-    char err[256];
-    ra_status s = ra_require_dense_v1(&p, "hip-emu", err, sizeof err);
-    printf("refuse%d %d %s\n", c, (int)s, err);
-  }
   return 0;
 }
 """
@@ -69,27 +53,6 @@ def test_ctypes_params_is_the_c_struct(probe: dict[str, str]) -> None:
         assert int(probe[name]) == getattr(Params, name).offset, name
     assert int(probe["sizeof"]) == ctypes.sizeof(Params)
     assert RA_ABI_VERSION == 2
-
-
-def test_the_python_refusal_is_the_c_one(probe: dict[str, str]) -> None:
-    """hip-emu runs the HIP host code in Python: its refusals must read as the C host code's."""
-    q = torch.zeros(1, 3, 4, 128, dtype=torch.bfloat16)
-    kv2 = torch.zeros(1, 3, 2, 128, dtype=torch.bfloat16)
-    cu = torch.zeros(2, dtype=torch.int32)
-    calls = [
-        dict(mask="causal_top_left"),
-        dict(k=kv2),
-        dict(cu_seqlens_q=cu, cu_seqlens_k=cu),
-        dict(lse=torch.zeros(1)),
-    ]
-    for c, kw in enumerate(calls):
-        k = kw.pop("k", q)
-        with pytest.raises(KernelError) as e:
-            refuse_unsupported("hip-emu", q, k, "bshd", **kw)  # type: ignore[arg-type]
-        code, text = probe[f"refuse{c}"].split(" ", 1)
-        assert e.value.code == int(code) == RA_ERR_UNSUPPORTED
-        assert str(e.value) == f"hip-emu kernel refused the call: {text}"
-    refuse_unsupported("hip-emu", q, q, "bshd")  # the defaults pass
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regress.facts.abi import refuse_unsupported
+from regress.facts.abi import RA_ERR_UNSUPPORTED, KernelError
 from regress.facts.cases import (
     LLAMA3_8B_HEADS,
     LLAMA3_8B_KV_HEADS,
@@ -113,9 +113,12 @@ def test_unsupported_is_a_skip_with_the_backends_reason() -> None:
     spec = ulp_case(Shape(1, 2, 8, 8, mask="causal_top_left"), "bshd", "rtne")
     q = torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16)
 
-    def body() -> object:
-        refuse_unsupported("hip-emu", q, q, "bshd", mask="causal_top_left")
-        raise AssertionError("not refused")
+    def body() -> object:  # what a library without a feature raises (RA_ERR_UNSUPPORTED)
+        raise KernelError(
+            f"hip-emu kernel refused the call: mask 1 (causal): the hip-emu backend does not implement masks "
+            f"yet (a q of {tuple(q.shape)})",
+            RA_ERR_UNSUPPORTED,
+        )
 
     r = guarded(spec, body)  # type: ignore[arg-type]
     assert r.status == "skip" and "hip-emu backend does not implement masks yet" in r.message
