@@ -201,8 +201,8 @@ class EmuLibrary:
 
         memory = Memory()
         for t in (*tensors.values(), *extra):
-            st = t.untyped_storage()
-            memory.map_host(st.data_ptr(), st.nbytes())
+            storage = t.untyped_storage()
+            memory.map_host(storage.data_ptr(), storage.nbytes())
         ws_ptr = 0
         if plan.workspace_bytes:
             ws = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32)

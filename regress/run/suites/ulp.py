@@ -163,7 +163,8 @@ def _block_max(su: np.ndarray) -> np.ndarray:
     pad = nb * BLOCK_ROWS - sq
     if pad:
         su = np.pad(su, ((0, 0), (0, 0), (0, pad), (0, 0)))
-    return su.reshape(b, h, nb, BLOCK_ROWS * d).max(axis=-1)
+    blocks: np.ndarray = su.reshape(b, h, nb, BLOCK_ROWS * d).max(axis=-1)
+    return blocks
 
 
 def compare(
