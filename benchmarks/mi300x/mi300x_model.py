@@ -13,6 +13,9 @@ confidence); a ratio's band is taken within each reading.
         SHAPE: B,H,Sq,Sk[,Hkv][,causal] or varlen H[,Hkv],lens=L1/L2/...[,causal]
     python benchmarks/mi300x/mi300x_model.py --fit      # refit the clock parameters on the 6 RTNE fit rows
 
+--out NAME.jsonl (a bare name) writes into regress/facts/data/mi300x/, the package data whose newest
+predicted-*.jsonl the site shows; --out DIR/NAME.jsonl writes there instead.
+
 Peers' inputs are read at run time and never stored: --aiter-wheel (default: downloaded into the
 cache by regress.emu.peers.aiter), --moonmath-src (a checkout or unpacked snapshot).
 """
