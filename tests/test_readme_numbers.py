@@ -206,7 +206,7 @@ def test_the_mi300x_predictions_are_the_committed_table() -> None:
     """The MI300X item's predicted ratios (point [low, high] per mode against AITER v3, and against
     MoonMath) are the summary of the committed model table it names."""
     item = _item("MI300X")
-    m = re.search(r"`(benchmarks/results/mi300x-model/predicted-[^`]+\.jsonl)`", item)
+    m = re.search(r"`(regress/facts/data/mi300x/predicted-[^`]+\.jsonl)`", item)
     assert m and "predicts" in item, "the MI300X item names no committed predicted table"
     table = mi300x_predicted_dir() / Path(m.group(1)).name  # the package's one reader of the folder
     lines = [json.loads(x) for x in table.read_text().splitlines() if x.strip()]

@@ -1,7 +1,7 @@
 """Every number the CDNA3 timing model (regress.emu.timing) uses, each with its public source.
 
 One table, `CONSTANTS`; the model reads values only through `C` (by name). `FITTED` holds the
-two parameters fitted to published times (benchmarks/mi300x_model.py --fit; only the RTNE rows of AITER
+two parameters fitted to published times (benchmarks/mi300x/mi300x_model.py --fit; only the RTNE rows of AITER
 and MoonMath at (2,24,8192), (2,24,32768), (1,16,131072) are used to fit them, leaving 48 of the 54
 published times for validation), with the fitted values committed here.
 
@@ -219,7 +219,7 @@ CONSTANTS: tuple[Constant, ...] = (
 )
 
 
-# The fitted parameters; values from `benchmarks/mi300x_model.py --fit` on the six rows named there
+# The fitted parameters; values from `benchmarks/mi300x/mi300x_model.py --fit` on the six rows named there
 # (AITER and MoonMath, RTNE, at (2,24,8192), (2,24,32768), (1,16,131072)); `--fit` prints their confidence.
 FITTED: dict[str, Constant] = {
     c.name: c

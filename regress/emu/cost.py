@@ -6,7 +6,7 @@ cost of one tile: instructions issued by class, s_nop wait states, LDS bytes and
 cycles (the model in machine.Wave._lds_cost), global bytes, and the MFMA share of issue slots
 (issued instructions plus the extra wait states of s_nop).
 
-The table: `python benchmarks/emu_cost.py [--code-object PATH] [--moonmath-src DIR]`.
+The table: `python benchmarks/mi300x/emu_cost.py [--code-object PATH] [--moonmath-src DIR]`.
 
 `cost_between` takes the two traces of any kernel (ours, a peer's), so a peer's module measures its
 own tile the same way (regress.emu.peers.moonmath.tile_cost).

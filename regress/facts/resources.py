@@ -16,7 +16,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # regress/, this file being regr
 CHECKOUT = _PACKAGE.parent
 SHARE = _PACKAGE / "_share"
 # The folders (relative to the source root) that a wheel must carry; setup.py reads this list.
-SHARED_TREES = ("kernel", "migrations", "web", "runners/stacks", "benchmarks/results/mi300x-model")
+SHARED_TREES = ("kernel", "migrations", "web", "runners/stacks")
 SHARED_FILES = ("alembic.ini",)
 _MARKER = Path("kernel") / "include" / "regress_attn.h"
 
@@ -64,8 +64,9 @@ def shipped_stacks_dir() -> Path:
 
 
 def mi300x_predicted_dir() -> Path:
-    """The committed predicted MI300X times (benchmarks/mi300x_model.py --out), shown by the site."""
-    return source_root() / "benchmarks" / "results" / "mi300x-model"
+    """The committed predicted MI300X times (benchmarks/mi300x/mi300x_model.py --out NAME.jsonl), shown
+    by the site: package data, so a checkout and a wheel read the same folder."""
+    return _PACKAGE / "facts" / "data" / "mi300x"
 
 
 def cache_dir() -> Path:

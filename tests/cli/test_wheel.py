@@ -84,6 +84,8 @@ def test_wheel_carries_sources_migrations_web_and_pins(installed: tuple[Path, Pa
         "regress/facts/contract.toml",
     ):
         assert needed in names, needed
+    # The MI300X predictions the site shows are package data (pyproject's package-data), not _share/.
+    assert [n for n in names if n.startswith("regress/facts/data/mi300x/predicted-") and n.endswith(".jsonl")]
     assert not [n for n in names if n.endswith((".so", ".pyc", ".co"))]
 
 
@@ -109,6 +111,11 @@ def test_installed_package_runs_from_an_empty_directory(installed: tuple[Path, P
     site = _sh(["regress", "site", "--db", "sqlite:///demo.db", "--out", "site"], work, env)
     assert site.returncode == 0, site.stderr[-2000:]
     assert (work / "site" / "index.html").is_file()
+    # The site's predicted MI300X table reads the installed package's copy of the predictions.
+    code = "from regress.present.site import predicted; print(predicted.latest_file())"
+    latest = _sh(["python", "-c", code], work, env)
+    shown = latest.stdout.strip()
+    assert "/venv/lib/" in shown and shown.endswith(".jsonl"), latest.stdout + latest.stderr
 
 
 def test_shipped_pins_are_readable_and_user_pins_need_a_folder(

@@ -150,7 +150,7 @@ def test_our_models_split_plan_reads_the_cu_count_it_is_given(ours_shaped: Path)
 
 
 def _model() -> ModuleType:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "mi300x"))
     import mi300x_model
 
     return mi300x_model

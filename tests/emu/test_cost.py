@@ -47,7 +47,7 @@ def test_the_cost_table_names_what_exists_when_no_kernel_matches() -> None:
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "mi300x"))
     import emu_cost
 
     with pytest.raises(SystemExit, match="no kernel matching 'nope'"):

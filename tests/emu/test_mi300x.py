@@ -195,7 +195,7 @@ def test_moonmath_steady_state() -> None:
 
 @pytest.mark.slow
 def test_the_benchmark_prints_one_line_per_row_and_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "mi300x"))
     import mi300x_model
 
     argv = ["--kernels", "ours", "--modes", "rtz", "--shapes", "1,2,512,512", "1,4,512,512,2"]
@@ -271,7 +271,7 @@ def test_the_committed_ratio_bands_are_per_reading() -> None:
 
 
 def test_the_committed_summary_is_what_the_rows_give() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "mi300x"))
     import mi300x_model
 
     rows, summ = _committed_rows()

@@ -11,7 +11,7 @@ from regress.store.repo import finish_run, get_or_create_stack, open_store, star
 
 def test_the_emulator_stack_page_shows_the_predicted_table(tmp_path: Path) -> None:
     path = predicted.latest_file()
-    assert path is not None, "no committed benchmarks/results/mi300x-model/predicted-*.jsonl"
+    assert path is not None, "no committed regress/facts/data/mi300x/predicted-*.jsonl"
     table = predicted.load(path)
     assert table is not None and table["rows"] and table["summary"]["predicted"] is True
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")

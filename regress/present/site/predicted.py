@@ -1,5 +1,5 @@
 """The predicted MI300X table the site shows on the gfx942-emu stack page: the committed output of
-benchmarks/mi300x_model.py (regress.emu.timing's CDNA3 model). These are *predictions*, kept apart
+benchmarks/mi300x/mi300x_model.py (regress.emu.timing's CDNA3 model). These are *predictions*, kept apart
 from every measured time: they never enter the store, the result table or a gate."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Our gfx942 code object against AITER v3's, both on hip-emu: the ULP suite's vs_aiter cases.
 
-    python benchmarks/emu_vs_aiter.py [--full] [--out FILE] [--aiter-wheel FILE]
+    python benchmarks/mi300x/emu_vs_aiter.py [--full] [--out FILE] [--aiter-wheel FILE]
 
 Runs every `vs_aiter` case of the ULP suite (the quick set, or with --full the full one) on the
 compile-only code object, writes one JSON row per case (status, seconds, metrics, message) to --out,

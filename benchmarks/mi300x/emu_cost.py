@@ -5,7 +5,7 @@ Ours (a given code object, or today's build), AITER v3's three objects (`--aiter
 the cached/downloaded wheel) and MoonMath's dense kernel (`--moonmath-src`); `--kernel` keeps the
 rows whose kernel name contains the text, and names what exists when none does.
 
-    python benchmarks/emu_cost.py [--code-object PATH] [--aiter-wheel FILE|auto] [--moonmath-src DIR]
+    python benchmarks/mi300x/emu_cost.py [--code-object PATH] [--aiter-wheel FILE|auto] [--moonmath-src DIR]
                                   [--kernel TEXT] [--no-ours]
 """
 

@@ -8,7 +8,7 @@ Compares the two with cmp; when they differ, compares `llvm-objdump-19 -d` text 
 counts, on both sides, the HIP build flags (settable `#ifndef RA_HIP_*` guards) and the
 preprocessor conditionals plus flag-valued `if (RA_HIP_*)` tests in the files of the default build.
 
-    python benchmarks/hip_identity.py [--base 8814587]
+    python benchmarks/mi300x/hip_identity.py [--base 8814587]
 
 Does the same for the live flag's other value and each fire-drill build. Prints two short tables
 last. Exit 0 when every pair of objects is byte-identical, 1 otherwise.

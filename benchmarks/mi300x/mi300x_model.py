@@ -8,10 +8,13 @@ then one summary line (validation on the 48 non-fit published rows, ours vs the 
 low/high: the band over the model's readings (STRUCTURAL, each refitted, and the clock fit's
 confidence); a ratio's band is taken within each reading.
 
-    python benchmarks/mi300x_model.py [--kernels ours,aiter,moonmath] [--shapes SHAPE ...] [--no-band]
+    python benchmarks/mi300x/mi300x_model.py [--kernels ours,aiter,moonmath] [--shapes SHAPE ...] [--no-band]
         [--moonmath-src DIR] [--aiter-wheel FILE] [--code-object PATH] [--out FILE.jsonl]
         SHAPE: B,H,Sq,Sk[,Hkv][,causal] or varlen H[,Hkv],lens=L1/L2/...[,causal]
-    python benchmarks/mi300x_model.py --fit      # refit the clock parameters on the 6 RTNE fit rows
+    python benchmarks/mi300x/mi300x_model.py --fit      # refit the clock parameters on the 6 RTNE fit rows
+
+--out NAME.jsonl (a bare name) writes into regress/facts/data/mi300x/, the package data whose newest
+predicted-*.jsonl the site shows; --out DIR/NAME.jsonl writes there instead.
 
 Peers' inputs are read at run time and never stored: --aiter-wheel (default: downloaded into the
 cache by regress.emu.peers.aiter), --moonmath-src (a checkout or unpacked snapshot).
@@ -28,7 +31,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for a plain checkout
 from regress.emu import timing
 from regress.emu.cdna3 import FITTED, C
 from regress.emu.mi300x import (
@@ -42,6 +45,7 @@ from regress.emu.mi300x import (
     tflops,
 )
 from regress.facts.metrics import geomean
+from regress.facts.resources import mi300x_predicted_dir
 from regress.facts.results import ROUNDING_MODES
 from regress.facts.stats import median
 
@@ -610,7 +614,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moonmath-src", type=Path)
     ap.add_argument("--aiter-wheel", type=Path)
     ap.add_argument("--code-object", type=Path, help="our gfx942 code object (default: build it)")
-    ap.add_argument("--out", type=Path, help="also write the JSON lines here")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="also write the JSON lines here; a bare file name goes into the predictions the site shows "
+        "(regress.facts.resources.mi300x_predicted_dir)",
+    )
     ap.add_argument(
         "--fit", action="store_true", help="refit the clock parameters, print them and their confidence, exit"
     )
@@ -688,8 +697,9 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(json.dumps(summ))
     print("\n".join(lines))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
+        out = mi300x_predicted_dir() / args.out if args.out.name == str(args.out) else args.out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines) + "\n")
     return 0
 
 
