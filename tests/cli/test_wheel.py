@@ -38,7 +38,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, src / rel)
     wheels = base / "dist"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "REGRESS_DATABASE_URL")}
+    # a fresh install's defaults: no database URL, and the build cache in its own HOME (a developer's
+    # REGRESS_CACHE_DIR sent it elsewhere and failed the cache-location check below)
+    unset = ("PYTHONPATH", "REGRESS_DATABASE_URL", "REGRESS_CACHE_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     built = _sh(
         [
             sys.executable,
