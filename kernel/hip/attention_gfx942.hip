@@ -454,10 +454,13 @@ extern "C" ra_status ra_plan_launch(const ra_attention_params* params, const ra_
 
 /* Ask the planner (parts/plan.h) with the device's CU count, allocate its workspace, launch each of
  * its launches by role. */
-extern "C" ra_status ra_attention_fwd(const ra_attention_params* p, char* err, size_t err_len) {
+extern "C" ra_status ra_attention_fwd(const ra_attention_params* call, char* err, size_t err_len) {
   using namespace ra_gfx942;
-  const ra_status st = ra_validate(p, err, err_len);
+  const ra_status st = ra_validate(call, err, err_len);
   if (st != RA_OK) return st;
+  /* the params the plan's kernels run (a GQA decode's dense view: parts/plan.h, call_view) */
+  const ra_attention_params view = call_view(*call);
+  const ra_attention_params* p = &view;
   int dev = 0, cus = 0;
   hipError_t e = hipGetDevice(&dev);
   if (e == hipSuccess) e = hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, dev);

@@ -17,4 +17,11 @@ extern "C" int ra_gfx942_launch_at(const ra_attention_params* params, const ra_l
   return params && plan && out && ra_gfx942::launch_at(*params, *plan, index, out) ? 1 : 0;
 }
 
+/* The params the kernels run for `params` (parts/plan.h's call_view): 1 and *view filled where the call
+ * runs as its dense GQA-rows view (../common/gqa_rows.h), 0 and *view left alone where it runs as
+ * given. The emulator fills the kernels' argument block from the same params the host part does. */
+extern "C" int ra_gqa_rows_view_c(const ra_attention_params* params, ra_attention_params* view) {
+  return params && view && ra_gqa_rows_view(params, view) ? 1 : 0;
+}
+
 extern "C" const char* ra_backend_name(void) { return "hip"; }

@@ -185,6 +185,9 @@ class EmuLibrary:
         except KernelError as e:
             raise KernelError(f"hip-emu kernel refused the call: {e}", e.code) from None
         launches = planner.launches(params, plan)
+        # The kernels' argument block comes from the params they run: a GQA decode's dense view
+        # (kernel/common/gqa_rows.h), as the host part fills it.
+        run = planner.view(params)
         missing = sorted({la.kernel for la in launches} - set(self.code.kernels))
         if missing:
             raise KernelError(
@@ -213,13 +216,13 @@ class EmuLibrary:
         for la in launches:  # the plan's launches in issue order (one stream: each after the last)
             args = KERNEL_ARGS.pack(
                 *(t.data_ptr() for t in tensors.values()),
-                *strides["q"][:3],
-                *strides["k"][:3],
-                *strides["v"][:3],
-                *strides["o"][:3],
-                h,
-                sq,
-                sk,
+                *run.q_stride[:3],
+                *run.k_stride[:3],
+                *run.v_stride[:3],
+                *run.o_stride[:3],
+                run.heads,
+                run.seqlen_q,
+                run.seqlen_k,
                 la.bh_offset,
                 scale_log2e,
                 flip,

@@ -26,6 +26,7 @@ from regress.emu.machine import recording
 from regress.emu.timing import Grid, LaunchTime, RecordT, SteadyState
 from regress.facts import cases
 from regress.facts.abi import RA_HEAD_DIM as HEAD_DIM
+from regress.native import plan as planning
 
 
 @dataclass(frozen=True)
@@ -268,10 +269,14 @@ class Ours:
 
     name = "ours"
 
-    def __init__(self, code_object: str | Path, layout: str = "bshd", cus: int = int(C["cus"])) -> None:
-        # cus: the device's CU count its host part's split rule reads (a --set cus sensitivity too)
+    def __init__(
+        self, code_object: str | Path, layout: str = "bshd", cus: int = int(C["cus"]), gqa_rows: bool = True
+    ) -> None:
+        # cus: the device's CU count its host part's split rule reads (a --set cus sensitivity too);
+        # gqa_rows False: time a GQA decode on the v2 kernel, as before the planner's view (an ablation)
         self.lib = EmuLibrary(code_object, cus=cus)
         self.layout = layout
+        self.gqa_rows = gqa_rows
 
     def _record(self, mode: str, n: int, rising: bool = False) -> tuple[Kernel, list[list[RecordT]]]:
         occ = timing.occupancy(next(iter(self.lib.code.kernels.values())), 512)
@@ -341,7 +346,23 @@ class Ours:
             )
         ]
 
+    def runs_as(self, shape: Shape) -> Shape:
+        """The shape our kernels run for `shape`: a GQA call's dense view where the planner takes one
+        (kernel/common/gqa_rows.h: a decode's query heads of one K/V head are rows of one head), else
+        `shape`. Asked of the planner itself, never restated."""
+        if not self.gqa_rows or shape.lens or shape.hkv == shape.h:
+            return shape
+        mask = "causal_bottom_right" if shape.causal else "none"
+        call = planning.shape_params(
+            shape.b, shape.h, shape.sq, shape.sk, layout=self.layout, heads_kv=shape.hkv, mask=mask
+        )
+        view = planning.planner("hip").view(call)
+        if view.heads == shape.h:
+            return shape
+        return Shape(shape.b, view.heads, view.seqlen_q, view.seqlen_k, view.heads, shape.d)
+
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
+        shape = self.runs_as(shape)
         if not shape.plain or shape.hkv != shape.h:
             return self._v2_launches(shape, mode)
         wgs = shape.b * shape.h * math.ceil(shape.sq / BLOCK_Q)

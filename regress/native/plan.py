@@ -97,6 +97,19 @@ class Planner:
                 ctypes.POINTER(Gfx942Launch),
             ]
 
+        self._view = getattr(self._lib, "ra_gqa_rows_view_c", None)
+        if self._view is not None:
+            self._view.restype = ctypes.c_int
+            self._view.argtypes = [ctypes.POINTER(Params), ctypes.POINTER(Params)]
+
+    def view(self, params: Params) -> Params:
+        """The params the backend's kernels run for `params`: a GQA call's dense view where
+        kernel/common/gqa_rows.h takes one (the gfx942 planner exports it), else `params` itself."""
+        out = Params()
+        if self._view is not None and self._view(ctypes.byref(params), ctypes.byref(out)):
+            return out
+        return params
+
     @property
     def lists_launches(self) -> bool:
         """Whether the planner lists its launches (the gfx942 one does)."""

@@ -352,6 +352,15 @@ def test_our_v2_launches_and_steady_state(tmp_path_factory: pytest.TempPathFacto
     assert la.grid.tiles == round(2 * (4 + 2 * 8) / 6)
     (la,) = ours.launches(Shape.parse("1,4,600,300,2"), "rtne")  # GQA alone
     assert la.key == "v2-rtne-bshd" and (la.grid.workgroups, la.grid.tiles) == (12, 5)
+    # A GQA decode runs as the dense call over each K/V head's rows (the planner's view): 16 x 8 heads
+    # of 4 rows, one q-block each, with the tail split; the ablation times it on the v2 kernel.
+    assert ours.runs_as(Shape.parse("16,32,1,8192,8,causal")) == Shape(16, 8, 4, 8192, 8)
+    roles = [la.grid.name for la in ours.launches(Shape.parse("16,32,1,8192,8"), "rtna")]
+    assert roles == ["split", "merge"], roles
+    ours.gqa_rows = False
+    (la,) = ours.launches(Shape.parse("16,32,1,8192,8"), "rtna")
+    assert la.key == "v2-rtna-bshd" and la.grid.workgroups == 16 * 32
+    ours.gqa_rows = True
     pred = Predictor()
     for shape in ("1,4,600,300,2", "1,1,1024,1024,causal"):
         (la,) = ours.launches(Shape.parse(shape), "rtne")

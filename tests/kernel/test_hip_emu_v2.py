@@ -220,3 +220,46 @@ def test_keys_no_row_of_a_block_sees_are_never_read(lib: EmuLibrary) -> None:
 def _no_lse(ref: reference.Reference) -> reference.Reference:
     """The reference with every LSE 0 (for calls that write none; the test passes zeros)."""
     return reference.Reference(ref.ref, ref.mag, np.zeros_like(ref.lse))
+
+
+@pytest.mark.slow  # emulated launches
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_gqa_decode_as_dense_rows_gives_the_v2_kernels_bits(lib: EmuLibrary, layout: str) -> None:
+    """A GQA decode runs the dense kernel over each K/V head's query heads as rows (parts/plan.h's
+    gfx942_gqa_rows, kernel/common/gqa_rows.h): every row does the v2 kernel's arithmetic (the LSE
+    keeps a call on the v2 kernel), so the bits are equal, unmasked and bottom-right; BSHD MQA rows of
+    any length too; with the tail split (16 key tiles on 304 CUs) the contract holds and a second
+    launch gives the same bits."""
+    g = torch.Generator().manual_seed(17)
+    q = realistic((2, 1, 8, 128), g, "q")
+    k, v = realistic((2, 300, 2, 128), g, "k"), realistic((2, 300, 2, 128), g, "v")
+    if layout == "bhsd":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    for mask in ("none", "causal_bottom_right"):
+        got = lib.forward(q, k, v, layout=layout, mask=mask, out=poisoned(tuple(q.shape)))  # type: ignore[arg-type]
+        assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_gqa_rows"
+        want = lib.forward(q, k, v, layout=layout, mask=mask, lse=torch.empty(2, 8, 1))  # type: ignore[arg-type]
+        assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_v2"
+        assert np.array_equal(reference.tensor_bits(got), reference.tensor_bits(want)), mask
+    if layout == "bshd":
+        q, k, v = (
+            realistic((1, 40, 4, 128), g, "q"),
+            realistic((1, 70, 1, 128), g, "k"),
+            realistic((1, 70, 1, 128), g, "v"),
+        )
+        got = lib.forward(q, k, v, out=poisoned(tuple(q.shape)))
+        assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_gqa_rows"
+        want = lib.forward(q, k, v, lse=torch.empty(1, 4, 40))
+        assert np.array_equal(reference.tensor_bits(got), reference.tensor_bits(want))
+    q = realistic((1, 1, 4, 128), g, "q")
+    k, v = realistic((1, 1000, 1, 128), g, "k"), realistic((1, 1000, 1, 128), g, "v")
+    if layout == "bhsd":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    for mode in ("rtne", "rtz"):
+        split = lib.forward(q, k, v, layout=layout, rounding=mode, out=poisoned(tuple(q.shape)))  # type: ignore[arg-type]
+        assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_gqa_rows_split"
+        ref = reference.reference_full(q, k, v, layout=layout)  # type: ignore[arg-type]
+        bits = reference.to_bhsd_bits(split, layout)  # type: ignore[arg-type]
+        check_contract(bits, torch.zeros(1, 4, 1), _no_lse(ref), mode)
+        again = lib.forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
+        assert np.array_equal(reference.tensor_bits(split), reference.tensor_bits(again))

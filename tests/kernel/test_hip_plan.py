@@ -274,3 +274,33 @@ def test_v2_calls_plan_the_v2_kernels() -> None:
     assert empty["grid"][0] == 0 and "launches" not in empty  # regress.plan lists none
     with pytest.raises(KernelError, match="below 2\\^30"):
         plan_launch("hip", 1, 1, 1 << 30, 64, mask="causal_top_left")
+
+
+def test_gqa_decode_runs_as_the_dense_kernels_over_each_kv_heads_rows() -> None:
+    """A GQA decode (kernel/common/gqa_rows.h) plans the dense kernels over the view: heads_kv heads of
+    `group` query rows, each key tile read once for the group, and the tail split the v2 kernels lack;
+    BSHD MQA of any length too. An LSE, varlen, a top-left mask (row 0 sees key 0 only) or GQA rows
+    that are no dense head's (BSHD with several K/V heads, Sq > 1; BHSD MQA) keep the v2 kernel."""
+    for layout, lay in (("bshd", "strided"), ("bhsd", "packed")):
+        plan = plan_launch("hip", 1, 32, 1, 8192, heads_kv=8, layout=layout)
+        assert plan["kind"] == "gfx942_gqa_rows_split" and plan["tiles"] == 8, plan
+        assert [la["kernel"] for la in plan["launches"]] == [
+            f"ra_attn_split_gfx942_{lay}",
+            f"ra_attn_merge_gfx942_rtne_{lay}",
+        ]
+        assert plan["tail_splits"] * plan["blocks_per_split"] >= 128
+    rows = plan_launch("hip", 1, 32, 1, 300, heads_kv=8, mask="causal_bottom_right")
+    assert rows["kind"] == "gfx942_gqa_rows" and rows["tiles"] == 8 and rows["grid"] == [1, 8, 1]
+    assert rows["launches"] == [
+        {"role": "dense", "kernel": "ra_attn_fwd_gfx942_rtne_strided", "grid": [1, 8, 1]}
+    ]
+    mqa = plan_launch("hip", 2, 8, 40, 3000, heads_kv=1)  # 320 rows of one head: 2 q-blocks a sequence
+    assert mqa["kind"].startswith("gfx942_gqa_rows") and mqa["tiles"] == 4
+    for kw in (
+        dict(heads_kv=8, lse=True),
+        dict(heads_kv=8, mask="causal_top_left"),
+        dict(heads_kv=8, max_seqlen=(1, 8192)),
+    ):
+        assert plan_launch("hip", 1, 32, 1, 8192, **kw)["kind"] == "gfx942_v2", kw  # type: ignore[arg-type]
+    assert plan_launch("hip", 1, 32, 2, 8192, heads_kv=8)["kind"] == "gfx942_v2"
+    assert plan_launch("hip", 2, 8, 40, 3000, heads_kv=1, layout="bhsd")["kind"] == "gfx942_v2"

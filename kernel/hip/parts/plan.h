@@ -19,6 +19,11 @@
  *                      v2 kernels, grid (ceil(Sq / 256), B*H), Sq the longest sequence's in varlen
  *                      (a sequence's q-blocks past its own length return at once); a causal q-block
  *                      runs only the key tiles below its last row's limit. No tail split.
+ *   gfx942_gqa_rows /  a GQA call whose query heads of one K/V head are rows of one dense head
+ *   gfx942_gqa_rows_split  (../../common/gqa_rows.h: decode, BSHD MQA) runs as that dense call, the
+ *                      first two plans' launches over call_view's params: one q-block holds the group's
+ *                      rows, each key tile is read once for the group, and a decode gets the tail split
+ *                      the v2 kernels lack.
  * launch_at(i) lists the launches of a plan in issue order; the host part launches exactly them and
  * the emulator (regress/emu/library.py) runs exactly them.
  */
@@ -29,6 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../common/gqa_rows.h"
 #include "../../common/validate.h"
 #include "../../include/regress_attn.h"
 #include "layout.h"
@@ -50,8 +56,9 @@ typedef struct {
 
 namespace ra_gfx942 {
 
-enum PlanKind : int32_t { kPlanDense = 0, kPlanTailSplit = 1, kPlanV2 = 2 };
-constexpr const char* kPlanNames[] = {"gfx942_dense", "gfx942_tail_split", "gfx942_v2"};
+enum PlanKind : int32_t { kPlanDense = 0, kPlanTailSplit = 1, kPlanV2 = 2, kPlanGqaRows = 3, kPlanGqaRowsSplit = 4 };
+constexpr const char* kPlanNames[] = {"gfx942_dense", "gfx942_tail_split", "gfx942_v2", "gfx942_gqa_rows",
+                                      "gfx942_gqa_rows_split"};
 
 constexpr uint64_t kGridYMax = 65535;     /* grid.y limit of a dispatch */
 constexpr uint64_t kMergeRowsPerWg = 16;  /* merge: 512 threads, 32 per row (4 dims each) */
@@ -100,21 +107,31 @@ inline bool uses_v2(const ra_attention_params& p) {
 }
 constexpr int64_t kV2MaxLen = (int64_t)1 << 30;
 
+/* The params the kernels run: a GQA call's dense view where gqa_rows.h takes one, else the call's own.
+ * Idempotent (a view has heads_kv = heads), so plan_launch, launch_at and the host part may each ask. */
+inline ra_attention_params call_view(const ra_attention_params& p) {
+  ra_attention_params v;
+  return ra_gqa_rows_view(&p, &v) ? v : p;
+}
+
 /* kPacked: every tensor's seq stride is head_dim (one head's rows back to back); else kStrided. */
 inline bool packed_layout(const ra_attention_params& p) {
   return p.q_stride[2] == kHeadDim && p.k_stride[2] == kHeadDim && p.v_stride[2] == kHeadDim &&
          p.o_stride[2] == kHeadDim;
 }
 
-/* The plan of a call (ra_plan_launch's body). */
-inline ra_status plan_launch(const ra_attention_params* p, const ra_device_facts* dev, ra_launch_plan* out,
+/* The plan of a call (ra_plan_launch's body), made for call_view's params. */
+inline ra_status plan_launch(const ra_attention_params* call, const ra_device_facts* dev, ra_launch_plan* out,
                              char* err, size_t err_len) {
-  const ra_status st = ra_validate_params(p, err, err_len);
+  const ra_status st = ra_validate_params(call, err, err_len);
   if (st != RA_OK) return st;
   if (dev == nullptr || out == nullptr)
     return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "%s is a null pointer", dev == nullptr ? "device" : "plan");
   if (dev->compute_units < 1)
     return ra_fail(err, err_len, RA_ERR_DEVICE, "compute_units is %d, must be >= 1", (int)dev->compute_units);
+  const ra_attention_params view = call_view(*call);
+  const ra_attention_params* p = &view;
+  const bool gqa_rows = view.heads != call->heads;
   const bool v2 = uses_v2(*p);
   /* v2 kernels: signed 32-bit row limits (row + 1 + off) with room to spare */
   if (v2 && (p->seqlen_q >= kV2MaxLen || p->seqlen_k >= kV2MaxLen))
@@ -137,7 +154,7 @@ inline ra_status plan_launch(const ra_attention_params* p, const ra_device_facts
                           : tail_split_plan(qblocks * bh, n_tiles, (uint64_t)dev->compute_units, dev->max_workspace_bytes);
 
   memset(out, 0, sizeof *out);
-  out->kind_id = v2 ? kPlanV2 : sp.tail ? kPlanTailSplit : kPlanDense;
+  out->kind_id = v2 ? kPlanV2 : gqa_rows ? (sp.tail ? kPlanGqaRowsSplit : kPlanGqaRows) : sp.tail ? kPlanTailSplit : kPlanDense;
   snprintf(out->kind, sizeof out->kind, "%s", kPlanNames[out->kind_id]);
   out->threads = kThreads;
   /* The dense launch; with a split tail it stops at the (batch, head) row of q-block T - tail - 1
@@ -161,9 +178,11 @@ inline ra_status plan_launch(const ra_attention_params* p, const ra_device_facts
 }
 
 /* Launch `i` of `plan` (issue order) into *out: false past the last. The dense launch's grid-y chunks
- * first, then (tail split) the split parts and the merge, all ordered on the call's stream. */
-inline bool launch_at(const ra_attention_params& p, const ra_launch_plan& plan, int64_t i, ra_gfx942_launch* out) {
+ * first, then (tail split) the split parts and the merge, all ordered on the call's stream. The
+ * launches run on call_view(call)'s params (the caller fills the argument block from them too). */
+inline bool launch_at(const ra_attention_params& call, const ra_launch_plan& plan, int64_t i, ra_gfx942_launch* out) {
   static const char* const kModes[] = {"rtne", "rtna", "rtz"};
+  const ra_attention_params p = call_view(call);
   const char* lay = packed_layout(p) ? "packed" : "strided";
   /* a varlen call whose sequences are all empty of queries launches nothing (grid x 0) */
   const int64_t chunks = plan.grid[0] == 0 ? 0 : (plan.grid[1] + (int64_t)kGridYMax - 1) / (int64_t)kGridYMax;
