@@ -225,3 +225,30 @@ def test_the_mi300x_predictions_are_the_committed_table() -> None:
     assert _close(mm.group(3), min(p["high"] for p in peer)) and _close(
         mm.group(4), max(p["high"] for p in peer)
     )
+
+
+def test_the_gqa_decode_speedups_are_the_committed_tables() -> None:
+    """The serving paragraph's predicted GQA-decode speedups (rtna, ours on the v2 kernel over ours on
+    the dense rows) are the ratios of the two committed model tables it names."""
+    text = " ".join(_text().split())
+    m = re.search(
+        r"predicted ([\d.]+)× \(16 sequences × 32/8 heads, 8k cache\) and ([\d.]+)× \(one sequence\) faster "
+        r"on MI300X than on the v2 kernel \(`regress/facts/data/mi300x/(serving-[^`]+\.jsonl)` against "
+        r"`…(-v2-kernel-[^`]+\.jsonl)`",
+        text,
+    )
+    assert m, "README states no GQA decode speedup with its tables"
+    now_name = m.group(3)
+    before_name = now_name.split("-2026")[0] + m.group(4)
+
+    def ms(name: str, b: int) -> float:
+        rows = [json.loads(x) for x in (mi300x_predicted_dir() / name).read_text().splitlines() if x.strip()]
+        (r,) = [
+            r
+            for r in rows
+            if r.get("kernel") == "ours" and r["mode"] == "rtna" and r["shape"][:4] == [b, 32, 1, 8192]
+        ]
+        return float(r["predicted_ms"])
+
+    for stated, b in ((m.group(1), 16), (m.group(2), 1)):
+        assert _close(stated, ms(before_name, b) / ms(now_name, b)), (stated, b)

@@ -9,7 +9,7 @@ low/high: the band over the model's readings (STRUCTURAL, each refitted, and the
 confidence); a ratio's band is taken within each reading.
 
     python benchmarks/mi300x/mi300x_model.py [--kernels ours,aiter,moonmath] [--shapes SHAPE ...] [--no-band]
-        [--moonmath-src DIR] [--aiter-wheel FILE] [--code-object PATH] [--out FILE.jsonl]
+        [--moonmath-src DIR] [--aiter-wheel FILE] [--code-object PATH] [--out FILE.jsonl] [--no-gqa-rows]
         SHAPE: B,H,Sq,Sk[,Hkv][,causal] or varlen H[,Hkv],lens=L1/L2/...[,causal]
     python benchmarks/mi300x/mi300x_model.py --fit      # refit the clock parameters on the 6 RTNE fit rows
 
@@ -135,7 +135,7 @@ def _build_models(args: argparse.Namespace, cus: int) -> dict[str, KernelModel]:
                 from regress.native.build import build_kernel
 
                 path = build_kernel("hip-emu").path
-            models["ours"] = Ours(path, cus=cus)
+            models["ours"] = Ours(path, cus=cus, gqa_rows=not args.no_gqa_rows)
         elif name == "aiter":
             from regress.emu.mi300x import AiterModel
 
@@ -635,6 +635,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-band", action="store_true", help="the point prediction only (no low/high over the readings)"
     )
     ap.add_argument(
+        "--no-gqa-rows",
+        action="store_true",
+        help="time our GQA decode on the v2 kernel, as before the planner ran it as dense rows (an ablation)",
+    )
+    ap.add_argument(
         "--markdown", type=Path, metavar="RESULTS", help="print the docs tables of a results file"
     )
     args = ap.parse_args(argv)
@@ -689,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += [json.dumps({"steady_state": b}) for b in point_steady]
     summ = summary(rows, params, time.monotonic() - t0)
     summ["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)  # the machine may be shared
+    if args.no_gqa_rows:
+        summ["ablation"] = "no-gqa-rows: GQA decode timed on the v2 kernel"
     if not args.no_band:
         summ["readings"] = info
         summ["ours_vs_peers_band"] = ratio_geomean_bands(by_reading)
