@@ -138,6 +138,19 @@ def sample_qkv(
     return q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
 
 
+def block_rows(sq: int, block: int) -> int:
+    """Query rows each q-block of a `block`-row kernel holds when a sequence is shorter than one
+    block (a decode, a GQA decode's rows): the steady state is sampled on that many rows, for every
+    kernel alike, since a kernel may skip the waves or tiles that hold none (ours does). Longer
+    sequences are sampled on full blocks (their one partial block is not modelled)."""
+    return sq if sq < block else block
+
+
+def rows_key(rows: int, block: int) -> str:
+    """The suffix a steady state's key gets when it is sampled on fewer rows than a full block."""
+    return f"-rows{rows}" if rows < block else ""
+
+
 # Keys the rise-rate sample may hold (~6 GiB at 2**21): 16x the longest published row (131072).
 MAX_SAMPLED_KEYS = 2**21
 
@@ -278,33 +291,39 @@ class Ours:
         self.layout = layout
         self.gqa_rows = gqa_rows
 
-    def _record(self, mode: str, n: int, rising: bool = False) -> tuple[Kernel, list[list[RecordT]]]:
+    def _record(
+        self, mode: str, n: int, rising: bool = False, rows: int = BLOCK_Q
+    ) -> tuple[Kernel, list[list[RecordT]]]:
+        """One CU's resident workgroups, n key tiles each: full q-blocks of one head, or (rows <
+        256, block_rows) one q-block of `rows` rows per head."""
         occ = timing.occupancy(next(iter(self.lib.code.kernels.values())), 512)
-        rows = BLOCK_Q * occ.wgs_per_cu  # one CU's resident workgroups: that many query blocks
+        wpc = occ.wgs_per_cu
         sk = KEYS_PER_TILE * n
-        if self.layout == "bshd":  # two heads make the rows strided; head 0's views are the call
-            q, k, v = (t[:, :, :1] for t in sample_qkv(rows, sk, KEYS_PER_TILE, rising, "bshd", 2))
+        seq, heads = (BLOCK_Q * wpc, 1) if rows >= BLOCK_Q else (rows, wpc)
+        if self.layout == "bshd":  # twice the heads make the rows strided; the first are the call
+            q, k, v = (t[:, :, :heads] for t in sample_qkv(seq, sk, KEYS_PER_TILE, rising, "bshd", 2 * heads))
         else:
-            q, k, v = sample_qkv(rows, sk, KEYS_PER_TILE, rising, "bhsd")
+            q, k, v = sample_qkv(seq, sk, KEYS_PER_TILE, rising, "bhsd", heads)
         with recording() as sink:
             self.lib.forward(q, k, v, layout=self.layout, rounding=mode)
         return sink[-1]
 
     def _record_v2(
-        self, mode: str, n: int, causal: bool, rising: bool = False
+        self, mode: str, n: int, causal: bool, rising: bool = False, rows: int = BLOCK_Q
     ) -> tuple[Kernel, list[list[RecordT]]]:
         """One CU's resident workgroups of the v2 kernel (parts/plan.h's gfx942_v2), n key tiles each:
-        one 256-row q-block per head; causal: bottom-right with Sq = 256, so the block's last row sees
-        all n tiles and its diagonal (the per-row masks) is the last four; else unmasked (the LSE makes
-        the call a v2 one)."""
+        one 256-row q-block per head (`rows` rows: a shorter sequence's one q-block); causal:
+        bottom-right with Sq = 256, so the block's last row sees all n tiles and its diagonal (the
+        per-row masks) is the last four; else unmasked (the LSE makes the call a v2 one)."""
         wpc = timing.occupancy(next(iter(self.lib.code.kernels.values())), 512).wgs_per_cu
         sk = KEYS_PER_TILE * n
+        rows = min(rows, BLOCK_Q)
         if self.layout == "bshd":  # twice the heads make the rows strided; the first wpc are the call
-            q, k, v = (t[:, :, :wpc] for t in sample_qkv(BLOCK_Q, sk, KEYS_PER_TILE, rising, "bshd", 2 * wpc))
+            q, k, v = (t[:, :, :wpc] for t in sample_qkv(rows, sk, KEYS_PER_TILE, rising, "bshd", 2 * wpc))
         else:
-            q, k, v = sample_qkv(BLOCK_Q, sk, KEYS_PER_TILE, rising, "bhsd", wpc)
+            q, k, v = sample_qkv(rows, sk, KEYS_PER_TILE, rising, "bhsd", wpc)
         kw: dict[str, object] = (
-            {"mask": "causal_bottom_right"} if causal else {"lse": torch.empty(1, wpc, BLOCK_Q)}
+            {"mask": "causal_bottom_right"} if causal else {"lse": torch.empty(1, wpc, rows)}
         )
         with recording() as sink:
             self.lib.forward(q, k, v, layout=self.layout, rounding=mode, **kw)  # type: ignore[arg-type]
@@ -337,12 +356,13 @@ class Ours:
                 (lambda n: self._record_v2(mode, n, True, True)),
             )
             return [Launch(key, grid, rec, tiles=(8, 12), rise_record=rise)]
+        rows = BLOCK_Q if shape.lens else block_rows(shape.sq, BLOCK_Q)  # varlen: timed on full blocks
         return [
             Launch(
-                f"v2-{mode}-{self.layout}",
+                f"v2-{mode}-{self.layout}{rows_key(rows, BLOCK_Q)}",
                 grid,
-                lambda n: self._record_v2(mode, n, False),
-                rise_record=lambda n: self._record_v2(mode, n, False, True),
+                lambda n: self._record_v2(mode, n, False, rows=rows),
+                rise_record=lambda n: self._record_v2(mode, n, False, True, rows=rows),
             )
         ]
 
@@ -373,8 +393,9 @@ class Ours:
         # branch per 32-row wave) pays the difference on the share of tiles that raise one; the
         # branch-free builds cost the same on both inputs (rise_clocks_per_tile 0).
         rate = rise_rate(tiles, ROWS_PER_WAVE, KEYS_PER_TILE)
+        rows = block_rows(shape.sq, BLOCK_Q)
         main = Launch(
-            f"main-{mode}-{self.layout}",
+            f"main-{mode}-{self.layout}{rows_key(rows, BLOCK_Q)}",
             Grid(
                 "main",
                 wgs,
@@ -384,8 +405,8 @@ class Ours:
                 shape.flops,
                 rate,
             ),
-            lambda n: self._record(mode, n),
-            rise_record=lambda n: self._record(mode, n, rising=True),
+            lambda n: self._record(mode, n, rows=rows),
+            rise_record=lambda n: self._record(mode, n, rising=True, rows=rows),
         )
         # Step 10 (a build with the split kernels): the host's rule, with the device's CU count, splits
         # the last partial round's q-blocks by key range. Three launches, timed one after the other:
@@ -467,9 +488,9 @@ class AiterModel:
         self._mod = aiter
         self._emu = aiter.AiterEmu(aiter.Aiter.load(wheel))
 
-    def _record(self, mode: str, n: int) -> tuple[Kernel, list[list[RecordT]]]:
+    def _record(self, mode: str, n: int, rows: int) -> tuple[Kernel, list[list[RecordT]]]:
         a = self._mod
-        q, k, v = sample_qkv(a.TILE_Q, a.TILE_K * n, a.TILE_K, False)
+        q, k, v = sample_qkv(rows, a.TILE_K * n, a.TILE_K, False)
         with recording() as sink:
             self._emu.forward(q, k, v, layout="bshd", rounding=mode)
         return sink[-1]
@@ -505,7 +526,9 @@ class AiterModel:
             tiles = math.ceil(shape.sk / a.TILE_K)
             l2 = float(wgs * (tiles * 2 * a.TILE_K * shape.d * 2 + 2 * a.TILE_Q * shape.d * 2))
             grid = Grid("main", wgs, tiles, shape.bytes_qkvo(), l2, shape.flops)
-            return [Launch(f"main-{mode}", grid, lambda n: self._record(mode, n), tiles=(4, 8))]
+            rows = block_rows(shape.sq, a.TILE_Q)
+            key = f"main-{mode}{rows_key(rows, a.TILE_Q)}"
+            return [Launch(key, grid, lambda n: self._record(mode, n, rows), tiles=(4, 8))]
         # Causal and varlen: the workgroups the dispatcher launches that hold rows, each timed at the
         # average of their key tiles (the grid's imbalance between them is not modelled); a causal
         # workgroup pairs two q-tiles (tg_div 2), a varlen one past its sequence's end exits at once.
@@ -557,22 +580,22 @@ class MoonMathModel:
         return self._emus[mode]
 
     def _run(
-        self, mode: str, kv_blocks: int, rising: bool = False
+        self, mode: str, kv_blocks: int, rising: bool = False, rows: int | None = None
     ) -> list[tuple[Kernel, list[list[RecordT]]]]:
         m = self._mod
-        q, k, v = sample_qkv(m.Q_BLOCK_ROWS, m.KV_BLOCK_ROWS * kv_blocks, m.KV_BLOCK_ROWS, rising)
+        q, k, v = sample_qkv(rows or m.Q_BLOCK_ROWS, m.KV_BLOCK_ROWS * kv_blocks, m.KV_BLOCK_ROWS, rising)
         with recording() as sink:
             self._emu(mode).forward(q, k, v, layout="bshd", workspace=False)  # type: ignore[attr-defined]
         return sink
 
     def _record(
-        self, mode: str, role: str, n: int, rising: bool = False
+        self, mode: str, role: str, n: int, rising: bool = False, rows: int | None = None
     ) -> tuple[Kernel, list[list[RecordT]]]:
         name = self._mod.kernel_names("bshd")[role]
         if role == "v_transpose":  # one round: as many key blocks (workgroups) as reside on a CU
             kern = self._emu(mode).kernel(name)  # type: ignore[attr-defined]
             n = timing.occupancy(kern, self._mod.XPOSE_THREADS).wgs_per_cu
-        for kern, recs in self._run(mode, n, rising):
+        for kern, recs in self._run(mode, n, rising, rows):
             if kern.name == name:
                 return kern, recs
         raise RuntimeError(f"MoonMath made no {role} launch for {n} key blocks")
@@ -614,12 +637,13 @@ class MoonMathModel:
             rate = rise_rate(tiles, m.Q_TILE_ROWS, m.KV_BLOCK_ROWS)
             l2 = float(wgs * (tiles * kv_tile + q_o))
             grid = Grid(la.role, wgs, tiles, hbm, l2, 0.0, rate)
+            rows = block_rows(shape.sq, m.Q_BLOCK_ROWS)
             out.append(
                 Launch(
-                    f"forward-{mode}",
+                    f"forward-{mode}{rows_key(rows, m.Q_BLOCK_ROWS)}",
                     grid,
-                    lambda n: self._record(mode, "forward", n),
-                    rise_record=lambda n: self._record(mode, "forward", n, rising=True),
+                    lambda n, rows=rows: self._record(mode, "forward", n, rows=rows),
+                    rise_record=lambda n, rows=rows: self._record(mode, "forward", n, rising=True, rows=rows),
                 )
             )
         return out

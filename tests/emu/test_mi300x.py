@@ -355,11 +355,17 @@ def test_our_v2_launches_and_steady_state(tmp_path_factory: pytest.TempPathFacto
     # A GQA decode runs as the dense call over each K/V head's rows (the planner's view): 16 x 8 heads
     # of 4 rows, one q-block each, with the tail split; the ablation times it on the v2 kernel.
     assert ours.runs_as(Shape.parse("16,32,1,8192,8,causal")) == Shape(16, 8, 4, 8192, 8)
-    roles = [la.grid.name for la in ours.launches(Shape.parse("16,32,1,8192,8"), "rtna")]
-    assert roles == ["split", "merge"], roles
+    split, merge = ours.launches(Shape.parse("16,32,1,8192,8"), "rtna")
+    assert (split.grid.name, merge.grid.name) == ("split", "merge")
+    # Its q-blocks hold 4 rows: sampled on 4-row blocks (block_rows), where 7 of 8 waves have no row
+    # and skip their MFMAs, so a key tile costs less than a full block's.
+    assert split.key == "main-rtna-bshd-rows4"
+    short = Predictor().steady("ours", split)
+    full = Predictor().steady("ours", ours.launches(Shape.parse("1,4,4096,4096"), "rtna")[0])
+    assert short.issued_per_tile["mfma"] < full.issued_per_tile["mfma"] and short.per_tile < full.per_tile
     ours.gqa_rows = False
     (la,) = ours.launches(Shape.parse("16,32,1,8192,8"), "rtna")
-    assert la.key == "v2-rtna-bshd" and la.grid.workgroups == 16 * 32
+    assert la.key == "v2-rtna-bshd-rows1" and la.grid.workgroups == 16 * 32
     ours.gqa_rows = True
     pred = Predictor()
     for shape in ("1,4,600,300,2", "1,1,1024,1024,causal"):
