@@ -231,30 +231,31 @@ def test_gqa_decode_as_dense_rows_gives_the_v2_kernels_bits(lib: EmuLibrary, lay
     any length too; with the tail split (16 key tiles on 304 CUs) the contract holds and a second
     launch gives the same bits."""
     g = torch.Generator().manual_seed(17)
-    q = realistic((2, 1, 8, 128), g, "q")
-    k, v = realistic((2, 300, 2, 128), g, "k"), realistic((2, 300, 2, 128), g, "v")
-    if layout == "bhsd":
-        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-    for mask in ("none", "causal_bottom_right"):
+
+    def qkv(b: int, sq: int, h: int, sk: int, hk: int) -> tuple[torch.Tensor, ...]:
+        t = (
+            realistic((b, sq, h, 128), g, "q"),
+            realistic((b, sk, hk, 128), g, "k"),
+            realistic((b, sk, hk, 128), g, "v"),
+        )
+        return tuple(x.transpose(1, 2).contiguous() for x in t) if layout == "bhsd" else t
+
+    def rows_then_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str = "none") -> None:
         got = lib.forward(q, k, v, layout=layout, mask=mask, out=poisoned(tuple(q.shape)))  # type: ignore[arg-type]
         assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_gqa_rows"
-        want = lib.forward(q, k, v, layout=layout, mask=mask, lse=torch.empty(2, 8, 1))  # type: ignore[arg-type]
+        lse = torch.empty(
+            q.shape[0], q.shape[2 if layout == "bshd" else 1], q.shape[1 if layout == "bshd" else 2]
+        )
+        want = lib.forward(q, k, v, layout=layout, mask=mask, lse=lse)  # type: ignore[arg-type]
         assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_v2"
         assert np.array_equal(reference.tensor_bits(got), reference.tensor_bits(want)), mask
+
+    q, k, v = qkv(2, 1, 8, 300, 2)
+    for mask in ("none", "causal_bottom_right"):
+        rows_then_v2(q, k, v, mask)
     if layout == "bshd":
-        q, k, v = (
-            realistic((1, 40, 4, 128), g, "q"),
-            realistic((1, 70, 1, 128), g, "k"),
-            realistic((1, 70, 1, 128), g, "v"),
-        )
-        got = lib.forward(q, k, v, out=poisoned(tuple(q.shape)))
-        assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_gqa_rows"
-        want = lib.forward(q, k, v, lse=torch.empty(1, 4, 40))
-        assert np.array_equal(reference.tensor_bits(got), reference.tensor_bits(want))
-    q = realistic((1, 1, 4, 128), g, "q")
-    k, v = realistic((1, 1000, 1, 128), g, "k"), realistic((1, 1000, 1, 128), g, "v")
-    if layout == "bhsd":
-        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        rows_then_v2(*qkv(1, 40, 4, 70, 1))
+    q, k, v = qkv(1, 1, 4, 1000, 1)
     for mode in ("rtne", "rtz"):
         split = lib.forward(q, k, v, layout=layout, rounding=mode, out=poisoned(tuple(q.shape)))  # type: ignore[arg-type]
         assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_gqa_rows_split"
