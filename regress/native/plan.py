@@ -235,6 +235,14 @@ def plan_launch(
     plan = p.plan(params, cus, max_workspace_bytes)
     launches = p.launches(params, plan) if p.lists_launches else []
     out = {"backend": backend, "compute_units": cus, **plan.to_dict()}
+    view = p.view(params)
+    if view is not params:  # the kernels run a GQA call's dense view (kernel/common/gqa_rows.h)
+        out["runs_as"] = {
+            "batch": view.batch,
+            "heads": view.heads,
+            "seqlen_q": view.seqlen_q,
+            "seqlen_k": view.seqlen_k,
+        }
     if launches:
         out["launches"] = [{"role": la.role, "kernel": la.kernel, "grid": list(la.grid)} for la in launches]
     return out

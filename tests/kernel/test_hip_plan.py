@@ -291,6 +291,8 @@ def test_gqa_decode_runs_as_the_dense_kernels_over_each_kv_heads_rows() -> None:
         assert plan["tail_splits"] * plan["blocks_per_split"] >= 128
     rows = plan_launch("hip", 1, 32, 1, 300, heads_kv=8, mask="causal_bottom_right")
     assert rows["kind"] == "gfx942_gqa_rows" and rows["tiles"] == 8 and rows["grid"] == [1, 8, 1]
+    assert rows["runs_as"] == {"batch": 1, "heads": 8, "seqlen_q": 4, "seqlen_k": 300}
+    assert "runs_as" not in plan_launch("hip", 1, 32, 1, 300, heads_kv=8, lse=True)
     assert rows["launches"] == [
         {"role": "dense", "kernel": "ra_attn_fwd_gfx942_rtne_strided", "grid": [1, 8, 1]}
     ]

@@ -27,6 +27,13 @@ def _plan_text(plan: dict[str, Any]) -> list[str]:
         f"of {plan['blocks_per_split']} key blocks; merge {plan['merge']}",
         f"  shared memory {plan['shared_bytes']} B per block; workspace {plan['workspace_bytes']} B",
     ]
+    if "runs_as" in plan:  # a GQA call seen as a dense one (kernel/common/gqa_rows.h)
+        v = plan["runs_as"]
+        lines.insert(
+            1,
+            f"  runs as B={v['batch']} H={v['heads']} Sq={v['seqlen_q']} Sk={v['seqlen_k']}: each K/V head's "
+            "query heads as rows of one dense head",
+        )
     for la in plan.get("launches", []):
         lines.append(f"  launch {la['role']:<5} {la['kernel']}  grid {la['grid']}")
     return lines
