@@ -642,8 +642,10 @@ class MoonMathModel:
                 Launch(
                     f"forward-{mode}{rows_key(rows, m.Q_BLOCK_ROWS)}",
                     grid,
-                    lambda n, rows=rows: self._record(mode, "forward", n, rows=rows),
-                    rise_record=lambda n, rows=rows: self._record(mode, "forward", n, rising=True, rows=rows),
+                    functools.partial(
+                        self._record, mode, "forward", rows=rows
+                    ),  # bound now, not at the loop's end
+                    rise_record=functools.partial(self._record, mode, "forward", rising=True, rows=rows),
                 )
             )
         return out
