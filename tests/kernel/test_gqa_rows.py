@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -199,7 +200,7 @@ def test_bshd_mqa_equals_its_dense_view_bit_for_bit(
     ],
 )
 def test_the_view_is_not_taken_where_rows_differ(
-    lib: KernelLibrary, shape: tuple, kw: dict, why: str
+    lib: KernelLibrary, shape: tuple[int, int, int, int], kw: dict[str, Any], why: str
 ) -> None:
     assert view_of(lib, shape_params(*shape, **kw)) is None, why
 
