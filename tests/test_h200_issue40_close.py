@@ -30,7 +30,7 @@ def test_the_decision_rule() -> None:
 
 
 def test_the_dry_run_on_the_cpu_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["decode", "--device", "cpu", "--out", str(tmp_path), "--shapes", "2:8:4:130", "--modes", "rtz"]
+    argv = ["decode", "--dry-run", "--out", str(tmp_path), "--shapes", "2:8:4:130", "--modes", "rtz"]
     rc = close.main([*argv, "--iterations", "4"])
     assert rc == 0
     got = json.loads((tmp_path / "decode.json").read_text())
@@ -56,5 +56,5 @@ def test_the_dry_run_on_the_cpu_backend(tmp_path: Path, capsys: pytest.CaptureFi
 )
 def test_bad_arguments_are_refused(argv: list[str], error: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
-        close.main(["decode", "--device", "cpu", "--out", "/nonexistent", *argv])
+        close.main(["decode", "--dry-run", "--out", "/nonexistent", *argv])
     assert e.value.code == 2 and error in capsys.readouterr().err

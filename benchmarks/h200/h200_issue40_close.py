@@ -3,7 +3,7 @@ an 8k cache, the default library (v2 kernels) against a -DRA_CUDA_GQA_ROWS=1 bui
 dense call, kernel/common/gqa_rows.h) and cuDNN, and the short table of the whole close.
 
   python benchmarks/h200/h200_issue40_close.py decode --out DIR [--rows-lib SO] [--iterations N]
-      [--shapes B:H:HKV:SK,...] [--modes rtne,rtna,rtz] [--device cuda|cpu]
+      [--shapes B:H:HKV:SK,...] [--modes rtne,rtna,rtz] [--dry-run]
   python benchmarks/h200/h200_issue40_close.py table DIR       (the close's short table, from DIR's files)
 
 decode: per shape and mode, the three arms in the same interleaved rounds (regress.run.suites.timing;
@@ -12,7 +12,7 @@ the default's as the median over paired ABBA blocks (regress.detect.paired, the 
 both against cuDNN (SDPA, enable_gqa, causal_lower_right spelled as SDPA takes one row); and the bits:
 the two builds' outputs compared (equal fraction, largest ULP gap) and each against the fp64 reference
 under the contract (scaled ULP <= 1.5 / 1.5 / 2.0, NaN/Inf positions). Writes DIR/decode.json.
---device cpu runs the same code on the CPU backend (a dry run: both arms the CPU library unless
+--dry-run runs the same code on the CPU backend (a dry run: both arms the CPU library unless
 --rows-lib names another, SDPA on the CPU as the baseline) so the harness is checked without a GPU.
 
 table: one line per item of the close from what DIR holds (decode.json, gate.json of `regress gate
@@ -117,6 +117,7 @@ def decode(args: argparse.Namespace) -> int:
     import torch
 
     from regress.facts import numerics as nm
+    from regress.facts.stats import median
     from regress.kernel import load_library, reference
     from regress.kernel.baselines import available_baselines
     from regress.native.build import build_kernel
@@ -125,9 +126,9 @@ def decode(args: argparse.Namespace) -> int:
     from regress.run.suites.perf import input_sets, warmup_iterations
     from regress.run.suites.timing import interleaved_rounds
 
-    dev = args.device
+    dev = "cpu" if args.dry_run else "cuda"
     if dev == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: run with --device cpu for the dry run", file=sys.stderr)
+        print("no CUDA device: --dry-run runs the harness on the CPU backend", file=sys.stderr)
         return 2
     default = load_library(build_kernel(dev).path)
     if args.rows_lib is not None:
@@ -175,7 +176,7 @@ def decode(args: argparse.Namespace) -> int:
                 arm: bool(np.array_equal(nm.is_nonfinite_bits(bits), nm.is_nonfinite_bits(ref_bits)))
                 for arm, bits in b.items()
             }
-            med = {k: float(np.median(v)) for k, v in samples.items()}
+            med = {k: median(v) for k, v in samples.items()}
             row: dict[str, Any] = {
                 "shape": f"({shape.b}, {shape.h}/{shape.heads_kv}, 1, {shape.sk})",
                 "mode": mode,
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--iterations", type=int, default=100)
     d.add_argument("--shapes", type=parse_shapes, default=SHAPES, help="B:H:HKV:SK,... (default: issue 40's)")
     d.add_argument("--modes", type=parse_modes, default=tuple(ROUNDING_MODES))
-    d.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    d.add_argument("--dry-run", action="store_true", help="on the CPU backend, no GPU (checks the harness)")
     t = sub.add_parser("table", help="the close's short table from DIR's files")
     t.add_argument("dir", type=Path)
     args = ap.parse_args(argv)

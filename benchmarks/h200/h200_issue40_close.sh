@@ -69,7 +69,7 @@ fi
 source benchmarks/h200/device_env.sh
 unpack
 if [ "$DEVICE" = cpu ]; then  # the dry run: the CPU backend, small shapes, the quick suites
-  BACKEND=cpu STACK=() QUICK=(--quick) DECODE_ARGS=(--device cpu --shapes 2:8:2:300,1:8:8:77 --iterations 6)
+  BACKEND=cpu STACK=() QUICK=(--quick) DECODE_ARGS=(--dry-run --shapes 2:8:2:300,1:8:1:77 --iterations 6)
   if [ ! -f "$WORK/old/old-libregress_attn_cpu.so" ]; then
     [ -d "$WORK/old/kernel" ] || { mkdir -p "$WORK/old" && git archive "$OLD_COMMIT" kernel | tar -x -C "$WORK/old"; }
     build_old cpu || { tail -5 "$WORK/old/old-cpu.log"; exit 1; }
