@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/gqa_rows.h"
 #include "common/inject.h"
 #include "common/validate.h"
 #include "include/regress_attn.h"
@@ -391,6 +392,14 @@ const char* ra_build_info(void) {
                 RA_INJECT_INFO, thread_count());
   info = buf;
   return info.c_str();
+}
+
+/* kernel/common/gqa_rows.h's view of a call as a dense call, for tests/kernel/test_gqa_rows.py (the GPU
+ * backends run the viewed call; this backend runs calls as given). 1 and *view filled where `p` is a
+ * valid call the view takes; 0 and *view untouched otherwise (a null pointer or an invalid call too). */
+int ra_gqa_rows_view_c(const ra_attention_params* p, ra_attention_params* view) {
+  if (!p || !view || ra_validate_params(p, nullptr, 0) != RA_OK) return 0;
+  return ra_gqa_rows_view(p, view);
 }
 
 /* Test hook: the kernel's own fp32 -> bf16 rounding, for tests/kernel/test_numerics.py. */

@@ -581,10 +581,12 @@ extern "C" ra_status ra_plan_launch(const ra_attention_params* params, const ra_
   return plan_launch_abi(params, device, plan, err, err_len);
 }
 
-extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, size_t err_len) {
-  ra_status st = ra_validate(P, err, err_len);
+extern "C" ra_status ra_attention_fwd(const ra_attention_params* caller, char* err, size_t err_len) {
+  ra_status st = ra_validate(caller, err, err_len);
   if (st != RA_OK) return st;
   if (err && err_len) err[0] = '\0';
+  ra_attention_params viewed; /* the call as the launch sees it (plan.h's call_view: ra_plan_launch's too) */
+  const ra_attention_params* P = call_view(caller, viewed);
 
   int dev_id = 0;
   cudaError_t e = cudaGetDevice(&dev_id);
@@ -667,8 +669,8 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* P, char* err, s
   cudaStream_t stream = static_cast<cudaStream_t>(P->stream);
   (void)cudaGetLastError(); /* an earlier, unrelated error must not be reported as ours */
 
-  RA_INJECT_HANG_LAUNCH(P->seqlen_q, stream); /* drill: the stream never drains */
-  RA_INJECT_CRASH_LAUNCH(P->seqlen_q);        /* drill: the process dies here */
+  RA_INJECT_HANG_LAUNCH(caller->seqlen_q, stream); /* drill: the stream never drains */
+  RA_INJECT_CRASH_LAUNCH(caller->seqlen_q);        /* drill: the process dies here */
   const unsigned long long n = ++g_launches;
   p.nondet_flip = (RA_INJECT_NONDET && (n & 1ull)) ? 1 : 0;
   PlanInput in = plan_input(P, use_tma, dev.sm_count, kMaxWorkspaceBytes);

@@ -5,6 +5,8 @@
  * the plan names, switch on plan.kind), and plan_host.cpp builds the same planner with g++ alone so
  * that Python, the tests and the benchmarks ask it through ra_plan_launch on a machine with no GPU.
  *
+ * The call it plans is call_view's (below): the caller's, or under RA_CUDA_GQA_ROWS=1 a GQA call whose
+ * query heads are rows of one dense head as that dense call (kernel/common/gqa_rows.h).
  * The rules, in the order plan() applies them:
  *   1. The fallback (mma.sync, 64 x 64 tiles) where a TMA descriptor cannot express the tensors
  *      (launch(): cuTensorMapEncodeTiled's answer; ra_plan_launch: tma_expressible below) or
@@ -31,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../common/gqa_rows.h"
 #include "../common/validate.h"
 #include "../include/regress_attn.h"
 #include "flags.h"
@@ -539,12 +542,23 @@ inline PlanInput plan_input(const ra_attention_params* P, bool tma, int sms, siz
   return in;
 }
 
+/* The call the library runs for a valid call `p`: under RA_CUDA_GQA_ROWS=1, a GQA call whose query
+ * heads are rows of one dense head (kernel/common/gqa_rows.h) as that dense call, written into
+ * `storage`; else `p` itself. ra_attention_fwd and plan_launch_abi take it once, right after
+ * validation, so the plan, tensor maps, grid, workspace and merge all see the same call. */
+inline const ra_attention_params* call_view(const ra_attention_params* p, ra_attention_params& storage) {
+  if (!RA_CUDA_GQA_ROWS) return p;
+  return ra_gqa_rows_view(p, &storage) ? &storage : p;
+}
+
 /* ra_plan_launch's body (attention_sm90.cu and plan_host.cpp export it): validate exactly as
- * ra_attention_fwd does, plan, and copy the plan into the ABI's struct. */
-inline ra_status plan_launch_abi(const ra_attention_params* P, const ra_device_facts* dev, ra_launch_plan* out,
+ * ra_attention_fwd does, take the same call_view, plan, and copy the plan into the ABI's struct. */
+inline ra_status plan_launch_abi(const ra_attention_params* caller, const ra_device_facts* dev, ra_launch_plan* out,
                                  char* err, size_t err_len) {
-  ra_status st = ra_validate_params(P, err, err_len);
+  ra_status st = ra_validate_params(caller, err, err_len);
   if (st != RA_OK) return st;
+  ra_attention_params viewed;
+  const ra_attention_params* P = call_view(caller, viewed);
   if (!dev) return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "device facts is a null pointer");
   if (!out) return ra_fail(err, err_len, RA_ERR_NULL_POINTER, "plan is a null pointer");
   if (dev->compute_units < 1)

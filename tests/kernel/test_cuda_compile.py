@@ -497,3 +497,45 @@ def test_trace_build(built, trace_built):
         assert r.get("spill_store_bytes") == 0 and r.get("stack_bytes") == 0, f"{name}: {r}"
     assert "serialized" not in trace_built[1] and "(C7517)" not in trace_built[1]
     assert _build_info(trace_built[0])["trace"] == 1 and _build_info(built[0])["trace"] == 0
+
+
+@pytest.fixture(scope="module")
+def rows_built(tmp_path_factory):
+    art = build_kernel(
+        "cuda", extra_flags=("-DRA_CUDA_GQA_ROWS=1",), cache_dir=tmp_path_factory.mktemp("cuda-gqa-rows")
+    )
+    return art.path, (art.path.parent / "build.log").read_text()
+
+
+def test_gqa_rows_build_changes_the_host_side_only(built, rows_built):
+    """-DRA_CUDA_GQA_ROWS=1 (kernel/common/gqa_rows.h through plan.h's call_view) compiles, exports the
+    ABI, says gqa_rows 1 (the default 0), keeps every kernel's SASS, and its ra_plan_launch runs a GQA
+    decode as the dense call (split, merged in the kernel) where the default library plans v2, as the
+    host planner of each build does (loaded without a GPU, as in the test above)."""
+    import ctypes
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
+    import cuda_plan as cp
+
+    from regress.native.plan import shape_params
+
+    assert _exported_ra(rows_built[0]) == ABI_SYMBOLS
+    assert _build_info(rows_built[0])["gqa_rows"] == 1 and _build_info(built[0])["gqa_rows"] == 0
+    assert set(kernels(rows_built[1])) == set(kernels(built[1]))
+    decode = shape_params(1, 32, 1, 8192, heads_kv=8, mask="causal_bottom_right")
+    for lib_path, flags, kind in (
+        (rows_built[0], ("-DRA_CUDA_GQA_ROWS=1",), "sm90_merge_in_kernel"),
+        (built[0], (), "sm90_v2_packgqa_causal"),
+    ):
+        lib = ctypes.CDLL(str(lib_path))
+        out = cp.LaunchPlanC()
+        err = ctypes.create_string_buffer(256)
+        facts = cp.DeviceFactsC(cp.H200_SMS, 0)
+        assert lib.ra_plan_launch(ctypes.byref(decode), ctypes.byref(facts), ctypes.byref(out), err, 256) == 0
+        got = {n: getattr(out, n) for n, _ in cp.LaunchPlanC._fields_ if n != "grid"}
+        got["kind"], got["grid"] = out.kind.decode(), list(out.grid)
+        assert got == cp.plan_of(decode, flags=flags) and got["kind"] == kind, got
+    cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
+    assert _sass(rows_built[0], cuobjdump, nvdisasm) == _sass(built[0], cuobjdump, nvdisasm)

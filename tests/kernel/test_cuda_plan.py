@@ -342,3 +342,75 @@ def test_every_v2_plan_keeps_the_invariants(shape: tuple, sms: int, limit: int) 
         kw["max_seqlen"] = (min(kw["max_seqlen"][0], sq), kw["max_seqlen"][1])
     d = cp.plan_of(v2_params(b, h, sq, sk, **kw), sms=sms, max_workspace=limit or MAX_WS)
     v2_invariants(d, b, h, sq, sk, kw, max_ws=limit or MAX_WS, sms=sms)
+
+
+# ---- RA_CUDA_GQA_ROWS (issue 40): a GQA call whose query heads are rows of one dense head -----------
+
+ROWS = ("-DRA_CUDA_GQA_ROWS=1",)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("mask", ["none", "causal_bottom_right"])
+def test_gqa_rows_takes_a_decode_to_the_dense_split(layout: str, mask: str) -> None:
+    """(1, 32/8, 1, 8192) under the flag: the dense decode of 8 heads x 4 rows (kernel/common/gqa_rows.h),
+    split over keys and merged in the kernel, the plan of the dense (1, 8, 4, 8192) call; by default
+    the v2 kernel's 8 packed tiles on 132 SMs."""
+    p = v2_params(1, 32, 1, 8192, heads_kv=8, mask=mask, layout=layout)
+    on = cp.plan_of(p, flags=ROWS)
+    assert on["kind"] == "sm90_merge_in_kernel" and on["splits"] > 1 and on["merge"] == 1, on
+    assert on == cp.plan(1, 8, 4, 8192, flags=ROWS)
+    invariants(on, 1, 8, 4, 8192)
+    off = cp.plan_of(p)
+    assert off["kind"].startswith("sm90_v2_packgqa") and off["splits"] == 1 and off["tiles"] == 8, off
+    assert cp.build_info(ROWS)["gqa_rows"] == 1 and cp.build_info()["gqa_rows"] == 0
+    four = cp.plan_of(v2_params(4, 32, 1, 8192, heads_kv=8, mask=mask, layout=layout), flags=ROWS)
+    assert four["splits"] > 1 and four == cp.plan(4, 8, 4, 8192, flags=ROWS)
+    # 16 sequences: 128 dense tiles already fill the machine, so no split (the v2 kernel's 128 tiles too)
+    sixteen = cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8, mask=mask), flags=ROWS)
+    assert sixteen == cp.plan(16, 8, 4, 8192)
+
+
+@pytest.mark.parametrize("flags", [(), ROWS], ids=["default", "gqa_rows"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(heads_kv=8, lse=True),
+        dict(heads_kv=8, max_seqlen=(1, 4000)),
+        dict(heads_kv=8, mask="causal_top_left"),
+    ],
+    ids=["lse", "varlen", "top-left"],
+)
+def test_gqa_rows_leaves_what_the_view_refuses_on_v2(flags: tuple[str, ...], kw: dict) -> None:
+    sq, sk = (64, 64000) if "max_seqlen" in kw else (1, 8192)
+    d = cp.plan_of(v2_params(16 if "max_seqlen" in kw else 1, 32, sq, sk, **kw), flags=flags)
+    assert d["kind"].startswith("sm90_v2"), d
+    assert d == cp.plan_of(v2_params(16 if "max_seqlen" in kw else 1, 32, sq, sk, **kw))
+
+
+@settings(max_examples=200, deadline=None)
+@given(v2_shapes, st.sampled_from([1, 8, 132]), st.integers(0, 1 << 20))
+def test_gqa_rows_plans_the_viewed_dense_call_or_the_default(shape: tuple, sms: int, limit: int) -> None:
+    """Under the flag a call the view takes (decode without a top-left mask, or BSHD MQA without a
+    mask; no varlen, no LSE) plans exactly as the dense call of heads_kv heads and seqlen_q x group
+    rows; every other call as the default build plans it."""
+    b, hk, g, sq, sk, mask, varlen = shape
+    h = hk * g
+    kw: dict = {"heads_kv": hk, "mask": mask, "lse": g == 1 and mask == "none"}
+    if varlen:
+        sq, sk = max(sq, b), max(sk, b)
+        kw["max_seqlen"] = (min(-(-sq // b), sq), -(-sk // b))
+    ws = limit or MAX_WS
+    p = v2_params(b, h, sq, sk, **kw)
+    on = cp.plan_of(p, flags=ROWS, sms=sms, max_workspace=ws)
+    taken = (
+        g > 1
+        and not varlen
+        and (
+            (sq == 1 and mask != "causal_top_left") or (hk == 1 and mask == "none")  # decode; BSHD MQA
+        )
+    )
+    if taken:
+        assert on == cp.plan_of(cp.params(b, hk, sq * g, sk), flags=ROWS, sms=sms, max_workspace=ws)
+        invariants(on, b, hk, sq * g, sk, max_ws=ws, sms=sms)
+    else:
+        assert on == cp.plan_of(p, sms=sms, max_workspace=ws)

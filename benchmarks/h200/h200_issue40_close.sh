@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Issue 40's close on the H200 in two device calls (docs/perf-notes.md, "Issue 40 close: the next device
+# session"): call1 (i) the GQA decode against an 8k cache, 16 / 1 / 4 sequences x 32/8 heads, the default
+# library (v2 kernels) against a -DRA_CUDA_GQA_ROWS=1 build (kernel/common/gqa_rows.h: the dense kernels
+# and their split over keys) and cuDNN in the same interleaved rounds, the two builds' bits against each
+# other and the contract (benchmarks/h200/h200_issue40_close.py decode); (ii) `regress gate --ab` of the
+# dense kernels: the perf suite with this tree's library against commit 4cc9352's (--compare-build; its
+# library refuses v2 calls, so the v2 cases skip and the gate judges the dense ones). call2 (iii)
+# `regress nightly --backend cuda --suites ulp,determinism` alone, its bundle kept. Each call writes
+# everything under $OUT and prints the close's short table last (h200_issue40_close.py table).
+#
+#   bash benchmarks/h200/h200_issue40_close.sh prep      here, no GPU (nvcc, git; ~70 s on 2 cores):
+#       the three libraries prebuilt with this tree's nvcc into .devwork/i40close.tgz (a build cache with
+#       the default and the GQA_ROWS=1 builds, 4cc9352's kernel/ sources and its library), so no call
+#       spends device time in nvcc (a call rebuilds what is missing or was built by another nvcc)
+#   run(command="bash benchmarks/h200/h200_issue40_close.sh call1", carry=["wheels", ".devwork/i40close.tgz"], timeout_s=600)
+#   run(command="bash benchmarks/h200/h200_issue40_close.sh call2", carry=["wheels", ".devwork/i40close.tgz"], timeout_s=600)
+#   DEVICE=cpu bash benchmarks/h200/h200_issue40_close.sh call1    the dry run on this machine's CPU backend:
+#       the same steps (decode on small shapes, a quick perf A/B against 4cc9352's CPU library, the
+#       gate, the table), so the harness is checked without a GPU; call2 likewise with --quick
+# Knobs: OUT (default /tmp/out), CALL_S (the call's budget, 570), DECODE_ITERS (100), DECODE_S (150),
+# NIGHTLY_DEADLINE (call2's --deadline, 520).
+set -uo pipefail
+step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|call1|call2}
+OLD_COMMIT=4cc9352
+WORK=.devwork/i40close
+DEVICE=${DEVICE:-cuda}
+CALL_S=${CALL_S:-570}
+T_START=$(date +%s)
+cd "$(dirname "$0")/../.."
+
+build_old() {  # 4cc9352's library from its kernel/ sources, by this tree's build command (sass_diff.sh's way)
+  local backend=$1 src=$WORK/old
+  PYTHONPATH=$PWD python3 - "$backend" "$src" <<'PY'
+import shlex, subprocess, sys
+from pathlib import Path
+from regress.native.build import COMMANDS, OUT
+backend, src = sys.argv[1], Path(sys.argv[2])
+r = COMMANDS[backend]
+out = (src / f"old-{r.output}").resolve()
+argv = [str(out) if a == OUT else a for a in r.argv]
+p = subprocess.run(argv, cwd=src, capture_output=True, text=True)
+(src / f"old-{backend}.log").write_text(shlex.join(argv) + "\n" + p.stdout + p.stderr)
+sys.exit(p.returncode)
+PY
+}
+
+unpack() {  # the carried work folder; its build cache serves build_kernel
+  [ -f .devwork/i40close.tgz ] && [ ! -d "$WORK" ] && tar -xzf .devwork/i40close.tgz -C .devwork
+  mkdir -p "$WORK/cache" && export REGRESS_CACHE_DIR=$PWD/$WORK/cache
+}
+
+if [ "$step" = prep ]; then
+  command -v nvcc >/dev/null || { echo "prep needs nvcc (the device calls then build on the device)"; exit 2; }
+  git rev-parse --verify -q "$OLD_COMMIT^{commit}" >/dev/null || { echo "prep needs commit $OLD_COMMIT"; exit 2; }
+  rm -rf "$WORK" && mkdir -p "$WORK/cache" "$WORK/old"
+  export REGRESS_CACHE_DIR=$PWD/$WORK/cache PYTHONPATH=$PWD
+  git archive "$OLD_COMMIT" kernel | tar -x -C "$WORK/old"
+  python3 -c "from regress.native.build import build_kernel as b; print('default', b('cuda').path)" &
+  python3 -c "from regress.native.build import build_kernel as b; print('rows', b('cuda', extra_flags=('-DRA_CUDA_GQA_ROWS=1',)).path)" &
+  build_old cuda && echo "old $WORK/old/old-libregress_attn_cuda.so"
+  old_rc=$?
+  wait
+  [ "$old_rc" = 0 ] || { tail -5 "$WORK/old/old-cuda.log"; exit 1; }
+  tar -czf .devwork/i40close.tgz -C .devwork i40close && ls -la .devwork/i40close.tgz
+  exit 0
+fi
+
+source benchmarks/h200/device_env.sh
+unpack
+if [ "$DEVICE" = cpu ]; then  # the dry run: the CPU backend, small shapes, the quick suites
+  BACKEND=cpu STACK=() QUICK=(--quick) DECODE_ARGS=(--dry-run --shapes 2:8:2:300,1:8:1:77 --iterations 6)
+  if [ ! -f "$WORK/old/old-libregress_attn_cpu.so" ]; then
+    [ -d "$WORK/old/kernel" ] || { mkdir -p "$WORK/old" && git archive "$OLD_COMMIT" kernel | tar -x -C "$WORK/old"; }
+    build_old cpu || { tail -5 "$WORK/old/old-cpu.log"; exit 1; }
+  fi
+else
+  BACKEND=cuda STACK=(--stack h200-cuda13.0 --allow-drift) QUICK=() DECODE_ARGS=(--iterations "${DECODE_ITERS:-100}")
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
+  if [ ! -f "$WORK/old/old-libregress_attn_cuda.so" ] && [ -d "$WORK/old/kernel" ]; then
+    build_old cuda || tail -5 "$WORK/old/old-cuda.log"  # nvcc on the device: ~1-2 min
+  fi
+fi
+OLD_LIB=$PWD/$WORK/old/old-$(PYTHONPATH=$PWD python3 -c "from regress.native.build import COMMANDS; print(COMMANDS['$BACKEND'].output)")
+left() { echo $((CALL_S - ($(date +%s) - T_START))); }
+
+keep_bundle() {  # $1 the nightly's --out, $2 a name: its bundle as $OUT/NAME-RUNID.json.gz; prints the run id
+  local b
+  b=$(ls "$1"/bundles/*.json 2>/dev/null | head -1)
+  [ -n "$b" ] || return 1
+  python3 - "$b" "$OUT/$2" <<'PY'
+import gzip, json, shutil, sys
+blob = json.load(open(sys.argv[1]))
+rid = blob["run"]["id"]
+with open(sys.argv[1], "rb") as f, gzip.open(f"{sys.argv[2]}-{rid}.json.gz", "wb") as g:
+    shutil.copyfileobj(f, g)
+print(rid)
+PY
+}
+
+if [ "$step" = call1 ]; then
+  T0=$(date +%s)
+  timeout "${DECODE_S:-150}" python3 benchmarks/h200/h200_issue40_close.py decode --out "$OUT" "${DECODE_ARGS[@]}" \
+    >"$OUT/decode.log" 2>&1
+  echo "(i) decode exit $? after $(($(date +%s) - T0)) s"
+  sed -n '/^| decode/,$p' "$OUT/decode.log"
+  grep -E "Error|error:" "$OUT/decode.log" | head -5
+  if [ -f "$OLD_LIB" ]; then
+    T0=$(date +%s)
+    deadline=$(($(left) - 60))  # the gate, the bundle and the table after it
+    timeout $((deadline + 30)) python3 -m regress nightly --backend "$BACKEND" "${STACK[@]}" --suites perf "${QUICK[@]}" \
+      --compare-build "$OLD_LIB" --deadline "$deadline" --db "sqlite:///$OUT/ab.db" --out "$OUT/ab" \
+      --trigger device-run --runner h200-lent >"$OUT/ab.log" 2>&1
+    echo "(ii) perf A/B nightly exit $? after $(($(date +%s) - T0)) s (deadline $deadline s)"
+    tail -4 "$OUT/ab.log"
+    if rid=$(keep_bundle "$OUT/ab" ab); then
+      python3 -m regress gate --ab --run "$rid" --db "sqlite:///$OUT/ab.db" --report-dir "$OUT/gate" --json \
+        >"$OUT/gate.json" 2>"$OUT/gate.err"
+      echo "(ii) gate --ab --run $rid exit $?"
+      python3 -m regress gate --ab --run "$rid" --db "sqlite:///$OUT/ab.db" --report-dir "$OUT/gate" 2>&1 | tail -15
+    else
+      echo "(ii) no bundle written: no gate"
+    fi
+  else
+    echo "(ii) no library of $OLD_COMMIT ($OLD_LIB): run prep here and carry .devwork/i40close.tgz"
+  fi
+  logs=(decode.log ab.log gate.err)
+elif [ "$step" = call2 ]; then
+  T0=$(date +%s)
+  deadline=${NIGHTLY_DEADLINE:-$(($(left) - 45))}
+  timeout $((deadline + 30)) python3 -m regress nightly --backend "$BACKEND" "${STACK[@]}" --suites ulp,determinism \
+    "${QUICK[@]}" --deadline "$deadline" --db "sqlite:///$OUT/nightly.db" --out "$OUT/nightly" --trigger device-run \
+    --runner h200-lent >"$OUT/nightly.log" 2>&1
+  echo "(iii) nightly ulp,determinism exit $? after $(($(date +%s) - T0)) s (deadline $deadline s)"
+  tail -12 "$OUT/nightly.log"
+  keep_bundle "$OUT/nightly" nightly >/dev/null || echo "(iii) no bundle written"
+  logs=(nightly.log)
+else
+  echo "unknown step $step: prep, call1 or call2"
+  exit 2
+fi
+# at most 8 files come back, none in a folder more than 2 down: the logs and reports in one archive
+(cd "$OUT" && tar -czf logs.tgz "${logs[@]}" $(ls -d gate 2>/dev/null) 2>/dev/null; rm -rf "${logs[@]}" ab nightly gate ab.db* nightly.db*)
+ls -la "$OUT"
+python3 benchmarks/h200/h200_issue40_close.py table "$OUT"
