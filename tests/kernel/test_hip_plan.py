@@ -306,3 +306,48 @@ def test_gqa_decode_runs_as_the_dense_kernels_over_each_kv_heads_rows() -> None:
         assert plan_launch("hip", 1, 32, 1, 8192, **kw)["kind"] == "gfx942_v2", kw  # type: ignore[arg-type]
     assert plan_launch("hip", 1, 32, 2, 8192, heads_kv=8)["kind"] == "gfx942_v2"
     assert plan_launch("hip", 2, 8, 40, 3000, heads_kv=1, layout="bhsd")["kind"] == "gfx942_v2"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    b=st.integers(1, 64),
+    hkv=st.integers(1, 16),
+    group=st.sampled_from([2, 3, 4, 8, 16]),
+    sq=st.integers(1, 3000),
+    sk=st.integers(1, 100000),
+    cus=st.sampled_from([1, 7, 80, 304]),
+    layout=st.sampled_from(["bshd", "bhsd"]),
+    mask=st.sampled_from(["none", "causal_bottom_right", "causal_top_left"]),
+)
+def test_a_gqa_call_the_view_takes_plans_as_its_dense_call(
+    b: int, hkv: int, group: int, sq: int, sk: int, cus: int, layout: str, mask: str
+) -> None:
+    """Property: where the view applies (a decode unmasked or bottom-right, BSHD MQA unmasked), the
+    GQA call's plan is the dense plan of heads_kv heads of group x Sq rows, launch for launch, and
+    passes every dense plan's checks; elsewhere it is one v2 launch."""
+    h = hkv * group
+    plan = plan_launch("hip", b, h, sq, sk, compute_units=cus, layout=layout, heads_kv=hkv, mask=mask)
+    decode = sq == 1 and mask != "causal_top_left"
+    mqa = hkv == 1 and layout == "bshd" and mask == "none"
+    if not (decode or mqa):
+        assert plan["kind"] == "gfx942_v2" and "runs_as" not in plan
+        return
+    dense = plan_launch("hip", b, hkv, sq * group, sk, compute_units=cus, layout="bhsd" if decode else layout)
+    assert plan["runs_as"] == {"batch": b, "heads": hkv, "seqlen_q": sq * group, "seqlen_k": sk}
+    assert plan["kind"] == dense["kind"].replace("gfx942_dense", "gfx942_gqa_rows").replace(
+        "gfx942_tail_split", "gfx942_gqa_rows_split"
+    )
+    same = (
+        "grid",
+        "tiles",
+        "key_blocks",
+        "split_tiles",
+        "tail_splits",
+        "blocks_per_split",
+        "workspace_bytes",
+    )
+    assert {k: plan[k] for k in same} == {k: dense[k] for k in same}
+    assert [(la["role"], la["grid"]) for la in plan["launches"]] == [
+        (la["role"], la["grid"]) for la in dense["launches"]
+    ]
+    _check({**plan, "kind": dense["kind"]}, b, hkv, sq * group, sk, cus)
