@@ -379,3 +379,22 @@ def test_host_part_type_checks_against_hip_stub(tmp_path):
         "crash_sq": 0,
         "round_swap": 0,
     }
+
+
+def test_the_host_part_compiles_against_the_hip_runtime_declarations(tmp_path: Path) -> None:
+    """ROCm is not installed here, so no build compiles ra_attention_fwd's host part (RA_HIP_HAVE_RUNTIME);
+    this checks it against the HIP declarations it uses (tests/kernel/hip_host_decls, -fsyntax-only):
+    a misspelt name or a wrong type in the launch code fails here, not first on an MI300X."""
+    decls = Path(__file__).parent / "hip_host_decls"
+    argv = [CLANG, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-nogpuinc", "--cuda-host-only"]
+    argv += ["-fsyntax-only", "-std=c++17", "-Werror", f"-I{decls}"]
+    done = subprocess.run([*argv, str(SOURCE)], capture_output=True, text=True)  # type: ignore[list-item]
+    assert done.returncode == 0, done.stderr
+    planted = tmp_path / "planted.hip"  # the same file with one name misspelt: the check must see it
+    text = SOURCE.read_text().replace(
+        "const ra_attention_params* p = &view;", "const ra_attention_params* p = &v1ew;"
+    )
+    assert text != SOURCE.read_text()
+    planted.write_text(text)
+    bad = subprocess.run([*argv, f"-I{SOURCE.parent}", str(planted)], capture_output=True, text=True)  # type: ignore[list-item]
+    assert bad.returncode != 0 and "v1ew" in bad.stderr
