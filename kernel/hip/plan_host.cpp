@@ -21,7 +21,11 @@ extern "C" int ra_gfx942_launch_at(const ra_attention_params* params, const ra_l
  * runs as its dense GQA-rows view (../common/gqa_rows.h), 0 and *view left alone where it runs as
  * given. The emulator fills the kernels' argument block from the same params the host part does. */
 extern "C" int ra_gqa_rows_view_c(const ra_attention_params* params, ra_attention_params* view) {
-  return params && view && ra_gqa_rows_view(params, view) ? 1 : 0;
+  if (!params || !view) return 0;
+  const ra_attention_params run = ra_gfx942::call_view(*params);
+  if (run.heads == params->heads) return 0; /* a view always has heads_kv < the call's heads */
+  *view = run;
+  return 1;
 }
 
 extern "C" const char* ra_backend_name(void) { return "hip"; }
