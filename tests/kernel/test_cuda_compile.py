@@ -84,11 +84,12 @@ def kernels(log: str) -> dict[str, dict[str, int]]:
     return parse_ptxas(log).get("kernels", {})
 
 
-def build(out: Path, inject: dict[str, int] | None = None) -> tuple[Path, str]:
+def build(out: Path, inject: dict[str, int] | None = None, flags: tuple[str, ...] = ()) -> tuple[Path, str]:
     """Builds through the project's one build path (regress.native.build), so the checks below hold for
-    exactly what `regress build --backend cuda [--inject ...]` produces; returns the library and
-    ptxas' log. The stats the build stored are the product parser's reading of that log."""
-    art = build_kernel("cuda", inject=inject, cache_dir=out)
+    exactly what `regress build --backend cuda [--inject ...]` produces (`flags`: -DRA_CUDA_... build
+    flags); returns the library and ptxas' log. The stats the build stored are the product parser's
+    reading of that log."""
+    art = build_kernel("cuda", inject=inject, cache_dir=out, extra_flags=flags)
     log = (art.path.parent / "build.log").read_text()
     assert art.stats == parse_ptxas(log)
     assert art.inject == (inject or {})
@@ -377,9 +378,7 @@ LONG_N = 176  # -DRA_CUDA_LONG_BLOCK_N: the long-key kernel's key block (mainloo
 
 @pytest.fixture(scope="module")
 def long_built(tmp_path_factory):
-    flags = (f"-DRA_CUDA_LONG_BLOCK_N={LONG_N}",)
-    art = build_kernel("cuda", extra_flags=flags, cache_dir=tmp_path_factory.mktemp("cuda-long"))
-    return art.path, (art.path.parent / "build.log").read_text()
+    return build(tmp_path_factory.mktemp("cuda-long"), flags=(f"-DRA_CUDA_LONG_BLOCK_N={LONG_N}",))
 
 
 def test_long_block_build(built, long_built):
@@ -480,10 +479,7 @@ def test_softmax_runs_beside_the_products(built):
 
 @pytest.fixture(scope="module")
 def trace_built(tmp_path_factory):
-    art = build_kernel(
-        "cuda", extra_flags=("-DRA_CUDA_TRACE=1",), cache_dir=tmp_path_factory.mktemp("cuda-trace")
-    )
-    return art.path, (art.path.parent / "build.log").read_text()
+    return build(tmp_path_factory.mktemp("cuda-trace"), flags=("-DRA_CUDA_TRACE=1",))
 
 
 def test_trace_build(built, trace_built):
@@ -501,10 +497,7 @@ def test_trace_build(built, trace_built):
 
 @pytest.fixture(scope="module")
 def rows_built(tmp_path_factory):
-    art = build_kernel(
-        "cuda", extra_flags=("-DRA_CUDA_GQA_ROWS=1",), cache_dir=tmp_path_factory.mktemp("cuda-gqa-rows")
-    )
-    return art.path, (art.path.parent / "build.log").read_text()
+    return build(tmp_path_factory.mktemp("cuda-gqa-rows"), flags=("-DRA_CUDA_GQA_ROWS=1",))
 
 
 def test_gqa_rows_build_changes_the_host_side_only(built, rows_built):
