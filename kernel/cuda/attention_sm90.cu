@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_tail(const __
  * (mainloop_v2.cuh), one instantiation per rounding x mask x lengths x packing; the strided layout
  * only (the TMA path reads no stride in code). Its own kernels: the dense ones keep their code. */
 template <int kRound, class Mask, class Seq, bool kPack>
-__global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_v2(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_v2(const __grid_constant__ FwdParamsV2 p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Plan = sm90::MainPlan;
   extern __shared__ uint8_t smem_raw[];
@@ -402,7 +402,7 @@ void with_bool(bool v, G&& g) {
 
 /* A v2 plan (plan.h's rule 0): the varlen pre-pass where the plan has one, then attn_fwd_sm90_v2 of
  * the plan's kind (causal, varlen, packed) and the call's rounding. */
-ra_status launch_v2(FwdParams& p, const LaunchPlan& lp, int rounding, DeviceInfo& dev, cudaStream_t stream,
+ra_status launch_v2(FwdParamsV2& p, const LaunchPlan& lp, int rounding, DeviceInfo& dev, cudaStream_t stream,
                     char* err, size_t err_len) {
   const int k = (int)lp.kind - (int)Kind::kV2;
   cudaError_t e = cudaSuccess;
@@ -507,7 +507,7 @@ ra_status launch(FwdParams& p, const LaunchPlan& lp, int rounding, Layout layout
 }
 
 /* FwdParams' launch fields from the plan, and the workspace's pointers where it has one. */
-void apply_plan(FwdParams& p, const LaunchPlan& lp, const WorkspacePtrs& ws) {
+void apply_plan(FwdParamsV2& p, const LaunchPlan& lp, const WorkspacePtrs& ws) {
   p.num_m_blocks = lp.num_m_blocks;
   p.num_n_blocks = lp.num_n_blocks;
   p.num_tiles = lp.num_tiles;
@@ -611,7 +611,7 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* caller, char* e
     return ra_fail(err, err_len, RA_ERR_DEVICE, "this library is built for sm_90a; device %d is sm_%d%d", dev_id,
                    dev.major, dev.minor);
 
-  FwdParams p;
+  FwdParamsV2 p; /* the dense launches take its FwdParams part (launch()) */
   memset(&p, 0, sizeof p);
   p.q = P->q;
   p.k = P->k;

@@ -53,7 +53,7 @@ __device__ __forceinline__ TileInfo ld_tile_info(int* slot) {
 }
 
 template <class Mask, class Seq, bool kPack, class P>
-__device__ __forceinline__ void produce_v2(const FwdParams& p, SmemV2<P>& sm) {
+__device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
   constexpr int kBN = P::kBlockN;
@@ -111,7 +111,7 @@ struct ThreadRows {
 /* The LSE of the thread's rows (the quad's first thread writes it): -Inf where no key is visible;
  * NaN where the row's scores are all -Inf (m stays -Inf) or its sum is NaN; else m scale + ln l. */
 template <class Seq, class Softmax>
-__device__ __forceinline__ void store_lse(const FwdParams& p, const Softmax& sfm, const TileInfo& t,
+__device__ __forceinline__ void store_lse(const FwdParamsV2& p, const Softmax& sfm, const TileInfo& t,
                                           const ThreadRows& tr, int qc) {
   const int64_t b = Seq::batch_coord(t); /* dense [B, H, Sq]; varlen [H, total_q] (batch 0) */
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -128,7 +128,7 @@ __device__ __forceinline__ void store_lse(const FwdParams& p, const Softmax& sfm
 
 /* The v2 epilogue: LSE, +0 rows, then O through TMA or row by row (epilogue.cuh). */
 template <int kRound, class Seq, bool kPack, class P, class Softmax>
-__device__ __forceinline__ void store_output_v2(const FwdParams& p, SmemV2<P>& sm, float (&o)[64], Softmax& sfm,
+__device__ __forceinline__ void store_output_v2(const FwdParamsV2& p, SmemV2<P>& sm, float (&o)[64], Softmax& sfm,
                                                 const TileInfo& t, const ThreadRows& tr, int wg, int warp,
                                                 int lane, int qc) {
   if (p.lse) store_lse<Seq>(p, sfm, t, tr, qc);
@@ -160,7 +160,7 @@ __device__ __forceinline__ void store_output_v2(const FwdParams& p, SmemV2<P>& s
 }
 
 template <int kRound, class Mask, class Seq, bool kPack, class P>
-__device__ __forceinline__ void consume_v2(const FwdParams& p, SmemV2<P>& sm, int wg, int tid) {
+__device__ __forceinline__ void consume_v2(const FwdParamsV2& p, SmemV2<P>& sm, int wg, int tid) {
   constexpr int kQStages = P::kQStages;
   constexpr int kStages = P::kStages;
   constexpr int kBN = P::kBlockN;

@@ -33,12 +33,12 @@ namespace ra_cuda {
 
 struct NoMask {
   static constexpr bool kCausal = false;
-  __device__ __forceinline__ static int limit(const FwdParams&, int, int, int len_k) { return len_k; }
+  __device__ __forceinline__ static int limit(const FwdParamsV2&, int, int, int len_k) { return len_k; }
 };
 
 struct CausalMask {
   static constexpr bool kCausal = true;
-  __device__ __forceinline__ static int limit(const FwdParams& p, int i, int len_q, int len_k) {
+  __device__ __forceinline__ static int limit(const FwdParamsV2& p, int i, int len_q, int len_k) {
     const int off = p.mask_bottom_right ? len_k - len_q : 0;
     return min(max(i + 1 + off, 0), len_k);
   }
@@ -46,13 +46,13 @@ struct CausalMask {
 
 /* The key blocks of kBN keys a tile of query rows [i_first, i_last] runs (>= 1). */
 template <class Mask, int kBN>
-__device__ __forceinline__ int tile_key_blocks(const FwdParams& p, int i_last, int len_q, int len_k) {
+__device__ __forceinline__ int tile_key_blocks(const FwdParamsV2& p, int i_last, int len_q, int len_k) {
   return max(1, (Mask::limit(p, i_last, len_q, len_k) + kBN - 1) / kBN);
 }
 
 /* The first of its blocks that holds a key some row of the tile does not see. */
 template <class Mask, int kBN>
-__device__ __forceinline__ int tile_first_masked(const FwdParams& p, int i_first, int len_q, int len_k) {
+__device__ __forceinline__ int tile_first_masked(const FwdParamsV2& p, int i_first, int len_q, int len_k) {
   return Mask::limit(p, i_first, len_q, len_k) / kBN;
 }
 

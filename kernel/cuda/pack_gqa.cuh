@@ -32,37 +32,37 @@ struct Rows;
 
 template <>
 struct Rows<false> {
-  __device__ __forceinline__ static int log2_rows(const FwdParams&) { return 7; } /* 128 = kBlockM */
-  __device__ __forceinline__ static int q_head(const FwdParams&, const TileInfo& t) { return t.hg; }
-  __device__ __forceinline__ static int kv_head(const FwdParams& p, const TileInfo& t) { return t.hg / p.kv_group; }
-  __device__ __forceinline__ static uint32_t q_bytes(const FwdParams&) { return sm90::kTileBytes; }
+  __device__ __forceinline__ static int log2_rows(const FwdParamsV2&) { return 7; } /* 128 = kBlockM */
+  __device__ __forceinline__ static int q_head(const FwdParamsV2&, const TileInfo& t) { return t.hg; }
+  __device__ __forceinline__ static int kv_head(const FwdParamsV2& p, const TileInfo& t) { return t.hg / p.kv_group; }
+  __device__ __forceinline__ static uint32_t q_bytes(const FwdParamsV2&) { return sm90::kTileBytes; }
   /* tile row r: its query head and its row in the sequence; false past the tile's rows */
-  __device__ __forceinline__ static bool row(const FwdParams&, const TileInfo& t, int r, int& head, int& i) {
+  __device__ __forceinline__ static bool row(const FwdParamsV2&, const TileInfo& t, int r, int& head, int& i) {
     head = t.hg;
     i = t.m * sm90::kBlockM + r;
     return true;
   }
   /* warpgroup wg's 64 rows all lie past the sequence */
-  __device__ __forceinline__ static bool wg_idle(const FwdParams&, const TileInfo& t, int wg) {
+  __device__ __forceinline__ static bool wg_idle(const FwdParamsV2&, const TileInfo& t, int wg) {
     return t.m * sm90::kBlockM + wg * 64 >= t.len_q;
   }
 };
 
 template <>
 struct Rows<true> {
-  __device__ __forceinline__ static int log2_rows(const FwdParams& p) { return p.pack_log2_rows; }
-  __device__ __forceinline__ static int q_head(const FwdParams& p, const TileInfo& t) { return t.hg * p.kv_group; }
-  __device__ __forceinline__ static int kv_head(const FwdParams&, const TileInfo& t) { return t.hg; }
-  __device__ __forceinline__ static uint32_t q_bytes(const FwdParams& p) {
+  __device__ __forceinline__ static int log2_rows(const FwdParamsV2& p) { return p.pack_log2_rows; }
+  __device__ __forceinline__ static int q_head(const FwdParamsV2& p, const TileInfo& t) { return t.hg * p.kv_group; }
+  __device__ __forceinline__ static int kv_head(const FwdParamsV2&, const TileInfo& t) { return t.hg; }
+  __device__ __forceinline__ static uint32_t q_bytes(const FwdParamsV2& p) {
     return (uint32_t)(p.kv_group << p.pack_log2_rows) * 256u; /* rows x 2 d-halves x 128 B */
   }
-  __device__ __forceinline__ static bool row(const FwdParams& p, const TileInfo& t, int r, int& head, int& i) {
+  __device__ __forceinline__ static bool row(const FwdParamsV2& p, const TileInfo& t, int r, int& head, int& i) {
     const int lr = p.pack_log2_rows;
     head = t.hg * p.kv_group + (r >> lr);
     i = (t.m << lr) + (r & ((1 << lr) - 1));
     return r < (p.kv_group << lr);
   }
-  __device__ __forceinline__ static bool wg_idle(const FwdParams& p, const TileInfo& t, int wg) {
+  __device__ __forceinline__ static bool wg_idle(const FwdParamsV2& p, const TileInfo& t, int wg) {
     const int lr = p.pack_log2_rows;
     if (wg * 64 >= (p.kv_group << lr)) return true; /* no head's rows reach this warpgroup */
     /* R >= 64: the warpgroup holds rows of one head from (64 wg) % R on; else every row offset */

@@ -68,8 +68,13 @@ struct FwdParams {
   int tail_first;
   int tail_splits;
   int tail_blocks;
-  /* ---- ABI v2 (issue 40): read by the v2 kernels only (mainloop_v2.cuh); appended, so the dense
-   * kernels' fields keep their offsets and those kernels their code ---- */
+};
+
+/* ABI v2 (issue 40): the v2 kernels' parameters (mainloop_v2.cuh), the dense ones' and their own. A
+ * struct of its own, not fields appended to FwdParams: a dense kernel cannot name a v2 field, and its
+ * parameter block is the 880 bytes it was before ABI v2 (byte for byte 4cc9352's kernels; the appended
+ * fields made it 1008). docs/perf-notes.md, "Issue 40 close". */
+struct FwdParamsV2 : FwdParams {
   int heads_kv;
   int kv_group;          /* heads / heads_kv: query head h reads K/V head h / kv_group */
   int mask_bottom_right; /* causal kernels: 1 bottom-right (offset len_k - len_q), 0 top-left */

@@ -28,9 +28,9 @@ namespace ra_cuda {
 
 struct FixedSeq {
   static constexpr bool kVarlen = false;
-  __device__ __forceinline__ static int num_tiles(const FwdParams& p) { return p.v2_tiles; }
+  __device__ __forceinline__ static int num_tiles(const FwdParamsV2& p) { return p.v2_tiles; }
   template <class Mask, bool kPack>
-  __device__ __forceinline__ static TileInfo tile_info(const FwdParams& p, int tile) {
+  __device__ __forceinline__ static TileInfo tile_info(const FwdParamsV2& p, int tile) {
     TileInfo t;
     int bh;
     v2_tile_order(p, tile, Mask::kCausal, bh, t.m);
@@ -50,11 +50,11 @@ struct FixedSeq {
 
 struct VarSeq {
   static constexpr bool kVarlen = true;
-  __device__ __forceinline__ static int num_tiles(const FwdParams& p) {
+  __device__ __forceinline__ static int num_tiles(const FwdParamsV2& p) {
     return __ldcg(p.var_count) * p.head_groups; /* the pre-pass wrote it just before */
   }
   template <class Mask, bool kPack>
-  __device__ __forceinline__ static TileInfo tile_info(const FwdParams& p, int tile) {
+  __device__ __forceinline__ static TileInfo tile_info(const FwdParamsV2& p, int tile) {
     const int e = tile / p.head_groups;
     const int4 a = __ldcg(reinterpret_cast<const int4*>(p.var_tiles + e));
     const int4 c = __ldcg(reinterpret_cast<const int4*>(p.var_tiles + e) + 1);
@@ -101,7 +101,7 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int* 
 }
 
 template <class Mask, bool kPack>
-__global__ void __launch_bounds__(kVarPrepThreads) attn_varlen_tiles(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(kVarPrepThreads) attn_varlen_tiles(const __grid_constant__ FwdParamsV2 p) {
   __shared__ int bins[kVarBins];
   __shared__ int warp_sums[32];
   __shared__ int bad, total;

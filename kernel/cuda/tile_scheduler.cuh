@@ -74,7 +74,7 @@ __device__ __forceinline__ TileCoord tail_coord(const FwdParams& p, int i, int& 
  * L2; causal launches take each section's query blocks longest first (the last block first), so the
  * heavy diagonal tiles start early and the light ones fill the end of the launch. l2_section = 1 is
  * the dense kernels' order (query block fastest). */
-__device__ __forceinline__ void v2_tile_order(const FwdParams& p, int tile, bool longest_first, int& bh, int& m) {
+__device__ __forceinline__ void v2_tile_order(const FwdParamsV2& p, int tile, bool longest_first, int& bh, int& m) {
   const int pairs = p.batch * p.head_groups;
   const int per_section = p.l2_section * p.v2_m_blocks;
   const int section = tile / per_section;
