@@ -5,8 +5,8 @@
  * the plan names, switch on plan.kind), and plan_host.cpp builds the same planner with g++ alone so
  * that Python, the tests and the benchmarks ask it through ra_plan_launch on a machine with no GPU.
  *
- * The call it plans is call_view's (below): the caller's, or under RA_CUDA_GQA_ROWS=1 a GQA call whose
- * query heads are rows of one dense head as that dense call (kernel/common/gqa_rows.h).
+ * The call it plans is call_view's (below): the caller's, or under RA_CUDA_GQA_ROWS=1 (the default) a
+ * GQA call whose query heads are rows of one dense head as that dense call (kernel/common/gqa_rows.h).
  * The rules, in the order plan() applies them:
  *   1. The fallback (mma.sync, 64 x 64 tiles) where a TMA descriptor cannot express the tensors
  *      (launch(): cuTensorMapEncodeTiled's answer; ra_plan_launch: tma_expressible below) or
@@ -542,7 +542,7 @@ inline PlanInput plan_input(const ra_attention_params* P, bool tma, int sms, siz
   return in;
 }
 
-/* The call the library runs for a valid call `p`: under RA_CUDA_GQA_ROWS=1, a GQA call whose query
+/* The call the library runs for a valid call `p`: under RA_CUDA_GQA_ROWS=1 (the default), a GQA call whose query
  * heads are rows of one dense head (kernel/common/gqa_rows.h) as that dense call, written into
  * `storage`; else `p` itself. ra_attention_fwd and plan_launch_abi take it once, right after
  * validation, so the plan, tensor maps, grid, workspace and merge all see the same call. */

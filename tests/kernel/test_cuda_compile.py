@@ -133,6 +133,10 @@ def test_every_kernel_is_reported(built):
     preps = [m.groups() for k in prep if (m := VARLEN_PREP_KERNEL.search(k))]
     assert sorted(preps) == sorted((m, str(k)) for m in V2_MASKS for k in range(V2_PACKS)), prep
     assert len(found) == len(sm90) + len(mma) + len(merge) + len(v2) + len(prep) == KERNELS, found.keys()
+    # the parameter block each kernel takes, by its mangled signature: the dense kernels FwdParams (the
+    # block of before ABI v2), the v2 kernels and the varlen pre-pass FwdParamsV2 (params.cuh)
+    assert all(k.endswith("EEvNS_9FwdParamsE") for k in sm90 + mma + merge), found.keys()
+    assert all(k.endswith("EEvNS_11FwdParamsV2E") for k in v2 + prep), found.keys()
 
 
 def test_no_spills_no_stack(built):
@@ -496,15 +500,16 @@ def test_trace_build(built, trace_built):
 
 
 @pytest.fixture(scope="module")
-def rows_built(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("cuda-gqa-rows"), flags=("-DRA_CUDA_GQA_ROWS=1",))
+def no_rows_built(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("cuda-no-gqa-rows"), flags=("-DRA_CUDA_GQA_ROWS=0",))
 
 
-def test_gqa_rows_build_changes_the_host_side_only(built, rows_built):
-    """-DRA_CUDA_GQA_ROWS=1 (kernel/common/gqa_rows.h through plan.h's call_view) compiles, exports the
-    ABI, says gqa_rows 1 (the default 0), keeps every kernel's SASS, and its ra_plan_launch runs a GQA
-    decode as the dense call (split, merged in the kernel) where the default library plans v2, as the
-    host planner of each build does (loaded without a GPU, as in the test above)."""
+def test_gqa_rows_flag_changes_the_host_side_only(built, no_rows_built):
+    """RA_CUDA_GQA_ROWS (kernel/common/gqa_rows.h through plan.h's call_view; 1 by default) changes no
+    kernel: the -DRA_CUDA_GQA_ROWS=0 build compiles, exports the ABI, says gqa_rows 0 (the default 1),
+    keeps every kernel's SASS, and its ra_plan_launch plans a GQA decode on v2 where the default
+    library runs it as the dense call (split, merged in the kernel), as the host planner of each build
+    does (loaded without a GPU, as in the test above)."""
     import ctypes
 
     sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
@@ -512,13 +517,13 @@ def test_gqa_rows_build_changes_the_host_side_only(built, rows_built):
 
     from regress.native.plan import shape_params
 
-    assert _exported_ra(rows_built[0]) == ABI_SYMBOLS
-    assert _build_info(rows_built[0])["gqa_rows"] == 1 and _build_info(built[0])["gqa_rows"] == 0
-    assert set(kernels(rows_built[1])) == set(kernels(built[1]))
+    assert _exported_ra(no_rows_built[0]) == ABI_SYMBOLS
+    assert _build_info(no_rows_built[0])["gqa_rows"] == 0 and _build_info(built[0])["gqa_rows"] == 1
+    assert set(kernels(no_rows_built[1])) == set(kernels(built[1]))
     decode = shape_params(1, 32, 1, 8192, heads_kv=8, mask="causal_bottom_right")
     for lib_path, flags, kind in (
-        (rows_built[0], ("-DRA_CUDA_GQA_ROWS=1",), "sm90_merge_in_kernel"),
-        (built[0], (), "sm90_v2_packgqa_causal"),
+        (built[0], (), "sm90_merge_in_kernel"),
+        (no_rows_built[0], ("-DRA_CUDA_GQA_ROWS=0",), "sm90_v2_packgqa_causal"),
     ):
         lib = ctypes.CDLL(str(lib_path))
         out = cp.LaunchPlanC()
@@ -531,4 +536,4 @@ def test_gqa_rows_build_changes_the_host_side_only(built, rows_built):
     cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
         pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
-    assert _sass(rows_built[0], cuobjdump, nvdisasm) == _sass(built[0], cuobjdump, nvdisasm)
+    assert _sass(no_rows_built[0], cuobjdump, nvdisasm) == _sass(built[0], cuobjdump, nvdisasm)

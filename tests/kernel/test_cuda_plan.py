@@ -210,6 +210,12 @@ def v2_params(b: int, h: int, sq: int, sk: int, **kw: object) -> object:
 
 
 # (B, H, Sq, Sk, v2 keywords) -> the kernel the default build plans
+# RA_CUDA_GQA_ROWS: 1 (the default since the H200 measured it, 2026-12-05) runs a GQA decode and BSHD MQA
+# as their dense call; the v2 planner's own tests below plan with it 0. Stated both ways, so a changed
+# default cannot pass these tests by accident.
+ROWS = ("-DRA_CUDA_GQA_ROWS=1",)
+NO_ROWS = ("-DRA_CUDA_GQA_ROWS=0",)
+
 V2_TABLE = [
     ((2, 32, 8192, 8192), dict(heads_kv=8, mask="causal_top_left"), "sm90_v2_causal"),
     ((4, 32, 4096, 4096), dict(heads_kv=8), "sm90_v2"),  # non-causal GQA: 32 rows a head, no packing
@@ -265,7 +271,7 @@ def v2_invariants(
 
 @pytest.mark.parametrize(("shape", "kw", "kind"), V2_TABLE, ids=[f"{s}-{k}" for s, _, k in V2_TABLE])
 def test_v2_calls_plan_a_v2_kernel(shape: tuple[int, int, int, int], kw: dict, kind: str) -> None:
-    d = cp.plan_of(v2_params(*shape, **kw))
+    d = cp.plan_of(v2_params(*shape, **kw), flags=NO_ROWS)
     assert d["kind"] == kind, d
     assert d["dynamic_scheduler"] == 1
     v2_invariants(d, *shape, kw)
@@ -274,15 +280,17 @@ def test_v2_calls_plan_a_v2_kernel(shape: tuple[int, int, int, int], kw: dict, k
 def test_packing_takes_the_fewest_rows() -> None:
     """pack_gqa_log2_rows: decode's one row a head packs 4 heads x 1 row into one tile (a warpgroup);
     at 2k rows a head packing computes no fewer rows, so each head keeps its own tiles."""
-    assert cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8))["block_q"] == 4
+    assert cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8), flags=NO_ROWS)["block_q"] == 4
     assert cp.plan_of(v2_params(4, 32, 16, 8192, heads_kv=8))["block_q"] == 64
     assert cp.plan_of(v2_params(4, 32, 100, 8192, heads_kv=8))["kind"] == "sm90_v2"
     assert cp.plan_of(v2_params(1, 32, 2048, 2048, heads_kv=8))["kind"] == "sm90_v2"
-    three = cp.plan_of(v2_params(1, 24, 1, 512, heads_kv=8))  # 3 heads a group: not a power of 2
+    three = cp.plan_of(
+        v2_params(1, 24, 1, 512, heads_kv=8), flags=NO_ROWS
+    )  # 3 heads a group: not a power of 2
     assert three["kind"] == "sm90_v2"
     d = cp.plan(16, 32, 1, 8192)  # dense MHA decode: the dense kernels, unchanged
     assert not d["kind"].startswith("sm90_v2")
-    off = cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8), flags=("-DRA_CUDA_PACK_GQA=0",))
+    off = cp.plan_of(v2_params(16, 32, 1, 8192, heads_kv=8), flags=("-DRA_CUDA_PACK_GQA=0", *NO_ROWS))
     assert off["kind"] == "sm90_v2" and off["block_q"] == 128
     # a long prompt: 8 fewer rows in 7697 would pack at "fewer" (FlashAttention-3 asks for 10 %)
     causal = v2_params(1, 32, 7697, 7697, heads_kv=8, mask="causal_top_left")
@@ -340,29 +348,28 @@ def test_every_v2_plan_keeps_the_invariants(shape: tuple, sms: int, limit: int) 
         sq, sk = max(sq, b), max(sk, b)
         kw["max_seqlen"] = (-(-sq // b) + (sq % 7), -(-sk // b))
         kw["max_seqlen"] = (min(kw["max_seqlen"][0], sq), kw["max_seqlen"][1])
-    d = cp.plan_of(v2_params(b, h, sq, sk, **kw), sms=sms, max_workspace=limit or MAX_WS)
+    d = cp.plan_of(v2_params(b, h, sq, sk, **kw), flags=NO_ROWS, sms=sms, max_workspace=limit or MAX_WS)
     v2_invariants(d, b, h, sq, sk, kw, max_ws=limit or MAX_WS, sms=sms)
 
 
 # ---- RA_CUDA_GQA_ROWS (issue 40): a GQA call whose query heads are rows of one dense head -----------
 
-ROWS = ("-DRA_CUDA_GQA_ROWS=1",)
-
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("mask", ["none", "causal_bottom_right"])
 def test_gqa_rows_takes_a_decode_to_the_dense_split(layout: str, mask: str) -> None:
-    """(1, 32/8, 1, 8192) under the flag: the dense decode of 8 heads x 4 rows (kernel/common/gqa_rows.h),
-    split over keys and merged in the kernel, the plan of the dense (1, 8, 4, 8192) call; by default
-    the v2 kernel's 8 packed tiles on 132 SMs."""
+    """(1, 32/8, 1, 8192) under the flag (the default): the dense decode of 8 heads x 4 rows
+    (kernel/common/gqa_rows.h), split over keys and merged in the kernel, the plan of the dense
+    (1, 8, 4, 8192) call; with the flag 0 the v2 kernel's 8 packed tiles on 132 SMs."""
     p = v2_params(1, 32, 1, 8192, heads_kv=8, mask=mask, layout=layout)
     on = cp.plan_of(p, flags=ROWS)
     assert on["kind"] == "sm90_merge_in_kernel" and on["splits"] > 1 and on["merge"] == 1, on
     assert on == cp.plan(1, 8, 4, 8192, flags=ROWS)
     invariants(on, 1, 8, 4, 8192)
-    off = cp.plan_of(p)
+    assert cp.plan_of(p) == on  # the default build
+    off = cp.plan_of(p, flags=NO_ROWS)
     assert off["kind"].startswith("sm90_v2_packgqa") and off["splits"] == 1 and off["tiles"] == 8, off
-    assert cp.build_info(ROWS)["gqa_rows"] == 1 and cp.build_info()["gqa_rows"] == 0
+    assert cp.build_info()["gqa_rows"] == 1 and cp.build_info(NO_ROWS)["gqa_rows"] == 0
     four = cp.plan_of(v2_params(4, 32, 1, 8192, heads_kv=8, mask=mask, layout=layout), flags=ROWS)
     assert four["splits"] > 1 and four == cp.plan(4, 8, 4, 8192, flags=ROWS)
     # 16 sequences: 128 dense tiles already fill the machine, so no split (the v2 kernel's 128 tiles too)
@@ -370,7 +377,7 @@ def test_gqa_rows_takes_a_decode_to_the_dense_split(layout: str, mask: str) -> N
     assert sixteen == cp.plan(16, 8, 4, 8192)
 
 
-@pytest.mark.parametrize("flags", [(), ROWS], ids=["default", "gqa_rows"])
+@pytest.mark.parametrize("flags", [ROWS, NO_ROWS], ids=["gqa_rows", "no_gqa_rows"])
 @pytest.mark.parametrize(
     "kw",
     [
@@ -384,7 +391,7 @@ def test_gqa_rows_leaves_what_the_view_refuses_on_v2(flags: tuple[str, ...], kw:
     sq, sk = (64, 64000) if "max_seqlen" in kw else (1, 8192)
     d = cp.plan_of(v2_params(16 if "max_seqlen" in kw else 1, 32, sq, sk, **kw), flags=flags)
     assert d["kind"].startswith("sm90_v2"), d
-    assert d == cp.plan_of(v2_params(16 if "max_seqlen" in kw else 1, 32, sq, sk, **kw))
+    assert d == cp.plan_of(v2_params(16 if "max_seqlen" in kw else 1, 32, sq, sk, **kw), flags=NO_ROWS)
 
 
 @settings(max_examples=200, deadline=None)
@@ -413,4 +420,4 @@ def test_gqa_rows_plans_the_viewed_dense_call_or_the_default(shape: tuple, sms: 
         assert on == cp.plan_of(cp.params(b, hk, sq * g, sk), flags=ROWS, sms=sms, max_workspace=ws)
         invariants(on, b, hk, sq * g, sk, max_ws=ws, sms=sms)
     else:
-        assert on == cp.plan_of(p, sms=sms, max_workspace=ws)
+        assert on == cp.plan_of(p, flags=NO_ROWS, sms=sms, max_workspace=ws)
