@@ -1,19 +1,24 @@
 """Issue 40's close on the H200 (benchmarks/h200/h200_issue40_close.sh runs it): the GQA decode against
-an 8k cache, the default library (v2 kernels) against a -DRA_CUDA_GQA_ROWS=1 build (the decode as a
-dense call, kernel/common/gqa_rows.h) and cuDNN, and the short table of the whole close.
+an 8k cache, our default library (RA_CUDA_GQA_ROWS=1 since call 1 of 2026-12-05: the decode as a dense
+call, kernel/common/gqa_rows.h) against a -DRA_CUDA_GQA_ROWS=0 build (the v2 kernels) and cuDNN, and the
+short table of the whole close.
 
-  python benchmarks/h200/h200_issue40_close.py decode --out DIR [--rows-lib SO] [--iterations N]
+  python benchmarks/h200/h200_issue40_close.py decode --out DIR [--v2-lib SO] [--iterations N]
       [--shapes B:H:HKV:SK,...] [--modes rtne,rtna,rtz] [--dry-run]
   python benchmarks/h200/h200_issue40_close.py table DIR       (the close's short table, from DIR's files)
 
-decode: per shape and mode, the three arms in the same interleaved rounds (regress.run.suites.timing;
-input sets rotated past the L2 as the perf suite does), each arm's median, the rows build's speed over
-the default's as the median over paired ABBA blocks (regress.detect.paired, the gate's statistic),
-both against cuDNN (SDPA, enable_gqa, causal_lower_right spelled as SDPA takes one row); and the bits:
-the two builds' outputs compared (equal fraction, largest ULP gap) and each against the fp64 reference
-under the contract (scaled ULP <= 1.5 / 1.5 / 2.0, NaN/Inf positions). Writes DIR/decode.json.
---dry-run runs the same code on the CPU backend (a dry run: both arms the CPU library unless
---rows-lib names another, SDPA on the CPU as the baseline) so the harness is checked without a GPU.
+decode: per shape and mode, ours against each other arm in a run of its own (two arms, interleaved
+ABBA rounds, regress.run.suites.timing), every arm on its own copies of the input sets, rotated past
+the L2 as the perf suite does. So each arm takes each position of a block equally often, and none
+reads a K/V cache the arm before it left in the L2. (Call 1 timed three arms in one round: the middle arm
+always ran second, on a cache the first had just read, and a 33.5 MB cache fits the H200's 50 MB L2.)
+Reported: each arm's median, and ours over each other arm as the median over paired ABBA blocks
+(regress.detect.paired, the gate's statistic), cuDNN being SDPA with enable_gqa and causal_lower_right
+spelled as SDPA takes one row. Bits: the two builds' outputs compared (equal fraction, largest ULP gap),
+each against the fp64 reference under the contract (scaled ULP <= 1.5 / 1.5 / 2.0, NaN/Inf
+positions). DIR/decode.json keeps every raw sample. --dry-run runs the same code on the CPU backend (a
+dry run: both builds are the CPU library unless --v2-lib names another, SDPA on the CPU as the
+baseline), so the harness is checked without a GPU.
 
 table: one line per item of the close from what DIR holds (decode.json, gate.json of `regress gate
 --ab --json`, the kept bundles ab-RUN.json.gz and nightly-RUN.json.gz), and the decision rule's
@@ -44,7 +49,7 @@ from regress.facts.results import ROUNDING_MODES  # noqa: E402
 SHAPES: tuple[Shape, ...] = tuple(
     Shape(b, 32, 1, 8192, hkv=8, mask="causal_bottom_right") for b in (16, 1, 4)
 )
-ROWS_FLAG = "-DRA_CUDA_GQA_ROWS=1"
+NO_ROWS_FLAG = "-DRA_CUDA_GQA_ROWS=0"  # the v2 kernels for a GQA decode (the default is 1)
 
 
 def parse_shapes(text: str) -> tuple[Shape, ...]:
@@ -80,36 +85,41 @@ def paired_speed(baseline: list[float], candidate: list[float]) -> float:
     return math.exp(-median(d)) if d else math.nan
 
 
-def make_runners(
-    libs: dict[str, Any],
-    base: list[Any],
-    sets: list[Any],
+def pair_runners(
+    arms: dict[str, Any],
+    sets: dict[str, list[Any]],
     outs: dict[str, list[Any]],
     layout: str,
     mode: str,
     mask: str,
-) -> list[tuple[str, Any]]:
-    """The timed calls of one row: each build into its own outputs, then each baseline (at its own
-    rounding where it lacks `mode`), every call on the round's input set."""
+) -> dict[str, Any]:
+    """One timed call per arm, each on the round's input set of its own copy: a build is a library
+    (lib.forward into its own outputs), a baseline a regress.kernel.baselines entry (at its own
+    rounding where it lacks `mode`). Own copies, so no arm finds the K/V cache the arm before it read in
+    the L2 (a decode step's cache is cold: the other layers' traffic evicted it)."""
 
     def build_call(lib: Any, arm: str) -> Any:
         def call(i: int) -> object:
-            q, k, v = sets[i % len(sets)]
-            return lib.forward(q, k, v, layout=layout, rounding=mode, out=outs[arm][i % len(sets)], mask=mask)
+            q, k, v = sets[arm][i % len(sets[arm])]
+            return lib.forward(
+                q, k, v, layout=layout, rounding=mode, out=outs[arm][i % len(sets[arm])], mask=mask
+            )
 
         return call
 
-    def baseline_call(bl: Any) -> Any:
+    def baseline_call(bl: Any, arm: str) -> Any:
         bmode = mode if mode in bl.modes else bl.modes[0]
 
         def call(i: int) -> object:
-            q, k, v = sets[i % len(sets)]
+            q, k, v = sets[arm][i % len(sets[arm])]
             return bl(q, k, v, layout=layout, rounding=bmode, mask=mask)
 
         return call
 
-    runners = [(arm, build_call(lib, arm)) for arm, lib in libs.items()]
-    return runners + [(f"baseline:{bl.name}", baseline_call(bl)) for bl in base]
+    return {
+        arm: (baseline_call(x, arm) if arm.startswith("baseline:") else build_call(x, arm))
+        for arm, x in arms.items()
+    }
 
 
 def decode(args: argparse.Namespace) -> int:
@@ -130,45 +140,55 @@ def decode(args: argparse.Namespace) -> int:
     if dev == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: --dry-run runs the harness on the CPU backend", file=sys.stderr)
         return 2
-    default = load_library(build_kernel(dev).path)
-    if args.rows_lib is not None:
-        rows = load_library(args.rows_lib)
+    ours = load_library(build_kernel(dev).path)
+    if args.v2_lib is not None:
+        v2 = load_library(args.v2_lib)
     elif dev == "cuda":
-        rows = load_library(build_kernel("cuda", extra_flags=(ROWS_FLAG,)).path)
+        v2 = load_library(build_kernel("cuda", extra_flags=(NO_ROWS_FLAG,)).path)
     else:
-        rows = default  # the CPU backend has no such flag: the dry run's rows arm is an A/A
+        v2 = ours  # the CPU backend has no such flag: the dry run's v2 arm is an A/A
     base = [bl for bl in available_baselines(dev) if bl.name in ("sdpa_cudnn", "sdpa_cpu")]
-    ctx = SuiteContext(library=default, device=dev, baselines=base, quick=False, iterations=args.iterations)
+    ctx = SuiteContext(library=ours, device=dev, baselines=base, quick=False, iterations=args.iterations)
     iters = args.iterations
     warm = warmup_iterations(ctx)
-    print(f"default {default!r}\nrows    {rows!r}\nbaseline {[b.name for b in base]}", flush=True)
+    print(f"ours {ours!r}\nv2   {v2!r}\nbaseline {[b.name for b in base]}", flush=True)
     rows_out: list[dict[str, Any]] = []
     for shape in args.shapes:
         layout = "bshd"
         n_sets = input_sets(ctx, shape)
-        sets = [make_inputs(shape, layout, seed=1000 + i, device=dev) for i in range(n_sets)]
-        outs = {arm: [output_like(s[0]) for s in sets] for arm in ("default", "rows")}
-        ref, mag = reference.reference_attention(*sets[0], layout=layout, mask=shape.mask)  # type: ignore[arg-type]
+        arms: dict[str, Any] = {"ours": ours, "v2": v2, **{f"baseline:{bl.name}": bl for bl in base}}
+        # each arm its own copies of the same seeded sets (make_inputs is deterministic per seed)
+        sets = {
+            arm: [make_inputs(shape, layout, seed=1000 + i, device=dev) for i in range(n_sets)]
+            for arm in arms
+        }
+        outs = {arm: [output_like(s[0]) for s in sets[arm]] for arm in ("ours", "v2")}
+        ref, mag = reference.reference_attention(*sets["ours"][0], layout=layout, mask=shape.mask)  # type: ignore[arg-type]
         for mode in args.modes:
             kw = dict(layout=layout, rounding=mode, mask=shape.mask)
             plans = {
                 arm: (lib.plan(shape.b, shape.h, 1, shape.sk, heads_kv=shape.heads_kv, **kw) or {}).get(
                     "kind", "?"
                 )
-                for arm, lib in (("default", default), ("rows", rows))
+                for arm, lib in (("ours", ours), ("v2", v2))
             }
-
-            runners = make_runners(
-                {"default": default, "rows": rows}, base, sets, outs, layout, mode, shape.mask
-            )
-            samples = interleaved_rounds(dev, runners, warm, iters, thread_clock=True)
+            calls = pair_runners(arms, sets, outs, layout, mode, shape.mask)
+            # two arms a run, ABBA: each arm takes each position of a block once, so the paired
+            # statistic cancels a position's bias (a third arm would sit in the middle of every round)
+            pairs = [("v2", "ours")] + [(b, "ours") for b in arms if b.startswith("baseline:")]
+            samples: dict[str, dict[str, list[float]]] = {}
+            for first, second in pairs:
+                got = interleaved_rounds(
+                    dev, [(a, calls[a]) for a in (first, second)], warm, iters, thread_clock=True
+                )
+                samples[f"{second} vs {first}"] = got
             # bits: both builds on set 0, against each other and the fp64 reference
-            o = {arm: fn(0) for arm, fn in runners[:2]}
+            o = {arm: calls[arm](0) for arm in ("ours", "v2")}
             if dev == "cuda":
                 torch.cuda.synchronize()
             b = {arm: reference.to_bhsd_bits(t, layout) for arm, t in o.items()}  # type: ignore[arg-type]
-            equal = float(np.mean(b["default"] == b["rows"]))
-            gap = int(np.max(np.abs(nm.ulp_distance(b["default"], b["rows"])))) if equal < 1.0 else 0
+            equal = float(np.mean(b["ours"] == b["v2"]))
+            gap = int(np.max(np.abs(nm.ulp_distance(b["ours"], b["v2"])))) if equal < 1.0 else 0
             limit = scaled_ulp_limit(mode) or math.inf
             su = {arm: float(np.max(nm.scaled_ulp(bits, ref, mag))) for arm, bits in b.items()}
             ref_bits = nm.reference_bits(ref, mode)
@@ -176,15 +196,16 @@ def decode(args: argparse.Namespace) -> int:
                 arm: bool(np.array_equal(nm.is_nonfinite_bits(bits), nm.is_nonfinite_bits(ref_bits)))
                 for arm, bits in b.items()
             }
-            med = {k: median(v) for k, v in samples.items()}
             row: dict[str, Any] = {
                 "shape": f"({shape.b}, {shape.h}/{shape.heads_kv}, 1, {shape.sk})",
                 "mode": mode,
                 "plans": plans,
                 "rounds": iters,
                 "input_sets": n_sets,
-                "median_ms": med,
-                "rows_speed_vs_default": paired_speed(samples["default"], samples["rows"]),
+                "inputs": "each arm its own copies (cold L2 for every arm)",
+                "median_ms": {pair: {a: median(v) for a, v in s.items()} for pair, s in samples.items()},
+                "samples_ms": samples,
+                "ours_speed_vs_v2": paired_speed(samples["ours vs v2"]["v2"], samples["ours vs v2"]["ours"]),
                 "bits_equal_fraction": equal,
                 "max_ulp_gap": gap,
                 "scaled_ulp_max": su,
@@ -193,11 +214,10 @@ def decode(args: argparse.Namespace) -> int:
                 "contract_ok": all(su[a] <= limit and nonfinite_ok[a] for a in su),
             }
             for bl in base:
-                key = f"baseline:{bl.name}"
-                row[f"default_vs_{bl.name}"] = paired_speed(samples[key], samples["default"])
-                row[f"rows_vs_{bl.name}"] = paired_speed(samples[key], samples["rows"])
+                s = samples[f"ours vs baseline:{bl.name}"]
+                row[f"ours_vs_{bl.name}"] = paired_speed(s[f"baseline:{bl.name}"], s["ours"])
             rows_out.append(row)
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "samples_ms"}), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "decode.json").write_text(json.dumps({"device": dev, "rows": rows_out}, indent=1))
     print("\n".join(decode_table(rows_out)))
@@ -205,36 +225,38 @@ def decode(args: argparse.Namespace) -> int:
 
 
 def decode_table(rows: list[dict[str, Any]]) -> list[str]:
-    bl = next((k.removeprefix("default_vs_") for r in rows for k in r if k.startswith("default_vs_")), None)
+    bl = next((k.removeprefix("ours_vs_") for r in rows for k in r if k.startswith("ours_vs_")), None)
     lines = [
-        f"| decode | mode | default µs | rows µs | rows / default | default vs {bl} | rows vs {bl} | "
-        "bits equal | max gap | scaled ULP d / r | contract | plans d / r |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| decode | mode | ours µs | v2 µs | ours / v2 | ours µs | {bl} µs | ours vs {bl} | "
+        "bits equal | max gap | scaled ULP ours / v2 | contract | plans ours / v2 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        m = r["median_ms"]
+        a = r["median_ms"]["ours vs v2"]
+        c = r["median_ms"].get(f"ours vs baseline:{bl}", {})
         lines.append(
-            f"| {r['shape']} | {r['mode']} | {1e3 * m['default']:.1f} | {1e3 * m['rows']:.1f} | "
-            f"{r['rows_speed_vs_default']:.3f} | {r.get(f'default_vs_{bl}', math.nan):.3f} | "
-            f"{r.get(f'rows_vs_{bl}', math.nan):.3f} | {100 * r['bits_equal_fraction']:.1f} % | "
-            f"{r['max_ulp_gap']} | {r['scaled_ulp_max']['default']:.2f} / "
-            f"{r['scaled_ulp_max']['rows']:.2f} | "
-            f"{'ok' if r['contract_ok'] else 'FAIL'} | {r['plans']['default']} / {r['plans']['rows']} |"
+            f"| {r['shape']} | {r['mode']} | {1e3 * a['ours']:.1f} | {1e3 * a['v2']:.1f} | "
+            f"{r['ours_speed_vs_v2']:.3f} | {1e3 * c.get('ours', math.nan):.1f} | "
+            f"{1e3 * c.get(f'baseline:{bl}', math.nan):.1f} | {r.get(f'ours_vs_{bl}', math.nan):.3f} | "
+            f"{100 * r['bits_equal_fraction']:.1f} % | {r['max_ulp_gap']} | "
+            f"{r['scaled_ulp_max']['ours']:.2f} / {r['scaled_ulp_max']['v2']:.2f} | "
+            f"{'ok' if r['contract_ok'] else 'FAIL'} | {r['plans']['ours']} / {r['plans']['v2']} |"
         )
     return lines
 
 
 def verdict(rows: list[dict[str, Any]]) -> str:
-    """docs/perf-notes.md's rule: the flag becomes the default only if the rows build is >= 1.00x the
-    default on every decode row and both builds' bits meet the contract."""
+    """docs/perf-notes.md's rule, now that RA_CUDA_GQA_ROWS=1 is the default (call 1 of 2026-12-05 met
+    it): it stays the default only while it is >= 1.00x the v2 kernels (the =0 build) on every decode
+    row and both builds' bits meet the contract."""
     if not rows:
         return "no decode rows: no verdict"
-    slow = [f"{r['shape']} {r['mode']}" for r in rows if not r["rows_speed_vs_default"] >= 1.0]
+    slow = [f"{r['shape']} {r['mode']}" for r in rows if not r["ours_speed_vs_v2"] >= 1.0]
     bad = [f"{r['shape']} {r['mode']}" for r in rows if not r["contract_ok"]]
     if slow or bad:
         why = f"slower: {', '.join(slow) or 'none'}; contract: {', '.join(bad) or 'ok'}"
-        return f"keep RA_CUDA_GQA_ROWS=0 ({why})"
-    return "make RA_CUDA_GQA_ROWS=1 the default (>= 1.00x on every decode row, contract met)"
+        return f"revert RA_CUDA_GQA_ROWS to 0 ({why})"
+    return "keep RA_CUDA_GQA_ROWS=1 the default (>= 1.00x the v2 kernels on every decode row, contract met)"
 
 
 def close_table(out: Path) -> list[str]:
@@ -243,11 +265,11 @@ def close_table(out: Path) -> list[str]:
     dec = out / "decode.json"
     rows: list[dict[str, Any]] = json.loads(dec.read_text())["rows"] if dec.is_file() else []
     if rows:
-        speeds = [r["rows_speed_vs_default"] for r in rows]
-        base = [v for r in rows for k, v in r.items() if k.startswith("rows_vs_")]
+        speeds = [r["ours_speed_vs_v2"] for r in rows]
+        base = [v for r in rows for k, v in r.items() if k.startswith("ours_vs_")]
         lines.append(
-            f"| (i) decode, rows / default | {min(speeds):.3f}-{max(speeds):.3f}x over {len(rows)} rows; "
-            f"rows vs baseline {min(base, default=math.nan):.3f}-{max(base, default=math.nan):.3f}x |"
+            f"| (i) decode, ours / v2 kernels | {min(speeds):.3f}-{max(speeds):.3f}x over {len(rows)} rows; "
+            f"ours vs baseline {min(base, default=math.nan):.3f}-{max(base, default=math.nan):.3f}x |"
         )
         lines.append(
             f"| (i) decode, contract | {sum(r['contract_ok'] for r in rows)} of {len(rows)} rows ok |"
@@ -292,9 +314,11 @@ def bundle_summary(b: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("decode", help="the three arms on the decode rows; DIR/decode.json")
+    d = sub.add_parser(
+        "decode", help="ours against the v2 build and cuDNN on the decode rows; DIR/decode.json"
+    )
     d.add_argument("--out", type=Path, required=True)
-    d.add_argument("--rows-lib", type=Path, default=None, help=f"the {ROWS_FLAG} library (default: built)")
+    d.add_argument("--v2-lib", type=Path, default=None, help=f"the {NO_ROWS_FLAG} library (default: built)")
     d.add_argument("--iterations", type=int, default=100)
     d.add_argument("--shapes", type=parse_shapes, default=SHAPES, help="B:H:HKV:SK,... (default: issue 40's)")
     d.add_argument("--modes", type=parse_modes, default=tuple(ROUNDING_MODES))

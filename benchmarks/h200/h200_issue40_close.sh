@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 40's close on the H200 in two device calls (docs/perf-notes.md, "Issue 40 close: the next device
-# session"): call1 (i) the GQA decode against an 8k cache, 16 / 1 / 4 sequences x 32/8 heads, the default
-# library (v2 kernels) against a -DRA_CUDA_GQA_ROWS=1 build (kernel/common/gqa_rows.h: the dense kernels
-# and their split over keys) and cuDNN in the same interleaved rounds, the two builds' bits against each
-# other and the contract (benchmarks/h200/h200_issue40_close.py decode); (ii) `regress gate --ab` of the
+# Issue 40's close on the H200 in two device calls (docs/perf-notes.md, "Issue 40 close"): call1 (i) the
+# GQA decode against an 8k cache, 16 / 1 / 4 sequences x 32/8 heads, the default library (since
+# 2026-12-05 RA_CUDA_GQA_ROWS=1, kernel/common/gqa_rows.h: the dense kernels and their split over keys)
+# against a -DRA_CUDA_GQA_ROWS=0 build (the v2 kernels) and against cuDNN, two arms a run, each arm on
+# its own inputs, the two builds' bits against each other and the contract
+# (benchmarks/h200/h200_issue40_close.py decode); (ii) `regress gate --ab` of the
 # dense kernels: the perf suite with this tree's library against commit 4cc9352's (--compare-build; its
 # library refuses v2 calls, so the v2 cases skip and the gate judges the dense ones). call2 (iii)
 # `regress nightly --backend cuda --suites ulp,determinism` alone, its bundle kept. Each call writes
@@ -11,17 +12,19 @@
 #
 #   bash benchmarks/h200/h200_issue40_close.sh prep      here, no GPU (nvcc, git; ~70 s on 2 cores):
 #       the three libraries prebuilt with this tree's nvcc into .devwork/i40close.tgz (a build cache with
-#       the default and the GQA_ROWS=1 builds, 4cc9352's kernel/ sources and its library), so no call
+#       the default and the GQA_ROWS=0 builds, 4cc9352's kernel/ sources and its library), so no call
 #       spends device time in nvcc (a call rebuilds what is missing or was built by another nvcc)
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh call1", carry=["wheels", ".devwork/i40close.tgz"], timeout_s=600)
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh call2", carry=["wheels", ".devwork/i40close.tgz"], timeout_s=600)
+#   run(command="bash benchmarks/h200/h200_issue40_close.sh control", carry=[...as above])  (ii)'s A/A control:
+#       old and new libraries each against a copy of itself and against each other, the flagged shapes
 #   DEVICE=cpu bash benchmarks/h200/h200_issue40_close.sh call1    the dry run on this machine's CPU backend:
 #       the same steps (decode on small shapes, a quick perf A/B against 4cc9352's CPU library, the
 #       gate, the table), so the harness is checked without a GPU; call2 likewise with --quick
 # Knobs: OUT (default /tmp/out), CALL_S (the call's budget, 570), DECODE_ITERS (100), DECODE_S (150),
 # NIGHTLY_DEADLINE (call2's --deadline, 520).
 set -uo pipefail
-step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|call1|call2}
+step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|call1|call2|control}
 OLD_COMMIT=4cc9352
 WORK=.devwork/i40close
 DEVICE=${DEVICE:-cuda}
@@ -57,7 +60,7 @@ if [ "$step" = prep ]; then
   export REGRESS_CACHE_DIR=$PWD/$WORK/cache PYTHONPATH=$PWD
   git archive "$OLD_COMMIT" kernel | tar -x -C "$WORK/old"
   python3 -c "from regress.native.build import build_kernel as b; print('default', b('cuda').path)" &
-  python3 -c "from regress.native.build import build_kernel as b; print('rows', b('cuda', extra_flags=('-DRA_CUDA_GQA_ROWS=1',)).path)" &
+  python3 -c "from regress.native.build import build_kernel as b; print('v2', b('cuda', extra_flags=('-DRA_CUDA_GQA_ROWS=0',)).path)" &
   build_old cuda && echo "old $WORK/old/old-libregress_attn_cuda.so"
   old_rc=$?
   wait
@@ -135,8 +138,27 @@ elif [ "$step" = call2 ]; then
   tail -12 "$OUT/nightly.log"
   keep_bundle "$OUT/nightly" nightly >/dev/null || echo "(iii) no bundle written"
   logs=(nightly.log)
+elif [ "$step" = control ]; then
+  # (ii)'s A/A control (benchmarks/h200/h200_ab_control.py): 4cc9352's library and this tree's, each
+  # beside a byte-identical copy of itself, then against each other in both orders, on the gate's
+  # flagged shape (2, 40, 1024, 77) and two neighbours; every pair a run of its own
+  cp "$OLD_LIB" /tmp/old2.so
+  NEW_LIB=$(python3 -c "from regress.native.build import build_kernel as b; print(b('$BACKEND').path)")
+  cp "$NEW_LIB" /tmp/new2.so
+  dry=(); [ "$DEVICE" = cpu ] && dry=(--dry-run)
+  timeout $(($(left) - 20)) python3 benchmarks/h200/h200_ab_control.py "${dry[@]}" --lib old="$OLD_LIB" \
+    --lib old2=/tmp/old2.so --lib new="$NEW_LIB" --lib new2=/tmp/new2.so --pair old:old2 --pair new:new2 \
+    --pair old:new --pair new:old --shape 2:40:1024:77 --shape 2:24:4096:77 --shape 2:24:4096:256 \
+    --modes rtne,rtna,rtz --rounds "${CONTROL_ROUNDS:-400}" --out "$OUT" >"$OUT/control.log" 2>&1
+  echo "control exit $? after $(($(date +%s) - T_START)) s"
+  echo "| pair | shape | mode | first ms | second ms | second / first | p |"
+  echo "|---|---|---|---|---|---|---|"
+  grep "^|" "$OUT/control.log"
+  tail -3 "$OUT/control.log" | grep -v "^|"
+  gzip -f "$OUT/ab_control.json" 2>/dev/null
+  exit 0
 else
-  echo "unknown step $step: prep, call1 or call2"
+  echo "unknown step $step: prep, call1, call2 or control"
   exit 2
 fi
 # at most 8 files come back, none in a folder more than 2 down: the logs and reports in one archive
