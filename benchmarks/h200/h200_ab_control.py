@@ -77,6 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="rtne", help="comma-separated rounding modes")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--prime-cycles", type=int, default=None, help="GPU spin before each round (default: the suite's)"
+    )
+    ap.add_argument(
+        "--block-seed",
+        type=int,
+        default=None,
+        help="random ABBA/BAAB orientation per block (default: alternate)",
+    )
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     libs_arg = dict(args.lib)
@@ -123,12 +132,16 @@ def main(argv: list[str] | None = None) -> int:
                 return fn
 
             for first, second in args.pair:
+                extra: dict[str, Any] = {"block_seed": args.block_seed}
+                if args.prime_cycles is not None:
+                    extra["prime_cycles"] = args.prime_cycles
                 s = interleaved_rounds(
                     dev,
                     [(first, call(libs[first])), (second, call(libs[second]))],
                     warm,
                     args.rounds,
                     thread_clock=True,
+                    **extra,
                 )
                 ratio, p = judge(s[first], s[second])
                 rows.append(
@@ -138,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                         "layout": args.layout,
                         "mode": mode,
                         "input_sets": n_sets,
+                        "method": {"prime_cycles": args.prime_cycles, "block_seed": args.block_seed},
                         "median_ms": {k: median(v) for k, v in s.items()},
                         "min_ms": {k: min(v) for k, v in s.items()},
                         "second_over_first": ratio,

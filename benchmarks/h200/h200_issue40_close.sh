@@ -146,10 +146,14 @@ elif [ "$step" = control ]; then
   NEW_LIB=$(python3 -c "from regress.native.build import build_kernel as b; print(b('$BACKEND').path)")
   cp "$NEW_LIB" /tmp/new2.so
   dry=(); [ "$DEVICE" = cpu ] && dry=(--dry-run)
+  # CONTROL_PAIRS, CONTROL_SHAPES, CONTROL_MODES narrow it; arguments after `control` go to the script
+  # (--block-seed N, --prime-cycles N: the method's variants)
+  pairs=(); for p in ${CONTROL_PAIRS:-old:old2 new:new2 old:new new:old}; do pairs+=(--pair "$p"); done
+  shapes=(); for s in ${CONTROL_SHAPES:-2:40:1024:77 2:24:4096:77 2:24:4096:256}; do shapes+=(--shape "$s"); done
   timeout $(($(left) - 20)) python3 benchmarks/h200/h200_ab_control.py "${dry[@]}" --lib old="$OLD_LIB" \
-    --lib old2=/tmp/old2.so --lib new="$NEW_LIB" --lib new2=/tmp/new2.so --pair old:old2 --pair new:new2 \
-    --pair old:new --pair new:old --shape 2:40:1024:77 --shape 2:24:4096:77 --shape 2:24:4096:256 \
-    --modes rtne,rtna,rtz --rounds "${CONTROL_ROUNDS:-400}" --out "$OUT" >"$OUT/control.log" 2>&1
+    --lib old2=/tmp/old2.so --lib new="$NEW_LIB" --lib new2=/tmp/new2.so "${pairs[@]}" "${shapes[@]}" \
+    --modes "${CONTROL_MODES:-rtne,rtna,rtz}" --rounds "${CONTROL_ROUNDS:-400}" --out "$OUT" "${@:2}" \
+    >"$OUT/control.log" 2>&1
   echo "control exit $? after $(($(date +%s) - T_START)) s"
   echo "| pair | shape | mode | first ms | second ms | second / first | p |"
   echo "|---|---|---|---|---|---|---|"

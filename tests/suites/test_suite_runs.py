@@ -179,6 +179,24 @@ def test_the_round_loop_warms_then_alternates_the_order() -> None:
     assert all(ms >= 0 for v in samples.values() for ms in v)
 
 
+def test_a_block_seed_orients_each_block_at_random() -> None:
+    """With block_seed, every block of two rounds still runs each runner once in each position (ABBA
+    or BAAB, so the paired statistic's blocks stay balanced), the orientation drawn per block from the
+    seed: reproducible, and not tied to the round's parity."""
+    from regress.run.suites.timing import interleaved_rounds
+
+    def orders(seed: int) -> list[str]:
+        calls: list[str] = []
+        runners = [(key, lambda i, key=key: calls.append(key)) for key in ("a", "b")]
+        interleaved_rounds("cpu", runners, warm=0, iters=64, block_seed=seed)
+        return ["".join(calls[j : j + 4]) for j in range(0, len(calls), 4)]
+
+    blocks = orders(7)
+    assert len(blocks) == 32 and set(blocks) == {"abba", "baab"}
+    assert blocks == orders(7) and blocks != orders(8)
+    assert 8 <= blocks.count("abba") <= 24
+
+
 def test_e2e_layer_runs(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
     results = _run(make_ctx(cpu_lib, iterations=2), "e2e")
     assert not _statuses(results)

@@ -5,6 +5,7 @@ three)."""
 from __future__ import annotations
 
 import functools
+import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -88,20 +89,28 @@ def interleaved_rounds(
     thread_clock: bool = False,
     prime_cycles: int = PRIME_CYCLES,
     host: bool = False,
+    block_seed: int | None = None,
 ) -> dict[str, list[float]]:
     """Milliseconds per call, by key: `warm` untimed rounds, then `iters` timed rounds of every
     runner once (each called with the round's index), the order reversed every other round so no
     runner always follows the same neighbour; a GPU round starts behind a spin of `prime_cycles`
     (Timer.prime). `device`: "cpu" or a torch GPU device. With `host`, the host's clock times each
     call on a GPU too (what the calling thread spends to enqueue it: the eager host cost), and the
-    device is synchronised after each round, untimed, so no round waits on a full launch queue."""
+    device is synchronised after each round, untimed, so no round waits on a full launch queue.
+    `block_seed`: each block of two rounds (ABBA or BAAB) takes its orientation from a generator of
+    this seed, so which runner goes first is not tied to the round's parity (and so to the input set
+    of an even rotation); None: the list's order in even rounds."""
     for i in range(warm):
         for _, fn in runners:
             fn(i)
     synchronize(device)
     timer = Timer(device != "cpu" and not host, thread_clock=thread_clock)
+    flips = random.Random(block_seed) if block_seed is not None else None
+    flip = False
     for i in range(iters):
-        order = runners if i % 2 == 0 else runners[::-1]
+        if flips is not None and i % 2 == 0:
+            flip = flips.random() < 0.5
+        order = runners if (i % 2 == 0) != flip else runners[::-1]
         timer.prime(prime_cycles)
         for key, fn in order:
             timer.time(key, functools.partial(fn, i))
