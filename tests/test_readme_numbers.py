@@ -252,3 +252,36 @@ def test_the_gqa_decode_speedups_are_the_committed_tables() -> None:
 
     for stated, b in ((m.group(1), 16), (m.group(2), 1)):
         assert _close(stated, ms(before_name, b) / ms(now_name, b)), (stated, b)
+
+
+def test_the_issue40_close_figures_are_its_campaign() -> None:
+    """README's close item: the decode ratios against cuDNN (call 3, two-arm runs), the suites' count
+    (call 2's bundle) and the A/A spread at the flagged shape (call 4), from the archive it names."""
+    import gzip
+
+    from committed import read
+
+    item = _item("H200, issue 40's close")
+    assert "benchmarks/campaigns/h200-issue40-close.tar.xz" in item
+    rows = json.loads(gzip.decompress(read("h200-issue40-close.tar.xz:call3/decode.json.gz")))["rows"]
+    vs = {}
+    for r in rows:
+        vs.setdefault(r["shape"].split(",")[0].strip("("), []).append(r["ours_vs_sdpa_cudnn"])
+    assert f"{min(vs['1']):.2f}× cuDNN for one sequence" in item
+    assert f"{min(vs['4']):.2f}× for four" in item
+    assert f"{min(vs['16']):.3f}× for sixteen" in item and max(vs["16"]) < 1.0
+    v2 = [r["ours_speed_vs_v2"] for r in rows if r["shape"].startswith("(1,")]
+    assert f"({min(v2):.1f}×" in item
+    (nightly,) = [
+        json.loads(gzip.decompress(read(f"h200-issue40-close.tar.xz:{m}")))
+        for m in __import__("committed").members("h200-issue40-close.tar.xz", "call2/nightly-*.json.gz")
+    ]
+    statuses = [r["status"] for r in nightly["results"]]
+    assert f"{statuses.count('pass')} of {len(statuses)} pass" in item
+    control = json.loads(gzip.decompress(read("h200-issue40-close.tar.xz:call4/ab_control.json.gz")))
+    aa = [
+        r["second_over_first"] - 1
+        for r in control["rows"]
+        if r["pair"] in ("old:old2", "new:new2") and r["shape"] == [2, 40, 1024, 77]
+    ]
+    assert f"{100 * min(aa):.1f}–{100 * max(aa):.1f} % slower" in item
