@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from regress.facts.cases import Shape  # noqa: E402
-from regress.facts.results import ROUNDING_MODES  # noqa: E402
+from regress.facts.results import LAYOUTS, ROUNDING_MODES  # noqa: E402
 
 
 def parse_lib(text: str) -> tuple[str, Path]:
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lib", type=parse_lib, action="append", required=True, help="NAME=PATH (repeat)")
     ap.add_argument("--pair", type=parse_pair, action="append", required=True, help="FIRST:SECOND (repeat)")
     ap.add_argument("--shape", type=parse_shape, action="append", required=True, help="B:H:SQ:SK (repeat)")
-    ap.add_argument("--layout", choices=("bshd", "bhsd"), default="bhsd")
+    ap.add_argument("--layout", choices=LAYOUTS, default="bhsd")
     ap.add_argument("--modes", default="rtne", help="comma-separated rounding modes")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--out", type=Path, required=True)
