@@ -259,7 +259,7 @@ def test_the_issue40_close_figures_are_its_campaign() -> None:
     (call 2's bundle) and the A/A spread at the flagged shape (call 4), from the archive it names."""
     import gzip
 
-    from committed import read
+    from committed import members, read
 
     item = _item("H200, issue 40's close")
     assert "benchmarks/campaigns/h200-issue40-close.tar.xz" in item
@@ -274,7 +274,7 @@ def test_the_issue40_close_figures_are_its_campaign() -> None:
     assert f"({min(v2):.1f}×" in item
     (nightly,) = [
         json.loads(gzip.decompress(read(f"h200-issue40-close.tar.xz:{m}")))
-        for m in __import__("committed").members("h200-issue40-close.tar.xz", "call2/nightly-*.json.gz")
+        for m in members("h200-issue40-close.tar.xz", "call2/nightly-*.json.gz")
     ]
     statuses = [r["status"] for r in nightly["results"]]
     assert f"{statuses.count('pass')} of {len(statuses)} pass" in item

@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     libs = {name: load_library(path) for name, path in libs_arg.items()}  # in --lib order
     ctx = SuiteContext(library=next(iter(libs.values())), device=dev, baselines=[], quick=False)
     warm = warmup_iterations(ctx)
+    method: dict[str, Any] = {"block_seed": args.block_seed}  # the round loop's variant, every pair alike
+    if args.prime_cycles is not None:
+        method["prime_cycles"] = args.prime_cycles
     rows: list[dict[str, Any]] = []
     for shape in args.shape:
         n_sets = input_sets(ctx, shape)
@@ -132,16 +135,13 @@ def main(argv: list[str] | None = None) -> int:
                 return fn
 
             for first, second in args.pair:
-                extra: dict[str, Any] = {"block_seed": args.block_seed}
-                if args.prime_cycles is not None:
-                    extra["prime_cycles"] = args.prime_cycles
                 s = interleaved_rounds(
                     dev,
                     [(first, call(libs[first])), (second, call(libs[second]))],
                     warm,
                     args.rounds,
                     thread_clock=True,
-                    **extra,
+                    **method,
                 )
                 ratio, p = judge(s[first], s[second])
                 rows.append(
