@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,18 +53,10 @@ def parse_shape(text: str) -> Shape:
 
 
 def judge(first: list[float], second: list[float]) -> tuple[float, float]:
-    """second over first (> 1: second slower), the median over paired ABBA blocks, and its two-sided
-    Wilcoxon p (the gate's statistic)."""
-    from scipy import stats
+    """second over first (> 1: second slower) and its Wilcoxon p: the gate's case statistic."""
+    from regress.detect.paired import paired_ratio
 
-    from regress.detect.paired import block_log_ratios
-    from regress.facts.stats import median
-
-    d = block_log_ratios(first, second)
-    if not d:
-        return math.nan, math.nan
-    p = float(stats.wilcoxon(d).pvalue) if any(d) else 1.0
-    return math.exp(median(d)), p
+    return paired_ratio(first, second)
 
 
 def main(argv: list[str] | None = None) -> int:

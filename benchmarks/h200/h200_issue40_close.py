@@ -78,11 +78,9 @@ def parse_modes(text: str) -> tuple[str, ...]:
 
 def paired_speed(baseline: list[float], candidate: list[float]) -> float:
     """baseline time over candidate time, the median over paired ABBA blocks (> 1: candidate faster)."""
-    from regress.detect.paired import block_log_ratios
-    from regress.facts.stats import median
+    from regress.detect.paired import paired_ratio
 
-    d = block_log_ratios(baseline, candidate)
-    return math.exp(-median(d)) if d else math.nan
+    return 1.0 / paired_ratio(baseline, candidate)[0]
 
 
 def pair_runners(

@@ -96,11 +96,25 @@ def median_se(logs: Sequence[float]) -> float | None:
     return order_statistic_se(logs, 0.5)
 
 
-def _wilcoxon(d: Sequence[float], alternative: str) -> float:
+def wilcoxon_p(d: Sequence[float], alternative: str = "two-sided") -> float:
+    """Wilcoxon signed-rank p of the paired log ratios `d` (1.0 when every ratio is 0: scipy
+    refuses an all-zero sample, and identical arms are the null)."""
     arr = np.asarray(d, dtype=float)
     if not np.any(arr):
         return 1.0
     return float(stats.wilcoxon(arr, alternative=alternative).pvalue)
+
+
+def paired_ratio(
+    baseline: Sequence[float], candidate: Sequence[float], block: int = 2
+) -> tuple[float, float]:
+    """The case statistic the A/B verdict judges: candidate time over baseline time as the median
+    over paired blocks (> 1: candidate slower), and its two-sided Wilcoxon p; (nan, nan) when no
+    block has finite times on both arms."""
+    d = block_log_ratios(baseline, candidate, block)
+    if not d:
+        return math.nan, math.nan
+    return math.exp(median(d)), wilcoxon_p(d)
 
 
 def _mde(se: float, floor: float, alpha: float, power: float) -> float:
@@ -131,7 +145,7 @@ def _case(cfg: ABConfig, c: ABInput) -> tuple[CaseJudgement, float | None, float
         )
         return j, None, None
     med = median(d)
-    p = _wilcoxon(d, "two-sided")
+    p = wilcoxon_p(d)
     se = median_se(d) or 0.0
     j.ratio, j.p_value, j.noise = math.exp(med), p, se
     j.baseline_location = percentile(c.baseline, 25) if len(c.baseline) else None
@@ -162,7 +176,7 @@ def judge_ab(cases: Sequence[ABInput], config: ABConfig | None = None) -> Judgem
     aggregate: dict[str, Any] = {"cases": len(meds), "verdict": "too few cases", "mde": None, "mode": "ab"}
     if len(meds) >= cfg.aggregate_min_cases:
         mean = float(np.mean(meds))
-        p = _wilcoxon(meds, "greater")
+        p = wilcoxon_p(meds, "greater")
         se = math.sqrt(float(np.mean(np.square(ses))) / len(ses)) if ses else 0.0
         floor = cfg.aggregate_min_effect
         systematic = math.expm1(mean) >= floor and p < cfg.aggregate_alpha
