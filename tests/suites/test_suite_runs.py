@@ -183,7 +183,7 @@ def test_a_block_seed_orients_each_block_at_random() -> None:
     """With block_seed, every block of two rounds still runs each runner once in each position (ABBA
     or BAAB, so the paired statistic's blocks stay balanced), the orientation drawn per block from the
     seed: reproducible, and not tied to the round's parity."""
-    from regress.run.suites.timing import interleaved_rounds
+    from regress.run.suites.timing import interleaved_rounds, round_orders
 
     def orders(seed: int) -> list[str]:
         calls: list[str] = []
@@ -193,6 +193,10 @@ def test_a_block_seed_orients_each_block_at_random() -> None:
 
     blocks = orders(7)
     assert len(blocks) == 32 and set(blocks) == {"abba", "baab"}
+    # round_orders is the loop's order, so analyses of raw samples place each call correctly
+    listed = round_orders(64, block_seed=7)
+    assert ["".join("ab" if o else "ba" for o in listed[j : j + 2]) for j in range(0, 64, 2)] == blocks
+    assert round_orders(4) == [True, False, True, False]
     assert blocks == orders(7) and blocks != orders(8)
     assert 8 <= blocks.count("abba") <= 24
 

@@ -80,6 +80,20 @@ def working_baselines(
     return kept
 
 
+def round_orders(iters: int, block_seed: int | None = None) -> list[bool]:
+    """Per timed round of interleaved_rounds, True where the runners go in list order: ABBA blocks
+    (list order in even rounds), or with `block_seed` each block's orientation drawn from a
+    generator of that seed. Analyses of the raw samples read each call's position from here."""
+    flips = random.Random(block_seed) if block_seed is not None else None
+    out: list[bool] = []
+    flip = False
+    for i in range(iters):
+        if flips is not None and i % 2 == 0:
+            flip = flips.random() < 0.5
+        out.append((i % 2 == 0) != flip)
+    return out
+
+
 def interleaved_rounds(
     device: str,
     runners: Sequence[tuple[str, Callable[[int], object]]],
@@ -105,12 +119,8 @@ def interleaved_rounds(
             fn(i)
     synchronize(device)
     timer = Timer(device != "cpu" and not host, thread_clock=thread_clock)
-    flips = random.Random(block_seed) if block_seed is not None else None
-    flip = False
-    for i in range(iters):
-        if flips is not None and i % 2 == 0:
-            flip = flips.random() < 0.5
-        order = runners if (i % 2 == 0) != flip else runners[::-1]
+    for i, in_list_order in enumerate(round_orders(iters, block_seed)):
+        order = runners if in_list_order else runners[::-1]
         timer.prime(prime_cycles)
         for key, fn in order:
             timer.time(key, functools.partial(fn, i))
