@@ -48,14 +48,14 @@ def group_of(r: CaseResult) -> str:
 
 
 def ab_speed(r: CaseResult) -> float:
-    """With an A/B arm ($REGRESS_AB_BASELINE_LIB): the other build's time over ours, the median over
-    the paired blocks (regress.detect.paired's statistic); > 1: ours faster. NaN without one."""
-    from regress.detect.paired import block_log_ratios
-    from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE
-    from regress.facts.stats import median
+    """With an A/B arm ($REGRESS_AB_BASELINE_LIB): the other build's time over ours by the statistic
+    the A/B verdict judges (regress.detect.paired.paired_ratio, both listings where the run timed
+    them); > 1: ours faster. NaN without one."""
+    from regress.detect.paired import paired_ratio, swap_point
+    from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, AB_SWAP_METRIC
 
-    d = block_log_ratios(r.samples.get(AB_BASELINE_SAMPLE, []), r.samples.get(AB_CANDIDATE_SAMPLE, []))
-    return math.exp(-median(d)) if d else math.nan
+    base, cand = r.samples.get(AB_BASELINE_SAMPLE, []), r.samples.get(AB_CANDIDATE_SAMPLE, [])
+    return 1.0 / paired_ratio(base, cand, swap_at=swap_point(r.metrics.get(AB_SWAP_METRIC)))[0]
 
 
 def table(results: list[CaseResult]) -> list[str]:

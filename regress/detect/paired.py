@@ -12,6 +12,11 @@ carries only what changed inside those few milliseconds; the machine's slow drif
 (clocks, placement, neighbours) hit both arms alike and drop out. So no night-to-night noise enters
 the verdict and no history is needed: a first night decides.
 
+The arms are timed in both listings, half the rounds each (candidate listed first, then baseline
+first: `swap_at`), because on the H200 the arm in one listing role read up to 2 % slower in an A/A
+(docs/detection.md §7); the effect is then the mean of the two listings' median d, and the rank test
+takes the blocks of both.
+
 Per case: a two-sided Wilcoxon signed-rank test on the blocks' d (`scipy.stats.wilcoxon`), the
 effect the median of d, and a change is called when p < alpha AND |median| ≥ min_effect. Its MDE:
 the sampling standard error of the median from the order statistics that bracket it (as
@@ -72,6 +77,8 @@ class ABInput:
     # Rounds per paired block: 2 for one process's ABBA rounds; 1 when each value is the location
     # of a whole run and the runs alternated as processes A B A B ... (`alternating_inputs`).
     block: int = 2
+    # Where the arms' second listing begins (perf's A/B phase times both listings): 0, one listing.
+    swap_at: int = 0
 
 
 def block_log_ratios(baseline: Sequence[float], candidate: Sequence[float], block: int = 2) -> list[float]:
@@ -105,16 +112,57 @@ def wilcoxon_p(d: Sequence[float], alternative: str = "two-sided") -> float:
     return float(stats.wilcoxon(arr, alternative=alternative).pvalue)
 
 
+def swap_point(stored: object) -> int:
+    """A stored swap point (the perf result's `ab_swap_at` metric) as a round index; anything that is
+    not an integer (absent, a hand-edited or foreign row) reads as 0, one listing. listing_logs then
+    checks it against the samples."""
+    return stored if isinstance(stored, int) and not isinstance(stored, bool) else 0
+
+
+def listing_logs(
+    baseline: Sequence[float], candidate: Sequence[float], block: int = 2, swap_at: int = 0
+) -> list[list[float]]:
+    """The block log ratios of each listing: one list, or two when the arms swapped listing at round
+    `swap_at` (each half paired on its own, so no block straddles the swap). A swap point that is
+    not an even round inside both arms' samples is not one: a single listing."""
+    n = min(len(baseline), len(candidate))
+    if not (0 < swap_at < n and swap_at % block == 0):
+        return [block_log_ratios(baseline, candidate, block)]
+    halves = [
+        block_log_ratios(baseline[:swap_at], candidate[:swap_at], block),
+        block_log_ratios(baseline[swap_at:], candidate[swap_at:], block),
+    ]
+    return [h for h in halves if h] or [[]]
+
+
+def listing_location(halves: Sequence[Sequence[float]]) -> tuple[float, float | None]:
+    """The case's log ratio and its standard error: the median of the blocks, or with two listings
+    the mean of the two listings' medians, so an effect tied to the listing role (+e in one, -e in
+    the other) cancels instead of deciding which side of a split distribution the pooled median
+    falls on."""
+    if len(halves) == 1:
+        return median(halves[0]), median_se(halves[0])
+    meds = [median(h) for h in halves]
+    ses = [median_se(h) for h in halves]
+    se = (
+        None
+        if any(x is None for x in ses)
+        else math.sqrt(sum(x * x for x in ses if x is not None)) / len(ses)
+    )
+    return sum(meds) / len(meds), se
+
+
 def paired_ratio(
-    baseline: Sequence[float], candidate: Sequence[float], block: int = 2
+    baseline: Sequence[float], candidate: Sequence[float], block: int = 2, swap_at: int = 0
 ) -> tuple[float, float]:
-    """The case statistic the A/B verdict judges: candidate time over baseline time as the median
-    over paired blocks (> 1: candidate slower), and its two-sided Wilcoxon p; (nan, nan) when no
-    block has finite times on both arms."""
-    d = block_log_ratios(baseline, candidate, block)
+    """The case statistic the A/B verdict judges: candidate time over baseline time (> 1: candidate
+    slower) as the median over paired blocks (with two listings, the mean of their medians), and
+    the two-sided Wilcoxon p of all blocks; (nan, nan) when no block has finite times on both arms."""
+    halves = listing_logs(baseline, candidate, block, swap_at)
+    d = [x for h in halves for x in h]
     if not d:
         return math.nan, math.nan
-    return math.exp(median(d)), wilcoxon_p(d)
+    return math.exp(listing_location(halves)[0]), wilcoxon_p(d)
 
 
 def _mde(se: float, floor: float, alpha: float, power: float) -> float:
@@ -123,7 +171,8 @@ def _mde(se: float, floor: float, alpha: float, power: float) -> float:
 
 
 def _case(cfg: ABConfig, c: ABInput) -> tuple[CaseJudgement, float | None, float | None]:
-    d = block_log_ratios(c.baseline, c.candidate, c.block)
+    halves = listing_logs(c.baseline, c.candidate, c.block, c.swap_at)
+    d = [x for h in halves for x in h]
     j = CaseJudgement(
         c.key,
         c.name or c.key,
@@ -144,9 +193,9 @@ def _case(cfg: ABConfig, c: ABInput) -> tuple[CaseJudgement, float | None, float
             else f"at least {cfg.min_blocks} alternated pairs of runs would let it decide"
         )
         return j, None, None
-    med = median(d)
+    med, se_or_none = listing_location(halves)
     p = wilcoxon_p(d)
-    se = median_se(d) or 0.0
+    se = se_or_none or 0.0
     j.ratio, j.p_value, j.noise = math.exp(med), p, se
     j.baseline_location = percentile(c.baseline, 25) if len(c.baseline) else None
     j.candidate_location = percentile(c.candidate, 25) if len(c.candidate) else None

@@ -24,6 +24,9 @@ LAYOUTS: tuple[Layout, ...] = get_args(Layout)
 PERF_SAMPLE = "time_ms"
 AB_BASELINE_SAMPLE = "ab:baseline:time_ms"
 AB_CANDIDATE_SAMPLE = "ab:candidate:time_ms"
+# The A/B phase times its arms in both listings (candidate first, then baseline first); this metric is
+# the index in both arms' samples where the second listing's rounds begin (absent or 0: one listing).
+AB_SWAP_METRIC = "ab_swap_at"
 # The lifecycle of a detected regression (stored in regressions.state; the CLI offers them).
 REGRESSION_STATES: tuple[str, ...] = ("open", "acknowledged", "resolved")
 # AITER's how_v3_bf16_cvt numbering, also the C ABI's ra_rounding.

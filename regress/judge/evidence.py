@@ -22,10 +22,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from regress.detect.paired import ABInput
+from regress.detect.paired import ABInput, swap_point
 from regress.detect.verdict import CaseInput, noisy_nights
 from regress.facts.metrics import percentile
-from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, PERF_SAMPLE
+from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, AB_SWAP_METRIC, PERF_SAMPLE
 from regress.facts.stats import median
 from regress.store import Case, Result, Run
 from regress.store.queries import series_histories
@@ -149,7 +149,8 @@ def ab_inputs(rows: Sequence[tuple[Case, Result]]) -> list[ABInput]:
     for case, res in rows:
         base, cand = samples(res, AB_BASELINE_SAMPLE), samples(res, AB_CANDIDATE_SAMPLE)
         if res.status == "pass" and base and cand:
-            out.append(ABInput(case.key, base, cand, f"{case.suite}/{case.name}"))
+            swap_at = swap_point((res.metrics or {}).get(AB_SWAP_METRIC))
+            out.append(ABInput(case.key, base, cand, f"{case.suite}/{case.name}", swap_at=swap_at))
     return out
 
 

@@ -27,7 +27,10 @@ def test_the_ab_baseline_is_an_option_that_reaches_the_perf_suite() -> None:
     ab = get_suite("perf").run_case(ctx, spec)
     assert ab.status == "pass", ab.message
     assert ab.metrics["ab_baseline"] == "the same build" and ab.metrics["ab_rounds"] > 0
-    assert len(ab.samples["ab:baseline:time_ms"]) == len(ab.samples["ab:candidate:time_ms"]) > 0
+    n = len(ab.samples["ab:baseline:time_ms"])
+    assert n == len(ab.samples["ab:candidate:time_ms"]) > 0
+    # both listings, half the rounds each, the swap on a block boundary (regress.detect.paired reads it)
+    assert ab.metrics["ab_swap_at"] % 2 == 0 and 0 < ab.metrics["ab_swap_at"] < n
     plain = get_suite("perf").run_case(
         make_context(path, "cpu", dataclasses.replace(options, ab_baseline=None)), spec
     )

@@ -201,6 +201,21 @@ def test_a_block_seed_orients_each_block_at_random() -> None:
     assert 8 <= blocks.count("abba") <= 24
 
 
+def test_an_ab_phase_runs_both_listings_half_the_rounds_each() -> None:
+    from regress.run.suites.timing import both_listings_rounds
+
+    calls: list[tuple[str, int]] = []
+    arms = [(key, lambda i, key=key: calls.append((key, i))) for key in ("cand", "base")]
+    samples, swap_at = both_listings_rounds("cpu", arms, warm=1, iters=10)
+    assert swap_at == 4 and {k: len(v) for k, v in samples.items()} == {"cand": 10, "base": 10}
+    timed = [k for k, i in calls[2:10]] + [k for k, i in calls[12:]]  # past each listing's warm-up
+    assert timed[:8] == ["cand", "base", "base", "cand"] * 2  # candidate listed first
+    assert timed[8:12] == ["base", "cand", "cand", "base"]  # then the baseline
+    assert len(timed) == 20
+    _, none = both_listings_rounds("cpu", arms, warm=0, iters=3)
+    assert none == 0  # too few rounds for two listings of a block each
+
+
 def test_e2e_layer_runs(cpu_lib: KernelLibrary, make_ctx: MakeCtx) -> None:
     results = _run(make_ctx(cpu_lib, iterations=2), "e2e")
     assert not _statuses(results)

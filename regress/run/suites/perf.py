@@ -46,12 +46,12 @@ from regress.facts.phases import phase
 from regress.facts.results import (
     AB_BASELINE_SAMPLE,
     AB_CANDIDATE_SAMPLE,
+    AB_SWAP_METRIC,
     LAYOUTS,
     ROUNDING_MODES,
     CaseResult,
     CaseSpec,
 )
-from regress.facts.stats import median
 from regress.kernel.baselines import varlen_baselines
 from regress.machine.gpu_state import device_state
 from regress.run.suites.base import SuiteContext
@@ -67,7 +67,7 @@ from regress.run.suites.common import (
     plan_metrics,
     spec_layout_mode,
 )
-from regress.run.suites.timing import interleaved_rounds, working_baselines
+from regress.run.suites.timing import both_listings_rounds, interleaved_rounds, working_baselines
 
 NAME = "perf"
 
@@ -342,6 +342,7 @@ class PerfSuite:
         runners = [(key, fn) for key, fn in runners if key in kept]
         before = device_state(ctx.device)
         iters = timed_iterations(ctx, iters, shape)
+        swap_at = 0  # where the A/B arms' second listing begins (no A/B: none)
         with phase("timing"):  # kernel and baselines interleaved: one phase, not separable
             # CPU: each call's thread CPU time (one thread, _one_thread), which a neighbour cannot stretch.
             samples = interleaved_rounds(ctx.device, runners, warm, iters, thread_clock=True)
@@ -353,7 +354,10 @@ class PerfSuite:
 
                 arms = [(AB_CANDIDATE_SAMPLE, kernel), (AB_BASELINE_SAMPLE, baseline_build)]
                 ab_rounds = ab_iterations(ctx, iters)
-                samples.update(interleaved_rounds(ctx.device, arms, warm, ab_rounds, thread_clock=True))
+                ab_samples, swap_at = both_listings_rounds(
+                    ctx.device, arms, warm, ab_rounds, thread_clock=True
+                )
+                samples.update(ab_samples)
         after = device_state(ctx.device)
 
         metrics: dict[str, Any] = {
@@ -365,11 +369,12 @@ class PerfSuite:
                 {
                     "ab_baseline": ctx.ab_label or "a second build",
                     "ab_rounds": ab_iterations(ctx, iters),
+                    AB_SWAP_METRIC: swap_at,
                 }
                 if other
                 else {}
             ),
-            **drill_cost(samples, requested),
+            **drill_cost(samples, requested, swap_at),
             **plan_metrics(ctx, shape, layout, mode),
         }
         return CaseResult(
@@ -391,21 +396,24 @@ def _ab_baseline(ctx: SuiteContext) -> Any:
     return load_library(ctx.ab_baseline)
 
 
-def drill_cost(samples: dict[str, list[float]], requested: int) -> dict[str, Any]:
-    """The drill's measured cost: the median over ABBA blocks of the drill build's time over the
-    clean build's, both timed in the same rounds of the A/B phase (the statistic the A/B verdict
-    judges, `regress.detect.paired`). Paired blocks, not the two builds' separate minima or
-    quartiles: a preempted round slows both arms of its block, so it cancels in the ratio instead
-    of deciding it (on the loaded 2-core runner the quartile ratio of one 10 % drill case read
-    +178 %)."""
-    from regress.detect.paired import block_log_ratios
+def drill_cost(samples: dict[str, list[float]], requested: int, swap_at: int = 0) -> dict[str, Any]:
+    """The drill's measured cost: the drill build's time over the clean build's, both timed in the
+    same rounds of the A/B phase, by the statistic the A/B verdict judges (`regress.detect.paired`:
+    the median over ABBA blocks, with two listings the mean of their medians). Paired blocks, not
+    the two builds' separate minima or quartiles: a preempted round slows both arms of its block, so
+    it cancels in the ratio instead of deciding it (on the loaded 2-core runner the quartile ratio
+    of one 10 % drill case read +178 %)."""
+    from regress.detect.paired import listing_location, listing_logs
 
-    d = block_log_ratios(samples.get(AB_BASELINE_SAMPLE, []), samples.get(AB_CANDIDATE_SAMPLE, []))
+    halves = listing_logs(
+        samples.get(AB_BASELINE_SAMPLE, []), samples.get(AB_CANDIDATE_SAMPLE, []), 2, swap_at
+    )
+    d = [x for h in halves for x in h]
     if not requested or not d:
         return {}
     return {
         "drill_requested_pct": requested,
         # The median the A/B verdict takes (detect.paired); an upper median here read another block.
-        "drill_measured_pct": math.expm1(median(d)) * 100.0,
+        "drill_measured_pct": math.expm1(listing_location(halves)[0]) * 100.0,
         "drill_rounds": 2 * len(d),
     }

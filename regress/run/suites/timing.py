@@ -9,6 +9,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -59,6 +60,26 @@ class Timer:
             return dict(self._cpu)
         torch.cuda.synchronize()
         return {k: [float(s.elapsed_time(e)) for s, e in ev] for k, ev in self._events.items()}
+
+
+def both_listings_rounds(
+    device: str,
+    arms: Sequence[tuple[str, Callable[[int], object]]],
+    warm: int,
+    iters: int,
+    **kw: Any,
+) -> tuple[dict[str, list[float]], int]:
+    """interleaved_rounds of two arms in each listing, half the rounds each (arms as given, then
+    reversed, each half its own warm-up and an even count of rounds, so no ABBA block straddles the
+    swap): each arm's samples in round order, and the index where the second listing begins (0
+    when `iters` < 4 leaves no room for two). On the H200 an A/A read the arm in one listing role
+    0.6-1.9 % slower whatever the library, and the two listings cancelled it (docs/detection.md §7)."""
+    first = (iters // 4) * 2
+    if first == 0:
+        return interleaved_rounds(device, arms, warm, iters, **kw), 0
+    one = interleaved_rounds(device, arms, warm, first, **kw)
+    two = interleaved_rounds(device, list(arms)[::-1], warm, iters - first, **kw)
+    return {key: one[key] + two[key] for key, _ in arms}, first
 
 
 def working_baselines(
