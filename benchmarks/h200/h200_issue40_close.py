@@ -277,9 +277,10 @@ def close_table(out: Path) -> list[str]:
     gate = out / "gate.json"
     if gate.is_file():
         g = json.loads(gate.read_text())
-        lines.append(f"| (ii) gate A/B vs 4cc9352 | {gate_summary(g)} |")
+        against = (g.get("baseline") or {}).get("build") or "the baseline build"
+        lines.append(f"| gate A/B against {against} | {gate_summary(g)} |")
     else:
-        lines.append("| (ii) gate A/B vs 4cc9352 | no gate.json |")
+        lines.append("| gate A/B | no gate.json |")
     for tag in ("ab", "nightly"):  # the bundles the calls kept (h200_issue40_close.sh's keep_bundle)
         for path in sorted(glob.glob(str(out / f"{tag}-*.json.gz"))):
             with gzip.open(path, "rt") as f:

@@ -18,13 +18,15 @@
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh call2", carry=["wheels", ".devwork/i40close.tgz"], timeout_s=600)
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh control", carry=[...as above])  (ii)'s A/A control:
 #       old and new libraries each against a copy of itself and against each other, the flagged shapes
+#   run(command="bash benchmarks/h200/h200_issue40_close.sh aa", carry=[...as above])  the gate's A/A: this
+#       tree's library against a byte-identical copy through the perf suite's A/B (both listings) and the gate
 #   DEVICE=cpu bash benchmarks/h200/h200_issue40_close.sh call1    the dry run on this machine's CPU backend:
 #       the same steps (decode on small shapes, a quick perf A/B against 4cc9352's CPU library, the
 #       gate, the table), so the harness is checked without a GPU; call2 likewise with --quick
 # Knobs: OUT (default /tmp/out), CALL_S (the call's budget, 570), DECODE_ITERS (100), DECODE_S (150),
 # NIGHTLY_DEADLINE (call2's --deadline, 520).
 set -uo pipefail
-step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|call1|call2|control}
+step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|call1|call2|control|aa}
 OLD_COMMIT=4cc9352
 WORK=.devwork/i40close
 DEVICE=${DEVICE:-cuda}
@@ -101,6 +103,26 @@ print(rid)
 PY
 }
 
+ab_gate() {  # $1 the baseline library, $2 a label: the perf suite's A/B of this tree's library against it
+  # (both listings since issue 40's close), its bundle kept, then `regress gate --ab` on that run
+  local lib=$1 label=$2 T0 deadline rid
+  T0=$(date +%s)
+  deadline=$(($(left) - 60))  # the gate, the bundle and the table after it
+  timeout $((deadline + 30)) python3 -m regress nightly --backend "$BACKEND" "${STACK[@]}" --suites perf "${QUICK[@]}" \
+    --compare-build "$lib" --deadline "$deadline" --db "sqlite:///$OUT/ab.db" --out "$OUT/ab" \
+    --trigger device-run --runner h200-lent >"$OUT/ab.log" 2>&1
+  echo "$label perf A/B nightly exit $? after $(($(date +%s) - T0)) s (deadline $deadline s)"
+  tail -4 "$OUT/ab.log"
+  if rid=$(keep_bundle "$OUT/ab" ab); then
+    python3 -m regress gate --ab --run "$rid" --db "sqlite:///$OUT/ab.db" --report-dir "$OUT/gate" --json \
+      >"$OUT/gate.json" 2>"$OUT/gate.err"
+    echo "$label gate --ab --run $rid exit $?"
+    python3 -m regress gate --ab --run "$rid" --db "sqlite:///$OUT/ab.db" --report-dir "$OUT/gate" 2>&1 | tail -15
+  else
+    echo "$label no bundle written: no gate"
+  fi
+}
+
 if [ "$step" = call1 ]; then
   T0=$(date +%s)
   timeout "${DECODE_S:-150}" python3 benchmarks/h200/h200_issue40_close.py decode --out "$OUT" "${DECODE_ARGS[@]}" \
@@ -109,25 +131,18 @@ if [ "$step" = call1 ]; then
   sed -n '/^| decode/,$p' "$OUT/decode.log"
   grep -E "Error|error:" "$OUT/decode.log" | head -5
   if [ -f "$OLD_LIB" ]; then
-    T0=$(date +%s)
-    deadline=$(($(left) - 60))  # the gate, the bundle and the table after it
-    timeout $((deadline + 30)) python3 -m regress nightly --backend "$BACKEND" "${STACK[@]}" --suites perf "${QUICK[@]}" \
-      --compare-build "$OLD_LIB" --deadline "$deadline" --db "sqlite:///$OUT/ab.db" --out "$OUT/ab" \
-      --trigger device-run --runner h200-lent >"$OUT/ab.log" 2>&1
-    echo "(ii) perf A/B nightly exit $? after $(($(date +%s) - T0)) s (deadline $deadline s)"
-    tail -4 "$OUT/ab.log"
-    if rid=$(keep_bundle "$OUT/ab" ab); then
-      python3 -m regress gate --ab --run "$rid" --db "sqlite:///$OUT/ab.db" --report-dir "$OUT/gate" --json \
-        >"$OUT/gate.json" 2>"$OUT/gate.err"
-      echo "(ii) gate --ab --run $rid exit $?"
-      python3 -m regress gate --ab --run "$rid" --db "sqlite:///$OUT/ab.db" --report-dir "$OUT/gate" 2>&1 | tail -15
-    else
-      echo "(ii) no bundle written: no gate"
-    fi
+    ab_gate "$OLD_LIB" "(ii)"
   else
     echo "(ii) no library of $OLD_COMMIT ($OLD_LIB): run prep here and carry .devwork/i40close.tgz"
   fi
   logs=(decode.log ab.log gate.err)
+elif [ "$step" = aa ]; then
+  # the gate calibration's clean A/B redone as a true A/A: this tree's library against a byte-identical
+  # copy (a second file, so a module of its own), through the perf suite's A/B and the gate
+  NEW_LIB=$(python3 -c "from regress.native.build import build_kernel as b; print(b('$BACKEND').path)")
+  cp "$NEW_LIB" /tmp/aa-copy.so
+  ab_gate /tmp/aa-copy.so "(aa)"
+  logs=(ab.log gate.err)
 elif [ "$step" = call2 ]; then
   T0=$(date +%s)
   deadline=${NIGHTLY_DEADLINE:-$(($(left) - 45))}
@@ -162,7 +177,7 @@ elif [ "$step" = control ]; then
   gzip -f "$OUT/ab_control.json" 2>/dev/null
   exit 0
 else
-  echo "unknown step $step: prep, call1, call2 or control"
+  echo "unknown step $step: prep, call1, call2, control or aa"
   exit 2
 fi
 # at most 8 files come back, none in a folder more than 2 down: the logs and reports in one archive
