@@ -277,7 +277,9 @@ V2_SPLIT = [(1, 6, 2, 40, 777, 4), (1, 3, 3, 300, 777, 4), (1, 3, 3, 300, 777, 3
 
 @pytest.mark.slow  # emulated split, merge and unsplit launches: ~2 min
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-@pytest.mark.parametrize(("b", "h", "hk", "sq", "sk", "cus"), V2_SPLIT, ids=["gqa_cus4", "lse_cus4", "lse_cus304"])
+@pytest.mark.parametrize(
+    ("b", "h", "hk", "sq", "sk", "cus"), V2_SPLIT, ids=["gqa_cus4", "lse_cus4", "lse_cus304"]
+)
 def test_v2_tail_split_meets_the_contract_and_keeps_the_lse(
     lib: EmuLibrary, b: int, h: int, hk: int, sq: int, sk: int, cus: int, layout: str
 ) -> None:
