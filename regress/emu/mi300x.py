@@ -373,7 +373,7 @@ class Ours:
             lambda n: self._record_v2(mode, n, False, rows=rows),
             rise_record=lambda n: self._record_v2(mode, n, False, True, rows=rows),
         )
-        if shape.lens or not self.v2_split:
+        if shape.lens or not (self.v2_split and self.lib.has_v2_split):  # an older object: unsplit
             return [main]
         # An unmasked fixed-length call: the planner's own plan says whether its tail splits
         # (gfx942_v2_split; the v2 split parts are the v2 kernel's tile loop, timed with its steady state)
