@@ -8,10 +8,13 @@ Compares the two with cmp; when they differ, compares `llvm-objdump-19 -d` text 
 counts, on both sides, the HIP build flags (settable `#ifndef RA_HIP_*` guards) and the
 preprocessor conditionals plus flag-valued `if (RA_HIP_*)` tests in the files of the default build.
 
-    python benchmarks/mi300x/hip_identity.py [--base 8814587]
+    python benchmarks/mi300x/hip_identity.py [--base 8814587] [--per-kernel] [--default-only]
 
-Does the same for the live flag's other value and each fire-drill build. Prints two short tables
-last. Exit 0 when every pair of objects is byte-identical, 1 otherwise.
+Does the same for the live flag's other value and each fire-drill build (--default-only: the default
+build alone). Prints two short tables last. Exit 0 when every pair of objects is byte-identical, 1
+otherwise. --per-kernel, for a change that adds kernels: compares each kernel the base has by its
+instruction text (no addresses or encodings; the text section's closing s_nop padding dropped),
+lists the kernels only the working tree has, and exits 0 when every base kernel is unchanged.
 """
 
 from __future__ import annotations
@@ -71,10 +74,41 @@ def disasm(co: Path) -> str:
     return "\n".join(ln for ln in text.splitlines() if not ln.startswith(str(co)))
 
 
+def kernel_instructions(co: Path) -> dict[str, list[str]]:
+    """Each kernel's instruction text, without addresses and encodings, its trailing s_nop padding
+    dropped (the text section's last kernel carries the section's alignment padding)."""
+    out: dict[str, list[str]] = {}
+    cur: list[str] | None = None
+    for line in disasm(co).splitlines():
+        m = re.match(r"^[0-9a-f]+ <([^>]+)>:", line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+        elif cur is not None and line.startswith("\t"):
+            cur.append(line.split("//")[0].strip())
+    for body in out.values():
+        while body and body[-1] in ("s_nop 0", "s_code_end"):
+            body.pop()
+    return out
+
+
+def per_kernel(base: Path, ours: Path) -> bool:
+    """Prints which base kernels changed and which kernels are new; True when none changed."""
+    a, b = kernel_instructions(base), kernel_instructions(ours)
+    changed = sorted(k for k in a if a[k] != b.get(k))
+    new = sorted(set(b) - set(a))
+    print("| kernels in the base | unchanged | changed | new in the working tree |")
+    print("|---|---|---|---|")
+    print(f"| {len(a)} | {len(a) - len(changed)} | {', '.join(changed) or '-'} | {', '.join(new) or '-'} |")
+    return not changed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="8814587", help="the commit to compare against (default 8814587)")
+    ap.add_argument("--per-kernel", action="store_true", help="compare each base kernel's instructions")
+    ap.add_argument("--default-only", action="store_true", help="the default build only")
     args = ap.parse_args()
+    variants = VARIANTS[:1] if args.default_only else VARIANTS
     with tempfile.TemporaryDirectory(prefix="hip-identity-") as tmp:
         root = Path(tmp)
         tree = root / "tree"
@@ -90,16 +124,21 @@ def main() -> int:
             else:
                 shutil.copytree(REPO_ROOT / "kernel", tree / "kernel")
             paths = []
-            for i, flags in enumerate(VARIANTS):
+            for i, flags in enumerate(variants):
                 out = tree / RECIPE.output
                 build(tree, out, flags)
                 paths.append(root / f"{side}-{i}.co")
                 shutil.copy(out, paths[-1])
             objs[side] = (paths, counts(tree / "kernel"))
+        all_same = True
+        if args.per_kernel:
+            for i, flags in enumerate(variants):
+                print(f"{' '.join(flags) or 'default'}:")
+                all_same &= per_kernel(objs["base"][0][i], objs["ours"][0][i])
+            return 0 if all_same else 1
         print("| build | byte-identical | disassembly identical | size |")
         print("|---|---|---|---|")
-        all_same = True
-        for i, flags in enumerate(VARIANTS):
+        for i, flags in enumerate(variants):
             a, b = objs["base"][0][i], objs["ours"][0][i]
             same = filecmp.cmp(a, b, shallow=False)
             asm_same = same or disasm(a) == disasm(b)

@@ -10,7 +10,8 @@ confidence); a ratio's band is taken within each reading.
 
     python benchmarks/mi300x/mi300x_model.py [--kernels ours,aiter,moonmath] [--shapes SHAPE ...] [--no-band]
         [--moonmath-src DIR] [--aiter-wheel FILE] [--code-object PATH] [--out FILE.jsonl] [--no-gqa-rows]
-        SHAPE: B,H,Sq,Sk[,Hkv][,causal] or varlen H[,Hkv],lens=L1/L2/...[,causal]
+        [--no-v2-split]
+        SHAPE: B,H,Sq,Sk[,Hkv][,causal][,lse] or varlen H[,Hkv],lens=L1/L2/...[,causal][,lse]
     python benchmarks/mi300x/mi300x_model.py --fit      # refit the clock parameters on the 6 RTNE fit rows
 
 --out NAME.jsonl (a bare name) writes into regress/facts/data/mi300x/, the package data whose newest
@@ -135,7 +136,7 @@ def _build_models(args: argparse.Namespace, cus: int) -> dict[str, KernelModel]:
                 from regress.native.build import build_kernel
 
                 path = build_kernel("hip-emu").path
-            models["ours"] = Ours(path, cus=cus, gqa_rows=not args.no_gqa_rows)
+            models["ours"] = Ours(path, cus=cus, gqa_rows=not args.no_gqa_rows, v2_split=not args.no_v2_split)
         elif name == "aiter":
             from regress.emu.mi300x import AiterModel
 
@@ -155,10 +156,13 @@ def _build_models(args: argparse.Namespace, cus: int) -> dict[str, KernelModel]:
 
 
 def _mask_fields(s: Shape) -> dict[str, object]:
-    """The causal flag and the varlen lengths of a row's shape (absent for a plain dense batch)."""
+    """The causal flag, the varlen lengths and the LSE flag of a row's shape (absent for a plain dense
+    batch)."""
     out: dict[str, object] = {}
     if s.causal:
         out["causal"] = True
+    if s.lse:
+        out["lse"] = True
     if s.lens:
         out["lens"] = list(s.lens)
     return out
@@ -608,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes",
         nargs="+",
         type=shape_arg,
-        help="B,H,Sq,Sk[,Hkv][,causal] or varlen H[,Hkv],lens=L1/L2/...[,causal] (default: the 9 published)",
+        help="B,H,Sq,Sk[,Hkv][,causal][,lse] or varlen H[,Hkv],lens=L1/L2/...[,causal][,lse]"
+        " (default: the 9 published)",
     )
     ap.add_argument("--modes", type=lambda s: s.split(","), default=list(ROUNDING_MODES))
     ap.add_argument("--moonmath-src", type=Path)
@@ -638,6 +643,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-gqa-rows",
         action="store_true",
         help="time our GQA decode on the v2 kernel, as before the planner ran it as dense rows (an ablation)",
+    )
+    ap.add_argument(
+        "--no-v2-split",
+        action="store_true",
+        help="time a v2 call the planner splits (gfx942_v2_split) as one v2 launch, as before (an ablation)",
     )
     ap.add_argument(
         "--markdown", type=Path, metavar="RESULTS", help="print the docs tables of a results file"
@@ -696,6 +706,8 @@ def main(argv: list[str] | None = None) -> int:
     summ["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)  # the machine may be shared
     if args.no_gqa_rows:
         summ["ablation"] = "no-gqa-rows: GQA decode timed on the v2 kernel"
+    if args.no_v2_split:
+        summ["ablation"] = "no-v2-split: unmasked fixed-length v2 calls timed as one v2 launch"
     if not args.no_band:
         summ["readings"] = info
         summ["ours_vs_peers_band"] = ratio_geomean_bands(by_reading)

@@ -77,13 +77,10 @@ __device__ __forceinline__ void store_partial(const f32x4 (&o)[kMTiles][kDTiles]
 /* Step 10's merge: one thread per (row, 4 dims) of a tail q-block, the parts in index order (so the
  * bits do not depend on timing): Q = max q_p, O = sum o_p 2^(q_p - Q), l = sum l_p 2^(q_p - Q), then
  * O / l rounded once by R, as the dense epilogue does. Grid (kBlockQ / 16, tail), 512 threads. */
-template <int R, int L>
-__device__ __forceinline__ void merge_body(const KernelArgs& a) {
+template <int R, int L, class Lse>
+__device__ __forceinline__ void merge_rows(const KernelArgs& a, uint32_t bh, uint32_t qblock, const Lse& lse) {
 #pragma clang fp contract(off)
   const int t = (int)__builtin_amdgcn_workitem_id_x();
-  const uint32_t lin = a.wg_end + __builtin_amdgcn_workgroup_id_y();
-  const uint32_t bh = lin / a.qblocks;
-  const uint32_t qblock = lin - bh * a.qblocks;
   const uint32_t rl = __builtin_amdgcn_workgroup_id_x() * 16u + (uint32_t)(t >> 5);
   const uint32_t row = qblock * (uint32_t)kBlockQ + rl;
   if (row >= a.seqlen_q) return;
@@ -95,7 +92,8 @@ __device__ __forceinline__ void merge_body(const KernelArgs& a) {
   const float* rec = a.ws + (uint64_t)__builtin_amdgcn_workgroup_id_y() * a.split_parts * stride + rl * kSplitRecord;
   float qm = neg_inf();
   for (uint32_t p = 0; p < a.split_parts; ++p) qm = __builtin_fmaxf(qm, rec[p * stride + kHeadDim]);
-  if (qm == neg_inf()) qm = 0.0f; /* every key -Inf: l = 0 and 0/0 = NaN, as the dense kernel gives */
+  const bool no_max = qm == neg_inf();
+  if (no_max) qm = 0.0f; /* every key -Inf: l = 0 and 0/0 = NaN, as the dense kernel gives */
   float l = 0.0f;
   f32x4 o = {0.f, 0.f, 0.f, 0.f};
   for (uint32_t p = 0; p < a.split_parts; ++p) {
@@ -117,6 +115,28 @@ __device__ __forceinline__ void merge_body(const KernelArgs& a) {
 #endif
   const u32x2 packed = {(unsigned int)h0 | ((unsigned int)h1 << 16), (unsigned int)h2 | ((unsigned int)h3 << 16)};
   *reinterpret_cast<u32x2*>(ob + row_offset<L>(row, a.o_stride[2]) + 4 * c) = packed;
+  /* the v2 kernel's LSE rule on the merged offset and sum: a row whose max is -Inf gives NaN */
+  if (c == 0) lse(b, h, row, no_max ? __builtin_nanf("") : (qm + __builtin_amdgcn_logf(l)) * 0.693147180559945f);
+}
+
+template <int R, int L>
+__device__ __forceinline__ void merge_body(const KernelArgs& a) {
+  const uint32_t lin = a.wg_end + __builtin_amdgcn_workgroup_id_y();
+  const uint32_t bh = lin / a.qblocks;
+  merge_rows<R, L>(a, bh, lin - bh * a.qblocks, [](uint32_t, uint32_t, uint32_t, float) {});
+}
+
+/* The v2 kernels' tail split (issue 40; parts/plan.h, gfx942_v2_split: unmasked fixed-length calls,
+ * GQA prefill and the LSE): the same merge over the v2 grid's numbering of q-blocks (heaviest first,
+ * attention_v2_body), and the LSE from the merged offset and sum, (Q + log2 l) ln 2, as the unsplit
+ * v2 kernel takes it from its own. */
+template <int R, int L>
+__device__ __forceinline__ void merge_v2_body(const KernelArgsV2& x) {
+  const uint32_t lin = x.a.wg_end + __builtin_amdgcn_workgroup_id_y();
+  const uint32_t bh = lin % x.bh;
+  merge_rows<R, L>(x.a, bh, x.a.qblocks - 1u - lin / x.bh, [&](uint32_t b, uint32_t h, uint32_t row, float v) {
+    if (x.lse != nullptr) x.lse[b * x.lse_bstride + h * x.lse_hstride + row] = v;
+  });
 }
 
 template <int R, int L, bool kSplit = false>
@@ -205,8 +225,9 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
  * block runs only the key tiles below its last row's limit (the loop's seqlen_k is that limit, so the
  * copies read zeros past it and the tail mask covers it), and masks the diagonal row by row
  * (RowLimit). A row that sees no key writes +0 and LSE -inf, as FlashAttention; a block none of whose
- * rows sees a key runs no key loop. No tail split. */
-template <int R, int L>
+ * rows sees a key runs no key loop. An unmasked fixed-length call's last partial round runs split
+ * (kSplit, merge_v2_body: the dense kernel's step 10 on this numbering). */
+template <int R, int L, bool kSplit = false>
 __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
   static_assert(kLdsBytes <= 65536, "gfx942 gives a workgroup at most 64 KiB of LDS");
   __shared__ u32x4 lds_k[2][kBlockK * kKGranules];
@@ -222,7 +243,11 @@ __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
    * in linear order, so the linear id is dealt out from the last q-block down, every (sequence, head)
    * at one q-block before the next (a longest-first order over the CUs' rounds). A bijection of the
    * grid: which workgroup computes a block changes, no block's arithmetic does. */
-  const uint32_t lin = (__builtin_amdgcn_workgroup_id_y() + x.a.bh_offset) * x.a.qblocks + __builtin_amdgcn_workgroup_id_x();
+  /* kSplit (the v2 tail split, plan.h's gfx942_v2_split): the block is q-block wg_end + y of the same
+   * numbering, running key tiles [x * split_tiles, ...) only, into an fp32 partial (merge_v2_body) */
+  const uint32_t lin = kSplit ? x.a.wg_end + __builtin_amdgcn_workgroup_id_y()
+                              : (__builtin_amdgcn_workgroup_id_y() + x.a.bh_offset) * x.a.qblocks +
+                                    __builtin_amdgcn_workgroup_id_x();
   const uint32_t bh = lin % x.bh;
   const uint32_t qblock = x.a.qblocks - 1u - lin / x.bh;
   const uint32_t b = bh / x.a.heads;
@@ -271,7 +296,13 @@ __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
   if (lim_blk > 0u) {
     /* the wave's first row's limit (its rows' limits minus 8g stay far inside int's range) */
     const RowLimit rows{(int)row0 + 1 + off};
-    const KeyLoop c{a, kb, vb, 0u, (lim_blk + (uint32_t)kBlockK - 1u) / (uint32_t)kBlockK, active, w, lane, li, g};
+    const uint32_t n_all = (lim_blk + (uint32_t)kBlockK - 1u) / (uint32_t)kBlockK;
+    uint32_t tile0 = 0u, n_tiles = n_all;
+    if constexpr (kSplit) { /* the planner splits unmasked calls only: every part's tiles lie below lim_blk */
+      tile0 = __builtin_amdgcn_workgroup_id_x() * x.a.split_tiles;
+      n_tiles = n_all - tile0 < x.a.split_tiles ? n_all - tile0 : x.a.split_tiles;
+    }
+    const KeyLoop c{a, kb, vb, tile0, n_tiles, active, w, lane, li, g};
     if (kv_rows_fit<L>(a)) {
       if (active)
         key_loop<L, true, true>(c, lds_k, lds_vt, qf, o, st, rows);
@@ -285,6 +316,10 @@ __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
     }
   }
 
+  if constexpr (kSplit) {
+    if (active) store_partial(o, st, x.a, lane, li, g, w);
+    return;
+  }
   if (active) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -357,6 +392,27 @@ RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtne_strided, 0, ra_gfx942::kStrided
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
 RA_GFX942_MERGE_KERNEL(ra_attn_merge_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
 
+/* The v2 kernels' tail split (parts/plan.h, gfx942_v2_split): the parts per layout, the merge (and
+ * LSE) per mode and layout, on the v2 argument block. */
+#define RA_GFX942_V2_SPLIT_KERNEL(NAME, L)                                                           \
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(512, 512))) void NAME(           \
+      ra_gfx942::KernelArgsV2 a) {                                                                    \
+    ra_gfx942::attention_v2_body<0, L, true>(a);                                                      \
+  }
+#define RA_GFX942_V2_MERGE_KERNEL(NAME, R, L)                                                        \
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(512, 512))) void NAME(           \
+      ra_gfx942::KernelArgsV2 a) {                                                                    \
+    ra_gfx942::merge_v2_body<R, L>(a);                                                                \
+  }
+RA_GFX942_V2_SPLIT_KERNEL(ra_attn_v2_split_gfx942_packed, ra_gfx942::kPacked)
+RA_GFX942_V2_SPLIT_KERNEL(ra_attn_v2_split_gfx942_strided, ra_gfx942::kStrided)
+RA_GFX942_V2_MERGE_KERNEL(ra_attn_v2_merge_gfx942_rtne_packed, 0, ra_gfx942::kPacked)
+RA_GFX942_V2_MERGE_KERNEL(ra_attn_v2_merge_gfx942_rtna_packed, 1, ra_gfx942::kPacked)
+RA_GFX942_V2_MERGE_KERNEL(ra_attn_v2_merge_gfx942_rtz_packed, 2, ra_gfx942::kPacked)
+RA_GFX942_V2_MERGE_KERNEL(ra_attn_v2_merge_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
+RA_GFX942_V2_MERGE_KERNEL(ra_attn_v2_merge_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
+RA_GFX942_V2_MERGE_KERNEL(ra_attn_v2_merge_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
+
 #ifdef RA_HIP_NO_PK_F32
 #pragma clang attribute pop
 #endif
@@ -421,6 +477,20 @@ struct SplitLauncher<kStrided> {
     hipLaunchKernelGGL(ra_attn_split_gfx942_strided, grid, dim3(kThreads), 0, stream, a);
   }
 };
+template <int L>
+struct V2SplitLauncher;
+template <>
+struct V2SplitLauncher<kPacked> {
+  static void launch(dim3 grid, hipStream_t stream, const KernelArgsV2& a) {
+    hipLaunchKernelGGL(ra_attn_v2_split_gfx942_packed, grid, dim3(kThreads), 0, stream, a);
+  }
+};
+template <>
+struct V2SplitLauncher<kStrided> {
+  static void launch(dim3 grid, hipStream_t stream, const KernelArgsV2& a) {
+    hipLaunchKernelGGL(ra_attn_v2_split_gfx942_strided, grid, dim3(kThreads), 0, stream, a);
+  }
+};
 template <int R, int L>
 struct MergeLauncher;
 #define RA_GFX942_MERGE_LAUNCHER(R, L, NAME)                                                         \
@@ -437,6 +507,22 @@ RA_GFX942_MERGE_LAUNCHER(0, kStrided, ra_attn_merge_gfx942_rtne_strided)
 RA_GFX942_MERGE_LAUNCHER(1, kStrided, ra_attn_merge_gfx942_rtna_strided)
 RA_GFX942_MERGE_LAUNCHER(2, kStrided, ra_attn_merge_gfx942_rtz_strided)
 #undef RA_GFX942_MERGE_LAUNCHER
+template <int R, int L>
+struct V2MergeLauncher;
+#define RA_GFX942_V2_MERGE_LAUNCHER(R, L, NAME)                                                      \
+  template <>                                                                                        \
+  struct V2MergeLauncher<R, L> {                                                                     \
+    static void launch(dim3 grid, hipStream_t stream, const KernelArgsV2& a) {                       \
+      hipLaunchKernelGGL(NAME, grid, dim3(kThreads), 0, stream, a);                                  \
+    }                                                                                                \
+  };
+RA_GFX942_V2_MERGE_LAUNCHER(0, kPacked, ra_attn_v2_merge_gfx942_rtne_packed)
+RA_GFX942_V2_MERGE_LAUNCHER(1, kPacked, ra_attn_v2_merge_gfx942_rtna_packed)
+RA_GFX942_V2_MERGE_LAUNCHER(2, kPacked, ra_attn_v2_merge_gfx942_rtz_packed)
+RA_GFX942_V2_MERGE_LAUNCHER(0, kStrided, ra_attn_v2_merge_gfx942_rtne_strided)
+RA_GFX942_V2_MERGE_LAUNCHER(1, kStrided, ra_attn_v2_merge_gfx942_rtna_strided)
+RA_GFX942_V2_MERGE_LAUNCHER(2, kStrided, ra_attn_v2_merge_gfx942_rtz_strided)
+#undef RA_GFX942_V2_MERGE_LAUNCHER
 
 /* Launch counter for the RA_INJECT_NONDET drill: launches are numbered from 1 per process. */
 static std::atomic<unsigned long long> g_launch_count{0};
@@ -491,7 +577,7 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* call, char* err
   a.flip_lsb = (RA_INJECT_NONDET && (launch_no & 1ull)) ? 1u : 0u;
   a.ws = nullptr;
   const hipStream_t stream = (hipStream_t)p->stream;
-  /* the v2 fields (used by the v2 kernels only: plan.kind_id == kPlanV2) */
+  /* the v2 fields (used by the v2 kernels only: runs_v2(plan.kind_id)) */
   KernelArgsV2 x;
   x.group = (uint32_t)(p->heads / p->heads_kv);
   x.mask = (uint32_t)p->mask;
@@ -522,17 +608,27 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* call, char* err
       a.split_parts = l.split_parts;
       a.split_tiles = l.split_tiles;
       const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
+      x.a = a;
+      const bool v2 = runs_v2(plan.kind_id);
       switch (l.role) {
         case RA_GFX942_DENSE:
-          if (plan.kind_id == kPlanV2) {
-            x.a = a;
+          if (v2)
             V2Launcher<R, L>::launch(grid, stream, x);
-          } else {
+          else
             Launcher<R, L>::launch(grid, stream, a);
-          }
           break;
-        case RA_GFX942_SPLIT: SplitLauncher<L>::launch(grid, stream, a); break;
-        default: MergeLauncher<R, L>::launch(grid, stream, a); break;
+        case RA_GFX942_SPLIT:
+          if (v2)
+            V2SplitLauncher<L>::launch(grid, stream, x);
+          else
+            SplitLauncher<L>::launch(grid, stream, a);
+          break;
+        default:
+          if (v2)
+            V2MergeLauncher<R, L>::launch(grid, stream, x);
+          else
+            MergeLauncher<R, L>::launch(grid, stream, a);
+          break;
       }
       e = hipGetLastError();
     }

@@ -113,6 +113,12 @@ class EmuLibrary:
         plans only: a split plan on them is refused)."""
         return "ra_attn_split_gfx942_strided" in self.code.kernels
 
+    @property
+    def has_v2_split(self) -> bool:
+        """Its v2 split kernels are in the code object (issue 40's v2 tail split; older ones run a
+        gfx942_v2_split plan on none: the planner's plan for them is refused at the launch)."""
+        return "ra_attn_v2_split_gfx942_strided" in self.code.kernels
+
     def __repr__(self) -> str:
         return f"EmuLibrary(path={str(self.path)!r}, sha256={self.code.sha256[:12]})"
 

@@ -21,7 +21,7 @@ import torch
 from regress.emu import timing
 from regress.emu.cdna3 import C
 from regress.emu.codeobject import Kernel
-from regress.emu.library import BLOCK_Q, SPLIT_RECORD, EmuLibrary, tail_split_plan
+from regress.emu.library import BLOCK_Q, SPLIT_RECORD, EmuLibrary, SplitPlan, tail_split_plan
 from regress.emu.machine import recording
 from regress.emu.timing import Grid, LaunchTime, RecordT, SteadyState
 from regress.facts import cases
@@ -39,14 +39,16 @@ class Shape:
     d: int = HEAD_DIM
     causal: bool = False  # the bottom-right causal mask
     lens: tuple[int, ...] = ()  # varlen: per-sequence lengths (Sq = Sk each); b = len, sq = sk = max
+    lse: bool = False  # the call asks for the LSE (ours: a v2 call; the peers' timing ignores it)
 
     @classmethod
     def parse(cls, text: str) -> Shape:
-        """'B,H,Sq,Sk[,Hkv][,causal]', or varlen 'H[,Hkv],lens=L1/L2/...[,causal]'."""
+        """'B,H,Sq,Sk[,Hkv][,causal][,lse]', or varlen 'H[,Hkv],lens=L1/L2/...[,causal][,lse]'."""
         tokens = [t.strip() for t in text.split(",")]
         causal = "causal" in tokens
+        lse = "lse" in tokens
         lens_tok = [t for t in tokens if t.startswith("lens=")]
-        rest = [t for t in tokens if t != "causal" and not t.startswith("lens=")]
+        rest = [t for t in tokens if t not in ("causal", "lse") and not t.startswith("lens=")]
         try:
             parts = [int(x) for x in rest]
             lens = tuple(int(x) for x in lens_tok[0][5:].split("/")) if lens_tok else ()
@@ -63,14 +65,14 @@ class Shape:
             hkv = parts[1] if len(parts) == 2 else h
             if h % hkv:
                 raise ValueError(f"shape {text!r}: H={h} is not a multiple of Hkv={hkv}")
-            return cls(len(lens), h, max(lens), max(lens), hkv, causal=causal, lens=lens)
+            return cls(len(lens), h, max(lens), max(lens), hkv, causal=causal, lens=lens, lse=lse)
         if len(parts) not in (4, 5) or min(parts) < 1:
             raise ValueError(f"shape {text!r} is not B,H,Sq,Sk[,Hkv][,causal] with positive sizes")
         b, h, sq, sk = parts[:4]
         hkv = parts[4] if len(parts) == 5 else h
         if h % hkv:
             raise ValueError(f"shape {text!r}: H={h} is not a multiple of Hkv={hkv}")
-        return cls(b, h, sq, sk, hkv, causal=causal)
+        return cls(b, h, sq, sk, hkv, causal=causal, lse=lse)
 
     def seqs(self) -> list[tuple[int, int]]:
         """(Sq, Sk) of every sequence."""
@@ -283,13 +285,21 @@ class Ours:
     name = "ours"
 
     def __init__(
-        self, code_object: str | Path, layout: str = "bshd", cus: int = int(C["cus"]), gqa_rows: bool = True
+        self,
+        code_object: str | Path,
+        layout: str = "bshd",
+        cus: int = int(C["cus"]),
+        gqa_rows: bool = True,
+        v2_split: bool = True,
     ) -> None:
         # cus: the device's CU count its host part's split rule reads (a --set cus sensitivity too);
-        # gqa_rows False: time a GQA decode on the v2 kernel, as before the planner's view (an ablation)
+        # gqa_rows False: time a GQA decode on the v2 kernel, as before the planner's view (an ablation);
+        # v2_split False: time a v2 call the planner splits (gfx942_v2_split) as one v2 launch, as
+        # before the v2 tail split (an ablation)
         self.lib = EmuLibrary(code_object, cus=cus)
         self.layout = layout
         self.gqa_rows = gqa_rows
+        self.v2_split = v2_split
 
     def _record(
         self, mode: str, n: int, rising: bool = False, rows: int = BLOCK_Q
@@ -357,14 +367,25 @@ class Ours:
             )
             return [Launch(key, grid, rec, tiles=(8, 12), rise_record=rise)]
         rows = BLOCK_Q if shape.lens else block_rows(shape.sq, BLOCK_Q)  # varlen: timed on full blocks
-        return [
-            Launch(
-                f"v2-{mode}-{self.layout}{rows_key(rows, BLOCK_Q)}",
-                grid,
-                lambda n: self._record_v2(mode, n, False, rows=rows),
-                rise_record=lambda n: self._record_v2(mode, n, False, True, rows=rows),
-            )
-        ]
+        main = Launch(
+            f"v2-{mode}-{self.layout}{rows_key(rows, BLOCK_Q)}",
+            grid,
+            lambda n: self._record_v2(mode, n, False, rows=rows),
+            rise_record=lambda n: self._record_v2(mode, n, False, True, rows=rows),
+        )
+        if shape.lens or not (self.v2_split and self.lib.has_v2_split):  # an older object: unsplit
+            return [main]
+        # An unmasked fixed-length call: the planner's own plan says whether its tail splits
+        # (gfx942_v2_split; the v2 split parts are the v2 kernel's tile loop, timed with its steady state)
+        call = planning.shape_params(
+            shape.b, shape.h, shape.sq, shape.sk, layout=self.layout, heads_kv=shape.hkv, lse=shape.lse
+        )
+        plan = planning.planner("hip").plan(call, self.lib.cus).to_dict()
+        if plan["kind"] != "gfx942_v2_split":
+            return [main]
+        split = SplitPlan(plan["split_tiles"], plan["tail_splits"], plan["blocks_per_split"])
+        lse_bytes = split.tail * BLOCK_Q * 4.0 if shape.lse else 0.0
+        return self._tail_split(main, shape, split, mode, lse_bytes)
 
     def runs_as(self, shape: Shape) -> Shape:
         """The shape our kernels run for `shape`: a GQA call's dense view where the planner takes one
@@ -374,7 +395,14 @@ class Ours:
             return shape
         mask = "causal_bottom_right" if shape.causal else "none"
         call = planning.shape_params(
-            shape.b, shape.h, shape.sq, shape.sk, layout=self.layout, heads_kv=shape.hkv, mask=mask
+            shape.b,
+            shape.h,
+            shape.sq,
+            shape.sk,
+            layout=self.layout,
+            heads_kv=shape.hkv,
+            mask=mask,
+            lse=shape.lse,
         )
         view = planning.planner("hip").view(call)
         if view.heads == shape.h:
@@ -383,7 +411,7 @@ class Ours:
 
     def launches(self, shape: Shape, mode: str) -> list[Launch]:
         shape = self.runs_as(shape)
-        if not shape.plain or shape.hkv != shape.h:
+        if not shape.plain or shape.hkv != shape.h or shape.lse:
             return self._v2_launches(shape, mode)
         wgs = shape.b * shape.h * math.ceil(shape.sq / BLOCK_Q)
         tiles = math.ceil(shape.sk / KEYS_PER_TILE)
@@ -416,6 +444,17 @@ class Ours:
         plan = tail_split_plan(wgs, tiles, self.lib.cus) if self.lib.has_tail_split else None
         if not plan or not plan.tail:
             return [main]
+        return self._tail_split(main, shape, plan, mode)
+
+    def _tail_split(
+        self, main: Launch, shape: Shape, plan: SplitPlan, mode: str, lse_bytes: float = 0.0
+    ) -> list[Launch]:
+        """`main`'s call with its last partial round split (step 10, or the v2 kernels' split): the
+        grid's full rounds, the split parts (main's tile loop with an fp32 epilogue, timed with main's
+        steady state over a part's key tiles), the merge (its HBM bound; `lse_bytes`: the LSE it writes)."""
+        wgs, tiles, rate = main.grid.workgroups, main.grid.tiles, main.grid.rise_rate
+        kv_tile = 2 * KEYS_PER_TILE * shape.d * 2
+        q_o = 2 * BLOCK_Q * shape.d * 2
         dense = wgs - plan.tail
         record = (plan.tail * plan.parts) * BLOCK_Q * SPLIT_RECORD * 4.0
         share = dense / wgs
@@ -453,7 +492,7 @@ class Ours:
                 ),
             )
         )
-        merge_bytes = record + plan.tail * BLOCK_Q * shape.d * 2.0
+        merge_bytes = record + plan.tail * BLOCK_Q * shape.d * 2.0 + lse_bytes
         out.append(
             Launch(
                 f"merge-{mode}",

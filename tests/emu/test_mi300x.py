@@ -297,6 +297,8 @@ def test_shape_parse_takes_a_causal_mask_and_per_sequence_lengths() -> None:
     v = Shape.parse("16,8,lens=1000/4000/8000,causal")
     assert (v.b, v.h, v.hkv, v.sq, v.sk, v.lens, v.causal) == (3, 16, 8, 8000, 8000, (1000, 4000, 8000), True)
     assert Shape.parse("4,lens=300").seqs() == [(300, 300)]
+    lse = Shape.parse("1,32,4096,4096,lse")
+    assert lse.lse and lse.plain and not Shape.parse("1,32,4096,4096").lse
     for bad in ("lens=3/4", "1,2,lens=3/x", "16,lens=0/4", "1,2,3,lens=4", "6,4,lens=5", "16,lens=3,lens=4"):
         with pytest.raises(ValueError, match="shape"):
             Shape.parse(bad)
@@ -367,6 +369,19 @@ def test_our_v2_launches_and_steady_state(tmp_path_factory: pytest.TempPathFacto
     (la,) = ours.launches(Shape.parse("16,32,1,8192,8"), "rtna")
     assert la.key == "v2-rtna-bshd-rows1" and la.grid.workgroups == 16 * 32
     ours.gqa_rows = True
+    # An unmasked fixed-length v2 call (GQA prefill, an LSE) whose last round is partial takes the
+    # planner's v2 tail split (gfx942_v2_split): 512 q-blocks on 304 CUs are one round of the v2
+    # kernel, then the last 208 in 4 parts of 16 key tiles (the v2 steady state), then the merge; the
+    # ablation times one v2 launch of all 512.
+    for shape in ("1,32,4096,4096,8", "1,32,4096,4096,lse"):
+        main, split, merge = ours.launches(Shape.parse(shape), "rtne")
+        assert main.key == split.key == "v2-rtne-bshd" and merge.grid.name == "merge"
+        assert (main.grid.workgroups, split.grid.workgroups, split.grid.tiles) == (304, 208 * 4, 16)
+        ours.v2_split = False
+        (la,) = ours.launches(Shape.parse(shape), "rtne")
+        assert la.key == "v2-rtne-bshd" and (la.grid.workgroups, la.grid.tiles) == (512, 64)
+        ours.v2_split = True
+    (la,) = ours.launches(Shape.parse("1,32,4096,4096,8,causal"), "rtne")  # causal: never split
     pred = Predictor()
     for shape in ("1,4,600,300,2", "1,1,1024,1024,causal"):
         (la,) = ours.launches(Shape.parse(shape), "rtne")

@@ -52,6 +52,15 @@ MERGE_KERNELS = [
     for layout in ("packed", "strided")
     for mode in ("rtne", "rtna", "rtz")
 ]
+# The v2 kernels' tail split (issue 40, plan gfx942_v2_split): the same two on the v2 argument block.
+V2_SPLIT_KERNELS = [f"ra_attn_v2_split_gfx942_{layout}" for layout in ("packed", "strided")]
+V2_MERGE_KERNELS = [
+    f"ra_attn_v2_merge_gfx942_{mode}_{layout}"
+    for layout in ("packed", "strided")
+    for mode in ("rtne", "rtna", "rtz")
+]
+SPLITS = SPLIT_KERNELS + V2_SPLIT_KERNELS
+MERGES = MERGE_KERNELS + V2_MERGE_KERNELS
 # Step 13's key loop (kernel/hip/parts/schedule.h) in the code: M(0)'s S (64 MFMAs), the loop's M phase
 # (PV then S, 128: a tile's work) and M(n)'s last PV (64), with 16 + 24 + 8 LDS fragment reads and the
 # 8 + 8 of the X phase's prefetch (two copies of it: in the loop and after it).
@@ -145,22 +154,27 @@ def test_all_variant_kernels_present(clean):
     for name in VARIANTS:
         assert name in funcs, f"kernel {name} missing from the code object"
         assert f"{name}.kd" in clean.symbols, f"kernel descriptor {name}.kd missing"
-    for name in SPLIT_KERNELS + MERGE_KERNELS + V2_KERNELS:
+    for name in SPLITS + MERGES + V2_KERNELS:
         assert name in funcs and f"{name}.kd" in clean.symbols, f"kernel {name} missing"
-    assert set(clean.resources) == set(VARIANTS + SPLIT_KERNELS + MERGE_KERNELS + V2_KERNELS)
+    assert set(clean.resources) == set(VARIANTS + SPLITS + MERGES + V2_KERNELS)
 
 
 def test_split_kernels_run_the_same_tile_loop(clean):
-    """The split part is the dense kernel's key loop (its MFMAs and LDS fragment reads, 2 waves/SIMD
-    at 64 KiB LDS) with another epilogue; the merge has no MFMA and no LDS."""
+    """The split part is the dense (or v2) kernel's key loop (its MFMAs and LDS fragment reads, 2
+    waves/SIMD at 64 KiB LDS, no scratch, no spill, <= 256 VGPRs) with another epilogue; the merge has
+    no MFMA and no LDS."""
     funcs = clean.functions()
-    for name in SPLIT_KERNELS:
+    for name in SPLITS:
         assert sum(MFMA in ln for ln in funcs[name]) == KEY_LOOP_MFMAS * key_loops(name)
         assert sum("ds_read_b128" in ln for ln in funcs[name]) == KEY_LOOP_LDS_READS * key_loops(name)
+        assert not any(re.search(r"\tflat_|scratch_", ln) for ln in funcs[name]), name
         r = clean.resources[name]
-        assert r["VGPRs Spill"] == "0" and r["ScratchSize [bytes/lane]"] == "0"
+        assert r["VGPRs Spill"] == "0" and r["SGPRs Spill"] == "0" and r["ScratchSize [bytes/lane]"] == "0"
+        assert int(r["VGPRs"]) + int(r["AGPRs"]) <= 256 and r["Dynamic Stack"] == "False"
+        assert int(r["LDS Size [bytes/block]"]) == 65536
         assert int(r["Occupancy [waves/SIMD]"]) >= 2
-    for name in MERGE_KERNELS:
+    for name in MERGES:
+        assert not any(re.search(r"\tflat_|scratch_", ln) for ln in funcs[name]), name
         assert not any(MFMA in ln for ln in funcs[name])
         assert clean.resources[name]["LDS Size [bytes/block]"] == "0"
         assert clean.resources[name]["ScratchSize [bytes/lane]"] == "0"
@@ -204,7 +218,7 @@ def test_resources_no_scratch_no_spills(clean, name):
 
 @pytest.mark.slow  # a gfx942 build and its disassembly (2.5 s CPU)
 def test_inline_asm_mfma_hazards_are_covered(clean):
-    for name in VARIANTS + SPLIT_KERNELS + MERGE_KERNELS + V2_KERNELS:
+    for name in VARIANTS + SPLITS + MERGES + V2_KERNELS:
         problems = mfma_hazards(clean.path, name)
         assert not problems, f"{name}: {len(problems)} MFMA hazard(s), first: {problems[:5]}"
 

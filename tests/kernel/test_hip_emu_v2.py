@@ -21,6 +21,7 @@ from regress.facts import numerics as nm
 from regress.facts.results import MASKS
 from regress.kernel import reference
 from regress.native.build import build_kernel
+from regress.native.plan import plan_launch
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("clang-19") and shutil.which("llvm-objdump-19")),
@@ -264,3 +265,77 @@ def test_gqa_decode_as_dense_rows_gives_the_v2_kernels_bits(lib: EmuLibrary, lay
         check_contract(bits, torch.zeros(1, 4, 1), _no_lse(ref), mode)
         again = lib.forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
         assert np.array_equal(reference.tensor_bits(split), reference.tensor_bits(again))
+
+
+# The v2 tail split (parts/plan.h, gfx942_v2_split) on a small emulated device, so a small call has a
+# partial last round: b, h, hk, sq, sk, cus. GQA prefill 6/2 on 4 CUs (heads 0-3 dense, the last
+# round's heads 4-5 split in 2 parts of 7 and 6 key tiles); MHA with an LSE, 2 q-blocks a head (the
+# second partial) on 4 CUs: the v2 numbering's last round is q-block 0 of heads 1 and 2; the same on
+# 304 CUs: every q-block split, no v2 launch.
+V2_SPLIT = [(1, 6, 2, 40, 777, 4), (1, 3, 3, 300, 777, 4), (1, 3, 3, 300, 777, 304)]
+
+
+@pytest.mark.slow  # emulated split, merge and unsplit launches: ~2 min
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize(
+    ("b", "h", "hk", "sq", "sk", "cus"), V2_SPLIT, ids=["gqa_cus4", "lse_cus4", "lse_cus304"]
+)
+def test_v2_tail_split_meets_the_contract_and_keeps_the_lse(
+    lib: EmuLibrary, b: int, h: int, hk: int, sq: int, sk: int, cus: int, layout: str
+) -> None:
+    """Each mode against fp64 (the contract, the LSE within its documented bound) and against the
+    unsplit v2 launch (a 1-CU device: whole rounds, never split): the q-blocks the v2 launch ran give
+    its bits, the split ones differ (merged parts) but keep its NaN/Inf outputs and LSE classes; a
+    second launch repeats every bit of the output and the LSE. Heads 1 and 2 of the MHA call carry an
+    +Inf key (NaN rows) and a NaN value."""
+    split, whole = EmuLibrary(lib.path, cus=cus), EmuLibrary(lib.path, cus=1)
+    g = torch.Generator().manual_seed(sq + h)
+    q = realistic((b, sq, h, 128), g, "q")
+    k = realistic((b, sk, hk, 128), g, "k")
+    v = realistic((b, sk, hk, 128), g, "v")
+    if hk == h:
+        k[0, 5, 1] = float("inf")
+        v[0, 700, 2, 3] = float("nan")
+    if layout == "bhsd":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    ref = reference.reference_full(q, k, v, layout=layout)  # type: ignore[arg-type]
+    plan = plan_launch("hip", b, h, sq, sk, compute_units=cus, layout=layout, heads_kv=hk, lse=True)
+    assert plan["kind"] == "gfx942_v2_split"
+    wgs, tail = plan["tiles"], plan["split_tiles"]
+    kinds = {la["role"] for la in plan["launches"]}
+    assert kinds == ({"split", "merge"} if tail == wgs else {"dense", "split", "merge"})
+    dense_lin = np.arange(wgs - tail)  # the v2 numbering (heaviest first) of the blocks run unsplit
+    ran_dense = {(int(x % (b * h)), int(-(-sq // 256) - 1 - x // (b * h))) for x in dense_lin}
+    for mode in ("rtne", "rtna", "rtz"):
+        out, lse = poisoned(tuple(q.shape)), torch.full((b, h, sq), 12345.0)
+        split.forward(q, k, v, layout=layout, rounding=mode, out=out, lse=lse)  # type: ignore[arg-type]
+        assert split.last_plan is not None and split.last_plan["kind"] == "gfx942_v2_split"
+        bits = reference.to_bhsd_bits(out, layout)  # type: ignore[arg-type]
+        check_contract(bits, lse, ref, mode)
+        w_lse = torch.empty(b, h, sq)
+        w = whole.forward(q, k, v, layout=layout, rounding=mode, lse=w_lse)  # type: ignore[arg-type]
+        assert whole.last_plan is not None and whole.last_plan["kind"] == "gfx942_v2"
+        w_bits = reference.to_bhsd_bits(w, layout)  # type: ignore[arg-type]
+        nf = nm.is_nonfinite_bits(w_bits)
+        assert np.array_equal(nf, nm.is_nonfinite_bits(bits)) and np.array_equal(bits[nf], w_bits[nf])
+        got, want = lse.numpy().astype(np.float64), w_lse.numpy().astype(np.float64)
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))
+        fin = np.isfinite(want)
+        tol = LSE_ULPS * np.spacing(np.maximum(np.abs(want[fin]), 1.0).astype(np.float32)).astype(np.float64)
+        assert (np.abs(got[fin] - want[fin]) <= tol).all()
+        differs = False
+        for bh in range(b * h):
+            for qb in range(-(-sq // 256)):
+                rows = slice(qb * 256, (qb + 1) * 256)
+                same = np.array_equal(bits[bh // h, bh % h, rows], w_bits[bh // h, bh % h, rows])
+                if (bh, qb) in ran_dense:
+                    lse_bits = (x[bh // h, bh % h, rows].numpy().view(np.uint32) for x in (lse, w_lse))
+                    assert same and np.array_equal(*lse_bits), (bh, qb)
+                differs |= not same
+        assert differs, "no split q-block differs from the unsplit launch: the parts were not merged"
+        again_lse = torch.empty(b, h, sq)
+        again = split.forward(q, k, v, layout=layout, rounding=mode, lse=again_lse)  # type: ignore[arg-type]
+        assert np.array_equal(reference.tensor_bits(again), reference.tensor_bits(out))
+        assert np.array_equal(again_lse.numpy().view(np.uint32), lse.numpy().view(np.uint32))
+    if hk == h:  # the non-finite inputs reached the outputs they should
+        assert nf[0, 1].all() and nf[0, 2, :, 3].all() and not nf[0, 0].any()

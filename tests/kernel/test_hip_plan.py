@@ -251,17 +251,19 @@ def test_a_result_records_the_plan_its_library_runs() -> None:
 
 
 def test_v2_calls_plan_the_v2_kernels() -> None:
-    """ABI v2 (issue 40): any of GQA, a mask, varlen or an LSE launches the v2 kernel once, grid
-    (ceil(longest q / 256), B*H), no tail split; the same shape without them keeps its dense plan; a
-    varlen call with no query rows launches nothing; lengths of 2^30 or more are refused."""
+    """ABI v2 (issue 40): any of GQA, a mask, varlen or an LSE launches the v2 kernels. A causal or
+    varlen call is one launch, grid (ceil(longest q / 256), B*H), no tail split; an unmasked
+    fixed-length one (GQA prefill, an LSE) takes the dense call's tail split on the v2 kernels
+    (gfx942_v2_split); the same shape without them keeps its dense plan; a varlen call with no query
+    rows launches nothing; lengths of 2^30 or more are refused."""
     dense = plan_launch("hip", 1, 4, 2048, 2048)
     assert dense["kind"] == "gfx942_tail_split"
     for kw in (
-        dict(heads_kv=2),
         dict(mask="causal_top_left"),
         dict(mask="causal_bottom_right"),
-        dict(lse=True),
         dict(max_seqlen=(700, 2048)),
+        dict(max_seqlen=(2048, 2048)),
+        dict(heads_kv=2, lse=True, mask="causal_bottom_right"),
     ):
         plan = plan_launch("hip", 1, 4, 2048, 2048, **kw)  # type: ignore[arg-type]
         qblocks = -(-kw.get("max_seqlen", (2048,))[0] // 256)  # type: ignore[index, operator]
@@ -270,10 +272,65 @@ def test_v2_calls_plan_the_v2_kernels() -> None:
         assert la == {"role": "dense", "kernel": "ra_attn_v2_gfx942_rtne_strided", "grid": [qblocks, 4, 1]}, (
             kw
         )
+    for kw in (dict(heads_kv=2), dict(lse=True), dict(heads_kv=1, lse=True)):
+        plan = plan_launch("hip", 1, 4, 2048, 2048, **kw)  # type: ignore[arg-type]
+        assert plan["kind"] == "gfx942_v2_split", kw
+        assert [la["kernel"] for la in plan["launches"]] == [
+            "ra_attn_v2_split_gfx942_strided",
+            "ra_attn_v2_merge_gfx942_rtne_strided",
+        ]
     empty = plan_launch("hip", 3, 4, 5, 10, max_seqlen=(0, 10))
     assert empty["grid"][0] == 0 and "launches" not in empty  # regress.plan lists none
     with pytest.raises(KernelError, match="below 2\\^30"):
         plan_launch("hip", 1, 1, 1 << 30, 64, mask="causal_top_left")
+
+
+SPLIT_FIELDS = ("tiles", "key_blocks", "split_tiles", "tail_splits", "blocks_per_split", "workspace_bytes")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    b=st.integers(1, 64),
+    hkv=st.integers(1, 16),
+    group=st.sampled_from([1, 2, 4, 8]),
+    sq=st.integers(2, 40000),
+    sk=st.integers(1, 200000),
+    cus=st.sampled_from([1, 2, 7, 80, 304]),
+    layout=st.sampled_from(["bshd", "bhsd"]),
+    lse=st.booleans(),
+)
+def test_an_unmasked_fixed_length_v2_call_takes_the_dense_calls_tail_split(
+    b: int, hkv: int, group: int, sq: int, sk: int, cus: int, layout: str, lse: bool
+) -> None:
+    """Property: an unmasked fixed-length v2 call (GQA prefill, an LSE; Sq >= 2, so no decode view)
+    splits exactly as the dense call of its shape does (the same tail, parts, key tiles a part and
+    workspace); its v2 launch is one row of the first T - tail workgroups (the split and merge
+    launches number their blocks past them, as the v2 grid does), and the v2 split and merge kernels
+    of its layout and mode run the tail. The same call with a causal mask never splits."""
+    h = hkv * group
+    if h == hkv and not lse:
+        lse = True  # a v2 call: GQA or an LSE
+    kw = dict(compute_units=cus, layout=layout, heads_kv=hkv, lse=lse)
+    plan = plan_launch("hip", b, h, sq, sk, **kw)  # type: ignore[arg-type]
+    dense = plan_launch("hip", b, h, sq, sk, compute_units=cus, layout=layout)
+    if "runs_as" in plan:  # BSHD MQA: the dense view (test_a_gqa_call_the_view_takes_plans_as_its_dense_call)
+        assert hkv == 1 and layout == "bshd" and not lse
+        return
+    assert {k: plan[k] for k in SPLIT_FIELDS} == {k: dense[k] for k in SPLIT_FIELDS}
+    lay = dense["launches"][0]["kernel"].rsplit("_", 1)[1]
+    if dense["kind"] == "gfx942_dense":
+        assert plan["kind"] == "gfx942_v2"
+        return
+    wgs, tail, parts = plan["tiles"], plan["split_tiles"], plan["tail_splits"]
+    assert plan["kind"] == "gfx942_v2_split" and plan["merge"] == "launch"
+    want = [("dense", f"ra_attn_v2_gfx942_rtne_{lay}", [wgs - tail, 1, 1])] if wgs > tail else []
+    want += [
+        ("split", f"ra_attn_v2_split_gfx942_{lay}", [parts, tail, 1]),
+        ("merge", f"ra_attn_v2_merge_gfx942_rtne_{lay}", [16, tail, 1]),
+    ]
+    assert [(la["role"], la["kernel"], la["grid"]) for la in plan["launches"]] == want
+    causal = plan_launch("hip", b, h, sq, sk, mask="causal_bottom_right", **kw)  # type: ignore[arg-type]
+    assert causal["kind"] == "gfx942_v2" and causal["split_tiles"] == 0
 
 
 def test_gqa_decode_runs_as_the_dense_kernels_over_each_kv_heads_rows() -> None:
@@ -298,14 +355,12 @@ def test_gqa_decode_runs_as_the_dense_kernels_over_each_kv_heads_rows() -> None:
     ]
     mqa = plan_launch("hip", 2, 8, 40, 3000, heads_kv=1)  # 320 rows of one head: 2 q-blocks a sequence
     assert mqa["kind"].startswith("gfx942_gqa_rows") and mqa["tiles"] == 4
-    for kw in (
-        dict(heads_kv=8, lse=True),
-        dict(heads_kv=8, mask="causal_top_left"),
-        dict(heads_kv=8, max_seqlen=(1, 8192)),
-    ):
+    # the v2 kernels: split where the call is unmasked and fixed-length (gfx942_v2_split), else one launch
+    for kw in (dict(heads_kv=8, mask="causal_top_left"), dict(heads_kv=8, max_seqlen=(1, 8192))):
         assert plan_launch("hip", 1, 32, 1, 8192, **kw)["kind"] == "gfx942_v2", kw  # type: ignore[arg-type]
-    assert plan_launch("hip", 1, 32, 2, 8192, heads_kv=8)["kind"] == "gfx942_v2"
-    assert plan_launch("hip", 2, 8, 40, 3000, heads_kv=1, layout="bhsd")["kind"] == "gfx942_v2"
+    assert plan_launch("hip", 1, 32, 1, 8192, heads_kv=8, lse=True)["kind"] == "gfx942_v2_split"
+    assert plan_launch("hip", 1, 32, 2, 8192, heads_kv=8)["kind"] == "gfx942_v2_split"
+    assert plan_launch("hip", 2, 8, 40, 3000, heads_kv=1, layout="bhsd")["kind"] == "gfx942_v2_split"
 
 
 @settings(max_examples=150, deadline=None)
@@ -329,8 +384,9 @@ def test_a_gqa_call_the_view_takes_plans_as_its_dense_call(
     plan = plan_launch("hip", b, h, sq, sk, compute_units=cus, layout=layout, heads_kv=hkv, mask=mask)
     decode = sq == 1 and mask != "causal_top_left"
     mqa = hkv == 1 and layout == "bshd" and mask == "none"
-    if not (decode or mqa):
-        assert plan["kind"] == "gfx942_v2" and "runs_as" not in plan
+    if not (decode or mqa):  # the v2 kernels, split where unmasked (the test above)
+        assert plan["kind"] in ("gfx942_v2", "gfx942_v2_split") and "runs_as" not in plan
+        assert mask == "none" or plan["kind"] == "gfx942_v2"
         return
     dense = plan_launch("hip", b, hkv, sq * group, sk, compute_units=cus, layout="bhsd" if decode else layout)
     assert plan["runs_as"] == {"batch": b, "heads": hkv, "seqlen_q": sq * group, "seqlen_k": sk}

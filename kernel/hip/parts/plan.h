@@ -18,12 +18,17 @@
  *   gfx942_v2          (issue 40) a call with GQA, a causal mask, varlen or an LSE: one launch of the
  *                      v2 kernels, grid (ceil(Sq / 256), B*H), Sq the longest sequence's in varlen
  *                      (a sequence's q-blocks past its own length return at once); a causal q-block
- *                      runs only the key tiles below its last row's limit. No tail split.
+ *                      runs only the key tiles below its last row's limit.
+ *   gfx942_v2_split    (issue 40) an unmasked fixed-length v2 call (GQA prefill, an LSE) whose last
+ *                      round is partial: step 10 on the v2 kernels (v2_splits). The v2 launch runs
+ *                      the grid's first T - tail workgroups as one row (grid (T - tail, 1): its
+ *                      numbering is the grid's linear id), the v2 split and merge launches the rest,
+ *                      the merge writing the LSE from the merged offset and sum.
  *   gfx942_gqa_rows /  a GQA call whose query heads of one K/V head are rows of one dense head
  *   gfx942_gqa_rows_split  (../../common/gqa_rows.h: decode, BSHD MQA) runs as that dense call, the
  *                      first two plans' launches over call_view's params: one q-block holds the group's
- *                      rows, each key tile is read once for the group, and a decode gets the tail split
- *                      the v2 kernels lack.
+ *                      rows, each key tile is read once for the group, and a decode gets the dense tail
+ *                      split (the v2 split below takes unmasked calls only).
  * launch_at(i) lists the launches of a plan in issue order; the host part launches exactly them and
  * the emulator (regress/emu/library.py) runs exactly them.
  */
@@ -56,9 +61,18 @@ typedef struct {
 
 namespace ra_gfx942 {
 
-enum PlanKind : int32_t { kPlanDense = 0, kPlanTailSplit = 1, kPlanV2 = 2, kPlanGqaRows = 3, kPlanGqaRowsSplit = 4 };
-constexpr const char* kPlanNames[] = {"gfx942_dense", "gfx942_tail_split", "gfx942_v2", "gfx942_gqa_rows",
-                                      "gfx942_gqa_rows_split"};
+enum PlanKind : int32_t {
+  kPlanDense = 0,
+  kPlanTailSplit = 1,
+  kPlanV2 = 2,
+  kPlanGqaRows = 3,
+  kPlanGqaRowsSplit = 4,
+  kPlanV2Split = 5
+};
+constexpr const char* kPlanNames[] = {"gfx942_dense",    "gfx942_tail_split",     "gfx942_v2",
+                                      "gfx942_gqa_rows", "gfx942_gqa_rows_split", "gfx942_v2_split"};
+/* the plans whose launches are the v2 kernels (KernelArgsV2) */
+inline bool runs_v2(int32_t kind) { return kind == kPlanV2 || kind == kPlanV2Split; }
 
 constexpr uint64_t kGridYMax = 65535;     /* grid.y limit of a dispatch */
 constexpr uint64_t kMergeRowsPerWg = 16;  /* merge: 512 threads, 32 per row (4 dims each) */
@@ -107,6 +121,18 @@ inline bool uses_v2(const ra_attention_params& p) {
 }
 constexpr int64_t kV2MaxLen = (int64_t)1 << 30;
 
+/* Which v2 calls take step 10's tail split. Its cost rule above sees one key range for every q-block,
+ * which is true of an unmasked fixed-length call (GQA prefill, an LSE): every q-block runs all n key
+ * tiles. Not so for a causal q-block (its tiles end at its last row's limit: the grid's last round
+ * holds the lightest blocks, heaviest first) or a varlen one (its own sequence's lengths, which live
+ * in device memory the planner does not read): those keep one v2 launch. The split launch numbers
+ * its blocks as the v2 grid's linear id, so the v2 launch before it runs one row of T - tail
+ * workgroups: T stays below 2^32 / 512 work-items of grid x. */
+constexpr uint64_t kV2SplitMaxWgs = 0xFFFFFFFFull / (uint64_t)kThreads;
+inline bool v2_splits(const ra_attention_params& p, uint64_t wgs) {
+  return p.mask == RA_MASK_NONE && p.cu_seqlens_q == nullptr && wgs <= kV2SplitMaxWgs;
+}
+
 /* The params the kernels run: a GQA call's dense view where gqa_rows.h takes one, else the call's own.
  * Idempotent (a view has heads_kv = heads), so plan_launch, launch_at and the host part may each ask. */
 inline ra_attention_params call_view(const ra_attention_params& p) {
@@ -150,11 +176,15 @@ inline ra_status plan_launch(const ra_attention_params* call, const ra_device_fa
     return ra_fail(err, err_len, RA_ERR_SHAPE, "batch*heads*ceil(seqlen_q/256) = %llu q-blocks is 2^32 - 1 or more",
                    (unsigned long long)(qblocks * bh));
   const uint64_t n_tiles = ((uint64_t)rows_k + kBlockK - 1) / kBlockK;
-  const SplitPlan sp = v2 ? SplitPlan{0u, 0u, 0u}
+  const SplitPlan sp = v2 && !v2_splits(*p, qblocks * bh)
+                          ? SplitPlan{0u, 0u, 0u}
                           : tail_split_plan(qblocks * bh, n_tiles, (uint64_t)dev->compute_units, dev->max_workspace_bytes);
 
   memset(out, 0, sizeof *out);
-  out->kind_id = v2 ? kPlanV2 : gqa_rows ? (sp.tail ? kPlanGqaRowsSplit : kPlanGqaRows) : sp.tail ? kPlanTailSplit : kPlanDense;
+  out->kind_id = v2         ? (sp.tail ? kPlanV2Split : kPlanV2)
+                 : gqa_rows ? (sp.tail ? kPlanGqaRowsSplit : kPlanGqaRows)
+                 : sp.tail  ? kPlanTailSplit
+                            : kPlanDense;
   snprintf(out->kind, sizeof out->kind, "%s", kPlanNames[out->kind_id]);
   out->threads = kThreads;
   /* The dense launch; with a split tail it stops at the (batch, head) row of q-block T - tail - 1
@@ -184,8 +214,12 @@ inline bool launch_at(const ra_attention_params& call, const ra_launch_plan& pla
   static const char* const kModes[] = {"rtne", "rtna", "rtz"};
   const ra_attention_params p = call_view(call);
   const char* lay = packed_layout(p) ? "packed" : "strided";
-  /* a varlen call whose sequences are all empty of queries launches nothing (grid x 0) */
-  const int64_t chunks = plan.grid[0] == 0 ? 0 : (plan.grid[1] + (int64_t)kGridYMax - 1) / (int64_t)kGridYMax;
+  /* a varlen call whose sequences are all empty of queries launches nothing (grid x 0); the v2 split's
+   * v2 launch is one row of the T - tail workgroups before the tail (none where every q-block splits) */
+  const bool v2_split = plan.kind_id == kPlanV2Split;
+  const int64_t chunks = plan.grid[0] == 0 ? 0
+                         : v2_split        ? (plan.tiles > plan.split_tiles ? 1 : 0)
+                                           : (plan.grid[1] + (int64_t)kGridYMax - 1) / (int64_t)kGridYMax;
   const int64_t total = chunks + (plan.split_tiles ? 2 : 0);
   if (i < 0 || i >= total) return false;
   memset(out, 0, sizeof *out);
@@ -197,19 +231,23 @@ inline bool launch_at(const ra_attention_params& call, const ra_launch_plan& pla
   if (i < chunks) {
     const int64_t off = i * (int64_t)kGridYMax;
     out->role = RA_GFX942_DENSE;
-    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s_%s", plan.kind_id == kPlanV2 ? "v2" : "fwd",
+    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s_%s", runs_v2(plan.kind_id) ? "v2" : "fwd",
              kModes[p.rounding], lay);
-    out->grid[0] = (uint32_t)plan.grid[0];
-    out->grid[1] = (uint32_t)(plan.grid[1] - off < (int64_t)kGridYMax ? plan.grid[1] - off : (int64_t)kGridYMax);
+    out->grid[0] = (uint32_t)(v2_split ? plan.tiles - plan.split_tiles : plan.grid[0]);
+    out->grid[1] = (uint32_t)(v2_split                                  ? 1
+                              : plan.grid[1] - off < (int64_t)kGridYMax ? plan.grid[1] - off
+                                                                        : (int64_t)kGridYMax);
     out->bh_offset = (uint32_t)off;
   } else if (i == chunks) {
     out->role = RA_GFX942_SPLIT;
-    snprintf(out->kernel, sizeof out->kernel, "ra_attn_split_gfx942_%s", lay); /* fp32 out: no mode */
+    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s", v2_split ? "v2_split" : "split",
+             lay); /* fp32 out: no mode */
     out->grid[0] = (uint32_t)plan.tail_splits;
     out->grid[1] = (uint32_t)plan.split_tiles;
   } else {
     out->role = RA_GFX942_MERGE;
-    snprintf(out->kernel, sizeof out->kernel, "ra_attn_merge_gfx942_%s_%s", kModes[p.rounding], lay);
+    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s_%s", v2_split ? "v2_merge" : "merge",
+             kModes[p.rounding], lay);
     out->grid[0] = (uint32_t)(kBlockQ / kMergeRowsPerWg);
     out->grid[1] = (uint32_t)plan.split_tiles;
   }
