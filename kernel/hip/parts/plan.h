@@ -24,6 +24,11 @@
  *                      first two plans' launches over call_view's params: one q-block holds the group's
  *                      rows, each key tile is read once for the group, and a decode gets the tail split
  *                      the v2 kernels lack.
+ *   gfx942_waves /     (issue 40) a dense call (a GQA view's too) whose q-block's rows fit one wave,
+ *   gfx942_waves_split seqlen_q <= kRowsPerWave (a decode): the first two plans' launches on the
+ *   (gfx942_gqa_rows_waves[_split] for a view) decode kernels, parts/waves.h: the block's keys spread
+ *                      over its eight waves, their partials merged in LDS in wave order; the split
+ *                      parts write step 10's records and the same merge launch combines them.
  * launch_at(i) lists the launches of a plan in issue order; the host part launches exactly them and
  * the emulator (regress/emu/library.py) runs exactly them.
  */
@@ -56,9 +61,22 @@ typedef struct {
 
 namespace ra_gfx942 {
 
-enum PlanKind : int32_t { kPlanDense = 0, kPlanTailSplit = 1, kPlanV2 = 2, kPlanGqaRows = 3, kPlanGqaRowsSplit = 4 };
-constexpr const char* kPlanNames[] = {"gfx942_dense", "gfx942_tail_split", "gfx942_v2", "gfx942_gqa_rows",
-                                      "gfx942_gqa_rows_split"};
+enum PlanKind : int32_t {
+  kPlanDense = 0,
+  kPlanTailSplit = 1,
+  kPlanV2 = 2,
+  kPlanGqaRows = 3,
+  kPlanGqaRowsSplit = 4,
+  kPlanWaves = 5,
+  kPlanWavesSplit = 6,
+  kPlanGqaRowsWaves = 7,
+  kPlanGqaRowsWavesSplit = 8
+};
+constexpr const char* kPlanNames[] = {"gfx942_dense",          "gfx942_tail_split",          "gfx942_v2",
+                                      "gfx942_gqa_rows",       "gfx942_gqa_rows_split",      "gfx942_waves",
+                                      "gfx942_waves_split",    "gfx942_gqa_rows_waves",      "gfx942_gqa_rows_waves_split"};
+/* Plans whose kernels are the decode kernels (parts/waves.h) */
+constexpr bool waves_plan(int32_t kind) { return kind >= kPlanWaves; }
 
 constexpr uint64_t kGridYMax = 65535;     /* grid.y limit of a dispatch */
 constexpr uint64_t kMergeRowsPerWg = 16;  /* merge: 512 threads, 32 per row (4 dims each) */
@@ -154,7 +172,11 @@ inline ra_status plan_launch(const ra_attention_params* call, const ra_device_fa
                           : tail_split_plan(qblocks * bh, n_tiles, (uint64_t)dev->compute_units, dev->max_workspace_bytes);
 
   memset(out, 0, sizeof *out);
-  out->kind_id = v2 ? kPlanV2 : gqa_rows ? (sp.tail ? kPlanGqaRowsSplit : kPlanGqaRows) : sp.tail ? kPlanTailSplit : kPlanDense;
+  /* a q-block's rows fit one wave: the decode kernels spread its keys over the block's waves */
+  const bool waves = !v2 && p->seqlen_q <= kRowsPerWave;
+  const int32_t base = gqa_rows ? (waves ? kPlanGqaRowsWaves : kPlanGqaRows) : waves ? kPlanWaves : kPlanDense;
+  /* each base kind's split twin is the next value */
+  out->kind_id = v2 ? kPlanV2 : sp.tail ? (base == kPlanDense ? kPlanTailSplit : base + 1) : base;
   snprintf(out->kind, sizeof out->kind, "%s", kPlanNames[out->kind_id]);
   out->threads = kThreads;
   /* The dense launch; with a split tail it stops at the (batch, head) row of q-block T - tail - 1
@@ -197,14 +219,15 @@ inline bool launch_at(const ra_attention_params& call, const ra_launch_plan& pla
   if (i < chunks) {
     const int64_t off = i * (int64_t)kGridYMax;
     out->role = RA_GFX942_DENSE;
-    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s_%s", plan.kind_id == kPlanV2 ? "v2" : "fwd",
-             kModes[p.rounding], lay);
+    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s_%s",
+             plan.kind_id == kPlanV2 ? "v2" : waves_plan(plan.kind_id) ? "waves" : "fwd", kModes[p.rounding], lay);
     out->grid[0] = (uint32_t)plan.grid[0];
     out->grid[1] = (uint32_t)(plan.grid[1] - off < (int64_t)kGridYMax ? plan.grid[1] - off : (int64_t)kGridYMax);
     out->bh_offset = (uint32_t)off;
   } else if (i == chunks) {
     out->role = RA_GFX942_SPLIT;
-    snprintf(out->kernel, sizeof out->kernel, "ra_attn_split_gfx942_%s", lay); /* fp32 out: no mode */
+    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%ssplit_gfx942_%s", waves_plan(plan.kind_id) ? "waves_" : "",
+             lay); /* fp32 out: no mode */
     out->grid[0] = (uint32_t)plan.tail_splits;
     out->grid[1] = (uint32_t)plan.split_tiles;
   } else {
