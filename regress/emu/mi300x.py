@@ -388,12 +388,15 @@ class Ours:
         wgs = shape.b * shape.h * math.ceil(shape.sq / BLOCK_Q)
         tiles = math.ceil(shape.sk / KEYS_PER_TILE)
         kv_tile = 2 * KEYS_PER_TILE * shape.d * 2
-        q_o = 2 * BLOCK_Q * shape.d * 2
+        # Q read and O written, and (below) the split's fp32 records written and merged, per row a
+        # q-block holds (block_rows): the merge reads only rows below seqlen_q and a split part writes
+        # only its waves' rows, so a decode's parts are not charged 256 rows of records each
+        rows = block_rows(shape.sq, BLOCK_Q)
+        q_o = 2 * rows * shape.d * 2
         # A build that skips the O rescale unless a running max rises (RA_HIP_LAZY_RESCALE, one
         # branch per 32-row wave) pays the difference on the share of tiles that raise one; the
         # branch-free builds cost the same on both inputs (rise_clocks_per_tile 0).
         rate = rise_rate(tiles, ROWS_PER_WAVE, KEYS_PER_TILE)
-        rows = block_rows(shape.sq, BLOCK_Q)
         main = Launch(
             f"main-{mode}-{self.layout}{rows_key(rows, BLOCK_Q)}",
             Grid(
@@ -417,7 +420,7 @@ class Ours:
         if not plan or not plan.tail:
             return [main]
         dense = wgs - plan.tail
-        record = (plan.tail * plan.parts) * BLOCK_Q * SPLIT_RECORD * 4.0
+        record = (plan.tail * plan.parts) * rows * SPLIT_RECORD * 4.0
         share = dense / wgs
         out = (
             []
@@ -453,7 +456,7 @@ class Ours:
                 ),
             )
         )
-        merge_bytes = record + plan.tail * BLOCK_Q * shape.d * 2.0
+        merge_bytes = record + plan.tail * rows * shape.d * 2.0
         out.append(
             Launch(
                 f"merge-{mode}",

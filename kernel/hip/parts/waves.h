@@ -85,6 +85,23 @@ __device__ __forceinline__ void m_phase_w(f32x4& s, f32x4 (&o)[kDTiles], const b
   });
 }
 
+#if RA_INJECT_SLOWDOWN_PCT > 0
+/* Fire drill (schedule.h's inject_slowdown for a wave's share): about RA_INJECT_SLOWDOWN_PCT % more
+ * MFMA work per tile (16 MFMAs is the wave's real work) on throw-away accumulators. */
+__device__ __forceinline__ void inject_slowdown_w(const u32x4 (&qf)[4]) {
+  constexpr int kExtra = (16 * RA_INJECT_SLOWDOWN_PCT + 50) / 100;
+  f32x4 burn[4] = {};
+#pragma unroll
+  for (int i = 0; i < kExtra; ++i) {
+    if (i < 4)
+      mfma_16x16x16_bf16_first(burn[i], lo_half(qf[i]), hi_half(qf[i]));
+    else
+      mfma_16x16x16_bf16(burn[i & 3], lo_half(qf[i & 3]), hi_half(qf[i & 3]));
+  }
+  mfma_fence(burn[0], burn[1], burn[2], burn[3]);
+}
+#endif
+
 /* The online softmax of a wave's 16 keys of the tile (softmax_x's rules and non-finite semantics on
  * one score fragment: keys at or past keys_left -Inf before the max, alpha 0 while the row has seen
  * nothing finite, the O rescale only where some row's max rose). kbase: tile_key(kt, 4g) - 8g. */
@@ -204,9 +221,12 @@ __device__ __forceinline__ void key_loop_w(const KeyLoop& c, u32x4 (*lds_k)[kBlo
   {
     auto ktl = cp.template k_tile<kFits>(c.a, cp.k_row_ptr(c.a, kb, c.key0(1u)), c.key0(1u), kbuf[1]);
     const auto vt = cp.template v_tile<kFits>(c.a, cp.v_row_ptr(c.a, vb, c.key0(grp)), c.key0(grp));
-    if constexpr (kActive)
+    if constexpr (kActive) {
       m_phase_w<false, true, true>(s, o, p, qf, fa, copies(ktl, vt));
-    else
+#if RA_INJECT_SLOWDOWN_PCT > 0
+      inject_slowdown_w(qf);
+#endif
+    } else
       copies_only(ktl, vt);
   }
   if constexpr (kActive)
@@ -247,6 +267,9 @@ __device__ __forceinline__ void key_loop_w(const KeyLoop& c, u32x4 (*lds_k)[kBlo
   auto m_next = [&](typename Copy::KTile& ktl, const typename Copy::VTile& vt) {
     if constexpr (kActive) {
       m_phase_w<true, true, false>(s, o, p, qf, fa, copies(ktl, vt));
+#if RA_INJECT_SLOWDOWN_PCT > 0
+      inject_slowdown_w(qf);
+#endif
       m_end_s1(s);
     } else {
       copies_only(ktl, vt);
