@@ -1,7 +1,7 @@
 /*
  * waves.h — the key loop of a q-block whose rows fit one wave (at most kRowsPerWave = 32: a decode, a
  * GQA decode's group of query heads as rows, kernel/common/gqa_rows.h), with the block's keys spread
- * over its waves (issue 40, docs/hip-gfx942.md "GQA decode as dense rows").
+ * over its waves (issue 40, docs/hip-gfx942.md "The decode kernels").
  *
  * The dense key loop (schedule.h) gives each wave 32 rows and every key: on a 4-row block one wave
  * computes (128 MFMAs and a softmax of 32 scores a lane per 64-key tile) while the other seven only
@@ -156,14 +156,17 @@ __device__ __forceinline__ void m_end_s1(f32x4& s) {
  * the barrier are the 2 wait states); the fence after the last PV (fence_o's). */
 __device__ __forceinline__ void entry_tie_w(f32x4 (&o)[kDTiles], bf16x4& p) {
 #if !RA_HIP_MFMA_BUILTIN
-  asm volatile("" : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]), "+v"(p));
+  asm volatile(""
+               : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]),
+                 "+v"(p));
 #else
   (void)o;
   (void)p;
 #endif
 }
 __device__ __forceinline__ void fence_o_w(f32x4 (&o)[kDTiles]) {
-  asm volatile(RA_MFMA_FENCE_ASM : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]));
+  asm volatile(RA_MFMA_FENCE_ASM
+               : "+v"(o[0]), "+v"(o[1]), "+v"(o[2]), "+v"(o[3]), "+v"(o[4]), "+v"(o[5]), "+v"(o[6]), "+v"(o[7]));
 }
 
 /* schedule.h's key_loop with the wave's share of each tile (above): the same prologue, phases,
