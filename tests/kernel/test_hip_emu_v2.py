@@ -21,6 +21,7 @@ from regress.facts import numerics as nm
 from regress.facts.results import MASKS
 from regress.kernel import reference
 from regress.native.build import build_kernel
+from regress.native.plan import plan_launch
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("clang-19") and shutil.which("llvm-objdump-19")),
@@ -312,3 +313,22 @@ def test_decode_kernels_spread_a_blocks_keys_over_its_waves(lib: EmuLibrary, lay
                 assert np.array_equal(reference.tensor_bits(out), reference.tensor_bits(again))
         if sk >= 70:  # the planted specials reached the outputs
             assert not np.isfinite(ref.ref).all()
+    # a mixed plan (2 CUs: heads 0 and 1 in the dense launch, head 2 split): the dense launch's
+    # q-blocks give the unsplit call's bits (1 CU: never split), the split one the contract
+    two, one = EmuLibrary(lib.path, cus=2), EmuLibrary(lib.path, cus=1)
+    t = [
+        realistic((1, 4, 3, 128), g, "q"),
+        realistic((1, 777, 3, 128), g, "k"),
+        realistic((1, 777, 3, 128), g, "v"),
+    ]
+    q, k, v = (x.transpose(1, 2).contiguous() for x in t) if layout == "bhsd" else t
+    ref = _no_lse(reference.reference_full(q, k, v, layout=layout))  # type: ignore[arg-type]
+    mixed = two.forward(q, k, v, layout=layout, out=poisoned(tuple(q.shape)))  # type: ignore[arg-type]
+    assert two.last_plan is not None and two.last_plan["kind"] == "gfx942_waves_split"
+    split_plan = plan_launch("hip", 1, 3, 4, 777, compute_units=2, layout=layout, rounding="rtna")
+    assert [la["role"] for la in split_plan["launches"]] == ["dense", "split", "merge"]
+    whole = one.forward(q, k, v, layout=layout)  # type: ignore[arg-type]
+    assert one.last_plan is not None and one.last_plan["kind"] == "gfx942_waves"
+    check_contract(reference.to_bhsd_bits(mixed, layout), torch.zeros(ref.lse.shape), ref, "rtna")  # type: ignore[arg-type]
+    a, b = reference.to_bhsd_bits(mixed, layout), reference.to_bhsd_bits(whole, layout)  # type: ignore[arg-type]
+    assert np.array_equal(a[:, :2], b[:, :2]) and not np.array_equal(a[:, 2], b[:, 2])
