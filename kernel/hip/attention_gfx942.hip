@@ -50,6 +50,7 @@
 #include "parts/mfma.h"
 #include "parts/schedule.h"
 #include "parts/softmax.h"
+#include "parts/waves.h"
 
 namespace ra_gfx942 {
 
@@ -219,6 +220,92 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
   }
 }
 
+/* Issue 40's decode kernel (parts/waves.h): a q-block whose rows fit one wave (the planner sends
+ * calls of seqlen_q <= kRowsPerWave here: one q-block a head), its keys spread over the waves, wave w
+ * rows 16 (w / 4) .. +15 against score key tile w % 4 of every tile; the four partials of a query
+ * tile merged in LDS in wave order, then the dense epilogue, or (kSplit) step 10's fp32 record of
+ * the block's key range part, which merge_body combines as the dense split's. */
+template <int R, int L, bool kSplit = false>
+__device__ __forceinline__ void waves_body(const KernelArgs& a) {
+  static_assert(kLdsBytes <= 65536, "gfx942 gives a workgroup at most 64 KiB of LDS");
+  static_assert(kRowsPerWave == 2 * 16 && kWaves == 2 * 4, "two query tiles of four waves' key shares");
+  __shared__ u32x4 lds_k[2][kBlockK * kKGranules];
+  __shared__ u32x4 lds_vt[2][kHeadDim * kVGranules];
+
+  const int t = (int)__builtin_amdgcn_workitem_id_x();
+  const int lane = t & 63;
+  const int li = lane & 15;
+  const int g = lane >> 4;
+  const int w = __builtin_amdgcn_readfirstlane(t >> 6);
+
+  const uint32_t n_all = (a.seqlen_k + (uint32_t)kBlockK - 1u) / (uint32_t)kBlockK;
+  uint32_t bh, qblock, tile0 = 0u, n_tiles = n_all;
+  if constexpr (kSplit) {
+    const uint32_t lin = a.wg_end + __builtin_amdgcn_workgroup_id_y();
+    bh = lin / a.qblocks;
+    qblock = lin - bh * a.qblocks;
+    tile0 = __builtin_amdgcn_workgroup_id_x() * a.split_tiles;
+    n_tiles = n_all - tile0 < a.split_tiles ? n_all - tile0 : a.split_tiles;
+  } else {
+    bh = __builtin_amdgcn_workgroup_id_y() + a.bh_offset;
+    qblock = __builtin_amdgcn_workgroup_id_x();
+    if (bh * a.qblocks + qblock >= a.wg_end) return;
+  }
+  const uint32_t b = bh / a.heads;
+  const uint32_t h = bh - b * a.heads;
+  const uint16_t* qb = a.q + (int64_t)b * a.q_stride[0] + (int64_t)h * a.q_stride[1];
+  const uint16_t* kb = a.k + (int64_t)b * a.k_stride[0] + (int64_t)h * a.k_stride[1];
+  const uint16_t* vb = a.v + (int64_t)b * a.v_stride[0] + (int64_t)h * a.v_stride[1];
+  uint16_t* ob = a.o + (int64_t)b * a.o_stride[0] + (int64_t)h * a.o_stride[1];
+
+  const int mt = w >> 2, kt = w & 3;
+  const uint32_t row0 = qblock * (uint32_t)kBlockQ + 16u * (uint32_t)mt;
+  const bool active = row0 < a.seqlen_q;
+  const uint32_t row = row0 + (uint32_t)li;
+
+  u32x4 qf[4]; /* dims 32p + 8g .. +7 of the lane's row (load_q_fragments' layout, one query tile) */
+  {
+    const bool ok = active && row < a.seqlen_q;
+    const uint16_t* src = qb + row_offset<L>(ok ? row : 0u, a.q_stride[2]) + 8 * g;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      u32x4 x = {0u, 0u, 0u, 0u};
+      if (ok) x = *reinterpret_cast<const u32x4*>(src + 32 * p);
+      qf[p] = x;
+    }
+  }
+  f32x4 o[kDTiles];
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) o[dt] = f32x4{0.f, 0.f, 0.f, 0.f};
+  RowState st{neg_inf(), 0.0f, 0.0f};
+
+  const KeyLoop c{a, kb, vb, tile0, n_tiles, active, w, lane, li, g};
+  if (kv_rows_fit<L>(a)) {
+    if (active)
+      key_loop_w<L, true, true>(c, lds_k, lds_vt, qf, o, st, kt);
+    else
+      key_loop_w<L, false, true>(c, lds_k, lds_vt, qf, o, st, kt);
+  } else {
+    if (active)
+      key_loop_w<L, true, false>(c, lds_k, lds_vt, qf, o, st, kt);
+    else
+      key_loop_w<L, false, false>(c, lds_k, lds_vt, qf, o, st, kt);
+  }
+  const WavesMerged m = merge_waves(o, st, active, kt, lane, mt == 0 ? &lds_k[0][0] : &lds_vt[0][0]);
+  if (!active || kt != 0) return;
+  if constexpr (kSplit) { /* store_partial's record layout, rows 16 mt + li of the block */
+    typedef float f32x2 __attribute__((ext_vector_type(2)));
+    const uint32_t part = __builtin_amdgcn_workgroup_id_y() * a.split_parts + __builtin_amdgcn_workgroup_id_x();
+    float* rec = a.ws + (uint64_t)part * (uint64_t)(kBlockQ * kSplitRecord) + (16 * mt + li) * kSplitRecord;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) *reinterpret_cast<f32x4*>(rec + 16 * dt + 4 * g) = o[dt];
+    if (g == 0) *reinterpret_cast<f32x2*>(rec + kHeadDim) = f32x2{m.q, m.l};
+  } else {
+    const bool flip_first = a.flip_lsb != 0u && bh == 0u && row == 0u && g == 0;
+    store_output<R, L>(o, m.l, ob, a.o_stride[2], row, a.seqlen_q, g, flip_first);
+  }
+}
+
 /* ABI v2 (issue 40): GQA, causal masks, varlen and the LSE, on the same key loop. The grid's
  * (ceil(longest Sq / 256), B*H) workgroups take the (q-block, sequence and head) pairs heaviest q-block
  * first (KernelArgsV2 says which rows and keys a sequence has). A causal
@@ -372,6 +459,22 @@ RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtne_strided, 0, ra_gfx942::kStrided)
 RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtna_strided, 1, ra_gfx942::kStrided)
 RA_GFX942_V2_KERNEL(ra_attn_v2_gfx942_rtz_strided, 2, ra_gfx942::kStrided)
 
+/* Issue 40's decode kernels (parts/plan.h launches them for a dense call of seqlen_q <= 32, a GQA
+ * decode's view included): the keys spread over the block's waves, rounded, and its split parts. */
+#define RA_GFX942_WAVES_KERNEL(NAME, R, L, SPLIT)                                                    \
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(512, 512))) void NAME(           \
+      ra_gfx942::KernelArgs a) {                                                                      \
+    ra_gfx942::waves_body<R, L, SPLIT>(a);                                                            \
+  }
+RA_GFX942_WAVES_KERNEL(ra_attn_waves_gfx942_rtne_packed, 0, ra_gfx942::kPacked, false)
+RA_GFX942_WAVES_KERNEL(ra_attn_waves_gfx942_rtna_packed, 1, ra_gfx942::kPacked, false)
+RA_GFX942_WAVES_KERNEL(ra_attn_waves_gfx942_rtz_packed, 2, ra_gfx942::kPacked, false)
+RA_GFX942_WAVES_KERNEL(ra_attn_waves_gfx942_rtne_strided, 0, ra_gfx942::kStrided, false)
+RA_GFX942_WAVES_KERNEL(ra_attn_waves_gfx942_rtna_strided, 1, ra_gfx942::kStrided, false)
+RA_GFX942_WAVES_KERNEL(ra_attn_waves_gfx942_rtz_strided, 2, ra_gfx942::kStrided, false)
+RA_GFX942_WAVES_KERNEL(ra_attn_waves_split_gfx942_packed, 0, ra_gfx942::kPacked, true)
+RA_GFX942_WAVES_KERNEL(ra_attn_waves_split_gfx942_strided, 0, ra_gfx942::kStrided, true)
+
 /* Step 10's two extra launches: the split parts (no rounding: fp32 partials) and the merge per mode. */
 #define RA_GFX942_SPLIT_KERNEL(NAME, L)                                                              \
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(512, 512))) void NAME(           \
@@ -524,6 +627,39 @@ RA_GFX942_V2_MERGE_LAUNCHER(1, kStrided, ra_attn_v2_merge_gfx942_rtna_strided)
 RA_GFX942_V2_MERGE_LAUNCHER(2, kStrided, ra_attn_v2_merge_gfx942_rtz_strided)
 #undef RA_GFX942_V2_MERGE_LAUNCHER
 
+/* Issue 40's decode kernels (parts/waves.h): a waves plan's dense role per (mode, layout), its split role
+ * per layout. */
+template <int R, int L>
+struct WavesLauncher;
+#define RA_GFX942_WAVES_LAUNCHER(R, L, NAME)                                                         \
+  template <>                                                                                        \
+  struct WavesLauncher<R, L> {                                                                       \
+    static void launch(dim3 grid, hipStream_t stream, const KernelArgs& a) {                         \
+      hipLaunchKernelGGL(NAME, grid, dim3(kThreads), 0, stream, a);                                  \
+    }                                                                                                \
+  };
+RA_GFX942_WAVES_LAUNCHER(0, kPacked, ra_attn_waves_gfx942_rtne_packed)
+RA_GFX942_WAVES_LAUNCHER(1, kPacked, ra_attn_waves_gfx942_rtna_packed)
+RA_GFX942_WAVES_LAUNCHER(2, kPacked, ra_attn_waves_gfx942_rtz_packed)
+RA_GFX942_WAVES_LAUNCHER(0, kStrided, ra_attn_waves_gfx942_rtne_strided)
+RA_GFX942_WAVES_LAUNCHER(1, kStrided, ra_attn_waves_gfx942_rtna_strided)
+RA_GFX942_WAVES_LAUNCHER(2, kStrided, ra_attn_waves_gfx942_rtz_strided)
+#undef RA_GFX942_WAVES_LAUNCHER
+template <int L>
+struct WavesSplitLauncher;
+template <>
+struct WavesSplitLauncher<kPacked> {
+  static void launch(dim3 grid, hipStream_t stream, const KernelArgs& a) {
+    hipLaunchKernelGGL(ra_attn_waves_split_gfx942_packed, grid, dim3(kThreads), 0, stream, a);
+  }
+};
+template <>
+struct WavesSplitLauncher<kStrided> {
+  static void launch(dim3 grid, hipStream_t stream, const KernelArgs& a) {
+    hipLaunchKernelGGL(ra_attn_waves_split_gfx942_strided, grid, dim3(kThreads), 0, stream, a);
+  }
+};
+
 /* Launch counter for the RA_INJECT_NONDET drill: launches are numbered from 1 per process. */
 static std::atomic<unsigned long long> g_launch_count{0};
 
@@ -614,12 +750,16 @@ extern "C" ra_status ra_attention_fwd(const ra_attention_params* call, char* err
         case RA_GFX942_DENSE:
           if (v2)
             V2Launcher<R, L>::launch(grid, stream, x);
+          else if (waves_plan(plan.kind_id))
+            WavesLauncher<R, L>::launch(grid, stream, a);
           else
             Launcher<R, L>::launch(grid, stream, a);
           break;
         case RA_GFX942_SPLIT:
           if (v2)
             V2SplitLauncher<L>::launch(grid, stream, x);
+          else if (waves_plan(plan.kind_id))
+            WavesSplitLauncher<L>::launch(grid, stream, a);
           else
             SplitLauncher<L>::launch(grid, stream, a);
           break;

@@ -384,7 +384,7 @@ class Ours:
         if plan["kind"] != "gfx942_v2_split":
             return [main]
         split = SplitPlan(plan["split_tiles"], plan["tail_splits"], plan["blocks_per_split"])
-        lse_bytes = split.tail * BLOCK_Q * 4.0 if shape.lse else 0.0
+        lse_bytes = split.tail * block_rows(shape.sq, BLOCK_Q) * 4.0 if shape.lse else 0.0
         return self._tail_split(main, shape, split, mode, lse_bytes)
 
     def runs_as(self, shape: Shape) -> Shape:
@@ -416,12 +416,15 @@ class Ours:
         wgs = shape.b * shape.h * math.ceil(shape.sq / BLOCK_Q)
         tiles = math.ceil(shape.sk / KEYS_PER_TILE)
         kv_tile = 2 * KEYS_PER_TILE * shape.d * 2
-        q_o = 2 * BLOCK_Q * shape.d * 2
+        # Q read and O written, and (below) the split's fp32 records written and merged, per row a
+        # q-block holds (block_rows): the merge reads only rows below seqlen_q and a split part writes
+        # only its waves' rows, so a decode's parts are not charged 256 rows of records each
+        rows = block_rows(shape.sq, BLOCK_Q)
+        q_o = 2 * rows * shape.d * 2
         # A build that skips the O rescale unless a running max rises (RA_HIP_LAZY_RESCALE, one
         # branch per 32-row wave) pays the difference on the share of tiles that raise one; the
         # branch-free builds cost the same on both inputs (rise_clocks_per_tile 0).
         rate = rise_rate(tiles, ROWS_PER_WAVE, KEYS_PER_TILE)
-        rows = block_rows(shape.sq, BLOCK_Q)
         main = Launch(
             f"main-{mode}-{self.layout}{rows_key(rows, BLOCK_Q)}",
             Grid(
@@ -454,9 +457,11 @@ class Ours:
         steady state over a part's key tiles), the merge (its HBM bound; `lse_bytes`: the LSE it writes)."""
         wgs, tiles, rate = main.grid.workgroups, main.grid.tiles, main.grid.rise_rate
         kv_tile = 2 * KEYS_PER_TILE * shape.d * 2
-        q_o = 2 * BLOCK_Q * shape.d * 2
+        # Q, O and the fp32 records per row a q-block holds (block_rows; the split's calls are fixed-length)
+        rows = block_rows(shape.sq, BLOCK_Q)
+        q_o = 2 * rows * shape.d * 2
         dense = wgs - plan.tail
-        record = (plan.tail * plan.parts) * BLOCK_Q * SPLIT_RECORD * 4.0
+        record = (plan.tail * plan.parts) * rows * SPLIT_RECORD * 4.0
         share = dense / wgs
         out = (
             []
@@ -492,7 +497,7 @@ class Ours:
                 ),
             )
         )
-        merge_bytes = record + plan.tail * BLOCK_Q * shape.d * 2.0 + lse_bytes
+        merge_bytes = record + plan.tail * rows * shape.d * 2.0 + lse_bytes
         out.append(
             Launch(
                 f"merge-{mode}",

@@ -61,6 +61,18 @@ V2_MERGE_KERNELS = [
 ]
 SPLITS = SPLIT_KERNELS + V2_SPLIT_KERNELS
 MERGES = MERGE_KERNELS + V2_MERGE_KERNELS
+# Issue 40's decode kernels (kernel/hip/parts/waves.h: a q-block of at most 32 rows, its keys spread
+# over the eight waves): rounded per (mode, layout), and the split part per layout.
+WAVES_KERNELS = [
+    f"ra_attn_waves_gfx942_{mode}_{layout}"
+    for layout in ("packed", "strided")
+    for mode in ("rtne", "rtna", "rtz")
+]
+WAVES_SPLIT_KERNELS = [f"ra_attn_waves_split_gfx942_{layout}" for layout in ("packed", "strided")]
+# Their key loop: a wave's share of a tile is 8 MFMAs of S and 8 of PV: M(0)'s S, the loop's PV and
+# S, M(n)'s last PV.
+WAVES_LOOP_MFMAS = 8 + 16 + 8
+ALL_KERNELS = VARIANTS + SPLITS + MERGES + V2_KERNELS + WAVES_KERNELS + WAVES_SPLIT_KERNELS
 # Step 13's key loop (kernel/hip/parts/schedule.h) in the code: M(0)'s S (64 MFMAs), the loop's M phase
 # (PV then S, 128: a tile's work) and M(n)'s last PV (64), with 16 + 24 + 8 LDS fragment reads and the
 # 8 + 8 of the X phase's prefetch (two copies of it: in the loop and after it).
@@ -154,9 +166,30 @@ def test_all_variant_kernels_present(clean):
     for name in VARIANTS:
         assert name in funcs, f"kernel {name} missing from the code object"
         assert f"{name}.kd" in clean.symbols, f"kernel descriptor {name}.kd missing"
-    for name in SPLITS + MERGES + V2_KERNELS:
+    for name in SPLITS + MERGES + V2_KERNELS + WAVES_KERNELS + WAVES_SPLIT_KERNELS:
         assert name in funcs and f"{name}.kd" in clean.symbols, f"kernel {name} missing"
-    assert set(clean.resources) == set(VARIANTS + SPLITS + MERGES + V2_KERNELS)
+    assert set(clean.resources) == set(ALL_KERNELS)
+
+
+def test_waves_kernels_spread_a_tile_over_the_waves(clean):
+    """The decode kernels (parts/waves.h): a wave's 16 MFMAs a tile in each key-loop copy, K by
+    direct-to-LDS loads as the dense loop's (the same copies), no scratch, no flat access, and the
+    resources of the dense kernels: <= 256 VGPRs (2 waves/SIMD), 64 KiB LDS."""
+    funcs = clean.functions()
+    for name in WAVES_KERNELS + WAVES_SPLIT_KERNELS:
+        assert sum(MFMA in ln for ln in funcs[name]) == WAVES_LOOP_MFMAS * key_loops(name), name
+        assert not any("scratch_" in ln or re.search(r"\tflat_", ln) for ln in funcs[name]), name
+        dma = sum(
+            re.search(r"\tbuffer_load_dword .* lds$", ln.split("//")[0].rstrip()) is not None
+            for ln in funcs[name]
+        )
+        assert dma == 2 * 3 * 8 * key_loops(name), name
+        r = clean.resources[name]
+        assert r["ScratchSize [bytes/lane]"] == "0" and r["Dynamic Stack"] == "False", name
+        assert r["SGPRs Spill"] == "0" and r["VGPRs Spill"] == "0", name
+        assert int(r["VGPRs"]) + int(r["AGPRs"]) <= 256, name
+        assert int(r["LDS Size [bytes/block]"]) == 65536, name
+        assert int(r["Occupancy [waves/SIMD]"]) >= 2, name
 
 
 def test_split_kernels_run_the_same_tile_loop(clean):
@@ -218,7 +251,7 @@ def test_resources_no_scratch_no_spills(clean, name):
 
 @pytest.mark.slow  # a gfx942 build and its disassembly (2.5 s CPU)
 def test_inline_asm_mfma_hazards_are_covered(clean):
-    for name in VARIANTS + SPLITS + MERGES + V2_KERNELS:
+    for name in ALL_KERNELS:
         problems = mfma_hazards(clean.path, name)
         assert not problems, f"{name}: {len(problems)} MFMA hazard(s), first: {problems[:5]}"
 
@@ -228,7 +261,7 @@ def test_static_scan_agrees_with_the_compilers_hazard_recognizer(tmp_path_factor
     """With the builtin MFMA the compiler's own GCNHazardRecognizer places the wait states: the
     scan, reading the same rules, finds nothing to add (and its MFMAs are seen, ranges and all)."""
     co = compile_variant(tmp_path_factory, "-DRA_HIP_MFMA_BUILTIN=1")
-    for name in VARIANTS + V2_KERNELS:
+    for name in VARIANTS + V2_KERNELS + WAVES_KERNELS + WAVES_SPLIT_KERNELS:
         problems = mfma_hazards(co.path, name)
         assert not problems, f"{name}: {len(problems)} finding(s), first: {problems[:5]}"
 
@@ -255,14 +288,17 @@ def test_mfma_builtin_variant_builds(tmp_path_factory):
 def test_fire_drill_variants_build(tmp_path_factory, defines):
     co = compile_variant(tmp_path_factory, *defines)
     funcs = co.functions()
-    for name in VARIANTS:
+    for name in VARIANTS + WAVES_KERNELS:
         assert co.resources[name]["ScratchSize [bytes/lane]"] == "0"
         assert co.resources[name]["VGPRs Spill"] == "0"
         assert not mfma_hazards(co.path, name)
     if defines[0].startswith("-DRA_INJECT_SLOWDOWN_PCT"):
-        # 25 % of a tile's 128 MFMAs more, in the two M phases that compute S (M(0) and the loop's)
+        # 25 % of a tile's 128 MFMAs more, in the two M phases that compute S (M(0) and the loop's);
+        # the decode kernels' 25 % of a wave's 16
         extra = (128 * 25 + 50) // 100
         assert sum(MFMA in ln for ln in funcs[VARIANTS[0]]) == KEY_LOOP_MFMAS + 2 * extra
+        extra = (16 * 25 + 50) // 100
+        assert sum(MFMA in ln for ln in funcs[WAVES_KERNELS[0]]) == WAVES_LOOP_MFMAS + 2 * extra
 
 
 def test_hazard_scan_catches_unguarded_asm(tmp_path):

@@ -226,11 +226,13 @@ def _no_lse(ref: reference.Reference) -> reference.Reference:
 @pytest.mark.slow  # emulated launches
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 def test_gqa_decode_as_dense_rows_gives_the_v2_kernels_bits(lib: EmuLibrary, layout: str) -> None:
-    """A GQA decode runs the dense kernel over each K/V head's query heads as rows (parts/plan.h's
-    gfx942_gqa_rows, kernel/common/gqa_rows.h): every row does the v2 kernel's arithmetic (the LSE
-    keeps a call on the v2 kernel), so the bits are equal, unmasked and bottom-right; BSHD MQA rows of
-    any length too; with the tail split (16 key tiles on 304 CUs) the contract holds and a second
-    launch gives the same bits."""
+    """A GQA call whose query heads of one K/V head are rows of one dense head of more than 32 rows
+    (parts/plan.h's gfx942_gqa_rows, kernel/common/gqa_rows.h; 32 rows or fewer take the decode kernels,
+    test_decode_kernels_spread_a_blocks_keys_over_its_waves) runs the dense kernel over the rows: every
+    row does the v2 kernel's arithmetic (the LSE keeps a call on the v2 kernel), so the bits are equal,
+    unmasked and bottom-right, a decode of 64 query heads a K/V head and BSHD MQA rows of 40 queries;
+    with the tail split (16 key tiles on 304 CUs) the contract holds and a second launch gives the same
+    bits."""
     g = torch.Generator().manual_seed(17)
 
     def qkv(b: int, sq: int, h: int, sk: int, hk: int) -> tuple[torch.Tensor, ...]:
@@ -251,18 +253,18 @@ def test_gqa_decode_as_dense_rows_gives_the_v2_kernels_bits(lib: EmuLibrary, lay
         assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_v2"
         assert np.array_equal(reference.tensor_bits(got), reference.tensor_bits(want)), mask
 
-    q, k, v = qkv(2, 1, 8, 300, 2)
+    q, k, v = qkv(1, 1, 64, 300, 1)
     for mask in ("none", "causal_bottom_right"):
         rows_then_v2(q, k, v, mask)
     if layout == "bshd":
         rows_then_v2(*qkv(1, 40, 4, 70, 1))
-    q, k, v = qkv(1, 1, 4, 1000, 1)
+    q, k, v = qkv(1, 1, 64, 1000, 1)
     for mode in ("rtne", "rtz"):
         split = lib.forward(q, k, v, layout=layout, rounding=mode, out=poisoned(tuple(q.shape)))  # type: ignore[arg-type]
         assert lib.last_plan is not None and lib.last_plan["kind"] == "gfx942_gqa_rows_split"
         ref = reference.reference_full(q, k, v, layout=layout)  # type: ignore[arg-type]
         bits = reference.to_bhsd_bits(split, layout)  # type: ignore[arg-type]
-        check_contract(bits, torch.zeros(1, 4, 1), _no_lse(ref), mode)
+        check_contract(bits, torch.zeros(1, 64, 1), _no_lse(ref), mode)
         again = lib.forward(q, k, v, layout=layout, rounding=mode)  # type: ignore[arg-type]
         assert np.array_equal(reference.tensor_bits(split), reference.tensor_bits(again))
 
@@ -339,3 +341,68 @@ def test_v2_tail_split_meets_the_contract_and_keeps_the_lse(
         assert np.array_equal(again_lse.numpy().view(np.uint32), lse.numpy().view(np.uint32))
     if hk == h:  # the non-finite inputs reached the outputs they should
         assert nf[0, 1].all() and nf[0, 2, :, 3].all() and not nf[0, 0].any()
+
+
+# Issue 40's decode kernels: b, Sq, H, Sk, H_kv, mask, plan. 4 rows (one query tile's waves), 32 rows
+# (both query tiles), a plain MHA call of 20 rows; 5 keys (waves 2 and 3 of each query tile see no
+# key, wave 1 one), 70 (a partial last tile); 1000 and 2000 keys split over 304 CUs.
+WAVES = [
+    (2, 1, 8, 300, 2, "none", "gfx942_gqa_rows_waves"),
+    (2, 1, 8, 300, 2, "causal_bottom_right", "gfx942_gqa_rows_waves"),
+    (1, 1, 32, 5, 1, "none", "gfx942_gqa_rows_waves"),
+    (1, 20, 2, 70, 2, "none", "gfx942_waves"),
+    (1, 1, 4, 1000, 1, "none", "gfx942_gqa_rows_waves_split"),
+    (1, 1, 24, 2000, 1, "causal_bottom_right", "gfx942_gqa_rows_waves_split"),
+]
+
+
+@pytest.mark.slow  # emulated launches
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_decode_kernels_spread_a_blocks_keys_over_its_waves(lib: EmuLibrary, layout: str) -> None:
+    """A call whose q-block rows fit one wave (seqlen_q <= 32, a GQA decode's view too) runs the
+    decode kernels (parts/waves.h): each wave a query tile against a quarter of every key tile, the
+    partials merged in LDS in wave order. Against fp64 in every mode, unmasked and bottom-right,
+    unsplit and split (the split parts' records through step 10's merge), rows of one and of both
+    query tiles, waves whose share holds no key: the contract, NaN/Inf where the reference has them (a
+    +Inf key, a NaN value, in the first sequence or head), every output written; a second launch
+    gives the same bits. The emulator's waitcnt, LDS-race and MFMA hazard checks run on every launch."""
+    g = torch.Generator().manual_seed(29)
+    for b, sq, h, sk, hk, mask, kind in WAVES:
+        t = [
+            realistic((b, sq, h, 128), g, "q"),
+            realistic((b, sk, hk, 128), g, "k"),
+            realistic((b, sk, hk, 128), g, "v"),
+        ]
+        if sk >= 70:
+            t[1][0, sk // 3, 0] = float("inf")  # sequence 0, K/V head 0: +Inf scores (NaN rows) or -Inf
+            t[2][0, sk - 2, hk - 1, 7] = float("nan")  # the last K/V head: a NaN value every row sees
+        q, k, v = (x.transpose(1, 2).contiguous() for x in t) if layout == "bhsd" else t
+        ref = _no_lse(reference.reference_full(q, k, v, layout=layout, mask=mask))  # type: ignore[arg-type]
+        for mode in ("rtne", "rtna", "rtz"):
+            out = lib.forward(q, k, v, layout=layout, rounding=mode, mask=mask, out=poisoned(tuple(q.shape)))  # type: ignore[arg-type]
+            assert lib.last_plan is not None and lib.last_plan["kind"] == kind, (b, sq, h, sk, lib.last_plan)
+            check_contract(reference.to_bhsd_bits(out, layout), torch.zeros(ref.lse.shape), ref, mode)  # type: ignore[arg-type]
+            if mode == "rtz":
+                again = lib.forward(q, k, v, layout=layout, rounding=mode, mask=mask)  # type: ignore[arg-type]
+                assert np.array_equal(reference.tensor_bits(out), reference.tensor_bits(again))
+        if sk >= 70:  # the planted specials reached the outputs
+            assert not np.isfinite(ref.ref).all()
+    # a mixed plan (2 CUs: heads 0 and 1 in the dense launch, head 2 split): the dense launch's
+    # q-blocks give the unsplit call's bits (1 CU: never split), the split one the contract
+    two, one = EmuLibrary(lib.path, cus=2), EmuLibrary(lib.path, cus=1)
+    t = [
+        realistic((1, 4, 3, 128), g, "q"),
+        realistic((1, 777, 3, 128), g, "k"),
+        realistic((1, 777, 3, 128), g, "v"),
+    ]
+    q, k, v = (x.transpose(1, 2).contiguous() for x in t) if layout == "bhsd" else t
+    ref = _no_lse(reference.reference_full(q, k, v, layout=layout))  # type: ignore[arg-type]
+    mixed = two.forward(q, k, v, layout=layout, out=poisoned(tuple(q.shape)))  # type: ignore[arg-type]
+    assert two.last_plan is not None and two.last_plan["kind"] == "gfx942_waves_split"
+    split_plan = plan_launch("hip", 1, 3, 4, 777, compute_units=2, layout=layout, rounding="rtna")
+    assert [la["role"] for la in split_plan["launches"]] == ["dense", "split", "merge"]
+    whole = one.forward(q, k, v, layout=layout)  # type: ignore[arg-type]
+    assert one.last_plan is not None and one.last_plan["kind"] == "gfx942_waves"
+    check_contract(reference.to_bhsd_bits(mixed, layout), torch.zeros(ref.lse.shape), ref, "rtna")  # type: ignore[arg-type]
+    a, b = reference.to_bhsd_bits(mixed, layout), reference.to_bhsd_bits(whole, layout)  # type: ignore[arg-type]
+    assert np.array_equal(a[:, :2], b[:, :2]) and not np.array_equal(a[:, 2], b[:, 2])

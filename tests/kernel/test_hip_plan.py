@@ -32,14 +32,23 @@ def _check(plan: dict, b: int, h: int, sq: int, sk: int, cus: int) -> None:
     """What every gfx942 plan must say, from the shape alone (no rule restated: only the sums)."""
     qblocks, tiles = -(-sq // 256), -(-sk // 64)
     wgs = qblocks * b * h
-    assert plan["kind"] in ("gfx942_dense", "gfx942_tail_split") and plan["threads"] == 512
+    # a q-block whose rows fit one wave (32) runs the decode kernels (parts/waves.h), else the dense ones
+    waves = sq <= 32
+    kinds = ("gfx942_waves", "gfx942_waves_split") if waves else ("gfx942_dense", "gfx942_tail_split")
+    assert plan["kind"] in kinds and plan["threads"] == 512
+    prefix = {
+        "dense": "ra_attn_waves_gfx942_" if waves else "ra_attn_fwd_gfx942_",
+        "merge": "ra_attn_merge_gfx942_",
+    }
+    prefix["split"] = "ra_attn_waves_split_gfx942_" if waves else "ra_attn_split_gfx942_"
+    assert all(la["kernel"].startswith(prefix[la["role"]]) for la in plan["launches"])
     assert (plan["tiles"], plan["key_blocks"], plan["grid"][0]) == (wgs, tiles, qblocks)
     assert plan["shared_bytes"] == 65536 and plan["splits"] == 1 and plan["dynamic_scheduler"] == 0
     launches = plan["launches"]
     dense = [la for la in launches if la["role"] == "dense"]
     assert all(la["grid"][1] <= 65535 for la in dense)
     assert sum(la["grid"][1] for la in dense) == plan["grid"][1]
-    if plan["kind"] == "gfx942_dense":
+    if plan["kind"] == kinds[0]:
         assert plan["grid"][1] == b * h and plan["workspace_bytes"] == 0 and plan["merge"] == "none"
         assert [la["role"] for la in launches] == ["dense"] * len(dense)
         return
@@ -318,7 +327,7 @@ def test_an_unmasked_fixed_length_v2_call_takes_the_dense_calls_tail_split(
         return
     assert {k: plan[k] for k in SPLIT_FIELDS} == {k: dense[k] for k in SPLIT_FIELDS}
     lay = dense["launches"][0]["kernel"].rsplit("_", 1)[1]
-    if dense["kind"] == "gfx942_dense":
+    if not dense["split_tiles"]:  # the dense call (gfx942_dense, or the decode kernels' gfx942_waves) is whole
         assert plan["kind"] == "gfx942_v2"
         return
     wgs, tail, parts = plan["tiles"], plan["split_tiles"], plan["tail_splits"]
@@ -340,18 +349,18 @@ def test_gqa_decode_runs_as_the_dense_kernels_over_each_kv_heads_rows() -> None:
     that are no dense head's (BSHD with several K/V heads, Sq > 1; BHSD MQA) keep the v2 kernel."""
     for layout, lay in (("bshd", "strided"), ("bhsd", "packed")):
         plan = plan_launch("hip", 1, 32, 1, 8192, heads_kv=8, layout=layout)
-        assert plan["kind"] == "gfx942_gqa_rows_split" and plan["tiles"] == 8, plan
+        assert plan["kind"] == "gfx942_gqa_rows_waves_split" and plan["tiles"] == 8, plan
         assert [la["kernel"] for la in plan["launches"]] == [
-            f"ra_attn_split_gfx942_{lay}",
+            f"ra_attn_waves_split_gfx942_{lay}",
             f"ra_attn_merge_gfx942_rtne_{lay}",
         ]
         assert plan["tail_splits"] * plan["blocks_per_split"] >= 128
     rows = plan_launch("hip", 1, 32, 1, 300, heads_kv=8, mask="causal_bottom_right")
-    assert rows["kind"] == "gfx942_gqa_rows" and rows["tiles"] == 8 and rows["grid"] == [1, 8, 1]
+    assert rows["kind"] == "gfx942_gqa_rows_waves" and rows["tiles"] == 8 and rows["grid"] == [1, 8, 1]
     assert rows["runs_as"] == {"batch": 1, "heads": 8, "seqlen_q": 4, "seqlen_k": 300}
     assert "runs_as" not in plan_launch("hip", 1, 32, 1, 300, heads_kv=8, lse=True)
     assert rows["launches"] == [
-        {"role": "dense", "kernel": "ra_attn_fwd_gfx942_rtne_strided", "grid": [1, 8, 1]}
+        {"role": "dense", "kernel": "ra_attn_waves_gfx942_rtne_strided", "grid": [1, 8, 1]}
     ]
     mqa = plan_launch("hip", 2, 8, 40, 3000, heads_kv=1)  # 320 rows of one head: 2 q-blocks a sequence
     assert mqa["kind"].startswith("gfx942_gqa_rows") and mqa["tiles"] == 4
@@ -361,6 +370,35 @@ def test_gqa_decode_runs_as_the_dense_kernels_over_each_kv_heads_rows() -> None:
     assert plan_launch("hip", 1, 32, 1, 8192, heads_kv=8, lse=True)["kind"] == "gfx942_v2_split"
     assert plan_launch("hip", 1, 32, 2, 8192, heads_kv=8)["kind"] == "gfx942_v2_split"
     assert plan_launch("hip", 2, 8, 40, 3000, heads_kv=1, layout="bhsd")["kind"] == "gfx942_v2_split"
+
+
+def test_a_q_block_that_fits_one_wave_runs_the_decode_kernels() -> None:
+    """Issue 40's decode kernels (parts/waves.h) take every dense call whose q-block rows fit one wave,
+    seqlen_q <= 32, a GQA view's too (gfx942_waves / gfx942_gqa_rows_waves and their splits, the
+    split parts on ra_attn_waves_split and the one merge); 33 rows, ABI v2 calls (an LSE, a top-left
+    mask, varlen) and a view of more than 32 rows do not."""
+    for sq in (1, 4, 17, 32):
+        plan = plan_launch("hip", 2, 8, sq, 300)
+        assert plan["kind"] == "gfx942_waves", sq
+        assert plan["launches"] == [
+            {"role": "dense", "kernel": "ra_attn_waves_gfx942_rtne_strided", "grid": [1, 16, 1]}
+        ]
+    assert plan_launch("hip", 2, 8, 33, 300)["kind"] == "gfx942_dense"
+    split = plan_launch("hip", 1, 4, 1, 2048, layout="bhsd", rounding="rtz")
+    assert split["kind"] == "gfx942_waves_split"
+    assert [la["kernel"] for la in split["launches"]] == [
+        "ra_attn_waves_split_gfx942_packed",
+        "ra_attn_merge_gfx942_rtz_packed",
+    ]
+    gqa = plan_launch("hip", 16, 32, 1, 8192, heads_kv=8)
+    assert gqa["kind"] == "gfx942_gqa_rows_waves_split" and gqa["runs_as"]["seqlen_q"] == 4
+    assert (
+        plan_launch("hip", 2, 8, 4, 300, heads_kv=1)["kind"] == "gfx942_gqa_rows_waves"
+    )  # BSHD MQA: 32 rows
+    assert plan_launch("hip", 2, 33, 1, 300, heads_kv=1)["kind"] == "gfx942_gqa_rows"  # 33 rows
+    assert plan_launch("hip", 2, 8, 5, 300, heads_kv=1)["kind"] == "gfx942_gqa_rows"  # 40 rows
+    for kw in (dict(lse=True), dict(mask="causal_top_left"), dict(max_seqlen=(1, 300))):
+        assert plan_launch("hip", 2, 8, 1, 300, **kw)["kind"] == "gfx942_v2", kw  # type: ignore[arg-type]
 
 
 @settings(max_examples=150, deadline=None)
@@ -392,7 +430,7 @@ def test_a_gqa_call_the_view_takes_plans_as_its_dense_call(
     assert plan["runs_as"] == {"batch": b, "heads": hkv, "seqlen_q": sq * group, "seqlen_k": sk}
     assert plan["kind"] == dense["kind"].replace("gfx942_dense", "gfx942_gqa_rows").replace(
         "gfx942_tail_split", "gfx942_gqa_rows_split"
-    )
+    ).replace("gfx942_waves", "gfx942_gqa_rows_waves")
     same = (
         "grid",
         "tiles",

@@ -29,6 +29,11 @@
  *                      first two plans' launches over call_view's params: one q-block holds the group's
  *                      rows, each key tile is read once for the group, and a decode gets the dense tail
  *                      split (the v2 split below takes unmasked calls only).
+ *   gfx942_waves /     (issue 40) a dense call (a GQA view's too) whose q-block's rows fit one wave,
+ *   gfx942_waves_split seqlen_q <= kRowsPerWave (a decode): the first two plans' launches on the
+ *   (gfx942_gqa_rows_waves[_split] for a view) decode kernels, parts/waves.h: the block's keys spread
+ *                      over its eight waves, their partials merged in LDS in wave order; the split
+ *                      parts write step 10's records and the same merge launch combines them.
  * launch_at(i) lists the launches of a plan in issue order; the host part launches exactly them and
  * the emulator (regress/emu/library.py) runs exactly them.
  */
@@ -67,12 +72,20 @@ enum PlanKind : int32_t {
   kPlanV2 = 2,
   kPlanGqaRows = 3,
   kPlanGqaRowsSplit = 4,
-  kPlanV2Split = 5
+  kPlanV2Split = 5,
+  kPlanWaves = 6,
+  kPlanWavesSplit = 7,
+  kPlanGqaRowsWaves = 8,
+  kPlanGqaRowsWavesSplit = 9
 };
-constexpr const char* kPlanNames[] = {"gfx942_dense",    "gfx942_tail_split",     "gfx942_v2",
-                                      "gfx942_gqa_rows", "gfx942_gqa_rows_split", "gfx942_v2_split"};
+constexpr const char* kPlanNames[] = {"gfx942_dense",          "gfx942_tail_split",     "gfx942_v2",
+                                      "gfx942_gqa_rows",       "gfx942_gqa_rows_split", "gfx942_v2_split",
+                                      "gfx942_waves",          "gfx942_waves_split",    "gfx942_gqa_rows_waves",
+                                      "gfx942_gqa_rows_waves_split"};
 /* the plans whose launches are the v2 kernels (KernelArgsV2) */
 inline bool runs_v2(int32_t kind) { return kind == kPlanV2 || kind == kPlanV2Split; }
+/* Plans whose kernels are the decode kernels (parts/waves.h) */
+constexpr bool waves_plan(int32_t kind) { return kind >= kPlanWaves; }
 
 constexpr uint64_t kGridYMax = 65535;     /* grid.y limit of a dispatch */
 constexpr uint64_t kMergeRowsPerWg = 16;  /* merge: 512 threads, 32 per row (4 dims each) */
@@ -181,10 +194,11 @@ inline ra_status plan_launch(const ra_attention_params* call, const ra_device_fa
                           : tail_split_plan(qblocks * bh, n_tiles, (uint64_t)dev->compute_units, dev->max_workspace_bytes);
 
   memset(out, 0, sizeof *out);
-  out->kind_id = v2         ? (sp.tail ? kPlanV2Split : kPlanV2)
-                 : gqa_rows ? (sp.tail ? kPlanGqaRowsSplit : kPlanGqaRows)
-                 : sp.tail  ? kPlanTailSplit
-                            : kPlanDense;
+  /* a q-block's rows fit one wave: the decode kernels spread its keys over the block's waves */
+  const bool waves = !v2 && p->seqlen_q <= kRowsPerWave;
+  const int32_t base = gqa_rows ? (waves ? kPlanGqaRowsWaves : kPlanGqaRows) : waves ? kPlanWaves : kPlanDense;
+  /* each base kind's split twin is the next value */
+  out->kind_id = v2 ? (sp.tail ? kPlanV2Split : kPlanV2) : sp.tail ? (base == kPlanDense ? kPlanTailSplit : base + 1) : base;
   snprintf(out->kind, sizeof out->kind, "%s", kPlanNames[out->kind_id]);
   out->threads = kThreads;
   /* The dense launch; with a split tail it stops at the (batch, head) row of q-block T - tail - 1
@@ -231,8 +245,8 @@ inline bool launch_at(const ra_attention_params& call, const ra_launch_plan& pla
   if (i < chunks) {
     const int64_t off = i * (int64_t)kGridYMax;
     out->role = RA_GFX942_DENSE;
-    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s_%s", runs_v2(plan.kind_id) ? "v2" : "fwd",
-             kModes[p.rounding], lay);
+    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s_%s",
+             runs_v2(plan.kind_id) ? "v2" : waves_plan(plan.kind_id) ? "waves" : "fwd", kModes[p.rounding], lay);
     out->grid[0] = (uint32_t)(v2_split ? plan.tiles - plan.split_tiles : plan.grid[0]);
     out->grid[1] = (uint32_t)(v2_split                                  ? 1
                               : plan.grid[1] - off < (int64_t)kGridYMax ? plan.grid[1] - off
@@ -240,7 +254,8 @@ inline bool launch_at(const ra_attention_params& call, const ra_launch_plan& pla
     out->bh_offset = (uint32_t)off;
   } else if (i == chunks) {
     out->role = RA_GFX942_SPLIT;
-    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s", v2_split ? "v2_split" : "split",
+    snprintf(out->kernel, sizeof out->kernel, "ra_attn_%s_gfx942_%s",
+             v2_split ? "v2_split" : waves_plan(plan.kind_id) ? "waves_split" : "split",
              lay); /* fp32 out: no mode */
     out->grid[0] = (uint32_t)plan.tail_splits;
     out->grid[1] = (uint32_t)plan.split_tiles;
