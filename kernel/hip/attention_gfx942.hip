@@ -50,6 +50,7 @@
 #include "parts/mfma.h"
 #include "parts/schedule.h"
 #include "parts/softmax.h"
+#include "parts/stair.h"
 
 namespace ra_gfx942 {
 
@@ -205,7 +206,8 @@ __device__ __forceinline__ void attention_body(const KernelArgs& a) {
  * block runs only the key tiles below its last row's limit (the loop's seqlen_k is that limit, so the
  * copies read zeros past it and the tail mask covers it), and masks the diagonal row by row
  * (RowLimit). A row that sees no key writes +0 and LSE -inf, as FlashAttention; a block none of whose
- * rows sees a key runs no key loop. No tail split. */
+ * rows sees a key runs no key loop. A block whose diagonal V (keys some of its rows see, others not)
+ * holds a non-finite element runs the safe key loop (parts/stair.h). No tail split. */
 template <int R, int L>
 __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
   static_assert(kLdsBytes <= 65536, "gfx942 gives a workgroup at most 64 KiB of LDS");
@@ -272,7 +274,17 @@ __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
     /* the wave's first row's limit (its rows' limits minus 8g stay far inside int's range) */
     const RowLimit rows{(int)row0 + 1 + off};
     const KeyLoop c{a, kb, vb, 0u, (lim_blk + (uint32_t)kBlockK - 1u) / (uint32_t)kBlockK, active, w, lane, li, g};
-    if (kv_rows_fit<L>(a)) {
+    /* keys at or past the block's first row's limit are seen by some of its rows only (the staircase,
+     * parts/stair.h): a non-finite V there takes the safe key loop (the general copies: kFits off) */
+    const int lim_first = (int)(qblock * (uint32_t)kBlockQ) + 1 + off;
+    const uint32_t stair0 = lim_first <= 0 ? 0u : (uint32_t)lim_first;
+    if (stair0 < lim_blk && v_rows_nonfinite<L>(a, vb, stair0, lim_blk, t, w, lane, lds_vt[1])) {
+      const RowLimitSafe safe{rows.lim0, stair0};
+      if (active)
+        key_loop<L, true, false>(c, lds_k, lds_vt, qf, o, st, safe);
+      else
+        key_loop<L, false, false>(c, lds_k, lds_vt, qf, o, st, safe);
+    } else if (kv_rows_fit<L>(a)) {
       if (active)
         key_loop<L, true, true>(c, lds_k, lds_vt, qf, o, st, rows);
       else

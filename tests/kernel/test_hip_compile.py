@@ -61,8 +61,9 @@ KEY_LOOP_LDS_READS = 16 + 24 + 8 + 2 * 8
 
 def key_loops(name: str) -> int:
     """Copies of the key loop in a kernel: a strided one also holds the row-resource copy of sequence
-    strides of 2^25 elements or more (kernel/hip/parts/copy.h, kv_rows_fit)."""
-    return 2 if name.endswith("strided") else 1
+    strides of 2^25 elements or more (kernel/hip/parts/copy.h, kv_rows_fit); a v2 kernel also the safe
+    loop of a block whose diagonal V holds a non-finite element (kernel/hip/parts/stair.h)."""
+    return (2 if name.endswith("strided") else 1) + (name in V2_KERNELS)
 
 
 # One record per kernel in the -Rpass-analysis=kernel-resource-usage remarks.
