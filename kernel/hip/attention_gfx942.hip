@@ -278,7 +278,19 @@ __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
      * parts/stair.h): a non-finite V there takes the safe key loop (the general copies: kFits off) */
     const int lim_first = (int)(qblock * (uint32_t)kBlockQ) + 1 + off;
     const uint32_t stair0 = lim_first <= 0 ? 0u : (uint32_t)lim_first;
-    if (stair0 < lim_blk && v_rows_nonfinite<L>(a, vb, stair0, lim_blk, t, w, lane, lds_vt[1])) {
+    /* K(0) first, so its latency and the look's overlap; the look's barrier (or this one) publishes it */
+    if (kv_rows_fit<L>(a))
+      issue_k0<L, true>(a, uniform_ptr(kb), w, lane, lds_addr(lds_k[0]));
+    else
+      issue_k0<L, false>(a, uniform_ptr(kb), w, lane, lds_addr(lds_k[0]));
+    bool nonfinite = false;
+    if (stair0 < lim_blk) {
+      nonfinite = v_rows_nonfinite<L>(a, vb, stair0, lim_blk, t, w, lane, lds_vt[1]);
+    } else {
+      wait_vmcnt0();
+      phase_barrier();
+    }
+    if (nonfinite) {
       const RowLimitSafe safe{rows.lim0, stair0};
       if (active)
         key_loop<L, true, false>(c, lds_k, lds_vt, qf, o, st, safe);

@@ -209,12 +209,14 @@ struct KeyLoop {
 struct NoRowLimit {
   static constexpr bool kOn = false;
   static constexpr bool kSafe = false;
+  static constexpr bool kPrologueDone = false; /* the key loop copies K(0) and publishes it */
 };
 /* ABI v2's kernels: the wave's first row sees the keys below lim0 (relative to the key loop's seqlen_k
  * origin), the row 16 mt + li below lim0 + 16 mt + li (a causal mask; lim0 >= seqlen_k + 1 without one). */
 struct RowLimit {
   static constexpr bool kOn = true;
   static constexpr bool kSafe = false;
+  static constexpr bool kPrologueDone = true; /* the v2 body did (stair.h's look shares its barrier) */
   int lim0;
 };
 /* RowLimit for a block whose staircase V holds a non-finite element (stair.h): tiles with keys at or
@@ -223,6 +225,7 @@ struct RowLimit {
 struct RowLimitSafe {
   static constexpr bool kOn = true;
   static constexpr bool kSafe = true;
+  static constexpr bool kPrologueDone = true;
   int lim0;
   uint32_t stair0;
 };
@@ -291,13 +294,14 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
     static_for<kDmaRows + kVKeysPerWave>(copies(kt, vt));
   };
 
-  /* Prologue: K(0), every wave its rows. */
-  {
+  /* Prologue: K(0), every wave its rows (the v2 kernels: before their look at the diagonal, which then
+   * waits for it and publishes it with its own barrier, issue_k0). */
+  if constexpr (!M::kPrologueDone) {
     auto kt = cp.template k_tile<kFits>(c.a, cp.k_row_ptr(c.a, kb, c.key0(0u)), c.key0(0u), kbuf[0]);
     static_for<kDmaRows>([&](auto ic) { cp.template k_row<kFits, decltype(ic)::value>(c.a, kb, kt); });
+    wait_vmcnt0();
+    phase_barrier();
   }
-  wait_vmcnt0();
-  phase_barrier();
   if (grp == 1u) { /* X(-1): its keys of V(0) */
     const auto vt = cp.template v_tile<kFits>(c.a, cp.v_row_ptr(c.a, vb, c.key0(0u)), c.key0(0u));
     static_for<kVKeysPerWave>([&](auto ec) { cp.template v_row<kFits, decltype(ec)::value>(c.a, vb, vt, vst[ec.value]); });

@@ -60,14 +60,18 @@ __device__ __forceinline__ bool v_rows_nonfinite(const KernelArgs& a, const uint
     if (r0 + (uint32_t)(it * kRowsPerPass) < k_end - k_begin) y = *reinterpret_cast<const u32x4*>(row);
     x[it] = y;
   }
+  /* bf16x2_nonfinite's sums OR-ed before its one mask (bit 15 / 31 of a sum is set only by a non-finite
+   * half, and no sum carries across halves): 2 VALU ops a word */
   uint32_t acc = 0u;
 #pragma unroll
   for (int it = 0; it < kLoads; ++it)
-    acc |= bf16x2_nonfinite(x[it].x) | bf16x2_nonfinite(x[it].y) | bf16x2_nonfinite(x[it].z) | bf16x2_nonfinite(x[it].w);
-  const uint64_t any = __builtin_amdgcn_ballot_w64(acc != 0u);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc |= (x[it][e] & 0x7f807f80u) + 0x00800080u;
+  const uint64_t any = __builtin_amdgcn_ballot_w64((acc & 0x80008000u) != 0u);
   uint32_t* words = reinterpret_cast<uint32_t*>(flags);
   if (lane == 0) words[w] = any != 0u ? 1u : 0u;
-  asm volatile("s_waitcnt lgkmcnt(0)\n\ts_barrier" ::: "memory");
+  /* the key loop's prologue barrier: K(0) (issue_k0, before the look) and the votes published */
+  asm volatile("s_waitcnt vmcnt(0) lgkmcnt(0)\n\ts_barrier" ::: "memory");
   const uint32_t mine = words[lane & (kWaves - 1)]; /* lanes 0-7: the 8 waves' votes */
   return __builtin_amdgcn_ballot_w64(mine != 0u) != 0u;
 }
