@@ -8,10 +8,11 @@ Compares the two with cmp; when they differ, compares `llvm-objdump-19 -d` text 
 counts, on both sides, the HIP build flags (settable `#ifndef RA_HIP_*` guards) and the
 preprocessor conditionals plus flag-valued `if (RA_HIP_*)` tests in the files of the default build.
 
-    python benchmarks/mi300x/hip_identity.py [--base 8814587]
+    python benchmarks/mi300x/hip_identity.py [--base 8814587] [--per-kernel]
 
 Does the same for the live flag's other value and each fire-drill build. Prints two short tables
-last. Exit 0 when every pair of objects is byte-identical, 1 otherwise.
+last (--per-kernel: a third, each kernel of the default build: disassembly identical or not, and its
+instruction count on both sides). Exit 0 when every pair of objects is byte-identical, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -71,9 +72,23 @@ def disasm(co: Path) -> str:
     return "\n".join(ln for ln in text.splitlines() if not ln.startswith(str(co)))
 
 
+def kernels(co: Path) -> dict[str, list[str]]:
+    """Each kernel's instructions (the objdump text without addresses and encodings)."""
+    out: dict[str, list[str]] = {}
+    name = None
+    for ln in disasm(co).splitlines():
+        if m := re.match(r"^[0-9a-f]+ <(\w+)>:", ln):
+            name = m.group(1)
+            out[name] = []
+        elif name and ln.strip():
+            out[name].append(ln.split("//")[0].strip())
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="8814587", help="the commit to compare against (default 8814587)")
+    ap.add_argument("--per-kernel", action="store_true", help="also a table per kernel of the default build")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hip-identity-") as tmp:
         root = Path(tmp)
@@ -111,6 +126,14 @@ def main() -> int:
         print("|---|---|---|")
         print(f"| {args.base} | {objs['base'][1][0]} | {objs['base'][1][1]} |")
         print(f"| working tree | {objs['ours'][1][0]} | {objs['ours'][1][1]} |")
+        if args.per_kernel:
+            ka, kb = kernels(objs["base"][0][0]), kernels(objs["ours"][0][0])
+            print()
+            print(f"| kernel (default build) | disassembly identical | instructions {args.base} -> ours |")
+            print("|---|---|---|")
+            for k in sorted(ka.keys() | kb.keys()):
+                same = {True: "yes", False: "no"}[ka.get(k) == kb.get(k)]
+                print(f"| {k} | {same} | {len(ka.get(k, []))} -> {len(kb.get(k, []))} |")
         return 0 if all_same else 1
 
 
