@@ -50,6 +50,7 @@
 #include "parts/mfma.h"
 #include "parts/schedule.h"
 #include "parts/softmax.h"
+#include "parts/stair.h"
 #include "parts/waves.h"
 
 namespace ra_gfx942 {
@@ -312,8 +313,9 @@ __device__ __forceinline__ void waves_body(const KernelArgs& a) {
  * block runs only the key tiles below its last row's limit (the loop's seqlen_k is that limit, so the
  * copies read zeros past it and the tail mask covers it), and masks the diagonal row by row
  * (RowLimit). A row that sees no key writes +0 and LSE -inf, as FlashAttention; a block none of whose
- * rows sees a key runs no key loop. An unmasked fixed-length call's last partial round runs split
- * (kSplit, merge_v2_body: the dense kernel's step 10 on this numbering). */
+ * rows sees a key runs no key loop. A block whose diagonal V (keys some of its rows see, others not)
+ * holds a non-finite element runs the safe key loop (parts/stair.h). An unmasked fixed-length call's
+ * last partial round runs split (kSplit, merge_v2_body: the dense kernel's step 10 on this numbering). */
 template <int R, int L, bool kSplit = false>
 __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
   static_assert(kLdsBytes <= 65536, "gfx942 gives a workgroup at most 64 KiB of LDS");
@@ -390,7 +392,31 @@ __device__ __forceinline__ void attention_v2_body(const KernelArgsV2& x) {
       n_tiles = n_all - tile0 < x.a.split_tiles ? n_all - tile0 : x.a.split_tiles;
     }
     const KeyLoop c{a, kb, vb, tile0, n_tiles, active, w, lane, li, g};
-    if (kv_rows_fit<L>(a)) {
+    /* keys at or past the block's first row's limit are seen by some of its rows only (the staircase,
+     * parts/stair.h): a non-finite V there takes the safe key loop (the general copies: kFits off) */
+    const int lim_first = (int)(qblock * (uint32_t)kBlockQ) + 1 + off;
+    const uint32_t stair0 = lim_first <= 0 ? 0u : (uint32_t)lim_first;
+    /* K of the loop's first tile, so its latency and the look's overlap; the look's barrier (or this
+     * one) publishes it */
+    if (kv_rows_fit<L>(a))
+      issue_k0<L, true>(a, uniform_ptr(kb), w, lane, lds_addr(lds_k[0]), c.key0(0u));
+    else
+      issue_k0<L, false>(a, uniform_ptr(kb), w, lane, lds_addr(lds_k[0]), c.key0(0u));
+    bool nonfinite = false;
+    /* a split part is an unmasked call's (no staircase): the safe loop is not compiled into it */
+    if (!kSplit && stair0 < lim_blk) {
+      nonfinite = v_rows_nonfinite<L>(a, vb, stair0, lim_blk, t, w, lane, lds_vt[1]);
+    } else {
+      wait_vmcnt0();
+      phase_barrier();
+    }
+    if (!kSplit && nonfinite) {
+      const RowLimitSafe safe{rows.lim0, stair0};
+      if (active)
+        key_loop<L, true, false>(c, lds_k, lds_vt, qf, o, st, safe);
+      else
+        key_loop<L, false, false>(c, lds_k, lds_vt, qf, o, st, safe);
+    } else if (kv_rows_fit<L>(a)) {
       if (active)
         key_loop<L, true, true>(c, lds_k, lds_vt, qf, o, st, rows);
       else

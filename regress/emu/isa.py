@@ -691,6 +691,12 @@ def _v_mov_b32(s: Site) -> Exec:
     return lambda w: w.vset(d, _full(a(w), np.uint32))
 
 
+@family("v_not_b32")
+def _v_not_b32(s: Site) -> Exec:
+    d, a = s.d, s.u32(1)
+    return lambda w: w.vset(d, _full(a(w), np.uint32) ^ np.uint32(M32))
+
+
 @family("v_mov_b64")
 def _v_mov_b64(s: Site) -> Exec:
     d, a = s.d, s.u64(1)

@@ -183,7 +183,8 @@ def test_gqa_is_mha_over_repeated_heads_and_the_dense_kernel_bit_for_bit(lib: Em
 def test_square_causal_alignments_agree_and_fully_masked_tiles_are_skipped(lib: EmuLibrary) -> None:
     """Sq = Sk: both alignments are one mask. A causal q-block runs only the key tiles up to its last
     row: the first of 300 rows' two q-blocks reads 4 of 5 K/V tiles, so the causal call moves fewer
-    bytes than the unmasked one."""
+    bytes than the unmasked one, apart from the look at its diagonal's V rows (parts/stair.h: rows
+    n_first .. n_last of each q-block, 256 bytes each)."""
     g = torch.Generator().manual_seed(3)
     q, k, v = (realistic((1, 300, 1, 128), g, x) for x in "qkv")
     tl = lib.forward(q, k, v, mask="causal_top_left")
@@ -192,7 +193,9 @@ def test_square_causal_alignments_agree_and_fully_masked_tiles_are_skipped(lib: 
     assert np.array_equal(reference.tensor_bits(tl), reference.tensor_bits(br))
     lib.forward(q, k, v, lse=torch.empty(1, 1, 300))
     full_bytes = lib.last_trace.global_bytes_read if lib.last_trace else 0
-    assert 0 < causal_bytes < full_bytes
+    n = reference.visible_keys("causal_top_left", 300, 300)
+    stair_bytes = sum(int(n[min(r + 255, 299)] - n[r]) * 256 for r in range(0, 300, 256))
+    assert 0 < causal_bytes - stair_bytes < full_bytes
 
 
 @pytest.mark.slow  # emulated launches
@@ -406,3 +409,80 @@ def test_decode_kernels_spread_a_blocks_keys_over_its_waves(lib: EmuLibrary, lay
     check_contract(reference.to_bhsd_bits(mixed, layout), torch.zeros(ref.lse.shape), ref, "rtna")  # type: ignore[arg-type]
     a, b = reference.to_bhsd_bits(mixed, layout), reference.to_bhsd_bits(whole, layout)  # type: ignore[arg-type]
     assert np.array_equal(a[:, :2], b[:, :2]) and not np.array_equal(a[:, 2], b[:, 2])
+
+
+def plant_nonfinite(v: torch.Tensor, sk: int, key0: int = 0) -> list[tuple[int, int]]:
+    """NaN, +-Inf (one pair in one column, so a row that sees both gets NaN) and Inf in V rows of one
+    sequence (keys key0 .. key0 + sk of a (tokens, heads, 128) or (1, tokens, heads, 128) tensor, every
+    K/V head): keys on the causal diagonal that some rows of a q-block see and others do not, one
+    just past a 64-key tile's start, the last key. Returns the (key, dim) pairs."""
+    keys = sorted({min(k, sk - 1) for k in (3, sk // 3, sk // 3 + 1, 64 + sk // 5, sk - 2, sk - 1)})
+    vals = [float("nan"), float("inf"), float("-inf"), float("inf"), float("-inf"), float("nan")]
+    dims = [0, 9, 9, 64, 127, 40]
+    t = v if v.dim() == 3 else v[0]
+    placed = []
+    for key, val, dim in zip(keys, vals, dims, strict=False):
+        t[key0 + key, :, dim] = val
+        placed.append((key, dim))
+    return placed
+
+
+# mask, sq, sk, layout: one and two q-blocks on the diagonal, bottom-right with Sq < Sk and Sq > Sk;
+# BSHD with 2 heads runs the strided kernels, BHSD the packed ones
+STAIR = [
+    ("causal_top_left", 300, 300, "bshd"),
+    ("causal_top_left", 300, 300, "bhsd"),
+    ("causal_bottom_right", 100, 300, "bshd"),
+    ("causal_bottom_right", 290, 200, "bhsd"),
+]
+
+
+@pytest.mark.slow  # emulated launches
+@pytest.mark.parametrize(("mask", "sq", "sk", "layout"), STAIR, ids=["-".join(map(str, c)) for c in STAIR])
+def test_staircase_nonfinite_v_is_exact(lib: EmuLibrary, mask: str, sq: int, sk: int, layout: str) -> None:
+    """docs/numerics.md §1b: NaN and +-Inf in V at keys on the diagonal that some rows of a q-block see
+    and others do not reach exactly the rows that see them (NaN/Inf positions and bits of the fp64
+    reference over the visible keys), and every element whose reference is finite keeps the bits of
+    the same call with those V elements finite (parts/stair.h: the safe key loop zeroes them in LDS
+    and folds them back per visible key)."""
+    g = torch.Generator().manual_seed(sq + 3 * sk)
+    q, k, v = (realistic((1, s, 2, 128), g, x) for s, x in ((sq, "q"), (sk, "k"), (sk, "v")))
+    bad = v.clone()
+    plant_nonfinite(bad, sk)
+    if layout == "bhsd":
+        q, k, v, bad = (t.transpose(1, 2).contiguous() for t in (q, k, v, bad))
+    clean = lib.forward(q, k, v, layout=layout, mask=mask)  # type: ignore[arg-type]
+    lse = torch.full((1, 2, sq), 12345.0)
+    out = lib.forward(q, k, bad, layout=layout, mask=mask, out=poisoned(tuple(q.shape)), lse=lse)  # type: ignore[arg-type]
+    ref = reference.reference_full(q, k, bad, layout=layout, mask=mask)  # type: ignore[arg-type]
+    o_bits = reference.to_bhsd_bits(out, layout)  # type: ignore[arg-type]
+    check_contract(o_bits, lse, ref, "rtna")
+    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
+    assert (~fin).any() and fin.any()
+    assert np.array_equal(o_bits[fin], reference.to_bhsd_bits(clean, layout)[fin])  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # emulated launches
+@pytest.mark.parametrize("mask", ["causal_top_left", "causal_bottom_right"])
+def test_staircase_nonfinite_v_is_exact_in_a_varlen_batch(lib: EmuLibrary, mask: str) -> None:
+    """The same in a packed batch: each sequence's diagonal holds non-finite V, and the next
+    sequence's rows (past a block's last visible key) hold them too."""
+    lens = [(100, 70), (90, 130), (260, 300)]
+    g = torch.Generator().manual_seed(29)
+    cq = torch.tensor([0, *np.cumsum([a for a, _ in lens])], dtype=torch.int32)
+    ck = torch.tensor([0, *np.cumsum([c for _, c in lens])], dtype=torch.int32)
+    tq, tk = int(cq[-1]), int(ck[-1])
+    q, k, v = (realistic((n, 2, 128), g, x) for n, x in ((tq, "q"), (tk, "k"), (tk, "v")))
+    kw = {"mask": mask, "cu_seqlens_q": cq, "cu_seqlens_k": ck, "max_seqlen_q": 260, "max_seqlen_k": 300}
+    clean = lib.forward(q, k, v, **kw)  # type: ignore[arg-type]
+    bad = v.clone()
+    for i, (_, sk) in enumerate(lens):
+        plant_nonfinite(bad, sk, int(ck[i]))
+    lse = torch.full((2, tq), 12345.0)
+    out = lib.forward(q, k, bad, out=poisoned((tq, 2, 128)), lse=lse, **kw)  # type: ignore[arg-type]
+    ref = reference.reference_varlen(q, k, bad, cq, ck, mask=mask)  # type: ignore[arg-type]
+    o_bits = reference.tensor_bits(out)
+    check_contract(o_bits, lse, ref, "rtna")
+    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
+    assert (~fin).any() and fin.any()
+    assert np.array_equal(o_bits[fin], reference.tensor_bits(clean)[fin])

@@ -235,6 +235,17 @@ struct KvCopy {
   }
 };
 
+/* The rows of the key loop's first K tile (keys key0.., KeyLoop::key0(0): 0, or a split part's first
+ * tile) into LDS buffer kbuf, every wave its own: the key loop's prologue copy, issued by the v2
+ * kernels before their look at the diagonal's V (parts/stair.h) so the two overlap. kb wave-uniform. */
+template <int L, bool kFits>
+__device__ __forceinline__ void issue_k0(const KernelArgs& a, const uint16_t* kb, int w, int lane, uint32_t kbuf,
+                                         uint32_t key0) {
+  const KvCopy<L> cp(w, lane);
+  auto kt = cp.template k_tile<kFits>(a, cp.k_row_ptr(a, kb, key0), key0, kbuf);
+  static_for<kDmaRows>([&](auto ic) { cp.template k_row<kFits, decltype(ic)::value>(a, kb, kt); });
+}
+
 }  // namespace ra_gfx942
 
 #endif /* RA_HIP_COPY_H */

@@ -51,6 +51,7 @@
 #include "mainloop.h"
 #include "mfma.h"
 #include "softmax.h"
+#include "stair.h"
 
 namespace ra_gfx942 {
 
@@ -207,12 +208,26 @@ struct KeyLoop {
 /* Which keys a wave's query rows see besides those below seqlen_k. The dense kernels: all of them. */
 struct NoRowLimit {
   static constexpr bool kOn = false;
+  static constexpr bool kSafe = false;
+  static constexpr bool kPrologueDone = false; /* the key loop copies K(0) and publishes it */
 };
 /* ABI v2's kernels: the wave's first row sees the keys below lim0 (relative to the key loop's seqlen_k
  * origin), the row 16 mt + li below lim0 + 16 mt + li (a causal mask; lim0 >= seqlen_k + 1 without one). */
 struct RowLimit {
   static constexpr bool kOn = true;
+  static constexpr bool kSafe = false;
+  static constexpr bool kPrologueDone = true; /* the v2 body did (stair.h's look shares its barrier) */
   int lim0;
+};
+/* RowLimit for a block whose staircase V holds a non-finite element (stair.h): tiles with keys at or
+ * past stair0 (the block's first row's limit) go to LDS with their non-finite V as +0 and get it back,
+ * per visible key, after their PV. */
+struct RowLimitSafe {
+  static constexpr bool kOn = true;
+  static constexpr bool kSafe = true;
+  static constexpr bool kPrologueDone = true;
+  int lim0;
+  uint32_t stair0;
 };
 
 /* The key loop of a wave (the table above; grp = w / 4, wave-uniform), on the block's two K and two
@@ -279,16 +294,19 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
     static_for<kDmaRows + kVKeysPerWave>(copies(kt, vt));
   };
 
-  /* Prologue: K(0), every wave its rows. */
-  {
+  /* Prologue: K(0), every wave its rows (the v2 kernels: before their look at the diagonal, which then
+   * waits for it and publishes it with its own barrier, issue_k0). */
+  if constexpr (!M::kPrologueDone) {
     auto kt = cp.template k_tile<kFits>(c.a, cp.k_row_ptr(c.a, kb, c.key0(0u)), c.key0(0u), kbuf[0]);
     static_for<kDmaRows>([&](auto ic) { cp.template k_row<kFits, decltype(ic)::value>(c.a, kb, kt); });
+    wait_vmcnt0();
+    phase_barrier();
   }
-  wait_vmcnt0();
-  phase_barrier();
   if (grp == 1u) { /* X(-1): its keys of V(0) */
     const auto vt = cp.template v_tile<kFits>(c.a, cp.v_row_ptr(c.a, vb, c.key0(0u)), c.key0(0u));
     static_for<kVKeysPerWave>([&](auto ec) { cp.template v_row<kFits, decltype(ec)::value>(c.a, vb, vt, vst[ec.value]); });
+    if constexpr (M::kSafe)
+      if (c.key0(0u) + (uint32_t)kBlockK > rows.stair0) zero_nonfinite(vst);
     cp.store_vt(vst, lds_vt[0]);
     wait_lgkmcnt0();
     wait_vmcnt0();
@@ -354,10 +372,15 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
     auto pre = [&] {
       if constexpr (kActive) prefetch<true>(f, fa);
     };
+    if constexpr (kActive && M::kSafe) /* the non-finite V of the staircase tile j - 1, after its PV */
+      if (j > 0u && c.key0(j - 1u) + (uint32_t)kBlockK > rows.stair0)
+        fold_nonfinite_v<L>(o, p, c.a, vb, c.key0(j - 1u), rows.lim0 + c.li, c.li, c.g);
     /* Stored whether or not tile j + grp exists: past the last, group 1's X(n-1) writes zeros (or the
      * next part's keys) into V^T buffer n % 2, which M(n) does not read (one softmax, no branch: the
      * two copies of it left the row statistics in different registers, 6 copies a tile). */
     softmax(j, [&] {
+      if constexpr (M::kSafe)
+        if (c.key0(j + grp) + (uint32_t)kBlockK > rows.stair0) zero_nonfinite(vst);
       cp.store_vt(vst, lds_vt[P ^ grp]);
       pre();
     });
@@ -419,6 +442,8 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
   m_last();
   if (grp == 0u) m_end();
   if constexpr (kActive) fence_o(o);
+  if constexpr (kActive && M::kSafe)
+    if (c.key0(j) + (uint32_t)kBlockK > rows.stair0) fold_nonfinite_v<L>(o, p, c.a, vb, c.key0(j), rows.lim0 + c.li, c.li, c.g);
 }
 
 }  // namespace ra_gfx942

@@ -184,7 +184,7 @@ __device__ __forceinline__ void key_loop_w(const KeyLoop& c, u32x4 (*lds_k)[kBlo
   const uint32_t kbuf[2] = {lds_addr(lds_k[0]), lds_addr(lds_k[1])};
   const uint32_t grp = (uint32_t)c.w >> 2;
   f32x4 s;
-  bf16x4 p;
+  bf16x4 p = {}; /* M(0) reads none (kPV off); set for the host pass's -Wuninitialized */
   float alpha;
   uint64_t rise = 0u;
   const uint32_t n = c.n;
