@@ -327,7 +327,7 @@ def test_an_unmasked_fixed_length_v2_call_takes_the_dense_calls_tail_split(
         return
     assert {k: plan[k] for k in SPLIT_FIELDS} == {k: dense[k] for k in SPLIT_FIELDS}
     lay = dense["launches"][0]["kernel"].rsplit("_", 1)[1]
-    if not dense["split_tiles"]:  # the dense call (gfx942_dense, or the decode kernels' gfx942_waves) is whole
+    if not dense["split_tiles"]:  # the dense call is whole (gfx942_dense, or a decode's gfx942_waves)
         assert plan["kind"] == "gfx942_v2"
         return
     wgs, tail, parts = plan["tiles"], plan["split_tiles"], plan["tail_splits"]
