@@ -384,8 +384,7 @@ class Ours:
         if plan["kind"] != "gfx942_v2_split":
             return [main]
         split = SplitPlan(plan["split_tiles"], plan["tail_splits"], plan["blocks_per_split"])
-        lse_bytes = split.tail * block_rows(shape.sq, BLOCK_Q) * 4.0 if shape.lse else 0.0
-        return self._tail_split(main, shape, split, mode, lse_bytes)
+        return self._tail_split(main, shape, split, mode)
 
     def runs_as(self, shape: Shape) -> Shape:
         """The shape our kernels run for `shape`: a GQA call's dense view where the planner takes one
@@ -449,12 +448,11 @@ class Ours:
             return [main]
         return self._tail_split(main, shape, plan, mode)
 
-    def _tail_split(
-        self, main: Launch, shape: Shape, plan: SplitPlan, mode: str, lse_bytes: float = 0.0
-    ) -> list[Launch]:
+    def _tail_split(self, main: Launch, shape: Shape, plan: SplitPlan, mode: str) -> list[Launch]:
         """`main`'s call with its last partial round split (step 10, or the v2 kernels' split): the
         grid's full rounds, the split parts (main's tile loop with an fp32 epilogue, timed with main's
-        steady state over a part's key tiles), the merge (its HBM bound; `lse_bytes`: the LSE it writes)."""
+        steady state over a part's key tiles), the merge (its HBM bound, with the LSE it writes when
+        the call asks for one)."""
         wgs, tiles, rate = main.grid.workgroups, main.grid.tiles, main.grid.rise_rate
         kv_tile = 2 * KEYS_PER_TILE * shape.d * 2
         # Q, O and the fp32 records per row a q-block holds (block_rows; the split's calls are fixed-length)
@@ -497,6 +495,7 @@ class Ours:
                 ),
             )
         )
+        lse_bytes = plan.tail * rows * 4.0 if shape.lse else 0.0  # fp32 per row (a v2 call only)
         merge_bytes = record + plan.tail * rows * shape.d * 2.0 + lse_bytes
         out.append(
             Launch(
