@@ -368,7 +368,8 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
   constexpr int kBN = P::kBlockN;
   constexpr int kNT = kBN / 8;      /* column tiles of 8 keys */
   constexpr int kH = 2 * (kNT / 4); /* the first half's column tiles: whole k-steps (16 keys) */
-  constexpr bool kEarlyFrags = RA_CUDA_EARLY_FRAGS;
+  /* a staircase fold (Mk::kStair, stair.cuh) reads block n's P after its P.V: not overwritten early */
+  constexpr bool kEarlyFrags = RA_CUDA_EARLY_FRAGS && !Mk::kStair;
   const FwdParams& p = h.p;
   Smem<P>& sm = h.sm;
   float(&s)[kBN / 2] = h.s;
@@ -388,6 +389,7 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
     const int sn = kn % kStages;
     if (!kEarlyFrags && n > 0) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
     mbar_wait(&sm.v_full[sc], (kc / kStages) & 1);
+    mk.before_pv(sm, sc, n);
     wgmma_fence();
     gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sc][0][0]), n > 0);
     wgmma_commit();
@@ -420,6 +422,7 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
     wgmma_wait<0>();
     fence_regs(o);
     fence_regs(s);
+    mk.after_pv(o, pf, n); /* before the rescale: in block n's frame, as its P.V */
     warp_release(&sm.v_empty[sc], lane);
     rescale_rows<16>(o, corr);
   }
@@ -432,6 +435,7 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
     const bool dyn_next = h.template resolve_next_early<kNQK>(b.tq, kv, nb);
     if (!kEarlyFrags && nb > 1) scores_to_frags_range<kBN, 0, kH / 2>(s, pf);
     mbar_wait(&sm.v_full[sl], (kl / kStages) & 1);
+    mk.before_pv(sm, sl, nb - 1);
     mk.before_last_pv(sm, sl);
     wgmma_fence();
     gemm_pv_range<kBN, 0, kH / 2>(o, pf, smem_u32(&sm.v[sl][0][0]), nb > 1);
@@ -448,6 +452,7 @@ __device__ __forceinline__ void blocks_split_pv(const QK0<P, kDyn>& h, const Til
     else
       wgmma_wait<0>();
     fence_regs(o);
+    mk.after_pv(o, pf, nb - 1);
     warp_release(&sm.v_empty[sl], lane);
   }
 }

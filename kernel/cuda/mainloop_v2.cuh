@@ -16,6 +16,9 @@
  *   no tile left: TileInfo{nb = 0} -> smem           box would cross the sequence or mix heads)
  *                                                  next tile's S = Q K_0^T, as the dense kernels
  *
+ * With -DRA_CUDA_STAIR_EXACT=1 (stair.cuh; 0 by default) a causal tile first votes on its staircase V
+ * rows and, where one holds a non-finite element, runs blocks_split_pv with RowMaskStair instead.
+ *
  * The tile's description travels from producer to consumers in shared memory beside its Q stage
  * (written before the stage's arrive, read after its wait), so only the producer reads the tile
  * list and cu_seqlens from global memory. The dense kernels' loops (produce, consume) are untouched:
@@ -26,6 +29,7 @@
 #include "mask.cuh"
 #include "pack_gqa.cuh"
 #include "seqlen.cuh"
+#include "stair.cuh"
 
 namespace ra_cuda {
 namespace sm90 {
@@ -217,7 +221,25 @@ __device__ __forceinline__ void consume_v2(const FwdParamsV2& p, SmemV2<P>& sm, 
       sfm.init();
       if (t.nb == 1) warp_release(&sm.q_empty[qs], lane);
       const TileBlocks b{t.nb, false, qs, h.q_addr_of(qs), kv, tq, kBN, qc, lane};
-      blocks_split_pv<false>(h, b, o, corr, sfm, pf, mk);
+      if constexpr (RA_CUDA_STAIR_EXACT && Mask::kCausal) {
+        /* stair.cuh: the tile's staircase V voted on; a non-finite element takes the safe loop */
+        const int stair_lo = Mask::limit(p, t.m << lr, t.len_q, t.len_k);
+        const uint16_t* vt = p.v + (int64_t)Seq::batch_coord(t) * p.v_stride[0] +
+                             (int64_t)R::kv_head(p, t) * p.v_stride[1] + (int64_t)t.k0 * p.v_stride[2];
+        if (stair_lo < lim_max && stair_vote(vt, p.v_stride[2], stair_lo, lim_max, mk.zero_threads, mk.zero_tid)) {
+          RowMaskStair ms;
+          static_cast<RowMask<true>&>(ms) = mk;
+          ms.lo = stair_lo;
+          ms.hi = lim_max;
+          ms.v = vt;
+          ms.ld = p.v_stride[2];
+          blocks_split_pv<false>(h, b, o, corr, sfm, pf, ms);
+        } else {
+          blocks_split_pv<false>(h, b, o, corr, sfm, pf, mk);
+        }
+      } else {
+        blocks_split_pv<false>(h, b, o, corr, sfm, pf, mk);
+      }
       store_output_v2<kRound, Seq, kPack>(p, sm, o, sfm, t, tr, wg, warp, lane, qc);
       inject_spin(tile_start);
     }

@@ -20,9 +20,17 @@
  *             kZero (causal or varlen), the last block's V rows that no row of the tile sees are
  *             zeroed before its P.V: a masked key's p is 0, but 0 x NaN (or Inf) in its V row would
  *             still reach every row's output, and a varlen tile's last block holds the next
- *             sequence's rows (TMA zero-fills only past the whole tensor). Rows some rows of the tile
- *             see and others do not (the diagonal's 16-key steps) cannot be zeroed for some rows
- *             only: docs/numerics.md §1b states that gap.
+ *             sequence's rows (TMA zero-fills only past the whole tensor). Keys some rows of the
+ *             tile see and others do not (the diagonal's staircase) cannot be zeroed for some rows
+ *             only: with RA_CUDA_STAIR_EXACT=0 (the default) a NaN or Inf in such a key's V row
+ *             reaches the rows that do not see it (0 x NaN), the gap docs/numerics.md §1b states
+ *   RowMaskStair  stair.cuh, built with RA_CUDA_STAIR_EXACT=1 only (off by default until the
+ *             device has run it): RowMask for a causal tile whose staircase V holds a non-finite
+ *             element (a vote of the tile's threads before its key loop, which then runs as a
+ *             second instantiation): those elements are zeroed in shared memory before their P.V
+ *             and added back, p_ij V[j][d], to the rows that see key j, before the next rescale
+ * Named barrier ids: 3 and 4 are split.cuh's, 5 and 6 below, 7 to 10 stair.cuh's; one thread count
+ * per id.
  */
 #pragma once
 #include "params.cuh"
@@ -56,8 +64,17 @@ __device__ __forceinline__ int tile_first_masked(const FwdParamsV2& p, int i_fir
   return Mask::limit(p, i_first, len_q, len_k) / kBN;
 }
 
+/* The staircase hooks of blocks_split_pv (stair.cuh's RowMaskStair has them): none, so no code. */
+struct NoStair {
+  static constexpr bool kStair = false;
+  template <class SmemT>
+  __device__ __forceinline__ void before_pv(SmemT&, int, int) const {}
+  template <int NP>
+  __device__ __forceinline__ void after_pv(float (&)[64], const uint32_t (&)[NP], int) const {}
+};
+
 /* The dense kernels' mask: the partial last block (b: mainloop_sm90.cuh's TileBlocks). */
-struct TailMask {
+struct TailMask : NoStair {
   template <class B>
   __device__ __forceinline__ bool masks(const B& b, int n) const {
     return n == b.nb - 1 && b.tail;
@@ -81,7 +98,7 @@ constexpr int kBarZeroV0 = 6;
 
 /* The v2 kernels' mask: blocks >= from, row r of this thread at key limit lim[r] (tile keys). */
 template <bool kZero>
-struct RowMask {
+struct RowMask : NoStair {
   int from;
   int lim[2];
   int zero_from; /* kZero: the last block's first V row no row of the tile sees (kBN: none) */

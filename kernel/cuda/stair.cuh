@@ -1,0 +1,156 @@
+/*
+ * stair.cuh — the causal diagonal's non-finite V kept exact on sm_90a (RA_CUDA_STAIR_EXACT=1; 0, the
+ * default until the device has run it, builds none of this: docs/numerics.md §1b). The gfx942 v2
+ * kernels' design (kernel/hip/parts/stair.h), on wgmma.
+ *
+ * A key j that some rows of a tile see and others do not (the "staircase": tile keys [limit(first
+ * row), limit(last row)), at most 127) meets P = 0 in the rows that do not see it, and 0 x NaN or
+ * 0 x Inf in the P.V would reach a row whose reference is finite. So, once per tile before its key
+ * loop, every consumer thread of the tile reads 16 bytes of up to 16 of those V rows from global
+ * memory and one barrier reduction (stair_vote) says whether any element is non-finite. All finite
+ * (the common case): the key loop runs as before (RowMask). Otherwise the tile runs the key loop's
+ * second instantiation with RowMaskStair:
+ *   before_pv  after a block's V has landed in shared memory and before any wgmma reads it, the
+ *              non-finite bf16s of its staircase rows become +0 (a 16-byte chunk is 8 columns of one
+ *              row in every swizzle, so no column is needed), then fence.proxy.async and a barrier
+ *              of the threads that read it. Column d of O depends on column d of V only: every
+ *              column whose V is finite keeps its bits.
+ *   after_pv   after that block's P.V has completed and before the next block's rescale of O, each
+ *              thread adds p_ij * V[j][d] to O[i][d] for the non-finite V[j][d] (read again from
+ *              global memory) of each staircase key j its row i sees, p_ij the bf16 P the wgmma took
+ *              (the quad's lane that holds it, by shuffle): the +-Inf, or NaN for p_ij = 0, a NaN V
+ *              or +Inf with -Inf, that the dense row over its visible keys forms, as the CPU golden
+ *              model's fp32 p_ij * V[j][d]. The fold needs block n's P after its P.V, so this
+ *              instantiation packs the next block's first-half fragments after the wait
+ *              (RA_CUDA_EARLY_FRAGS's 0 schedule: the same bits).
+ * Keys no row of the tile sees are zeroed whole by RowMask::before_last_pv; keys every row sees need
+ * nothing. Named barriers 7 (256 threads) and 8 (128: the second warpgroup has no row of the tile)
+ * for the vote, 9 and 10 for the zeroing: their own ids, one count each (mask.cuh's comment).
+ */
+#pragma once
+#include "mask.cuh"
+#include "params.cuh"
+#include "ptx.cuh"
+
+namespace ra_cuda {
+
+constexpr int kBarStairVote = 7;
+constexpr int kBarStairVote0 = 8;
+constexpr int kBarStairZero = 9;
+constexpr int kBarStairZero0 = 10;
+
+/* Bits 15 and 31 set where the low / high bf16 of x is Inf or NaN: the masked exponent plus one
+ * exponent ulp carries into the sign position only then, never across halves (stair.h's trick). */
+__device__ __forceinline__ uint32_t bf16x2_nonfinite(uint32_t x) {
+  return ((x & 0x7f807f80u) + 0x00800080u) & 0x80008000u;
+}
+/* x with every non-finite bf16 replaced by +0. */
+__device__ __forceinline__ uint32_t bf16x2_zero_nonfinite(uint32_t x) {
+  const uint32_t t = bf16x2_nonfinite(x);
+  return x & ~(t | (t - (t >> 15))); /* 0x8000 -> 0xffff, 0x80000000 -> 0xffff0000 */
+}
+
+/* Whether V rows [lo, hi) (hi - lo <= 128; row r at v + r * ld) hold a non-finite element, in every
+ * one of the `threads` consumer threads (tid: 0 .. threads - 1): thread tid reads the 16-byte chunk
+ * tid % 16 of rows lo + tid / 16 + (threads / 16) it, all loads in flight at once, and one barrier
+ * reduction ORs the votes. */
+__device__ __forceinline__ bool stair_vote(const uint16_t* v, int64_t ld, int lo, int hi, int threads, int tid) {
+  const int step = threads >> 4;
+  const int r0 = tid >> 4;
+  const uint16_t* first = v + (int64_t)(lo + r0) * ld + 8 * (tid & 15);
+  uint32_t acc = 0u;
+#pragma unroll
+  for (int it = 0; it < 16; ++it) /* 16 passes of 8 rows (128 threads) or 8 of 16 (256) */
+    if (r0 + it * step < hi - lo) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)(it * step) * ld));
+      /* bf16x2_nonfinite's sums OR-ed before its one mask: bit 15 / 31 of a sum is set only by a
+       * non-finite half, and no sum carries across halves */
+      acc |= ((x.x & 0x7f807f80u) + 0x00800080u) | ((x.y & 0x7f807f80u) + 0x00800080u) |
+             ((x.z & 0x7f807f80u) + 0x00800080u) | ((x.w & 0x7f807f80u) + 0x00800080u);
+    }
+  return named_bar_red_or(threads == 256 ? kBarStairVote : kBarStairVote0, threads, (acc & 0x80008000u) != 0u);
+}
+
+/* RowMask<true> for a tile whose staircase V holds a non-finite element (the vote above). */
+struct RowMaskStair : RowMask<true> {
+  static constexpr bool kStair = true;
+  int lo, hi;        /* the staircase, tile keys [limit(first row), limit(last row)) */
+  const uint16_t* v; /* V's row of tile key 0 (the tile's K/V head and sequence) in global memory */
+  int64_t ld;        /* V's row stride, elements */
+
+  /* Block n (stage `stage` of shared memory, its V landed, no wgmma has read it): its staircase
+   * rows' non-finite elements become +0, visible to the async proxy before any thread goes on. */
+  template <class SmemT>
+  __device__ __forceinline__ void before_pv(SmemT& sm, int stage, int n) const {
+    constexpr int kBN = sizeof(sm.v[0][0]) / (64 * sizeof(uint16_t));
+    const int j0 = max(lo, n * kBN), j1 = min(hi, (n + 1) * kBN);
+    if (j0 >= j1) return; /* the same for every thread of the tile */
+    const int chunks = (j1 - j0) * 16; /* 8 16-byte chunks per row of each d-half */
+    for (int c = zero_tid; c < chunks; c += zero_threads) {
+      const int row = j0 - n * kBN + (c >> 4);
+      const uint32_t a = smem_u32(&sm.v[stage][(c >> 3) & 1][row * 64]) + 16u * (uint32_t)(c & 7);
+      uint32_t x0, x1, x2, x3;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                   : "r"(a)
+                   : "memory");
+      if ((bf16x2_nonfinite(x0) | bf16x2_nonfinite(x1) | bf16x2_nonfinite(x2) | bf16x2_nonfinite(x3)) == 0u)
+        continue;
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(bf16x2_zero_nonfinite(x0)),
+                   "r"(bf16x2_zero_nonfinite(x1)), "r"(bf16x2_zero_nonfinite(x2)), "r"(bf16x2_zero_nonfinite(x3))
+                   : "memory");
+    }
+    fence_proxy_async_smem(); /* the wgmmas read shared memory through the async proxy */
+    named_bar_sync(zero_threads == 256 ? kBarStairZero : kBarStairZero0, zero_threads);
+  }
+
+  /* Block n's P.V has completed (o holds it, in block n's frame; pf is its P): O[i][d] += p_ij
+   * V[j][d] for the non-finite V[j][d] of the block's staircase keys j that row i sees. The thread's
+   * rows: lim[0], lim[1]; its columns 8 i + qc + {0, 1}; p_ij of block key 16 ks + jj is in lane
+   * 4 (lane / 4) + (jj % 8) / 2 of the quad, word pf[4 ks + 2 (jj / 8) + r], half jj % 2
+   * (mainloop_sm90.cuh's scores_to_frags). A warp-uniform loop (one key a step, not unrolled: the
+   * slow path's code stays small), so every shuffle sees every lane. */
+  template <int NP>
+  __device__ __forceinline__ void after_pv(float (&o)[64], const uint32_t (&pf)[NP], int n) const {
+    constexpr int kBN = NP * 4;
+    const int j0 = max(lo, n * kBN), j1 = min(hi, (n + 1) * kBN);
+    const int lane = zero_tid & 31;
+    const int qc = 2 * (lane & 3);
+#pragma unroll 1
+    for (int key = j0; key < j1; ++key) {
+      const int kk = key - n * kBN;
+      const int w = 4 * (kk >> 4) + ((kk & 8) >> 2); /* pf word of row r: w + r */
+      uint32_t q0 = 0u, q1 = 0u;
+#pragma unroll
+      for (int i = 0; i < NP; i += 2) /* registers, not a dynamically indexed (local) array */
+        if (i == w) q0 = pf[i], q1 = pf[i + 1];
+      const int src = (lane & ~3) | ((kk & 7) >> 1);
+      const uint32_t w0 = __shfl_sync(0xffffffffu, q0, src);
+      const uint32_t w1 = __shfl_sync(0xffffffffu, q1, src);
+      const float p0 = __uint_as_float((kk & 1) ? (w0 & 0xffff0000u) : (w0 << 16));
+      const float p1 = __uint_as_float((kk & 1) ? (w1 & 0xffff0000u) : (w1 << 16));
+      const uint32_t* row = reinterpret_cast<const uint32_t*>(v + (int64_t)key * ld + qc);
+      uint32_t x[16];
+      uint32_t bad = 0u;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        x[i] = __ldg(row + 4 * i); /* columns 8 i + qc, + 1 */
+        bad |= bf16x2_nonfinite(x[i]);
+      }
+      if (bad == 0u) continue;
+      const bool see0 = key < lim[0], see1 = key < lim[1];
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t e = h ? (x[i] & 0xffff0000u) : (x[i] << 16);
+          if ((bf16x2_nonfinite(e) & 0x80000000u) == 0u) continue;
+          const float vf = __uint_as_float(e);
+          if (see0) o[4 * i + h] = o[4 * i + h] + p0 * vf;
+          if (see1) o[4 * i + 2 + h] = o[4 * i + 2 + h] + p1 * vf;
+        }
+    }
+  }
+};
+
+}  // namespace ra_cuda
