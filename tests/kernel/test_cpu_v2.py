@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from staircase import plant_nonfinite
 
 from regress.facts import numerics as nm
 from regress.facts.results import MASKS
@@ -201,6 +202,29 @@ def test_a_masked_key_is_never_read(lib: KernelLibrary, mask: str) -> None:
     )
     ref = reference.reference_full(q, k2, v2, layout="bshd", mask=mask)  # type: ignore[arg-type]
     assert np.isfinite(ref.ref).all()  # the reference does not read them either
+
+
+@pytest.mark.parametrize(
+    ("mask", "sq", "sk"),
+    [("causal_top_left", 300, 300), ("causal_bottom_right", 100, 300), ("causal_bottom_right", 290, 200)],
+)
+def test_staircase_nonfinite_v_is_exact(lib: KernelLibrary, mask: str, sq: int, sk: int) -> None:
+    """docs/numerics.md §1b, the rule every GPU kernel's staircase tests compare with: NaN and +-Inf in
+    V at keys on the diagonal reach exactly the rows that see them (the fp64 reference's NaN/Inf
+    positions and bits), and every element whose reference is finite keeps the bits of the same call
+    with those V elements finite."""
+    q, k, v = dense_qkv(1, 4, 2, sq, sk, seed=sq + 3 * sk)
+    bad = v.clone()
+    plant_nonfinite(bad, sk)
+    lse = torch.empty(1, 4, sq)
+    out = lib.forward(q, k, bad, rounding="rtna", mask=mask, lse=lse)  # type: ignore[arg-type]
+    clean = reference.to_bhsd_bits(lib.forward(q, k, v, rounding="rtna", mask=mask), "bshd")  # type: ignore[arg-type]
+    ref = reference.reference_full(q, k, bad, layout="bshd", mask=mask)  # type: ignore[arg-type]
+    o_bits = reference.to_bhsd_bits(out, "bshd")
+    assert_contract(o_bits, lse, ref, "rtna")
+    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
+    assert (~fin).any() and fin.any()
+    assert np.array_equal(o_bits[fin], clean[fin])
 
 
 @pytest.mark.parametrize("kind", ["nan-q", "inf-k", "inf-v"])

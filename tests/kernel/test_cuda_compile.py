@@ -537,3 +537,45 @@ def test_gqa_rows_flag_changes_the_host_side_only(built, no_rows_built):
     if cuobjdump is None or nvdisasm is None:
         pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
     assert _sass(no_rows_built[0], cuobjdump, nvdisasm) == _sass(built[0], cuobjdump, nvdisasm)
+
+
+@pytest.fixture(scope="module")
+def stair_built(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("cuda-stair"), flags=("-DRA_CUDA_STAIR_EXACT=1",))
+
+
+def test_stair_exact_build(built, stair_built):
+    """-DRA_CUDA_STAIR_EXACT=1 (kernel/cuda/stair.cuh: the causal diagonal's non-finite V kept exact;
+    0 by default until the device has run it) compiles every kernel without spills, stack or
+    serialised wgmma and says stair_exact 1 (the default build 0). It changes the causal v2 kernels
+    only: every other kernel keeps the default build's SASS, and each causal one gains the tile's
+    vote (one barrier reduction), the second key loop's 24 HGMMA (its Q K^T and two P V sites) and
+    its shared-memory zeroing, with no local memory."""
+    found = kernels(stair_built[1])
+    assert set(found) == set(kernels(built[1]))
+    for name, r in found.items():
+        assert r["registers"] <= 168 and r.get("stack_bytes") == 0, f"{name}: {r}"
+        assert r.get("spill_store_bytes") == 0 and r.get("spill_load_bytes") == 0, f"{name}: {r}"
+    assert "serialized" not in stair_built[1] and "(C7517)" not in stair_built[1], stair_built[1]
+    assert _build_info(stair_built[0])["stair_exact"] == 1 and _build_info(built[0])["stair_exact"] == 0
+    cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip("cuobjdump/nvdisasm not found (test extras: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
+    clean, st = _sass(built[0], cuobjdump, nvdisasm), _sass(stair_built[0], cuobjdump, nvdisasm)
+    causal = {n for n in clean if (v := _v2(n)) and v[1] == "CausalMask"}
+    assert len(causal) == MODES * len(V2_SEQS) * V2_PACKS
+
+    def words(body: str) -> str:  # the dump's column padding follows its longest line
+        return " ".join(body.split())
+
+    assert {n: words(b) for n, b in st.items() if n not in causal} == {
+        n: words(b) for n, b in clean.items() if n not in causal
+    }
+    for name in causal:
+        body, base = st[name], clean[name]
+        assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
+        assert not re.search(r"\bBAR\.RED\b", base) and len(re.findall(r"\bBAR\.RED\.OR\b", body)) == 1, name
+        hgmma = r"\bHGMMA\.64x128x16\.F32\.BF16\b"
+        assert len(re.findall(hgmma, body)) == len(re.findall(hgmma, base)) + 24, name
+        # the zeroing's 16-byte shared loads and stores, one pair for the loop's blocks, one for the last
+        assert len(re.findall(r"\bSTS\.128\b", body)) == len(re.findall(r"\bSTS\.128\b", base)) + 2, name

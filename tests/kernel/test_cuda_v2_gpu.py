@@ -12,11 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from staircase import plant_nonfinite
 
 from regress.facts import numerics as nm
 from regress.facts.results import MASKS
 from regress.kernel import KernelLibrary, load_library, reference
 from regress.native.build import build_kernel
+from regress.native.plan import plan_launch
 
 pytestmark = pytest.mark.gpu
 
@@ -26,13 +28,29 @@ POISON = 0x7FA1  # a NaN no kernel writes (the canonical NaN is 0x7FFF)
 GUARD = 0x1234  # rows around a varlen output that no sequence owns
 
 
-@pytest.fixture(scope="module")
-def lib() -> KernelLibrary:
+def _need_cuda_gpu() -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA/ROCm GPU: torch.cuda.is_available() is False")
     if torch.version.hip:
         pytest.skip("a HIP GPU: these are the CUDA backend's v2 kernels")
+
+
+@pytest.fixture(scope="module")
+def lib() -> KernelLibrary:
+    _need_cuda_gpu()
     return load_library(build_kernel("cuda").path)  # type: ignore[return-value]
+
+
+STAIR_FLAGS = ("-DRA_CUDA_STAIR_EXACT=1",)
+
+
+@pytest.fixture(scope="module")
+def stair_lib() -> KernelLibrary:
+    """The library with kernel/cuda/stair.cuh built in (off by default until the device has run it)."""
+    _need_cuda_gpu()
+    out = load_library(build_kernel("cuda", extra_flags=STAIR_FLAGS).path)
+    assert out.build_info()["flags"]["stair_exact"] == 1
+    return out  # type: ignore[return-value]
 
 
 def realistic(shape: tuple[int, ...], g: torch.Generator, kind: str) -> torch.Tensor:
@@ -236,7 +254,7 @@ def test_keys_no_row_of_a_tile_sees_are_never_read(lib: KernelLibrary, sq: int, 
     """Top-left with Sq < Sk: keys >= Sq are seen by no row, yet the last key block loaded holds some
     (keys 100-127 of the first shape). NaN in their K and Inf in their V change nothing: the scores
     are masked and the unseen V rows zeroed before the P.V. (Keys some rows of a tile see and others
-    do not are the gap docs/numerics.md §1b states: not tested here.)"""
+    do not: the staircase tests below.)"""
     g = torch.Generator().manual_seed(9)
     q, k, v = (
         realistic((1, sq, 2, 128), g, "q"),
@@ -361,3 +379,93 @@ def test_a_cuda_graph_replays_a_varlen_call(lib: KernelLibrary) -> None:
     want = lib.forward(q, k, v, **kw)  # type: ignore[arg-type]
     torch.cuda.synchronize()
     assert np.array_equal(bits(out), bits(want))
+
+
+# mask, h, hk, sq, sk, layout: one and two query tiles on the diagonal (MHA, GQA 2), bottom-right with
+# Sq < Sk (a staircase over two key blocks) and Sq > Sk (a tile of rows with no key, then one whose
+# staircase starts in block 0); the last two: packed GQA tiles (4 heads of 32 rows), the planted keys
+# 13, 14 (and 38, 39 bottom-right) on their staircase
+STAIR = [
+    ("causal_top_left", 2, 2, 300, 300, "bshd"),
+    ("causal_top_left", 2, 1, 300, 300, "bhsd"),
+    ("causal_bottom_right", 2, 2, 100, 300, "bshd"),
+    ("causal_bottom_right", 2, 2, 290, 200, "bhsd"),
+    ("causal_top_left", 8, 2, 32, 40, "bshd"),
+    ("causal_bottom_right", 8, 2, 32, 40, "bshd"),
+]
+
+
+def stair_case(
+    lib: KernelLibrary, mask: str, h: int, hk: int, sq: int, sk: int, layout: str
+) -> tuple[np.ndarray, np.ndarray, torch.Tensor, reference.Reference]:
+    """The call with non-finite V on the diagonal and the same call with V finite (BHSD bits), the
+    first one's LSE and its fp64 reference."""
+    g = torch.Generator().manual_seed(sq + 3 * sk + h)
+    q, k, v = (
+        realistic((1, sq, h, 128), g, "q"),
+        realistic((1, sk, hk, 128), g, "k"),
+        realistic((1, sk, hk, 128), g, "v"),
+    )
+    bad = v.clone()
+    plant_nonfinite(bad, sk)
+    if layout == "bhsd":
+        q, k, v, bad = (t.transpose(1, 2).contiguous() for t in (q, k, v, bad))
+    clean = lib.forward(q, k, v, layout=layout, rounding="rtna", mask=mask)  # type: ignore[arg-type]
+    out, lse = poisoned(tuple(q.shape)), lse_poisoned((1, h, sq))
+    lib.forward(q, k, bad, layout=layout, rounding="rtna", mask=mask, out=out, lse=lse)  # type: ignore[arg-type]
+    torch.cuda.synchronize()
+    ref = reference.reference_full(q, k, bad, layout=layout, mask=mask)  # type: ignore[arg-type]
+    to_bits = reference.to_bhsd_bits
+    return to_bits(out.cpu(), layout), to_bits(clean.cpu(), layout), lse, ref  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("mask", "h", "hk", "sq", "sk", "layout"), STAIR, ids=["-".join(map(str, c)) for c in STAIR]
+)
+def test_staircase_nonfinite_v_is_exact(
+    stair_lib: KernelLibrary, mask: str, h: int, hk: int, sq: int, sk: int, layout: str
+) -> None:
+    """docs/numerics.md §1b with RA_CUDA_STAIR_EXACT=1 (kernel/cuda/stair.cuh): NaN and +-Inf in V at
+    keys on the diagonal that some rows of a tile see and others do not reach exactly the rows that
+    see them (NaN/Inf positions and bits of the fp64 reference over the visible keys), and every
+    element whose reference is finite keeps the bits of the same call with those V elements finite.
+    The cases run the kernels they are meant for (the host planner's kind)."""
+    kind = plan_launch("cuda", 1, h, sq, sk, heads_kv=hk, mask=mask, layout=layout)["kind"]
+    assert kind == ("sm90_v2_packgqa_causal" if sq == 32 else "sm90_v2_causal"), kind
+    o_bits, clean, lse, ref = stair_case(stair_lib, mask, h, hk, sq, sk, layout)
+    check_contract(o_bits, lse, ref, "rtna")
+    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
+    assert (~fin).any() and fin.any()
+    assert np.array_equal(o_bits[fin], clean[fin])
+
+
+@pytest.mark.parametrize("mask", ["causal_top_left", "causal_bottom_right"])
+def test_staircase_nonfinite_v_is_exact_in_a_varlen_batch(stair_lib: KernelLibrary, mask: str) -> None:
+    """The same in a packed GQA batch: each sequence's diagonal holds non-finite V, and the next
+    sequence's rows (past a tile's last visible key) hold them too."""
+    lens = [(100, 70), (90, 130), (260, 300)]
+    q, k, v, cq, ck, clean, _ = varlen_case(stair_lib, lens, 4, 2, mask, "rtna", seed=29)
+    bad = v.clone()
+    for i, (_, sk) in enumerate(lens):
+        plant_nonfinite(bad, sk, int(ck[i]))
+    tq = int(cq[-1])
+    out, lse = poisoned((tq, 4, 128)), lse_poisoned((4, tq))
+    stair_lib.forward(
+        q, k, bad, rounding="rtna", mask=mask, cu_seqlens_q=cq.cuda(), cu_seqlens_k=ck.cuda(),  # type: ignore[arg-type]
+        max_seqlen_q=260, max_seqlen_k=300, out=out, lse=lse,
+    )  # fmt: skip
+    torch.cuda.synchronize()
+    ref = reference.reference_varlen(q, k, bad, cq, ck, mask=mask)  # type: ignore[arg-type]
+    o_bits = bits(out)
+    check_contract(o_bits, lse, ref, "rtna")
+    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
+    assert (~fin).any() and fin.any()
+    assert np.array_equal(o_bits[fin], bits(clean)[fin])
+
+
+def test_staircase_gap_of_the_default_build(lib: KernelLibrary) -> None:
+    """The default build (RA_CUDA_STAIR_EXACT=0) still has the gap docs/numerics.md §1b states, so the
+    tests above can fail: a NaN on the diagonal reaches a row that does not see its key."""
+    o_bits, _, _, ref = stair_case(lib, "causal_top_left", 2, 2, 300, 300, "bshd")
+    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
+    assert nm.is_nonfinite_bits(o_bits)[fin].any()

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from staircase import plant_nonfinite
 
 from regress.emu.library import EmuLibrary
 from regress.facts import numerics as nm
@@ -409,22 +410,6 @@ def test_decode_kernels_spread_a_blocks_keys_over_its_waves(lib: EmuLibrary, lay
     check_contract(reference.to_bhsd_bits(mixed, layout), torch.zeros(ref.lse.shape), ref, "rtna")  # type: ignore[arg-type]
     a, b = reference.to_bhsd_bits(mixed, layout), reference.to_bhsd_bits(whole, layout)  # type: ignore[arg-type]
     assert np.array_equal(a[:, :2], b[:, :2]) and not np.array_equal(a[:, 2], b[:, 2])
-
-
-def plant_nonfinite(v: torch.Tensor, sk: int, key0: int = 0) -> list[tuple[int, int]]:
-    """NaN, +-Inf (one pair in one column, so a row that sees both gets NaN) and Inf in V rows of one
-    sequence (keys key0 .. key0 + sk of a (tokens, heads, 128) or (1, tokens, heads, 128) tensor, every
-    K/V head): keys on the causal diagonal that some rows of a q-block see and others do not, one
-    just past a 64-key tile's start, the last key. Returns the (key, dim) pairs."""
-    keys = sorted({min(k, sk - 1) for k in (3, sk // 3, sk // 3 + 1, 64 + sk // 5, sk - 2, sk - 1)})
-    vals = [float("nan"), float("inf"), float("-inf"), float("inf"), float("-inf"), float("nan")]
-    dims = [0, 9, 9, 64, 127, 40]
-    t = v if v.dim() == 3 else v[0]
-    placed = []
-    for key, val, dim in zip(keys, vals, dims, strict=False):
-        t[key0 + key, :, dim] = val
-        placed.append((key, dim))
-    return placed
 
 
 # mask, sq, sk, layout: one and two q-blocks on the diagonal, bottom-right with Sq < Sk and Sq > Sk;
