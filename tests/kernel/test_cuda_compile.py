@@ -550,7 +550,7 @@ def test_stair_exact_build(built, stair_built):
     serialised wgmma and says stair_exact 1 (the default build 0). It changes the causal v2 kernels
     only: every other kernel keeps the default build's SASS, and each causal one gains the tile's
     vote (one barrier reduction), the second key loop's 24 HGMMA (its Q K^T and two P V sites) and
-    its shared-memory zeroing, with no local memory."""
+    its shared-memory zeroing, with no local memory; both key loops keep the softmax beside the products."""
     found = kernels(stair_built[1])
     assert set(found) == set(kernels(built[1]))
     base = kernels(built[1])
@@ -582,3 +582,6 @@ def test_stair_exact_build(built, stair_built):
         assert len(re.findall(hgmma, body)) == len(re.findall(hgmma, base)) + 24, name
         # the zeroing's 16-byte shared loads and stores, one pair for the loop's blocks, one for the last
         assert len(re.findall(r"\bSTS\.128\b", body)) == len(re.findall(r"\bSTS\.128\b", base)) + 2, name
+        # both key loops keep the exponentials beside the product (test_softmax_runs_beside_the_products)
+        loops = [seg for seg in _overlap_segments(body) if seg[0] > 0]
+        assert len(loops) == 2 and all(inside >= 16 and after == 0 for inside, after in loops), (name, loops)
