@@ -142,7 +142,7 @@ def decode(args: argparse.Namespace) -> int:
     if args.v2_lib is not None:
         v2 = load_library(args.v2_lib)
     elif dev == "cuda":
-        v2 = load_library(build_kernel("cuda", extra_flags=(NO_ROWS_FLAG,)).path)
+        v2 = load_library(build_kernel("cuda", extra_flags=tuple(args.other_flags.split())).path)
     else:
         v2 = ours  # the CPU backend has no such flag: the dry run's v2 arm is an A/A
     base = [bl for bl in available_baselines(dev) if bl.name in ("sdpa_cudnn", "sdpa_cpu")]
@@ -203,6 +203,7 @@ def decode(args: argparse.Namespace) -> int:
                 "inputs": "each arm its own copies (cold L2 for every arm)",
                 "median_ms": {pair: {a: median(v) for a, v in s.items()} for pair, s in samples.items()},
                 "samples_ms": samples,
+                "other_build": args.other_flags if args.v2_lib is None else str(args.v2_lib),
                 "ours_speed_vs_v2": paired_speed(samples["ours vs v2"]["v2"], samples["ours vs v2"]["ours"]),
                 "bits_equal_fraction": equal,
                 "max_ulp_gap": gap,
@@ -224,8 +225,10 @@ def decode(args: argparse.Namespace) -> int:
 
 def decode_table(rows: list[dict[str, Any]]) -> list[str]:
     bl = next((k.removeprefix("ours_vs_") for r in rows for k in r if k.startswith("ours_vs_")), None)
+    # the other build: the v2 kernels (NO_ROWS_FLAG) unless the run named other flags or a library
+    other = next((r["other_build"] for r in rows if r.get("other_build") not in (None, NO_ROWS_FLAG)), "v2")
     lines = [
-        f"| decode | mode | ours µs | v2 µs | ours / v2 | ours µs | {bl} µs | ours vs {bl} | "
+        f"| decode | mode | ours µs | {other} µs | ours / other | ours µs | {bl} µs | ours vs {bl} | "
         "bits equal | max gap | scaled ULP ours / v2 | contract | plans ours / v2 |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -317,7 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         "decode", help="ours against the v2 build and cuDNN on the decode rows; DIR/decode.json"
     )
     d.add_argument("--out", type=Path, required=True)
-    d.add_argument("--v2-lib", type=Path, default=None, help=f"the {NO_ROWS_FLAG} library (default: built)")
+    d.add_argument("--v2-lib", type=Path, default=None, help="the other build's library (default: built)")
+    d.add_argument(
+        "--other-flags",
+        default=NO_ROWS_FLAG,
+        help=f"nvcc flags of the other build (default {NO_ROWS_FLAG}, the v2 kernels; or -DRA_CUDA_SPLIT=4)",
+    )
     d.add_argument("--iterations", type=int, default=100)
     d.add_argument("--shapes", type=parse_shapes, default=SHAPES, help="B:H:HKV:SK,... (default: issue 40's)")
     d.add_argument("--modes", type=parse_modes, default=tuple(ROUNDING_MODES))

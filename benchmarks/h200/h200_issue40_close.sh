@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# Since 2026-12-05's calls measured (i) (the rows build is the default), call1's (i) is a decode sweep
+# instead (DECODE=sweep, the default; DECODE=rows runs the old (i)): the 16-sequence decode, the bar
+# still missed at 0.998x cuDNN, against each SPLIT_VARIANTS build (forced key splits) and cuDNN, rtne,
+# one run per build (SWEEP_SHAPE, SWEEP_MODES), their outputs in $OUT/sweep.tgz.
 # Issue 40's close on the H200 in two device calls (docs/perf-notes.md, "Issue 40 close"): call1 (i) the
 # GQA decode against an 8k cache, 16 / 1 / 4 sequences x 32/8 heads, the default library (since
 # 2026-12-05 RA_CUDA_GQA_ROWS=1, kernel/common/gqa_rows.h: the dense kernels and their split over keys)
@@ -32,6 +36,10 @@ WORK=.devwork/i40close
 DEVICE=${DEVICE:-cuda}
 CALL_S=${CALL_S:-570}
 T_START=$(date +%s)
+# call1's decode sweep at 16 x 32/8 against 8k (the bar still missed: 0.998x cuDNN): forced key splits,
+# with and without the grid balance (which keeps any split on 128 CTAs; off, the persistent grid is 132)
+SPLIT_VARIANTS=("-DRA_CUDA_SPLIT=2" "-DRA_CUDA_SPLIT=8 -DRA_CUDA_GRID_BALANCE=0"
+  "-DRA_CUDA_SPLIT=16 -DRA_CUDA_GRID_BALANCE=0" "-DRA_CUDA_SPLIT=32 -DRA_CUDA_GRID_BALANCE=0")
 cd "$(dirname "$0")/../.."
 
 build_old() {  # 4cc9352's library from its kernel/ sources, by this tree's build command (sass_diff.sh's way)
@@ -66,6 +74,9 @@ if [ "$step" = prep ]; then
   build_old cuda && echo "old $WORK/old/old-libregress_attn_cuda.so"
   old_rc=$?
   wait
+  for v in "${SPLIT_VARIANTS[@]}"; do  # call1's split sweep, one build at a time (2 cores)
+    python3 -c "import sys; from regress.native.build import build_kernel as b; print(sys.argv[1:], b('cuda', extra_flags=tuple(sys.argv[1:])).path)" $v
+  done
   [ "$old_rc" = 0 ] || { tail -5 "$WORK/old/old-cuda.log"; exit 1; }
   tar -czf .devwork/i40close.tgz -C .devwork i40close && ls -la .devwork/i40close.tgz
   exit 0
@@ -123,7 +134,29 @@ ab_gate() {  # $1 the baseline library, $2 a label: the perf suite's A/B of this
   fi
 }
 
-if [ "$step" = call1 ]; then
+if [ "$step" = call1 ] && [ "${DECODE:-sweep}" = sweep ]; then
+  # (i) since call 3 of 2026-12-05 measured the rows build: the 16-sequence decode against each forced
+  # split build (decode's "other" arm) and cuDNN, rtne, every variant a run of its own
+  T0=$(date +%s)
+  dshape=(--shapes "${SWEEP_SHAPE:-16:32:8:8192}" --modes "${SWEEP_MODES:-rtne}")
+  [ "$DEVICE" = cpu ] && dshape=(--shapes 2:8:2:300 --modes rtne)
+  n=0
+  for v in "${SPLIT_VARIANTS[@]}"; do
+    n=$((n + 1))
+    timeout "${DECODE_S:-60}" python3 benchmarks/h200/h200_issue40_close.py decode --out "$OUT/sweep$n" \
+      "${DECODE_ARGS[@]}" "${dshape[@]}" --other-flags "$v" >"$OUT/sweep$n.log" 2>&1
+    echo "(i) sweep $n ($v) exit $? after $(($(date +%s) - T0)) s"
+    sed -n '/^| decode/,$p' "$OUT/sweep$n.log" | tail -1
+    grep -E "Error|error:" "$OUT/sweep$n.log" | head -3
+  done
+  (cd "$OUT" && tar -czf sweep.tgz sweep*/ sweep*.log && rm -rf sweep*/ sweep*.log)
+  if [ -f "$OLD_LIB" ]; then
+    ab_gate "$OLD_LIB" "(ii)"
+  else
+    echo "(ii) no library of $OLD_COMMIT ($OLD_LIB): run prep here and carry .devwork/i40close.tgz"
+  fi
+  logs=(ab.log gate.err)
+elif [ "$step" = call1 ]; then  # DECODE=rows
   T0=$(date +%s)
   timeout "${DECODE_S:-150}" python3 benchmarks/h200/h200_issue40_close.py decode --out "$OUT" "${DECODE_ARGS[@]}" \
     >"$OUT/decode.log" 2>&1

@@ -230,6 +230,53 @@ struct RowLimitSafe {
   uint32_t stair0;
 };
 
+/* The copies of an M phase, as its hook (key_loop's and waves.h's key_loop_w's): K(t)'s rows (q <
+ * kDmaRows) direct to LDS, then the wave's V rows of the tile its next X phase stores (kDmaRows <= q <
+ * kDmaRows + kVKeysPerWave) into the staging registers vst. Everything by reference: the hook is used
+ * while the key loop's own variables live. */
+template <bool kFits, class Copy>
+__device__ __forceinline__ auto copy_hook(const Copy& cp, const KeyLoop& c, const uint16_t* const& kb,
+                                          const uint16_t* const& vb, typename Copy::KTile& kt,
+                                          const typename Copy::VTile& vt, unsigned int (&vst)[kVKeysPerWave]) {
+  return [&](auto qc) {
+    constexpr int q = decltype(qc)::value;
+    if constexpr (q < kDmaRows)
+      cp.template k_row<kFits, q>(c.a, kb, kt);
+    else if constexpr (q < kDmaRows + kVKeysPerWave)
+      cp.template v_row<kFits, q - kDmaRows>(c.a, vb, vt, vst[q - kDmaRows]);
+  };
+}
+
+/* The key loop's trips (key_loop's and waves.h's key_loop_w's): X(j) then M(j+1) for j < n - 1, each
+ * trip making K(j+2)'s and V(j+1+grp)'s tiles, whose rows the M phase copies, then the last X(n-1);
+ * returns n - 1. The copies' row pointers are stepped a tile a trip (a 64-bit add each, no multiply).
+ * One exit, at the latch (a break between the X and M phases made the control-flow structurizer carry
+ * the O accumulators of both sides through the M phase: 64 more VGPRs and spills). */
+template <int L, bool kFits, class Copy, class XPhase, class MNext>
+__device__ __forceinline__ uint32_t key_trips(const KeyLoop& c, const Copy& cp, const uint16_t* kb, const uint16_t* vb,
+                                              u32x4 (*lds_k)[kBlockK * kKGranules], uint32_t n,
+                                              uint32_t grp, XPhase& x_phase, MNext& m_next) {
+  const uint16_t* kp = cp.k_row_ptr(c.a, kb, c.key0(2u));
+  const uint16_t* vp = cp.v_row_ptr(c.a, vb, c.key0(1u + grp));
+  const int64_t kstep = row_offset<L>((uint32_t)kBlockK, c.a.k_stride[2]);
+  const int64_t vstep = row_offset<L>((uint32_t)kBlockK, c.a.v_stride[2]);
+  uint32_t j = 0;
+  for (; j + 1u < n; ++j) {
+    const uint32_t P = j & 1u;
+    auto kt = cp.template k_tile<kFits>(c.a, kp, c.key0(j + 2u), lds_addr(lds_k[P]));
+    auto vt = cp.template v_tile<kFits>(c.a, vp, c.key0(j + 1u + grp));
+    kp += kstep;
+    vp += vstep;
+    x_phase(j, [&] {
+      cp.tie(kt);
+      cp.tie(vt);
+    });
+    m_next(kt, vt);
+  }
+  x_phase(j, [] {});
+  return j;
+}
+
 /* The key loop of a wave (the table above; grp = w / 4, wave-uniform), on the block's two K and two
  * V^T buffers. One loop for both groups: what differs (group 1's X(-1), group 0's last barrier, the V
  * copies) sits in scalar branches outside the M phases. kActive: the wave has query rows below
@@ -281,13 +328,7 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
    * the tile its next X phase stores (8 <= q < 16) into the staging registers vst. */
   unsigned int vst[kVKeysPerWave];
   auto copies = [&](typename Copy::KTile& kt, const typename Copy::VTile& vt) {
-    return [&](auto qc) {
-      constexpr int q = decltype(qc)::value;
-      if constexpr (q < kDmaRows)
-        cp.template k_row<kFits, q>(c.a, kb, kt);
-      else if constexpr (q < kDmaRows + kVKeysPerWave)
-        cp.template v_row<kFits, q - kDmaRows>(c.a, vb, vt, vst[q - kDmaRows]);
-    };
+    return copy_hook<kFits>(cp, c, kb, vb, kt, vt, vst);
   };
   /* An M phase's copies without the M phase (a wave with no query rows). */
   auto copies_only = [&](typename Copy::KTile& kt, const typename Copy::VTile& vt) {
@@ -418,27 +459,7 @@ __device__ __forceinline__ void key_loop(const KeyLoop& c, u32x4 (*lds_k)[kBlock
   auto m_last = [&] { /* M(n): the last PV, from V^T buffer (n - 1) % 2 */
     if constexpr (kActive) m_phase<true, false, false>(s, o, p, qf, f, fa, [](auto) {});
   };
-  /* The copies' row pointers stepped a tile a trip (a 64-bit add each, no multiply). One exit, at the
-   * latch (a break between the X and M phases made the control-flow structurizer carry the O
-   * accumulators of both sides through the M phase: 64 more VGPRs and spills). */
-  const uint16_t* kp = cp.k_row_ptr(c.a, kb, c.key0(2u));
-  const uint16_t* vp = cp.v_row_ptr(c.a, vb, c.key0(1u + grp));
-  const int64_t kstep = row_offset<L>((uint32_t)kBlockK, c.a.k_stride[2]);
-  const int64_t vstep = row_offset<L>((uint32_t)kBlockK, c.a.v_stride[2]);
-  uint32_t j = 0;
-  for (; j + 1u < n; ++j) {
-    const uint32_t P = j & 1u;
-    auto kt = cp.template k_tile<kFits>(c.a, kp, c.key0(j + 2u), lds_addr(lds_k[P]));
-    auto vt = cp.template v_tile<kFits>(c.a, vp, c.key0(j + 1u + grp));
-    kp += kstep;
-    vp += vstep;
-    x_phase(j, [&] {
-      cp.tie(kt);
-      cp.tie(vt);
-    });
-    m_next(kt, vt);
-  }
-  x_phase(j, [] {});
+  const uint32_t j = key_trips<L, kFits>(c, cp, kb, vb, lds_k, n, grp, x_phase, m_next);
   m_last();
   if (grp == 0u) m_end();
   if constexpr (kActive) fence_o(o);

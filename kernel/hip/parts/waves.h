@@ -194,13 +194,7 @@ __device__ __forceinline__ void key_loop_w(const KeyLoop& c, u32x4 (*lds_k)[kBlo
   }
   unsigned int vst[kVKeysPerWave];
   auto copies = [&](typename Copy::KTile& ktl, const typename Copy::VTile& vt) {
-    return [&](auto qc) {
-      constexpr int q = decltype(qc)::value;
-      if constexpr (q < kDmaRows)
-        cp.template k_row<kFits, q>(c.a, kb, ktl);
-      else if constexpr (q < kDmaRows + kVKeysPerWave)
-        cp.template v_row<kFits, q - kDmaRows>(c.a, vb, vt, vst[q - kDmaRows]);
-    };
+    return copy_hook<kFits>(cp, c, kb, vb, ktl, vt, vst);
   };
   auto copies_only = [&](typename Copy::KTile& ktl, const typename Copy::VTile& vt) {
     static_for<kDmaRows + kVKeysPerWave>(copies(ktl, vt));
@@ -279,24 +273,7 @@ __device__ __forceinline__ void key_loop_w(const KeyLoop& c, u32x4 (*lds_k)[kBlo
       m_end();
     }
   };
-  const uint16_t* kp = cp.k_row_ptr(c.a, kb, c.key0(2u));
-  const uint16_t* vp = cp.v_row_ptr(c.a, vb, c.key0(1u + grp));
-  const int64_t kstep = row_offset<L>((uint32_t)kBlockK, c.a.k_stride[2]);
-  const int64_t vstep = row_offset<L>((uint32_t)kBlockK, c.a.v_stride[2]);
-  uint32_t j = 0;
-  for (; j + 1u < n; ++j) {
-    const uint32_t P = j & 1u;
-    auto ktl = cp.template k_tile<kFits>(c.a, kp, c.key0(j + 2u), lds_addr(lds_k[P]));
-    auto vt = cp.template v_tile<kFits>(c.a, vp, c.key0(j + 1u + grp));
-    kp += kstep;
-    vp += vstep;
-    x_phase(j, [&] {
-      cp.tie(ktl);
-      cp.tie(vt);
-    });
-    m_next(ktl, vt);
-  }
-  x_phase(j, [] {});
+  key_trips<L, kFits>(c, cp, kb, vb, lds_k, n, grp, x_phase, m_next);
   if constexpr (kActive) m_phase_w<true, false, false>(s, o, p, qf, fa, [](auto) {});
   if (grp == 0u) m_end();
   if constexpr (kActive) fence_o_w(o);
