@@ -49,7 +49,7 @@ def stair_lib() -> KernelLibrary:
     """The library with kernel/cuda/stair.cuh built in (off by default until the device has run it)."""
     _need_cuda_gpu()
     out = load_library(build_kernel("cuda", extra_flags=STAIR_FLAGS).path)
-    assert out.build_info()["flags"]["stair_exact"] == 1
+    assert out.build_info()["stair_exact"] == 1
     return out  # type: ignore[return-value]
 
 
