@@ -24,13 +24,15 @@
 #       old and new libraries each against a copy of itself and against each other, the flagged shapes
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh aa", carry=[...as above])  the gate's A/A: this
 #       tree's library against a byte-identical copy through the perf suite's A/B (both listings) and the gate
+#   run(command="bash benchmarks/h200/h200_issue40_close.sh stair", carry=[...as above])  RA_CUDA_STAIR_EXACT=1:
+#       the staircase GPU tests on its build, then the v2 perf cases with the default build in the A/B phase
 #   DEVICE=cpu bash benchmarks/h200/h200_issue40_close.sh call1    the dry run on this machine's CPU backend:
 #       the same steps (decode on small shapes, a quick perf A/B against 4cc9352's CPU library, the
 #       gate, the table), so the harness is checked without a GPU; call2 likewise with --quick
 # Knobs: OUT (default /tmp/out), CALL_S (the call's budget, 570), DECODE_ITERS (100), DECODE_S (150),
 # NIGHTLY_DEADLINE (call2's --deadline, 520).
 set -uo pipefail
-step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|call1|call2|control|aa}
+step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|call1|call2|control|aa|stair}
 OLD_COMMIT=4cc9352
 WORK=.devwork/i40close
 DEVICE=${DEVICE:-cuda}
@@ -40,6 +42,7 @@ T_START=$(date +%s)
 # with and without the grid balance (which keeps any split on 128 CTAs; off, the persistent grid is 132)
 SPLIT_VARIANTS=("-DRA_CUDA_SPLIT=2" "-DRA_CUDA_SPLIT=8 -DRA_CUDA_GRID_BALANCE=0"
   "-DRA_CUDA_SPLIT=16 -DRA_CUDA_GRID_BALANCE=0" "-DRA_CUDA_SPLIT=32 -DRA_CUDA_GRID_BALANCE=0")
+STAIR_FLAG=-DRA_CUDA_STAIR_EXACT=1  # the stair step's build (kernel/cuda/stair.cuh), off by default
 cd "$(dirname "$0")/../.."
 
 build_old() {  # 4cc9352's library from its kernel/ sources, by this tree's build command (sass_diff.sh's way)
@@ -74,7 +77,7 @@ if [ "$step" = prep ]; then
   build_old cuda && echo "old $WORK/old/old-libregress_attn_cuda.so"
   old_rc=$?
   wait
-  for v in "${SPLIT_VARIANTS[@]}"; do  # call1's split sweep, one build at a time (2 cores)
+  for v in "$STAIR_FLAG" "${SPLIT_VARIANTS[@]}"; do  # the stair step's and call1's sweep's, one at a time
     python3 -c "import sys; from regress.native.build import build_kernel as b; print(sys.argv[1:], b('cuda', extra_flags=tuple(sys.argv[1:])).path)" $v
   done
   [ "$old_rc" = 0 ] || { tail -5 "$WORK/old/old-cuda.log"; exit 1; }
@@ -169,6 +172,31 @@ elif [ "$step" = call1 ]; then  # DECODE=rows
     echo "(ii) no library of $OLD_COMMIT ($OLD_LIB): run prep here and carry .devwork/i40close.tgz"
   fi
   logs=(decode.log ab.log gate.err)
+elif [ "$step" = stair ]; then
+  # RA_CUDA_STAIR_EXACT=1 on the device: (iv) the staircase GPU tests (a NaN/Inf in the diagonal's V
+  # against the fp64 reference, the flag-1 build; the default build's gap), then (v) the suites' v2
+  # perf cases of the flag-1 library with the default library in an A/B phase of the same rounds
+  # (perf.py's REGRESS_AB_BASELINE_LIB): what the flag costs the causal tiles
+  bl() { python3 -c "import sys; from regress.native.build import build_kernel as b; print(b('$BACKEND', extra_flags=tuple(sys.argv[1:])).path)" "$@"; }
+  STAIR_LIB=$(bl "$STAIR_FLAG") DEF_LIB=$(bl)
+  T0=$(date +%s)
+  if [ "$DEVICE" = cpu ]; then
+    echo "(iv) the staircase GPU tests need the GPU: skipped in the dry run"
+  else
+    timeout "${STAIR_TESTS_S:-180}" python3 -m pytest -n 0 -q -rs -m "" -p no:cacheprovider \
+      tests/kernel/test_cuda_v2_gpu.py -k staircase >"$OUT/stair-tests.log" 2>&1
+    echo "(iv) staircase GPU tests exit $? after $(($(date +%s) - T0)) s: $(tail -1 "$OUT/stair-tests.log")"
+    grep -E "^(FAILED|ERROR)|SKIPPED" "$OUT/stair-tests.log" | head -12
+  fi
+  T0=$(date +%s)
+  REGRESS_AB_BASELINE_LIB=$DEF_LIB REGRESS_AB_BASELINE_LABEL=stair0 timeout $(($(left) - 30)) \
+    python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" --iterations "${ITERS:-50}" \
+    >"$OUT/v2.log" 2>&1
+  echo "(v) v2 perf cases, the flag-1 library with the default in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
+  grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -8
+  sed -n '/^| family/,$p' "$OUT/v2.log"
+  (cd "$OUT" && tar -czf logs.tgz stair-tests.log v2.log 2>/dev/null; rm -f stair-tests.log v2.log)
+  exit 0
 elif [ "$step" = aa ]; then
   # the gate calibration's clean A/B redone as a true A/A: this tree's library against a byte-identical
   # copy (a second file, so a module of its own), through the perf suite's A/B and the gate
@@ -210,7 +238,7 @@ elif [ "$step" = control ]; then
   gzip -f "$OUT/ab_control.json" 2>/dev/null
   exit 0
 else
-  echo "unknown step $step: prep, call1, call2, control or aa"
+  echo "unknown step $step: prep, call1, call2, control, aa or stair"
   exit 2
 fi
 # at most 8 files come back, none in a folder more than 2 down: the logs and reports in one archive
