@@ -137,13 +137,12 @@ ab_gate() {  # $1 the baseline library, $2 a label: the perf suite's A/B of this
   fi
 }
 
-if [ "$step" = call1 ] && [ "${DECODE:-sweep}" = sweep ]; then
-  # (i) since call 3 of 2026-12-05 measured the rows build: the 16-sequence decode against each forced
-  # split build (decode's "other" arm) and cuDNN, rtne, every variant a run of its own
+sweep() {  # (i) since call 3 of 2026-12-05 measured the rows build: the 16-sequence decode against each
+  # forced split build (decode's "other" arm) and cuDNN, rtne, every variant a run of its own
+  local T0 n=0 dshape v
   T0=$(date +%s)
   dshape=(--shapes "${SWEEP_SHAPE:-16:32:8:8192}" --modes "${SWEEP_MODES:-rtne}")
   [ "$DEVICE" = cpu ] && dshape=(--shapes 2:8:2:300 --modes rtne)
-  n=0
   for v in "${SPLIT_VARIANTS[@]}"; do
     n=$((n + 1))
     timeout "${DECODE_S:-60}" python3 benchmarks/h200/h200_issue40_close.py decode --out "$OUT/sweep$n" \
@@ -153,6 +152,10 @@ if [ "$step" = call1 ] && [ "${DECODE:-sweep}" = sweep ]; then
     grep -E "Error|error:" "$OUT/sweep$n.log" | head -3
   done
   (cd "$OUT" && tar -czf sweep.tgz sweep*/ sweep*.log && rm -rf sweep*/ sweep*.log)
+}
+
+if [ "$step" = call1 ] && [ "${DECODE:-sweep}" = sweep ]; then
+  sweep
   if [ -f "$OLD_LIB" ]; then
     ab_gate "$OLD_LIB" "(ii)"
   else
@@ -190,13 +193,21 @@ elif [ "$step" = stair ]; then
   fi
   T0=$(date +%s)
   REGRESS_AB_BASELINE_LIB=$DEF_LIB REGRESS_AB_BASELINE_LABEL=stair0 timeout $(($(left) - 30)) \
-    python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" --iterations "${ITERS:-50}" \
+    python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" --iterations "${ITERS:-100}" \
     >"$OUT/v2.log" 2>&1
   echo "(v) v2 perf cases, the flag-1 library with the default in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
   grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -8
   sed -n '/^| family/,$p' "$OUT/v2.log"
-  (cd "$OUT" && tar -czf logs.tgz stair-tests.log v2.log 2>/dev/null; rm -f stair-tests.log v2.log)
-  exit 0
+  mv "$OUT/v2.log" "$OUT/stair-v2.log"
+  # then, while the call has time (a device call may be all a session gets): call1's sweep and its
+  # gate A/B against 4cc9352 (under the time left as its deadline)
+  [ "${STAIR_ONLY:-0}" = 1 ] || [ "$(left)" -lt 150 ] || sweep
+  if [ "${STAIR_ONLY:-0}" != 1 ] && [ "$(left)" -ge 240 ] && [ -f "$OLD_LIB" ]; then
+    ab_gate "$OLD_LIB" "(ii)"
+  else
+    echo "(ii) not run: $(left) s left"
+  fi
+  logs=(stair-tests.log stair-v2.log ab.log gate.err)
 elif [ "$step" = aa ]; then
   # the gate calibration's clean A/B redone as a true A/A: this tree's library against a byte-identical
   # copy (a second file, so a module of its own), through the perf suite's A/B and the gate
