@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from staircase import plant_nonfinite
+from staircase import assert_finite_bits_kept, finite_in_reference, plant_nonfinite
 
 from regress.facts import numerics as nm
 from regress.facts.results import MASKS
@@ -434,9 +434,7 @@ def test_staircase_nonfinite_v_is_exact(
     assert kind == ("sm90_v2_packgqa_causal" if sq == 32 else "sm90_v2_causal"), kind
     o_bits, clean, lse, ref = stair_case(stair_lib, mask, h, hk, sq, sk, layout)
     check_contract(o_bits, lse, ref, "rtna")
-    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
-    assert (~fin).any() and fin.any()
-    assert np.array_equal(o_bits[fin], clean[fin])
+    assert_finite_bits_kept(o_bits, clean, ref, "rtna")
 
 
 @pytest.mark.parametrize("mask", ["causal_top_left", "causal_bottom_right"])
@@ -458,14 +456,11 @@ def test_staircase_nonfinite_v_is_exact_in_a_varlen_batch(stair_lib: KernelLibra
     ref = reference.reference_varlen(q, k, bad, cq, ck, mask=mask)  # type: ignore[arg-type]
     o_bits = bits(out)
     check_contract(o_bits, lse, ref, "rtna")
-    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
-    assert (~fin).any() and fin.any()
-    assert np.array_equal(o_bits[fin], bits(clean)[fin])
+    assert_finite_bits_kept(o_bits, bits(clean), ref, "rtna")
 
 
 def test_staircase_gap_of_the_default_build(lib: KernelLibrary) -> None:
     """The default build (RA_CUDA_STAIR_EXACT=0) still has the gap docs/numerics.md §1b states, so the
     tests above can fail: a NaN on the diagonal reaches a row that does not see its key."""
     o_bits, _, _, ref = stair_case(lib, "causal_top_left", 2, 2, 300, 300, "bshd")
-    fin = ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, "rtna"))
-    assert nm.is_nonfinite_bits(o_bits)[fin].any()
+    assert nm.is_nonfinite_bits(o_bits)[finite_in_reference(ref, "rtna")].any()

@@ -3,7 +3,12 @@ the CPU golden model, the gfx942 kernels on hip-emu and the sm_90a kernels on a 
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
+
+from regress.facts import numerics as nm
 
 
 def plant_nonfinite(v: torch.Tensor, sk: int, key0: int = 0) -> list[tuple[int, int]]:
@@ -20,3 +25,17 @@ def plant_nonfinite(v: torch.Tensor, sk: int, key0: int = 0) -> list[tuple[int, 
         t[key0 + key, :, dim] = val
         placed.append((key, dim))
     return placed
+
+
+def finite_in_reference(ref: Any, mode: str) -> np.ndarray:
+    """Where the fp64 reference (reference.Reference) rounds to a finite bf16 in `mode`."""
+    return ~nm.is_nonfinite_bits(nm.reference_bits(ref.ref, mode))
+
+
+def assert_finite_bits_kept(o_bits: np.ndarray, clean_bits: np.ndarray, ref: Any, mode: str) -> None:
+    """The staircase tests' second half: the planted V reaches some elements (the reference is not all
+    finite) but not all, and every element whose reference is finite has the bits of the same call
+    with V finite (`clean_bits`)."""
+    fin = finite_in_reference(ref, mode)
+    assert (~fin).any() and fin.any()
+    assert np.array_equal(o_bits[fin], clean_bits[fin])
