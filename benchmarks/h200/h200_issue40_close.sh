@@ -45,6 +45,10 @@ SPLIT_VARIANTS=("-DRA_CUDA_SPLIT=2" "-DRA_CUDA_SPLIT=8 -DRA_CUDA_GRID_BALANCE=0"
 STAIR_FLAG=-DRA_CUDA_STAIR_EXACT=1  # the stair step's build (kernel/cuda/stair.cuh), off by default
 cd "$(dirname "$0")/../.."
 
+lib_of() {  # $1 a backend, then nvcc flags: that build's library path (built, or from the build cache)
+  PYTHONPATH=$PWD python3 -c "import sys; from regress.native.build import build_kernel as b; print(b(sys.argv[1], extra_flags=tuple(sys.argv[2:])).path)" "$@"
+}
+
 build_old() {  # 4cc9352's library from its kernel/ sources, by this tree's build command (sass_diff.sh's way)
   local backend=$1 src=$WORK/old
   PYTHONPATH=$PWD python3 - "$backend" "$src" <<'PY'
@@ -72,13 +76,13 @@ if [ "$step" = prep ]; then
   rm -rf "$WORK" && mkdir -p "$WORK/cache" "$WORK/old"
   export REGRESS_CACHE_DIR=$PWD/$WORK/cache PYTHONPATH=$PWD
   git archive "$OLD_COMMIT" kernel | tar -x -C "$WORK/old"
-  python3 -c "from regress.native.build import build_kernel as b; print('default', b('cuda').path)" &
-  python3 -c "from regress.native.build import build_kernel as b; print('v2', b('cuda', extra_flags=('-DRA_CUDA_GQA_ROWS=0',)).path)" &
+  echo "default $(lib_of cuda)" &
+  echo "v2 $(lib_of cuda -DRA_CUDA_GQA_ROWS=0)" &
   build_old cuda && echo "old $WORK/old/old-libregress_attn_cuda.so"
   old_rc=$?
   wait
   for v in "$STAIR_FLAG" "${SPLIT_VARIANTS[@]}"; do  # the stair step's and call1's sweep's, one at a time
-    python3 -c "import sys; from regress.native.build import build_kernel as b; print(sys.argv[1:], b('cuda', extra_flags=tuple(sys.argv[1:])).path)" $v
+    echo "$v $(lib_of cuda $v)"
   done
   [ "$old_rc" = 0 ] || { tail -5 "$WORK/old/old-cuda.log"; exit 1; }
   tar -czf .devwork/i40close.tgz -C .devwork i40close && ls -la .devwork/i40close.tgz
@@ -180,8 +184,7 @@ elif [ "$step" = stair ]; then
   # against the fp64 reference, the flag-1 build; the default build's gap), then (v) the suites' v2
   # perf cases of the flag-1 library with the default library in an A/B phase of the same rounds
   # (perf.py's REGRESS_AB_BASELINE_LIB): what the flag costs the causal tiles
-  bl() { python3 -c "import sys; from regress.native.build import build_kernel as b; print(b('$BACKEND', extra_flags=tuple(sys.argv[1:])).path)" "$@"; }
-  STAIR_LIB=$(bl "$STAIR_FLAG") DEF_LIB=$(bl)
+  STAIR_LIB=$(lib_of "$BACKEND" "$STAIR_FLAG") DEF_LIB=$(lib_of "$BACKEND")
   T0=$(date +%s)
   if [ "$DEVICE" = cpu ]; then
     echo "(iv) the staircase GPU tests need the GPU: skipped in the dry run"
@@ -211,7 +214,7 @@ elif [ "$step" = stair ]; then
 elif [ "$step" = aa ]; then
   # the gate calibration's clean A/B redone as a true A/A: this tree's library against a byte-identical
   # copy (a second file, so a module of its own), through the perf suite's A/B and the gate
-  NEW_LIB=$(python3 -c "from regress.native.build import build_kernel as b; print(b('$BACKEND').path)")
+  NEW_LIB=$(lib_of "$BACKEND")
   cp "$NEW_LIB" /tmp/aa-copy.so
   ab_gate /tmp/aa-copy.so "(aa)"
   logs=(ab.log gate.err)
@@ -230,7 +233,7 @@ elif [ "$step" = control ]; then
   # beside a byte-identical copy of itself, then against each other in both orders, on the gate's
   # flagged shape (2, 40, 1024, 77) and two neighbours; every pair a run of its own
   cp "$OLD_LIB" /tmp/old2.so
-  NEW_LIB=$(python3 -c "from regress.native.build import build_kernel as b; print(b('$BACKEND').path)")
+  NEW_LIB=$(lib_of "$BACKEND")
   cp "$NEW_LIB" /tmp/new2.so
   dry=(); [ "$DEVICE" = cpu ] && dry=(--dry-run)
   # CONTROL_PAIRS, CONTROL_SHAPES, CONTROL_MODES narrow it; arguments after `control` go to the script
