@@ -31,6 +31,7 @@
 #include "mask.cuh"
 #include "params.cuh"
 #include "ptx.cuh"
+#include "../common/bf16.h"
 
 namespace ra_cuda {
 
@@ -39,16 +40,6 @@ constexpr int kBarStairVote0 = 8;
 constexpr int kBarStairZero = 9;
 constexpr int kBarStairZero0 = 10;
 
-/* Bits 15 and 31 set where the low / high bf16 of x is Inf or NaN: the masked exponent plus one
- * exponent ulp carries into the sign position only then, never across halves (stair.h's trick). */
-__device__ __forceinline__ uint32_t bf16x2_nonfinite(uint32_t x) {
-  return ((x & 0x7f807f80u) + 0x00800080u) & 0x80008000u;
-}
-/* x with every non-finite bf16 replaced by +0. */
-__device__ __forceinline__ uint32_t bf16x2_zero_nonfinite(uint32_t x) {
-  const uint32_t t = bf16x2_nonfinite(x);
-  return x & ~(t | (t - (t >> 15))); /* 0x8000 -> 0xffff, 0x80000000 -> 0xffff0000 */
-}
 
 /* Whether V rows [lo, hi) (hi - lo <= 128; row r at v + r * ld) hold a non-finite element, in every
  * one of the `threads` consumer threads (tid: 0 .. threads - 1): thread tid reads the 16-byte chunk
@@ -63,7 +54,7 @@ __device__ __forceinline__ bool stair_vote(const uint16_t* v, int64_t ld, int lo
   for (int it = 0; it < 16; ++it) /* 16 passes of 8 rows (128 threads) or 8 of 16 (256) */
     if (r0 + it * step < hi - lo) {
       const uint4 x = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)(it * step) * ld));
-      /* bf16x2_nonfinite's sums OR-ed before its one mask: bit 15 / 31 of a sum is set only by a
+      /* ra_bf16x2_nonfinite's sums OR-ed before its one mask: bit 15 / 31 of a sum is set only by a
        * non-finite half, and no sum carries across halves */
       acc |= ((x.x & 0x7f807f80u) + 0x00800080u) | ((x.y & 0x7f807f80u) + 0x00800080u) |
              ((x.z & 0x7f807f80u) + 0x00800080u) | ((x.w & 0x7f807f80u) + 0x00800080u);
@@ -94,10 +85,12 @@ struct RowMaskStair : RowMask<true> {
                    : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
                    : "r"(a)
                    : "memory");
-      if ((bf16x2_nonfinite(x0) | bf16x2_nonfinite(x1) | bf16x2_nonfinite(x2) | bf16x2_nonfinite(x3)) == 0u)
+      if ((ra_bf16x2_nonfinite(x0) | ra_bf16x2_nonfinite(x1) | ra_bf16x2_nonfinite(x2) |
+           ra_bf16x2_nonfinite(x3)) == 0u)
         continue;
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(bf16x2_zero_nonfinite(x0)),
-                   "r"(bf16x2_zero_nonfinite(x1)), "r"(bf16x2_zero_nonfinite(x2)), "r"(bf16x2_zero_nonfinite(x3))
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(ra_bf16x2_zero_nonfinite(x0)),
+                   "r"(ra_bf16x2_zero_nonfinite(x1)), "r"(ra_bf16x2_zero_nonfinite(x2)),
+                   "r"(ra_bf16x2_zero_nonfinite(x3))
                    : "memory");
     }
     fence_proxy_async_smem(); /* the wgmmas read shared memory through the async proxy */
@@ -135,7 +128,7 @@ struct RowMaskStair : RowMask<true> {
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         x[i] = __ldg(row + 4 * i); /* columns 8 i + qc, + 1 */
-        bad |= bf16x2_nonfinite(x[i]);
+        bad |= ra_bf16x2_nonfinite(x[i]);
       }
       if (bad == 0u) continue;
       const bool see0 = key < lim[0], see1 = key < lim[1];
@@ -144,7 +137,7 @@ struct RowMaskStair : RowMask<true> {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint32_t e = h ? (x[i] & 0xffff0000u) : (x[i] << 16);
-          if ((bf16x2_nonfinite(e) & 0x80000000u) == 0u) continue;
+          if ((ra_bf16x2_nonfinite(e) & 0x80000000u) == 0u) continue;
           const float vf = __uint_as_float(e);
           if (see0) o[4 * i + h] = o[4 * i + h] + p0 * vf;
           if (see1) o[4 * i + 2 + h] = o[4 * i + 2 + h] + p1 * vf;

@@ -18,24 +18,18 @@
 #ifndef RA_HIP_STAIR_H
 #define RA_HIP_STAIR_H
 
+#include "../../common/bf16.h"
 #include "dispatch.h"
 #include "layout.h"
 #include "mfma.h"
 
 namespace ra_gfx942 {
 
-/* Bits 15 and 31 set where the low / high bf16 of x is Inf or NaN (exponent all ones): the masked
- * exponent plus one exponent ulp carries into the sign position only then, never across halves. */
-__device__ __forceinline__ uint32_t bf16x2_nonfinite(uint32_t x) {
-  return ((x & 0x7f807f80u) + 0x00800080u) & 0x80008000u;
-}
-
 /* A wave's staged V words with every non-finite bf16 replaced by +0. */
 __device__ __forceinline__ void zero_nonfinite(unsigned int (&v)[kVKeysPerWave]) {
 #pragma unroll
   for (int e = 0; e < kVKeysPerWave; ++e) {
-    const uint32_t t = bf16x2_nonfinite(v[e]);
-    v[e] &= ~(t | (t - (t >> 15))); /* 0x8000 -> 0xffff, 0x80000000 -> 0xffff0000 */
+    v[e] = ra_bf16x2_zero_nonfinite(v[e]);
   }
 }
 
@@ -60,7 +54,7 @@ __device__ __forceinline__ bool v_rows_nonfinite(const KernelArgs& a, const uint
     if (r0 + (uint32_t)(it * kRowsPerPass) < k_end - k_begin) y = *reinterpret_cast<const u32x4*>(row);
     x[it] = y;
   }
-  /* bf16x2_nonfinite's sums OR-ed before its one mask (bit 15 / 31 of a sum is set only by a non-finite
+  /* ra_bf16x2_nonfinite's sums OR-ed before its one mask (bit 15 / 31 of a sum is set only by a non-finite
    * half, and no sum carries across halves): 2 VALU ops a word */
   uint32_t acc = 0u;
 #pragma unroll
@@ -99,7 +93,7 @@ __device__ __forceinline__ void fold_nonfinite_v(f32x4 (&o)[kMTiles][kDTiles], c
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
       x[dt] = *(const GlobalU32x2*)(uintptr_t)(row + 16 * dt); /* a global_load, not flat */
-      bad |= bf16x2_nonfinite(x[dt].x) | bf16x2_nonfinite(x[dt].y);
+      bad |= ra_bf16x2_nonfinite(x[dt].x) | ra_bf16x2_nonfinite(x[dt].y);
     }
     uint64_t any = __builtin_amdgcn_ballot_w64(bad != 0u);
     asm volatile("" : "+s"(any)); /* a scalar branch: the exchange below needs every lane */
@@ -123,7 +117,7 @@ __device__ __forceinline__ void fold_nonfinite_v(f32x4 (&o)[kMTiles][kDTiles], c
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const uint32_t wv = (e >> 1) ? x[dt].y : x[dt].x;
-          const uint32_t t = bf16x2_nonfinite(wv);
+          const uint32_t t = ra_bf16x2_nonfinite(wv);
           const uint32_t nf = (t | (t - (t >> 15))) & vis;
           uint32_t hb = (e & 1) ? (wv & 0xffff0000u) : (wv << 16);
           uint32_t m = (e & 1) ? (nf & 0xffff0000u) : (nf << 16);
