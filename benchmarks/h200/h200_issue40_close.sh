@@ -150,7 +150,7 @@ sweep() {  # (i) since call 3 of 2026-12-05 measured the rows build: the 16-sequ
   for v in "${SPLIT_VARIANTS[@]}"; do
     n=$((n + 1))
     timeout "${DECODE_S:-60}" python3 benchmarks/h200/h200_issue40_close.py decode --out "$OUT/sweep$n" \
-      "${DECODE_ARGS[@]}" "${dshape[@]}" --other-flags "$v" >"$OUT/sweep$n.log" 2>&1
+      "${DECODE_ARGS[@]}" "${dshape[@]}" --other-flags="$v" >"$OUT/sweep$n.log" 2>&1
     echo "(i) sweep $n ($v) exit $? after $(($(date +%s) - T0)) s"
     sed -n '/^| decode/,$p' "$OUT/sweep$n.log" | tail -1
     grep -E "Error|error:" "$OUT/sweep$n.log" | head -3
@@ -183,11 +183,13 @@ elif [ "$step" = stair ]; then
   # RA_CUDA_STAIR_EXACT=1 on the device: (iv) the staircase GPU tests (a NaN/Inf in the diagonal's V
   # against the fp64 reference, the flag-1 build; the default build's gap), then (v) the suites' v2
   # perf cases of the flag-1 library with the default library in an A/B phase of the same rounds
-  # (perf.py's REGRESS_AB_BASELINE_LIB): what the flag costs the causal tiles
+  # (h200_v2.py --ab-lib, the suite context's ab_baseline): what the flag costs the causal tiles
   STAIR_LIB=$(lib_of "$BACKEND" "$STAIR_FLAG") DEF_LIB=$(lib_of "$BACKEND")
   T0=$(date +%s)
   if [ "$DEVICE" = cpu ]; then
     echo "(iv) the staircase GPU tests need the GPU: skipped in the dry run"
+  elif [ "${STAIR_TESTS:-1}" = 0 ]; then
+    echo "(iv) the staircase GPU tests not run (STAIR_TESTS=0)"
   else
     timeout "${STAIR_TESTS_S:-180}" python3 -m pytest -n 0 -q -rs -m "" -p no:cacheprovider \
       tests/kernel/test_cuda_v2_gpu.py -k staircase >"$OUT/stair-tests.log" 2>&1
@@ -195,8 +197,8 @@ elif [ "$step" = stair ]; then
     grep -E "^(FAILED|ERROR)|SKIPPED" "$OUT/stair-tests.log" | head -12
   fi
   T0=$(date +%s)
-  REGRESS_AB_BASELINE_LIB=$DEF_LIB REGRESS_AB_BASELINE_LABEL=stair0 timeout $(($(left) - 30)) \
-    python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" --iterations "${ITERS:-100}" \
+  timeout $(($(left) - 30)) python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" \
+    --ab-lib "$DEF_LIB" --ab-label stair0 --iterations "${ITERS:-100}" \
     >"$OUT/v2.log" 2>&1
   echo "(v) v2 perf cases, the flag-1 library with the default in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
   grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -8

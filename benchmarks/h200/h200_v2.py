@@ -2,6 +2,7 @@
 with their own code (regress.run.suites), and a table of them against the issue's bars.
 
   python benchmarks/h200/h200_v2.py --out DIR [--suites ulp,determinism,perf,e2e] [--iterations N]
+      [--lib LIB] [--ab-lib OTHER_LIB --ab-label NAME]   (OTHER_LIB timed in the A/B phase of each perf case)
   python benchmarks/h200/h200_v2.py --table DIR/v2-results.json.gz     (the table of a run again)
 
 Runs every case of the named suites whose params carry a v2 axis (hkv, mask, seqs): ULP and
@@ -48,7 +49,7 @@ def group_of(r: CaseResult) -> str:
 
 
 def ab_speed(r: CaseResult) -> float:
-    """With an A/B arm ($REGRESS_AB_BASELINE_LIB): the other build's time over ours by the statistic
+    """With an A/B arm (--ab-lib, the suite context's ab_baseline): the other build's time over ours by the statistic
     the A/B verdict judges (regress.detect.paired.paired_ratio, both listings where the run timed
     them); > 1: ours faster. NaN without one."""
     from regress.detect.paired import paired_ratio, swap_point
@@ -124,6 +125,10 @@ def main() -> int:
     ap.add_argument("--suites", default="ulp,determinism,perf,e2e")
     ap.add_argument("--iterations", type=int, default=None)
     ap.add_argument("--lib", type=Path, default=None, help="a built library (default: regress build's)")
+    ap.add_argument(
+        "--ab-lib", type=Path, default=None, help="a second build timed in each perf case's A/B phase"
+    )
+    ap.add_argument("--ab-label", default="", help="the A/B build's name in the results")
     args = ap.parse_args()
     if args.table is not None:
         print("\n".join(table(load_results(args.table))))
@@ -131,6 +136,8 @@ def main() -> int:
     if args.out is None:
         ap.error("--out is required (or --table FILE)")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.ab_lib is not None and not args.ab_lib.is_file():
+        ap.error(f"--ab-lib {args.ab_lib}: no such library")
     lib = load_library(args.lib or build_kernel("cuda").path)
     ctx = SuiteContext(
         library=lib,
@@ -138,8 +145,11 @@ def main() -> int:
         baselines=available_baselines("cuda"),
         quick=False,
         iterations=args.iterations,
+        ab_baseline=str(args.ab_lib.resolve()) if args.ab_lib else None,
+        ab_label=args.ab_label or (args.ab_lib.name if args.ab_lib else ""),
     )
-    print(f"{lib!r} baselines={[b.name for b in ctx.baselines]}", flush=True)
+    ab = f" A/B against {ctx.ab_baseline}" if ctx.ab_baseline else ""
+    print(f"{lib!r} baselines={[b.name for b in ctx.baselines]}{ab}", flush=True)
     results: list[CaseResult] = []
     for name in args.suites.split(","):
         suite = get_suite(name)

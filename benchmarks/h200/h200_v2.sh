@@ -71,11 +71,11 @@ if [ "$smoke_rc" = 0 ] && [ "$tests_rc" != 124 ] && [ -z "${NO_QUICK:-}" ]; then
 fi
 suites_rc=skipped
 # AB_LIB (a build beside this one, e.g. -DRA_CUDA_PACK_GQA=2): every v2 perf case also times it in an
-# A/B phase of the same rounds (perf.py's REGRESS_AB_BASELINE_LIB); the table's A/B column
-[ -n "${AB_LIB:-}" ] && export REGRESS_AB_BASELINE_LIB=$PWD/$AB_LIB REGRESS_AB_BASELINE_LABEL="${AB_LABEL:-$AB_LIB}"
+# A/B phase of the same rounds (h200_v2.py --ab-lib); the table's A/B column
+ab=(); [ -n "${AB_LIB:-}" ] && ab=(--ab-lib "$PWD/$AB_LIB" --ab-label "${AB_LABEL:-$AB_LIB}")
 if [ "$smoke_rc" = 0 ] && [ "$tests_rc" != 124 ]; then  # a hung kernel would hang these too
   T0=$(date +%s)
-  timeout "${SUITES_S:-300}" python3 benchmarks/h200/h200_v2.py --out "$OUT" --iterations "${ITERS:-50}" >"$OUT/v2.log" 2>&1
+  timeout "${SUITES_S:-300}" python3 benchmarks/h200/h200_v2.py --out "$OUT" --iterations "${ITERS:-50}" "${ab[@]}" >"$OUT/v2.log" 2>&1
   suites_rc=$?
   echo "v2 suites exit $suites_rc after $(($(date +%s) - T0)) s"
   grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -20
