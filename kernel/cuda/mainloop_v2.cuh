@@ -226,7 +226,11 @@ __device__ __forceinline__ void consume_v2(const FwdParamsV2& p, SmemV2<P>& sm, 
         const int stair_lo = Mask::limit(p, t.m << lr, t.len_q, t.len_k);
         const uint16_t* vt = p.v + (int64_t)Seq::batch_coord(t) * p.v_stride[0] +
                              (int64_t)R::kv_head(p, t) * p.v_stride[1] + (int64_t)t.k0 * p.v_stride[2];
-        if (stair_lo < lim_max && stair_vote(vt, p.v_stride[2], stair_lo, lim_max, mk.zero_threads, mk.zero_tid)) {
+        /* the vote is the same in every thread; vote.any says so to ptxas, which otherwise takes both key
+         * loops for divergent code and moves their address arithmetic off the uniform datapath */
+        const bool stair = __any_sync(0xffffffffu, stair_lo < lim_max && stair_vote(vt, p.v_stride[2], stair_lo,
+                                                                                   lim_max, mk.zero_threads, mk.zero_tid));
+        if (stair) {
           RowMaskStair ms;
           static_cast<RowMask<true>&>(ms) = mk;
           ms.lo = stair_lo;
