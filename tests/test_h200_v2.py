@@ -9,6 +9,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "h200"))
 import h200_v2  # noqa: E402
@@ -40,3 +42,21 @@ def test_the_table_of_the_committed_call(tmp_path: Path) -> None:
     assert abs(ab["b2_h32_sq8192_sk8192_bshd_rtne_causal-tl"] - 1.0) < 0.02
     assert ab["b16_h32_sq2048_sk2048_bshd_rtne_hkv8_causal-tl"] > 1.1  # packing causal GQA costs
     assert "(measured 694-726)" in lines[-1]
+
+
+def test_a_missing_ab_build_or_the_old_variable_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The A/B build is an argument: a path that is not a file, or the environment variable the suites
+    stopped reading (which once dropped a device call's A/B arm without a word), ends the run before
+    any case with the reason."""
+    missing = tmp_path / "nope.so"
+    monkeypatch.setattr(sys, "argv", ["h200_v2.py", "--out", str(tmp_path), "--ab-lib", str(missing)])
+    with pytest.raises(SystemExit) as e:
+        h200_v2.main()
+    assert e.value.code == 2 and f"--ab-lib {missing}: no such library" in capsys.readouterr().err
+    monkeypatch.setenv("REGRESS_AB_BASELINE_LIB", str(missing))
+    monkeypatch.setattr(sys, "argv", ["h200_v2.py", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as e:
+        h200_v2.main()
+    assert e.value.code == 2 and "pass the A/B build as --ab-lib" in capsys.readouterr().err

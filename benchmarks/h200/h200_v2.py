@@ -19,6 +19,7 @@ import argparse
 import gzip
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -49,9 +50,9 @@ def group_of(r: CaseResult) -> str:
 
 
 def ab_speed(r: CaseResult) -> float:
-    """With an A/B arm (--ab-lib, the suite context's ab_baseline): the other build's time over ours by the statistic
-    the A/B verdict judges (regress.detect.paired.paired_ratio, both listings where the run timed
-    them); > 1: ours faster. NaN without one."""
+    """With an A/B arm (--ab-lib, the suite context's ab_baseline): the other build's time over ours
+    by the statistic the A/B verdict judges (regress.detect.paired.paired_ratio, both listings where
+    the run timed them); > 1: ours faster. NaN without one."""
     from regress.detect.paired import paired_ratio, swap_point
     from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, AB_SWAP_METRIC
 
@@ -136,6 +137,8 @@ def main() -> int:
     if args.out is None:
         ap.error("--out is required (or --table FILE)")
     args.out.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("REGRESS_AB_BASELINE_LIB"):  # read before 6965d8b; ignoring it lost an A/B arm once
+        ap.error("$REGRESS_AB_BASELINE_LIB is not read any more: pass the A/B build as --ab-lib")
     if args.ab_lib is not None and not args.ab_lib.is_file():
         ap.error(f"--ab-lib {args.ab_lib}: no such library")
     lib = load_library(args.lib or build_kernel("cuda").path)

@@ -1,7 +1,7 @@
 /*
  * stair.cuh — the causal diagonal's non-finite V kept exact on sm_90a (RA_CUDA_STAIR_EXACT=1; 0, the
- * default until the device has run it, builds none of this: docs/numerics.md §1b). The gfx942 v2
- * kernels' design (kernel/hip/parts/stair.h), on wgmma.
+ * default until it is measured at the default build's speed, builds none of this: docs/numerics.md
+ * §1b). The gfx942 v2 kernels' design (kernel/hip/parts/stair.h), on wgmma.
  *
  * A key j that some rows of a tile see and others do not (the "staircase": tile keys [limit(first
  * row), limit(last row)), at most 127) meets P = 0 in the rows that do not see it, and 0 x NaN or

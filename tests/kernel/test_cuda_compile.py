@@ -566,7 +566,7 @@ def stair_built(tmp_path_factory):
 
 def test_stair_exact_build(built, stair_built):
     """-DRA_CUDA_STAIR_EXACT=1 (kernel/cuda/stair.cuh: the causal diagonal's non-finite V kept exact;
-    0 by default until the device has run it) compiles every kernel without spills, stack or
+    0 by default until measured at the default build's speed) compiles every kernel without spills, stack or
     serialised wgmma and says stair_exact 1 (the default build 0). It changes the causal v2 kernels
     only: every other kernel keeps the default build's SASS, and each causal one gains the tile's
     vote (one barrier reduction), the second key loop's 24 HGMMA (its Q K^T and two P V sites) and

@@ -46,7 +46,8 @@ STAIR_FLAGS = ("-DRA_CUDA_STAIR_EXACT=1",)
 
 @pytest.fixture(scope="module")
 def stair_lib() -> KernelLibrary:
-    """The library with kernel/cuda/stair.cuh built in (off by default until the device has run it)."""
+    """The library with kernel/cuda/stair.cuh built in (off by default until it is measured at the
+    default build's speed)."""
     _need_cuda_gpu()
     out = load_library(build_kernel("cuda", extra_flags=STAIR_FLAGS).path)
     assert out.build_info()["stair_exact"] == 1
