@@ -197,6 +197,15 @@ def _drop_transients(
     return cuts, tested
 
 
+def _unscaled(mean: float, exp: int) -> float:
+    """A scaled segment mean back at its values' scale. The mean of finite values is finite, but its
+    rounding in the scaled space can land one ulp past the float maximum, where ldexp raises."""
+    try:
+        return math.ldexp(mean, exp)
+    except OverflowError:
+        return math.copysign(np.finfo(float).max, mean)
+
+
 def detect_change_points(
     values: Sequence[float],
     samples: Sequence[Sequence[float]] | None = None,
@@ -280,8 +289,8 @@ def detect_change_points(
                 direction="slower" if slower else "faster",
                 magnitude=(after - before) / abs(before),
                 p_value=p,
-                before_mean=math.ldexp(before, exp),
-                after_mean=math.ldexp(after, exp),
+                before_mean=_unscaled(before, exp),
+                after_mean=_unscaled(after, exp),
             )
         )
     return out

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from regress.detect import ChangePoint, ChangePointConfig, detect_change_points
@@ -156,6 +156,8 @@ _LEVELS = st.lists(st.tuples(st.floats(), st.integers(1, 4)), max_size=8)
 
 @settings(max_examples=300, deadline=None)
 @given(_LEVELS)
+# found by CI: a mean rounded one ulp past the float maximum when scaled back (OverflowError)
+@example(levels=[(0.0, 1), (2.2837407326986184e306, 1), (1.7976931348623155e308, 2)])
 def test_any_series_gives_finite_change_points_at_its_rows(levels: list[tuple[float, int]]) -> None:
     values = [v for v, n in levels for _ in range(n)]
     for cp in detect_change_points(values):
