@@ -136,11 +136,11 @@ def main() -> int:
         return 0
     if args.out is None:
         ap.error("--out is required (or --table FILE)")
-    args.out.mkdir(parents=True, exist_ok=True)
     if os.environ.get("REGRESS_AB_BASELINE_LIB"):  # read before 6965d8b; ignoring it lost an A/B arm once
         ap.error("$REGRESS_AB_BASELINE_LIB is not read any more: pass the A/B build as --ab-lib")
     if args.ab_lib is not None and not args.ab_lib.is_file():
         ap.error(f"--ab-lib {args.ab_lib}: no such library")
+    args.out.mkdir(parents=True, exist_ok=True)
     lib = load_library(args.lib or build_kernel("cuda").path)
     ctx = SuiteContext(
         library=lib,
