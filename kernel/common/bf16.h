@@ -85,15 +85,20 @@ RA_HD uint32_t ra_bf16_ulp_distance(uint16_t a, uint16_t b) {
   return (uint32_t)(d < 0 ? -d : d);
 }
 
+/* ra_bf16x2_nonfinite before its mask: the masked exponents plus one exponent ulp each, which carries
+ * into bit 15 / 31 only where that half is Inf or NaN and never across halves, so several words' sums
+ * may be OR-ed before one mask. */
+RA_HD uint32_t ra_bf16x2_nonfinite_sum(uint32_t x) { return (x & 0x7f807f80u) + 0x00800080u; }
+
 /* Two packed bf16s (the low and high halves of x): bits 15 and 31 set where that half is Inf or NaN
- * (exponent all ones). The masked exponent plus one exponent ulp carries into the sign position only
- * then, never across halves. The causal staircase's non-finite V test (docs/numerics.md §1b). */
-RA_HD uint32_t ra_bf16x2_nonfinite(uint32_t x) { return ((x & 0x7f807f80u) + 0x00800080u) & 0x80008000u; }
+ * (exponent all ones). The causal staircase's non-finite V test (docs/numerics.md §1b). */
+RA_HD uint32_t ra_bf16x2_nonfinite(uint32_t x) { return ra_bf16x2_nonfinite_sum(x) & 0x80008000u; }
+
+/* ra_bf16x2_nonfinite's flags (bits 15 and 31) widened to their whole halves: 0x8000 -> 0xffff,
+ * 0x80000000 -> 0xffff0000. */
+RA_HD uint32_t ra_bf16x2_halves(uint32_t flags) { return flags | (flags - (flags >> 15)); }
 
 /* x with every non-finite bf16 half replaced by +0. */
-RA_HD uint32_t ra_bf16x2_zero_nonfinite(uint32_t x) {
-  const uint32_t t = ra_bf16x2_nonfinite(x);
-  return x & ~(t | (t - (t >> 15))); /* 0x8000 -> 0xffff, 0x80000000 -> 0xffff0000 */
-}
+RA_HD uint32_t ra_bf16x2_zero_nonfinite(uint32_t x) { return x & ~ra_bf16x2_halves(ra_bf16x2_nonfinite(x)); }
 
 #endif /* REGRESS_BF16_H */

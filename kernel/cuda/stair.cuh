@@ -54,10 +54,9 @@ __device__ __forceinline__ bool stair_vote(const uint16_t* v, int64_t ld, int lo
   for (int it = 0; it < 16; ++it) /* 16 passes of 8 rows (128 threads) or 8 of 16 (256) */
     if (r0 + it * step < hi - lo) {
       const uint4 x = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)(it * step) * ld));
-      /* ra_bf16x2_nonfinite's sums OR-ed before its one mask: bit 15 / 31 of a sum is set only by a
-       * non-finite half, and no sum carries across halves */
-      acc |= ((x.x & 0x7f807f80u) + 0x00800080u) | ((x.y & 0x7f807f80u) + 0x00800080u) |
-             ((x.z & 0x7f807f80u) + 0x00800080u) | ((x.w & 0x7f807f80u) + 0x00800080u);
+      /* the words' ra_bf16x2_nonfinite_sum OR-ed before one mask */
+      acc |= ra_bf16x2_nonfinite_sum(x.x) | ra_bf16x2_nonfinite_sum(x.y) | ra_bf16x2_nonfinite_sum(x.z) |
+             ra_bf16x2_nonfinite_sum(x.w);
     }
   return named_bar_red_or(threads == 256 ? kBarStairVote : kBarStairVote0, threads, (acc & 0x80008000u) != 0u);
 }

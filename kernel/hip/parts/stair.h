@@ -54,13 +54,12 @@ __device__ __forceinline__ bool v_rows_nonfinite(const KernelArgs& a, const uint
     if (r0 + (uint32_t)(it * kRowsPerPass) < k_end - k_begin) y = *reinterpret_cast<const u32x4*>(row);
     x[it] = y;
   }
-  /* ra_bf16x2_nonfinite's sums OR-ed before its one mask (bit 15 / 31 of a sum is set only by a non-finite
-   * half, and no sum carries across halves): 2 VALU ops a word */
+  /* the words' ra_bf16x2_nonfinite_sum OR-ed before one mask: 2 VALU ops a word */
   uint32_t acc = 0u;
 #pragma unroll
   for (int it = 0; it < kLoads; ++it)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc |= (x[it][e] & 0x7f807f80u) + 0x00800080u;
+    for (int e = 0; e < 4; ++e) acc |= ra_bf16x2_nonfinite_sum(x[it][e]);
   const uint64_t any = __builtin_amdgcn_ballot_w64((acc & 0x80008000u) != 0u);
   uint32_t* words = reinterpret_cast<uint32_t*>(flags);
   if (lane == 0) words[w] = any != 0u ? 1u : 0u;
@@ -117,8 +116,7 @@ __device__ __forceinline__ void fold_nonfinite_v(f32x4 (&o)[kMTiles][kDTiles], c
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const uint32_t wv = (e >> 1) ? x[dt].y : x[dt].x;
-          const uint32_t t = ra_bf16x2_nonfinite(wv);
-          const uint32_t nf = (t | (t - (t >> 15))) & vis;
+          const uint32_t nf = ra_bf16x2_halves(ra_bf16x2_nonfinite(wv)) & vis;
           uint32_t hb = (e & 1) ? (wv & 0xffff0000u) : (wv << 16);
           uint32_t m = (e & 1) ? (nf & 0xffff0000u) : (nf << 16);
           asm volatile("" : "+v"(hb), "+v"(m)); /* no SDWA forms (not emulated) */
