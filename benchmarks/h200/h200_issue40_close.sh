@@ -25,7 +25,8 @@
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh aa", carry=[...as above])  the gate's A/A: this
 #       tree's library against a byte-identical copy through the perf suite's A/B (both listings) and the gate
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh stair", carry=[...as above])  RA_CUDA_STAIR_EXACT=1:
-#       the staircase GPU tests on its build, then the v2 perf cases with the default build in the A/B phase
+#       the staircase GPU tests on its build, then the v2 perf cases with the default build in the A/B phase;
+#       STAIR_VALUES="1 2" measures each value in turn (prep with the same STAIR_VALUES builds them)
 #   DEVICE=cpu bash benchmarks/h200/h200_issue40_close.sh call1    the dry run on this machine's CPU backend:
 #       the same steps (decode on small shapes, a quick perf A/B against 4cc9352's CPU library, the
 #       gate, the table), so the harness is checked without a GPU; call2 likewise with --quick
@@ -42,7 +43,6 @@ T_START=$(date +%s)
 # with and without the grid balance (which keeps any split on 128 CTAs; off, the persistent grid is 132)
 SPLIT_VARIANTS=("-DRA_CUDA_SPLIT=2" "-DRA_CUDA_SPLIT=8 -DRA_CUDA_GRID_BALANCE=0"
   "-DRA_CUDA_SPLIT=16 -DRA_CUDA_GRID_BALANCE=0" "-DRA_CUDA_SPLIT=32 -DRA_CUDA_GRID_BALANCE=0")
-STAIR_FLAG=-DRA_CUDA_STAIR_EXACT=1  # the stair step's build (kernel/cuda/stair.cuh), off by default
 cd "$(dirname "$0")/../.."
 
 lib_of() {  # $1 a backend, then nvcc flags: that build's library path (built, or from the build cache)
@@ -81,7 +81,8 @@ if [ "$step" = prep ]; then
   build_old cuda && echo "old $WORK/old/old-libregress_attn_cuda.so"
   old_rc=$?
   wait
-  for v in "$STAIR_FLAG" "${SPLIT_VARIANTS[@]}"; do  # the stair step's and call1's sweep's, one at a time
+  stair_flags=(); for sv in ${STAIR_VALUES:-1}; do stair_flags+=("-DRA_CUDA_STAIR_EXACT=$sv"); done
+  for v in "${stair_flags[@]}" "${SPLIT_VARIANTS[@]}"; do  # the stair step's and call1's sweep's, one at a time
     echo "$v $(lib_of cuda $v)"
   done
   [ "$old_rc" = 0 ] || { tail -5 "$WORK/old/old-cuda.log"; exit 1; }
@@ -184,26 +185,36 @@ elif [ "$step" = stair ]; then
   # against the fp64 reference, the flag-1 build; the default build's gap), then (v) the suites' v2
   # perf cases of the flag-1 library with the default library in an A/B phase of the same rounds
   # (h200_v2.py --ab-lib, the suite context's ab_baseline): what the flag costs the causal tiles
-  STAIR_LIB=$(lib_of "$BACKEND" "$STAIR_FLAG") DEF_LIB=$(lib_of "$BACKEND")
-  T0=$(date +%s)
-  if [ "$DEVICE" = cpu ]; then
-    echo "(iv) the staircase GPU tests need the GPU: skipped in the dry run"
-  elif [ "${STAIR_TESTS:-1}" = 0 ]; then
-    echo "(iv) the staircase GPU tests not run (STAIR_TESTS=0)"
-  else
-    timeout "${STAIR_TESTS_S:-180}" python3 -m pytest -n 0 -q -rs -m "" -p no:cacheprovider \
-      tests/kernel/test_cuda_v2_gpu.py -k staircase >"$OUT/stair-tests.log" 2>&1
-    echo "(iv) staircase GPU tests exit $? after $(($(date +%s) - T0)) s: $(tail -1 "$OUT/stair-tests.log")"
-    grep -E "^(FAILED|ERROR)|SKIPPED" "$OUT/stair-tests.log" | head -12
-  fi
-  T0=$(date +%s)
-  timeout $(($(left) - 30)) python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" \
-    --ab-lib "$DEF_LIB" --ab-label stair0 --iterations "${ITERS:-100}" \
-    >"$OUT/v2.log" 2>&1
-  echo "(v) v2 perf cases, the flag-1 library with the default in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
-  grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -8
-  sed -n '/^| family/,$p' "$OUT/v2.log"
-  mv "$OUT/v2.log" "$OUT/stair-v2.log"
+  # STAIR_VALUES (default 1): the RA_CUDA_STAIR_EXACT values to measure, one after the other, each
+  # with its own tests and its own A/B run against the default (files suffixed -VALUE past the first)
+  DEF_LIB=$(lib_of "$BACKEND")
+  logs=()
+  for sv in ${STAIR_VALUES:-1}; do
+    sfx=""; [ -n "${STAIR_VALUES:-}" ] && sfx="-$sv"
+    STAIR_LIB=$(lib_of "$BACKEND" "-DRA_CUDA_STAIR_EXACT=$sv")
+    T0=$(date +%s)
+    if [ "$DEVICE" = cpu ]; then
+      echo "(iv) the staircase GPU tests need the GPU: skipped in the dry run"
+    elif [ "${STAIR_TESTS:-1}" = 0 ]; then
+      echo "(iv) the staircase GPU tests not run (STAIR_TESTS=0)"
+    else
+      REGRESS_STAIR_EXACT=$sv timeout "${STAIR_TESTS_S:-180}" python3 -m pytest -n 0 -q -rs -m "" -p no:cacheprovider \
+        tests/kernel/test_cuda_v2_gpu.py -k staircase >"$OUT/stair-tests$sfx.log" 2>&1
+      echo "(iv) RA_CUDA_STAIR_EXACT=$sv staircase GPU tests exit $? after $(($(date +%s) - T0)) s: $(tail -1 "$OUT/stair-tests$sfx.log")"
+      grep -E "^(FAILED|ERROR)|SKIPPED" "$OUT/stair-tests$sfx.log" | head -12
+      logs+=("stair-tests$sfx.log")
+    fi
+    T0=$(date +%s)
+    timeout $(($(left) - 30)) python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" \
+      --ab-lib "$DEF_LIB" --ab-label stair0 --iterations "${ITERS:-100}" \
+      >"$OUT/v2.log" 2>&1
+    echo "(v) v2 perf cases, the RA_CUDA_STAIR_EXACT=$sv library with the default in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
+    grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -8
+    sed -n '/^| family/,$p' "$OUT/v2.log"
+    mv "$OUT/v2.log" "$OUT/stair-v2$sfx.log"
+    logs+=("stair-v2$sfx.log")
+    [ -z "$sfx" ] || mv "$OUT/v2-results.json.gz" "$OUT/v2-results$sfx.json.gz"
+  done
   # then, while the call has time (a device call may be all a session gets): call1's sweep and its
   # gate A/B against 4cc9352 (under the time left as its deadline)
   [ "${STAIR_ONLY:-0}" = 1 ] || [ "$(left)" -lt 150 ] || sweep
@@ -212,7 +223,7 @@ elif [ "$step" = stair ]; then
   else
     echo "(ii) not run: $(left) s left"
   fi
-  logs=(stair-tests.log stair-v2.log ab.log gate.err)
+  logs+=(ab.log gate.err)
 elif [ "$step" = aa ]; then
   # the gate calibration's clean A/B redone as a true A/A: this tree's library against a byte-identical
   # copy (a second file, so a module of its own), through the perf suite's A/B and the gate

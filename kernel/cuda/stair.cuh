@@ -7,7 +7,7 @@
  * row), limit(last row)), at most 127) meets P = 0 in the rows that do not see it, and 0 x NaN or
  * 0 x Inf in the P.V would reach a row whose reference is finite. So, once per tile before its key
  * loop, every consumer thread of the tile reads 16 bytes of up to 16 of those V rows from global
- * memory and one barrier reduction (stair_vote) says whether any element is non-finite. All finite
+ * memory and one barrier reduction per warpgroup (stair_vote) says whether any element is non-finite. All finite
  * (the common case): the key loop runs as before (RowMask). Otherwise the tile runs the key loop's
  * second instantiation with RowMaskStair:
  *   before_pv  after a block's V has landed in shared memory and before any wgmma reads it, the
@@ -24,8 +24,9 @@
  *              instantiation packs the next block's first-half fragments after the wait
  *              (RA_CUDA_EARLY_FRAGS's 0 schedule: the same bits).
  * Keys no row of the tile sees are zeroed whole by RowMask::before_last_pv; keys every row sees need
- * nothing. Named barriers 7 (256 threads) and 8 (128: the second warpgroup has no row of the tile)
- * for the vote, 9 and 10 for the zeroing: their own ids, one count each (mask.cuh's comment).
+ * nothing. Named barriers 7 and 8 (a warpgroup's 128 threads) for the vote, 9 (256 threads) and 10
+ * (128: the second warpgroup has no row of the tile) for the zeroing: their own ids, one count each
+ * (mask.cuh's comment).
  */
 #pragma once
 #include "mask.cuh"
@@ -35,30 +36,31 @@
 
 namespace ra_cuda {
 
-constexpr int kBarStairVote = 7;
-constexpr int kBarStairVote0 = 8;
+constexpr int kBarStairVote = 7; /* + the warpgroup: 7 and 8, 128 threads each */
 constexpr int kBarStairZero = 9;
 constexpr int kBarStairZero0 = 10;
 
 
 /* Whether V rows [lo, hi) (hi - lo <= 128; row r at v + r * ld) hold a non-finite element, in every
- * one of the `threads` consumer threads (tid: 0 .. threads - 1): thread tid reads the 16-byte chunk
- * tid % 16 of rows lo + tid / 16 + (threads / 16) it, all loads in flight at once, and one barrier
- * reduction ORs the votes. */
-__device__ __forceinline__ bool stair_vote(const uint16_t* v, int64_t ld, int lo, int hi, int threads, int tid) {
-  const int step = threads >> 4;
+ * thread of warpgroup wg (tid: 0 .. 127): thread tid reads the 16-byte chunk tid % 16 of rows
+ * lo + tid / 16 + 8 it, all loads in flight at once, and one barrier reduction of the warpgroup ORs
+ * the votes. Each warpgroup reads every row and votes alone (the same rows, so the same answer): a
+ * barrier of both would align them at every tile's start, where the default build lets them drift.
+ * With RA_CUDA_STAIR_EXACT=2 the producer has prefetched those rows' V blocks into L2 when it
+ * published the tile (produce_v2). */
+__device__ __forceinline__ bool stair_vote(const uint16_t* v, int64_t ld, int lo, int hi, int wg, int tid) {
   const int r0 = tid >> 4;
   const uint16_t* first = v + (int64_t)(lo + r0) * ld + 8 * (tid & 15);
   uint32_t acc = 0u;
 #pragma unroll
-  for (int it = 0; it < 16; ++it) /* 16 passes of 8 rows (128 threads) or 8 of 16 (256) */
-    if (r0 + it * step < hi - lo) {
-      const uint4 x = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)(it * step) * ld));
+  for (int it = 0; it < 16; ++it) /* 16 passes of 8 rows */
+    if (r0 + it * 8 < hi - lo) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)(it * 8) * ld));
       /* the words' ra_bf16x2_nonfinite_sum OR-ed before one mask */
       acc |= ra_bf16x2_nonfinite_sum(x.x) | ra_bf16x2_nonfinite_sum(x.y) | ra_bf16x2_nonfinite_sum(x.z) |
              ra_bf16x2_nonfinite_sum(x.w);
     }
-  return named_bar_red_or(threads == 256 ? kBarStairVote : kBarStairVote0, threads, (acc & 0x80008000u) != 0u);
+  return named_bar_red_or(kBarStairVote + wg, 128, (acc & 0x80008000u) != 0u);
 }
 
 /* RowMask<true> for a tile whose staircase V holds a non-finite element (the vote above). */

@@ -9,6 +9,8 @@ Skipped, with the reason, where there is no GPU."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -41,7 +43,9 @@ def lib() -> KernelLibrary:
     return load_library(build_kernel("cuda").path)  # type: ignore[return-value]
 
 
-STAIR_FLAGS = ("-DRA_CUDA_STAIR_EXACT=1",)
+# the value under test: 1, or a candidate design the device harness names (h200_issue40_close.sh stair)
+STAIR_EXACT = int(os.environ.get("REGRESS_STAIR_EXACT", "1"))
+STAIR_FLAGS = (f"-DRA_CUDA_STAIR_EXACT={STAIR_EXACT}",)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +54,7 @@ def stair_lib() -> KernelLibrary:
     default build's speed)."""
     _need_cuda_gpu()
     out = load_library(build_kernel("cuda", extra_flags=STAIR_FLAGS).path)
-    assert out.build_info()["stair_exact"] == 1
+    assert out.build_info()["stair_exact"] == STAIR_EXACT != 0
     return out  # type: ignore[return-value]
 
 
