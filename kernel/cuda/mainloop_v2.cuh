@@ -79,16 +79,6 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
     tma_load_4d(sm.q[qs][0], &p.tma_q, &sm.q_full[qs], 0, qrow, qh, bc);
     tma_load_4d(sm.q[qs][1], &p.tma_q, &sm.q_full[qs], 64, qrow, qh, bc);
     const int kh = R::kv_head(p, t);
-    if constexpr (RA_CUDA_STAIR_EXACT == 2 && Mask::kCausal) {
-      /* the V blocks of the tile's staircase into L2 now, a tile ahead of the consumers' vote on them */
-      const int lr = R::log2_rows(p);
-      const int lo = Mask::limit(p, t.m << lr, t.len_q, t.len_k);
-      const int hi = Mask::limit(p, min(((t.m + 1) << lr) - 1, t.len_q - 1), t.len_q, t.len_k);
-      for (int n = lo / kBN; lo < hi && n <= (hi - 1) / kBN; ++n) {
-        tma_prefetch_l2_4d(&p.tma_v, 0, t.k0 + n * kBN, kh, bc);
-        tma_prefetch_l2_4d(&p.tma_v, 64, t.k0 + n * kBN, kh, bc);
-      }
-    }
     for (int n = 0; n < t.nb; ++n, ++kv) {
       const int s = kv % kStages;
       const uint32_t ph = (kv / kStages) & 1;
@@ -173,12 +163,6 @@ __device__ __forceinline__ void store_output_v2(const FwdParamsV2& p, SmemV2<P>&
   store_tile_rows<kRound>(o, sfm.l, so, row_out, lane, flip0);
 }
 
-/* RA_CUDA_STAIR_EXACT (stair.cuh): V's row of tile t's key 0 (its K/V head and sequence). */
-template <class Seq, bool kPack>
-__device__ __forceinline__ const uint16_t* stair_v(const FwdParamsV2& p, const TileInfo& t) {
-  return p.v + (int64_t)Seq::batch_coord(t) * p.v_stride[0] + (int64_t)Rows<kPack>::kv_head(p, t) * p.v_stride[1] +
-         (int64_t)t.k0 * p.v_stride[2];
-}
 template <int kRound, class Mask, class Seq, bool kPack, class P>
 __device__ __forceinline__ void consume_v2(const FwdParamsV2& p, SmemV2<P>& sm, int wg, int tid) {
   constexpr int kQStages = P::kQStages;
@@ -240,7 +224,8 @@ __device__ __forceinline__ void consume_v2(const FwdParamsV2& p, SmemV2<P>& sm, 
       if constexpr (RA_CUDA_STAIR_EXACT && Mask::kCausal) {
         /* stair.cuh: the tile's staircase V voted on; a non-finite element takes the safe loop */
         const int stair_lo = Mask::limit(p, t.m << lr, t.len_q, t.len_k);
-        const uint16_t* vt = stair_v<Seq, kPack>(p, t);
+        const uint16_t* vt = p.v + (int64_t)Seq::batch_coord(t) * p.v_stride[0] +
+                             (int64_t)R::kv_head(p, t) * p.v_stride[1] + (int64_t)t.k0 * p.v_stride[2];
         /* the vote is the same in every thread; vote.any says so to ptxas, which otherwise takes both key
          * loops for divergent code and moves their address arithmetic off the uniform datapath */
         const bool stair = __any_sync(

@@ -41,25 +41,25 @@ constexpr int kBarStairZero = 9;
 constexpr int kBarStairZero0 = 10;
 
 
-/* Whether V rows [lo, hi) (hi - lo <= 128; row r at v + r * ld) hold a non-finite element, in every
- * thread of warpgroup wg (tid: 0 .. 127): thread tid reads the 16-byte chunk tid % 16 of rows
- * lo + tid / 16 + 8 it, all loads in flight at once, and one barrier reduction of the warpgroup ORs
- * the votes. Each warpgroup reads every row and votes alone (the same rows, so the same answer): a
- * barrier of both would align them at every tile's start, where the default build lets them drift.
- * With RA_CUDA_STAIR_EXACT=2 the producer has prefetched those rows' V blocks into L2 when it
- * published the tile (produce_v2). */
+/* Whether V rows [lo, hi) (0 < hi - lo <= 128; row r at v + r * ld) hold a non-finite element, in
+ * every thread of warpgroup wg (tid: 0 .. 127): thread tid reads the 16-byte chunk tid % 16 of rows
+ * lo + tid / 16 + 8 it, and one barrier reduction of the warpgroup ORs the votes. A row past hi reads
+ * row hi - 1 again (harmless to an OR): no branch, so the 16 loads are in flight at once; a branch
+ * per load made ptxas wait for each in turn (the H100 measured 16 round trips a tile at 4 us). Each
+ * warpgroup reads every row and votes alone (the same rows, so the same answer), so the two are not
+ * aligned at every tile's start. */
 __device__ __forceinline__ bool stair_vote(const uint16_t* v, int64_t ld, int lo, int hi, int wg, int tid) {
-  const int r0 = tid >> 4;
-  const uint16_t* first = v + (int64_t)(lo + r0) * ld + 8 * (tid & 15);
-  uint32_t acc = 0u;
+  const uint16_t* first = v + (int64_t)lo * ld + 8 * (tid & 15);
+  const int last = hi - lo - 1;
+  uint4 x[16];
 #pragma unroll
-  for (int it = 0; it < 16; ++it) /* 16 passes of 8 rows */
-    if (r0 + it * 8 < hi - lo) {
-      const uint4 x = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)(it * 8) * ld));
-      /* the words' ra_bf16x2_nonfinite_sum OR-ed before one mask */
-      acc |= ra_bf16x2_nonfinite_sum(x.x) | ra_bf16x2_nonfinite_sum(x.y) | ra_bf16x2_nonfinite_sum(x.z) |
-             ra_bf16x2_nonfinite_sum(x.w);
-    }
+  for (int it = 0; it < 16; ++it)
+    x[it] = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)min((tid >> 4) + 8 * it, last) * ld));
+  uint32_t acc = 0u; /* the words' ra_bf16x2_nonfinite_sum OR-ed before one mask */
+#pragma unroll
+  for (int it = 0; it < 16; ++it)
+    acc |= ra_bf16x2_nonfinite_sum(x[it].x) | ra_bf16x2_nonfinite_sum(x[it].y) | ra_bf16x2_nonfinite_sum(x[it].z) |
+           ra_bf16x2_nonfinite_sum(x[it].w);
   return named_bar_red_or(kBarStairVote + wg, 128, (acc & 0x80008000u) != 0u);
 }
 
