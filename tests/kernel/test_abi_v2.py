@@ -5,12 +5,12 @@ and the validator's refusals of the new fields. (Every backend implements the v2
 from __future__ import annotations
 
 import ctypes
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from c_probe import build_c
 
 from regress.facts.abi import RA_ABI_VERSION, Params
 from regress.kernel import KernelLibrary, load_library
@@ -35,15 +35,7 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    d = tmp_path_factory.mktemp("abi")
-    (d / "probe.c").write_text(_PROBE)
-    exe = d / "probe"
-    subprocess.run(
-        [cc, "-std=c11", "-I", str(REPO_ROOT / "kernel"), str(d / "probe.c"), "-o", str(exe)], check=True
-    )
+    exe = build_c(_PROBE, tmp_path_factory.mktemp("abi"))
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.splitlines()}
 

@@ -5,14 +5,10 @@ checked against numpy's isfinite on every bf16 pattern in both halves of a word.
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from c_probe import build_c
 
 SHIM = r"""
 #include <stddef.h>
@@ -37,29 +33,7 @@ U32P = np.ctypeslib.ndpointer(np.uint32, flags="C_CONTIGUOUS")
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler (cc or gcc) on PATH")
-    d = tmp_path_factory.mktemp("bf16pairs")
-    (d / "shim.c").write_text(SHIM)
-    out = d / "libbf16pairs.so"
-    subprocess.run(
-        [
-            cc,
-            "-O2",
-            "-std=c11",
-            "-Wall",
-            "-Werror",
-            "-shared",
-            "-fPIC",
-            f"-I{ROOT / 'kernel'}",
-            "shim.c",
-            "-o",
-            str(out),
-        ],
-        cwd=d,
-        check=True,
-    )
+    out = build_c(SHIM, tmp_path_factory.mktemp("bf16pairs"), shared=True, flags=("-O2", "-Wall", "-Werror"))
     lib = ctypes.CDLL(str(out))
     lib.pairs.argtypes = [U32P, U32P, U32P, U32P, ctypes.c_size_t]
     lib.pairs.restype = None
