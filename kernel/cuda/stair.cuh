@@ -7,9 +7,9 @@
  * row), limit(last row)), at most 127) meets P = 0 in the rows that do not see it, and 0 x NaN or
  * 0 x Inf in the P.V would reach a row whose reference is finite. So, once per tile before its key
  * loop, every consumer thread of the tile reads 16 bytes of up to 16 of those V rows from global
- * memory and one barrier reduction per warpgroup (stair_vote) says whether any element is non-finite. All finite
- * (the common case): the key loop runs as before (RowMask). Otherwise the tile runs the key loop's
- * second instantiation with RowMaskStair:
+ * memory and one barrier reduction per warpgroup (stair_vote) says whether any element is
+ * non-finite. All finite (the common case): the key loop runs as before (RowMask). Otherwise the
+ * tile runs the key loop's second instantiation with RowMaskStair:
  *   before_pv  after a block's V has landed in shared memory and before any wgmma reads it, the
  *              non-finite bf16s of its staircase rows become +0 (a 16-byte chunk is 8 columns of one
  *              row in every swizzle, so no column is needed), then fence.proxy.async and a barrier
