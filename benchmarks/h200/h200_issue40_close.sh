@@ -186,7 +186,8 @@ elif [ "$step" = stair ]; then
   # perf cases of the flag-1 library with the default library in an A/B phase of the same rounds
   # (h200_v2.py --ab-lib, the suite context's ab_baseline): what the flag costs the causal tiles
   # STAIR_VALUES (default 1): the RA_CUDA_STAIR_EXACT values to measure, one after the other, each
-  # with its own tests and its own A/B run against the default (files suffixed -VALUE past the first)
+  # with its own tests and its own A/B run against the default (its files suffixed -VALUE when
+  # STAIR_VALUES is set; unsuffixed, as before, when it is not)
   DEF_LIB=$(lib_of "$BACKEND")
   logs=()
   for sv in ${STAIR_VALUES:-1}; do
