@@ -90,9 +90,12 @@ RA_HD uint32_t ra_bf16_ulp_distance(uint16_t a, uint16_t b) {
  * may be OR-ed before one mask. */
 RA_HD uint32_t ra_bf16x2_nonfinite_sum(uint32_t x) { return (x & 0x7f807f80u) + 0x00800080u; }
 
+/* The flags (bits 15 and 31) of one ra_bf16x2_nonfinite_sum or of several OR-ed together. */
+RA_HD uint32_t ra_bf16x2_sum_flags(uint32_t sums) { return sums & 0x80008000u; }
+
 /* Two packed bf16s (the low and high halves of x): bits 15 and 31 set where that half is Inf or NaN
  * (exponent all ones). The causal staircase's non-finite V test (docs/numerics.md §1b). */
-RA_HD uint32_t ra_bf16x2_nonfinite(uint32_t x) { return ra_bf16x2_nonfinite_sum(x) & 0x80008000u; }
+RA_HD uint32_t ra_bf16x2_nonfinite(uint32_t x) { return ra_bf16x2_sum_flags(ra_bf16x2_nonfinite_sum(x)); }
 
 /* ra_bf16x2_nonfinite's flags (bits 15 and 31) widened to their whole halves: 0x8000 -> 0xffff,
  * 0x80000000 -> 0xffff0000. */

@@ -60,7 +60,7 @@ __device__ __forceinline__ bool stair_vote(const uint16_t* v, int64_t ld, int lo
   for (int it = 0; it < 16; ++it)
     acc |= ra_bf16x2_nonfinite_sum(x[it].x) | ra_bf16x2_nonfinite_sum(x[it].y) | ra_bf16x2_nonfinite_sum(x[it].z) |
            ra_bf16x2_nonfinite_sum(x[it].w);
-  return named_bar_red_or(kBarStairVote + wg, 128, (acc & 0x80008000u) != 0u);
+  return named_bar_red_or(kBarStairVote + wg, 128, ra_bf16x2_sum_flags(acc) != 0u);
 }
 
 /* RowMask<true> for a tile whose staircase V holds a non-finite element (the vote above). */

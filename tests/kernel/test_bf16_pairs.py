@@ -1,6 +1,6 @@
-"""The packed-bf16 staircase helpers of kernel/common/bf16.h (ra_bf16x2_nonfinite_sum, _nonfinite,
-_halves, _zero_nonfinite), compiled by the system C compiler from the header the kernels include and
-checked against numpy's isfinite on every bf16 pattern in both halves of a word."""
+"""The packed-bf16 staircase helpers of kernel/common/bf16.h (ra_bf16x2_nonfinite_sum, _sum_flags,
+_nonfinite, _halves, _zero_nonfinite), compiled by the system C compiler from the header the kernels
+include and checked against numpy's isfinite on every bf16 pattern in both halves of a word."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ void pairs(const uint32_t* x, uint32_t* nf, uint32_t* halves, uint32_t* zeroed, 
 uint32_t vote(const uint32_t* x, size_t n) {
   uint32_t acc = 0u;
   for (size_t i = 0; i < n; ++i) acc |= ra_bf16x2_nonfinite_sum(x[i]);
-  return acc & 0x80008000u;
+  return ra_bf16x2_sum_flags(acc);
 }
 """
 

@@ -60,7 +60,7 @@ __device__ __forceinline__ bool v_rows_nonfinite(const KernelArgs& a, const uint
   for (int it = 0; it < kLoads; ++it)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc |= ra_bf16x2_nonfinite_sum(x[it][e]);
-  const uint64_t any = __builtin_amdgcn_ballot_w64((acc & 0x80008000u) != 0u);
+  const uint64_t any = __builtin_amdgcn_ballot_w64(ra_bf16x2_sum_flags(acc) != 0u);
   uint32_t* words = reinterpret_cast<uint32_t*>(flags);
   if (lane == 0) words[w] = any != 0u ? 1u : 0u;
   /* the key loop's prologue barrier: K(0) (issue_k0, before the look) and the votes published */
