@@ -153,11 +153,20 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_v2(const __gr
   sm90::SmemV2<Plan>& sm =
       *reinterpret_cast<sm90::SmemV2<Plan>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+#if RA_CUDA_STAIR_EXACT
+  if (Mask::kCausal && threadIdx.x == 0) /* fenced by cta_prologue's barrier-init fence */
+    for (int s = 0; s < Plan::kQStages; ++s) mbar_init(&sm.stair_full[s], kStairVoteWarps);
+#endif
   if (threadIdx.x == 0) cta_prologue(p, sm);
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) sm90::produce_v2<Mask, Seq, kPack>(p, sm);
+#if RA_CUDA_STAIR_EXACT
+    /* warps 1-3: the causal tiles' staircase votes, a Q stage ahead of the consumers (stair.cuh) */
+    if constexpr (Mask::kCausal)
+      if (threadIdx.x >= 32) sm90::vote_stairs_v2<Mask, Seq, kPack>(p, sm, (int)threadIdx.x - 32);
+#endif
   } else {
     setmaxnreg_inc<232>();
     sm90::consume_v2<kRound, Mask, Seq, kPack>(p, sm, wg - 1, (int)threadIdx.x - 128 * wg);

@@ -16,8 +16,9 @@
  *   no tile left: TileInfo{nb = 0} -> smem           box would cross the sequence or mix heads)
  *                                                  next tile's S = Q K_0^T, as the dense kernels
  *
- * With -DRA_CUDA_STAIR_EXACT=1 (stair.cuh; 0 by default) a causal tile first votes on its staircase V
- * rows and, where one holds a non-finite element, runs blocks_split_pv with RowMaskStair instead.
+ * With -DRA_CUDA_STAIR_EXACT=1 (stair.cuh; 0 by default) the producer warpgroup's warps 1-3 vote on
+ * each causal tile's staircase V rows once its Q stage is full (vote_stairs_v2), and a tile whose
+ * staircase holds a non-finite element runs blocks_split_pv with RowMaskStair instead.
  *
  * The tile's description travels from producer to consumers in shared memory beside its Q stage
  * (written before the stage's arrive, read after its wait), so only the producer reads the tile
@@ -102,6 +103,63 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
   st_tile_info(sm.tile_info[qs], none);
   mbar_arrive(&sm.q_full[qs]);
   if (p.tile_counter) reset_tile_counter_if_last(p);
+}
+
+/* Keys the tile's first row sees (mask.cuh's limit; lr: Rows::log2_rows): where its staircase begins. */
+template <class Mask>
+__device__ __forceinline__ int tile_first_limit(const FwdParamsV2& p, const TileInfo& t, int lr) {
+  return Mask::limit(p, t.m << lr, t.len_q, t.len_k);
+}
+/* Keys the tile's last row sees: where its staircase ends, and past which its last block's keys are
+ * seen by no row of the tile. */
+template <class Mask>
+__device__ __forceinline__ int tile_last_limit(const FwdParamsV2& p, const TileInfo& t, int lr) {
+  return Mask::limit(p, min(((t.m + 1) << lr) - 1, t.len_q - 1), t.len_q, t.len_k);
+}
+/* V's row of the tile's key 0 (its K/V head and sequence) in global memory. */
+template <class Seq, bool kPack>
+__device__ __forceinline__ const uint16_t* tile_v(const FwdParamsV2& p, const TileInfo& t) {
+  return p.v + (int64_t)Seq::batch_coord(t) * p.v_stride[0] + (int64_t)Rows<kPack>::kv_head(p, t) * p.v_stride[1] +
+         (int64_t)t.k0 * p.v_stride[2];
+}
+
+/* The producer warpgroup's warps 1-3 (t: 0 .. 95; RA_CUDA_STAIR_EXACT=1, causal kernels; SmemV2's
+ * stair fields exist in that build only, so these two compile there only): for each
+ * tile in the producer's order, once its Q stage is full (TileInfo published), whether its staircase
+ * V holds a non-finite element, one word per warp in stair_votes and an arrive on stair_full. The
+ * producer runs a Q stage ahead, so this vote's loads overlap the consumers' previous tile. A stage's
+ * words are rewritten only after its next fill, which waits for both consumer warpgroups' release of
+ * the stage, which comes after they read the words (consume_v2). */
+template <class Mask, class Seq, bool kPack, class P>
+__device__ __forceinline__ void vote_stairs_v2(const FwdParamsV2& p, SmemV2<P>& sm, int t) {
+  constexpr int kQStages = P::kQStages;
+  for (int tq = 0;; ++tq) {
+    const int qs = tq % kQStages;
+    mbar_wait(&sm.q_full[qs], (tq / kQStages) & 1);
+    const TileInfo ti = ld_tile_info(sm.tile_info[qs]);
+    if (ti.nb == 0) return;
+    const int lr = Rows<kPack>::log2_rows(p);
+    const int lo = tile_first_limit<Mask>(p, ti, lr), hi = tile_last_limit<Mask>(p, ti, lr);
+    const bool any = lo < hi && stair_nonfinite(tile_v<Seq, kPack>(p, ti), p.v_stride[2], lo, hi, t);
+    if ((t & 31) == 0) {
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem_u32(&sm.stair_votes[qs][t >> 5])), "r"(any ? 1u : 0u)
+                   : "memory");
+      mbar_arrive(&sm.stair_full[qs]); /* release: the word above */
+    }
+  }
+}
+/* The tile's vote (after its stair_full phase): the same in every thread, which vote.any tells ptxas
+ * (it otherwise takes both key loops for divergent code and moves their address arithmetic off the
+ * uniform datapath). */
+template <class P>
+__device__ __forceinline__ bool stair_voted(SmemV2<P>& sm, int tq) {
+  const int qs = tq % P::kQStages;
+  mbar_wait(&sm.stair_full[qs], (tq / P::kQStages) & 1);
+  const uint32_t a = smem_u32(sm.stair_votes[qs]);
+  uint32_t w0, w1, w2, w3;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(a) : "memory");
+  static_assert(kStairVoteWarps == 3, "one word per vote warp");
+  return __any_sync(0xffffffffu, (w0 | w1 | w2) != 0u);
 }
 
 /* The rows of one thread: r = 0 its first row, 1 the one 8 below (softmax.cuh's layout). */
@@ -211,7 +269,7 @@ __device__ __forceinline__ void consume_v2(const FwdParamsV2& p, SmemV2<P>& sm, 
       mk.lim[1] = tr.lim[1];
       /* the last block's keys no row of the tile sees: past its last row's limit (causal) or past
        * the sequence (varlen; a fixed-length tensor ends there, and TMA has zero-filled them) */
-      const int lim_max = Mask::limit(p, min(((t.m + 1) << lr) - 1, t.len_q - 1), t.len_q, t.len_k);
+      const int lim_max = tile_last_limit<Mask>(p, t, lr);
       mk.zero_from = Seq::kVarlen || lim_max < t.len_k ? min(max(lim_max - (t.nb - 1) * kBN, 0), kBN) : kBN;
       mk.zero_threads = R::wg_idle(p, t, 1) ? 128 : 256;
       mk.zero_tid = wg * 128 + tid;
@@ -219,23 +277,20 @@ __device__ __forceinline__ void consume_v2(const FwdParamsV2& p, SmemV2<P>& sm, 
       float corr[2];
       OnlineSoftmax<kBN / 8> sfm;
       sfm.init();
-      if (t.nb == 1) warp_release(&sm.q_empty[qs], lane);
+      constexpr bool kStair = RA_CUDA_STAIR_EXACT && Mask::kCausal;
+      if (!kStair && t.nb == 1) warp_release(&sm.q_empty[qs], lane);
       const TileBlocks b{t.nb, false, qs, h.q_addr_of(qs), kv, tq, kBN, qc, lane};
-      if constexpr (RA_CUDA_STAIR_EXACT && Mask::kCausal) {
-        /* stair.cuh: the tile's staircase V voted on; a non-finite element takes the safe loop */
-        const int stair_lo = Mask::limit(p, t.m << lr, t.len_q, t.len_k);
-        const uint16_t* vt = p.v + (int64_t)Seq::batch_coord(t) * p.v_stride[0] +
-                             (int64_t)R::kv_head(p, t) * p.v_stride[1] + (int64_t)t.k0 * p.v_stride[2];
-        /* the vote is the same in every thread; vote.any says so to ptxas, which otherwise takes both key
-         * loops for divergent code and moves their address arithmetic off the uniform datapath */
-        const bool stair = __any_sync(
-            0xffffffffu, stair_lo < lim_max && stair_vote(vt, p.v_stride[2], stair_lo, lim_max, wg, tid));
+      if constexpr (kStair) {
+        /* stair.cuh: the tile's staircase V voted on; a non-finite element takes the safe loop. Read
+         * before this stage's release (vote_stairs_v2 rewrites it after the stage's next fill). */
+        const bool stair = stair_voted(sm, tq);
+        if (t.nb == 1) warp_release(&sm.q_empty[qs], lane);
         if (stair) {
           RowMaskStair ms;
           static_cast<RowMask<true>&>(ms) = mk;
-          ms.lo = stair_lo;
+          ms.lo = tile_first_limit<Mask>(p, t, lr);
           ms.hi = lim_max;
-          ms.v = vt;
+          ms.v = tile_v<Seq, kPack>(p, t);
           ms.ld = p.v_stride[2];
           blocks_split_pv<false>(h, b, o, corr, sfm, pf, ms);
         } else {

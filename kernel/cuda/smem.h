@@ -94,10 +94,16 @@ struct Smem : OStaging<P::kOStaging> {
                              * the aligned base leaves the shared window (ST.E, LD.E.STRONG.SYS) */
 };
 /* The v2 kernels' (mainloop_v2.cuh): the dense layout, then each Q stage's TileInfo (pack_gqa.cuh:
- * 8 ints), which the producer writes before the stage's arrive and the consumers read after its wait. */
+ * 8 ints), which the producer writes before the stage's arrive and the consumers read after its wait.
+ * With RA_CUDA_STAIR_EXACT=1, each stage's staircase vote (stair.cuh): one word per vote warp, which
+ * it writes before its arrive on stair_full (3 arrivals a phase) and the consumers read after its wait. */
 template <class P>
 struct SmemV2 : Smem<P> {
   alignas(16) int tile_info[P::kQStages][8];
+#if RA_CUDA_STAIR_EXACT
+  alignas(16) int stair_votes[P::kQStages][4];
+  uint64_t stair_full[P::kQStages];
+#endif
 };
 template <class P>
 constexpr size_t kSmemBytes = sizeof(Smem<P>) + 1024; /* + room to align the base to 1024 */

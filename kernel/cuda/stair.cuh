@@ -5,11 +5,13 @@
  *
  * A key j that some rows of a tile see and others do not (the "staircase": tile keys [limit(first
  * row), limit(last row)), at most 127) meets P = 0 in the rows that do not see it, and 0 x NaN or
- * 0 x Inf in the P.V would reach a row whose reference is finite. So, once per tile before its key
- * loop, every consumer thread of the tile reads 16 bytes of up to 16 of those V rows from global
- * memory and one barrier reduction per warpgroup (stair_vote) says whether any element is
- * non-finite. All finite (the common case): the key loop runs as before (RowMask). Otherwise the
- * tile runs the key loop's second instantiation with RowMaskStair:
+ * 0 x Inf in the P.V would reach a row whose reference is finite. So the producer warpgroup's three
+ * idle warps vote on every tile's staircase V rows ahead of its consumers (stair_nonfinite: they
+ * read those rows from global memory once the tile's Q stage is full and publish one word per warp
+ * beside its TileInfo, mainloop_v2.cuh's vote_stairs_v2); a consumer reads the words at the tile's
+ * start, so the vote's memory latency falls inside the previous tile. All finite (the common case):
+ * the key loop runs as before (RowMask). Otherwise the tile runs the key loop's second instantiation
+ * with RowMaskStair:
  *   before_pv  after a block's V has landed in shared memory and before any wgmma reads it, the
  *              non-finite bf16s of its staircase rows become +0 (a 16-byte chunk is 8 columns of one
  *              row in every swizzle, so no column is needed), then fence.proxy.async and a barrier
@@ -24,9 +26,8 @@
  *              instantiation packs the next block's first-half fragments after the wait
  *              (RA_CUDA_EARLY_FRAGS's 0 schedule: the same bits).
  * Keys no row of the tile sees are zeroed whole by RowMask::before_last_pv; keys every row sees need
- * nothing. Named barriers 7 and 8 (a warpgroup's 128 threads) for the vote, 9 (256 threads) and 10
- * (128: the second warpgroup has no row of the tile) for the zeroing: their own ids, one count each
- * (mask.cuh's comment).
+ * nothing. Named barriers 9 (256 threads) and 10 (128: the second warpgroup has no row of the tile)
+ * for the zeroing: their own ids, one count each (mask.cuh's comment).
  */
 #pragma once
 #include "mask.cuh"
@@ -36,31 +37,35 @@
 
 namespace ra_cuda {
 
-constexpr int kBarStairVote = 7; /* + the warpgroup: 7 and 8, 128 threads each */
 constexpr int kBarStairZero = 9;
 constexpr int kBarStairZero0 = 10;
-
+constexpr int kStairVoteWarps = 3; /* the producer warpgroup's warps 1-3 */
 
 /* Whether V rows [lo, hi) (0 < hi - lo <= 128; row r at v + r * ld) hold a non-finite element, in
- * every thread of warpgroup wg (tid: 0 .. 127): thread tid reads the 16-byte chunk tid % 16 of rows
- * lo + tid / 16 + 8 it, and one barrier reduction of the warpgroup ORs the votes. A row past hi reads
- * row hi - 1 again (harmless to an OR): no branch, so the 16 loads are in flight at once; a branch
- * per load made ptxas wait for each in turn (the H100 measured 16 round trips a tile at 4 us). Each
- * warpgroup reads every row and votes alone (the same rows, so the same answer), so the two are not
- * aligned at every tile's start. */
-__device__ __forceinline__ bool stair_vote(const uint16_t* v, int64_t ld, int lo, int hi, int wg, int tid) {
-  const uint16_t* first = v + (int64_t)lo * ld + 8 * (tid & 15);
+ * every lane of the calling warp; t (0 .. 95) is the thread's index among the vote warps, which call
+ * it together and each OR what they read. Thread t reads the 16-byte chunk t % 16 of rows
+ * lo + t / 16 + 6 k; each pass issues four loads with no branch between them (a row past hi reads
+ * row hi - 1 again, harmless to an OR), so they are in flight at once: six round trips cover 128 rows,
+ * off the consumers' path. Four, because the producer warpgroup runs at 40 registers: six spilled.
+ * (A branch per load made ptxas wait for each in turn: the H100 measured 16 round trips a tile.) */
+__device__ __forceinline__ bool stair_nonfinite(const uint16_t* v, int64_t ld, int lo, int hi, int t) {
+  constexpr int kRowsPerPass = 32 * kStairVoteWarps / 16;
+  constexpr int kLoads = 4;
+  const uint16_t* first = v + (int64_t)lo * ld + 8 * (t & 15);
   const int last = hi - lo - 1;
-  uint4 x[16];
-#pragma unroll
-  for (int it = 0; it < 16; ++it)
-    x[it] = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)min((tid >> 4) + 8 * it, last) * ld));
   uint32_t acc = 0u; /* the words' ra_bf16x2_nonfinite_sum OR-ed before one mask */
+#pragma unroll 1
+  for (int r0 = t >> 4; r0 <= last; r0 += kLoads * kRowsPerPass) {
+    uint4 x[kLoads];
 #pragma unroll
-  for (int it = 0; it < 16; ++it)
-    acc |= ra_bf16x2_nonfinite_sum(x[it].x) | ra_bf16x2_nonfinite_sum(x[it].y) | ra_bf16x2_nonfinite_sum(x[it].z) |
-           ra_bf16x2_nonfinite_sum(x[it].w);
-  return named_bar_red_or(kBarStairVote + wg, 128, ra_bf16x2_sum_flags(acc) != 0u);
+    for (int it = 0; it < kLoads; ++it)
+      x[it] = __ldg(reinterpret_cast<const uint4*>(first + (int64_t)min(r0 + kRowsPerPass * it, last) * ld));
+#pragma unroll
+    for (int it = 0; it < kLoads; ++it)
+      acc |= ra_bf16x2_nonfinite_sum(x[it].x) | ra_bf16x2_nonfinite_sum(x[it].y) |
+             ra_bf16x2_nonfinite_sum(x[it].z) | ra_bf16x2_nonfinite_sum(x[it].w);
+  }
+  return __any_sync(0xffffffffu, ra_bf16x2_sum_flags(acc) != 0u);
 }
 
 /* RowMask<true> for a tile whose staircase V holds a non-finite element (the vote above). */

@@ -568,10 +568,10 @@ def test_stair_exact_build(built, stair_built):
     """-DRA_CUDA_STAIR_EXACT=1 (kernel/cuda/stair.cuh: the causal diagonal's non-finite V kept exact;
     0 by default until measured at the default build's speed) compiles every kernel without spills, stack or
     serialised wgmma and says stair_exact 1 (the default build 0). It changes the causal v2 kernels
-    only: every other kernel keeps the default build's SASS, and each causal one gains the tile's
-    vote (16 loads in flight, one barrier reduction), the second key loop's 24 HGMMA (its Q K^T and
-    two P V sites) and its shared-memory zeroing, with no local memory; both key loops keep the
-    softmax beside the products."""
+    only: every other kernel keeps the default build's SASS, and each causal one gains the vote warps'
+    pass (4 loads in flight, in the producer warpgroup: the consumers load nothing for the vote and
+    wait at no barrier reduction), the second key loop's 24 HGMMA (its Q K^T and two P V sites) and its
+    shared-memory zeroing, with no local memory; both key loops keep the softmax beside the products."""
     found = kernels(stair_built[1])
     assert set(found) == set(kernels(built[1]))
     base = kernels(built[1])
@@ -598,12 +598,14 @@ def test_stair_exact_build(built, stair_built):
     for name in causal:
         body, base = st[name], clean[name]
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name} uses local memory"
-        assert not re.search(r"\bBAR\.RED\b", base) and len(re.findall(r"\bBAR\.RED\.OR\b", body)) == 1, name
-        # the vote's 16 loads in flight at once: no branch from the first to the barrier reduction (a
-        # branch per load made ptxas wait for each, 16 round trips a tile: 0.78x the default at 2k, H100)
-        head = body[: re.search(r"\bBAR\.RED\.OR\b", body).start()]  # type: ignore[union-attr]
-        loads = [m.start() for m in re.finditer(r"\bLDG\.E\.128\.CONSTANT\b", head)]
-        assert len(loads) >= 16 and not re.search(r"\bBRA\b", head[loads[-16] :]), name
+        # the vote runs in the producer warpgroup's warps 1-3: no barrier reduction in the consumers'
+        # path (the per-tile vote there cost 0.92x the default at 2k even with its loads in flight, H100)
+        assert not re.search(r"\bBAR\.RED\b", base) and not re.search(r"\bBAR\.RED\b", body), name
+        # its pass: 4 loads in flight at once, no branch between them (a branch per load made ptxas
+        # wait for each, 16 round trips a tile: 0.78x the default at 2k, H100); 6 spilled at 40 registers
+        loads = [m.start() for m in re.finditer(r"\bLDG\.E\.128\.CONSTANT\b", body)]
+        assert not re.search(r"\bLDG\.E\.128\.CONSTANT\b", base), name
+        assert len(loads) == 4 and not re.search(r"\bBRA\b", body[loads[0] : loads[-1]]), name
         hgmma = r"\bHGMMA\.64x128x16\.F32\.BF16\b"
         assert len(re.findall(hgmma, body)) == len(re.findall(hgmma, base)) + 24, name
         # the zeroing's 16-byte shared loads and stores, one pair for the loop's blocks, one for the last
