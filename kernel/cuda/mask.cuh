@@ -26,10 +26,11 @@
  *             reaches the rows that do not see it (0 x NaN), the gap docs/numerics.md §1b states
  *   RowMaskStair  stair.cuh, built with RA_CUDA_STAIR_EXACT=1 only (off by default until the
  *             device has run it): RowMask for a causal tile whose staircase V holds a non-finite
- *             element (a vote of the tile's threads before its key loop, which then runs as a
- *             second instantiation): those elements are zeroed in shared memory before their P.V
- *             and added back, p_ij V[j][d], to the rows that see key j, before the next rescale
- * Named barrier ids: 3 and 4 are split.cuh's, 5 and 6 below, 7 to 10 stair.cuh's; one thread count
+ *             element (a vote of the producer warpgroup's idle warps, read before the tile's key
+ *             loop, which then runs as a second instantiation): those elements are zeroed in
+ *             shared memory before their P.V and added back, p_ij V[j][d], to the rows that see
+ *             key j, before the next rescale
+ * Named barrier ids: 3 and 4 are split.cuh's, 5 and 6 below, 9 and 10 stair.cuh's; one thread count
  * per id.
  */
 #pragma once
