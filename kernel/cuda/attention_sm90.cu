@@ -155,7 +155,10 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_v2(const __gr
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
 #if RA_CUDA_STAIR_EXACT
   if (Mask::kCausal && threadIdx.x == 0) /* fenced by cta_prologue's barrier-init fence */
-    for (int s = 0; s < Plan::kQStages; ++s) mbar_init(&sm.stair_full[s], kStairVoteWarps);
+    for (int s = 0; s < sm90::kStairSlots; ++s) {
+      mbar_init(&sm.stair_info_full[s], 1);
+      mbar_init(&sm.stair_full[s], kStairVoteWarps);
+    }
 #endif
   if (threadIdx.x == 0) cta_prologue(p, sm);
   __syncthreads();
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(sm90::kThreads, 1) attn_fwd_sm90_v2(const __gr
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) sm90::produce_v2<Mask, Seq, kPack>(p, sm);
 #if RA_CUDA_STAIR_EXACT
-    /* warps 1-3: the causal tiles' staircase votes, a Q stage ahead of the consumers (stair.cuh) */
+    /* warps 1-3: the causal tiles' staircase votes, a tile ahead of the consumers (stair.cuh) */
     if constexpr (Mask::kCausal)
       if (threadIdx.x >= 32) sm90::vote_stairs_v2<Mask, Seq, kPack>(p, sm, (int)threadIdx.x - 32);
 #endif

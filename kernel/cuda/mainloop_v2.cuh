@@ -57,6 +57,22 @@ __device__ __forceinline__ TileInfo ld_tile_info(int* slot) {
   return t;
 }
 
+/* The tile the producer takes after `tile`: the dynamic counter's next, or the static order's. */
+__device__ __forceinline__ int next_tile(const FwdParamsV2& p, int tile) {
+  return p.tile_counter ? (int)gridDim.x + atomicAdd(&p.tile_counter[0], 1) : tile + (int)gridDim.x;
+}
+
+/* RA_CUDA_STAIR_EXACT=1: tile `tile` (none past num_tiles) as the vote warps' tile tq (smem.h's ring;
+ * SmemV2's stair fields exist in that build only, so this compiles there only). */
+template <class Mask, class Seq, bool kPack, class P>
+__device__ __forceinline__ void publish_stair_tile(const FwdParamsV2& p, SmemV2<P>& sm, int tq, int tile,
+                                                   int num_tiles) {
+  TileInfo t{};
+  if (tile < num_tiles) t = Seq::template tile_info<Mask, kPack>(p, tile);
+  st_tile_info(sm.stair_info[tq % kStairSlots], t);
+  mbar_arrive(&sm.stair_info_full[tq % kStairSlots]); /* release: the TileInfo above */
+}
+
 template <class Mask, class Seq, bool kPack, class P>
 __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) {
   constexpr int kQStages = P::kQStages;
@@ -66,10 +82,20 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
   using R = Rows<kPack>;
   const int num_tiles = Seq::num_tiles(p);
   const uint32_t q_bytes = R::q_bytes(p);
+  /* stair.cuh's vote warps learn each tile a tile before its Q stage: the producer takes its next
+   * tile as it starts this one, so their vote runs while the consumers compute this one */
+  constexpr bool kStairAhead = RA_CUDA_STAIR_EXACT && Mask::kCausal;
   int kv = 0;
   int tq = 0;
-  for (int tile = blockIdx.x; tile < num_tiles; ++tq) {
+  int tile = blockIdx.x;
+  if constexpr (kStairAhead) publish_stair_tile<Mask, Seq, kPack>(p, sm, 0, tile, num_tiles);
+  for (; tile < num_tiles; ++tq) {
     const TileInfo t = Seq::template tile_info<Mask, kPack>(p, tile);
+    int ahead = 0;
+    if constexpr (kStairAhead) {
+      ahead = next_tile(p, tile);
+      publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
+    }
     const int qs = tq % kQStages;
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
     st_tile_info(sm.tile_info[qs], t); /* published by the arrive below (release) */
@@ -93,7 +119,7 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
       tma_load_4d(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, krow, kh, bc);
       tma_load_4d(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, krow, kh, bc);
     }
-    tile = p.tile_counter ? (int)gridDim.x + atomicAdd(&p.tile_counter[0], 1) : tile + (int)gridDim.x;
+    tile = kStairAhead ? ahead : next_tile(p, tile);
   }
   /* no tile left: a Q stage that carries no bytes and a TileInfo of no blocks */
   const int qs = tq % kQStages;
@@ -124,19 +150,17 @@ __device__ __forceinline__ const uint16_t* tile_v(const FwdParamsV2& p, const Ti
 }
 
 /* The producer warpgroup's warps 1-3 (t: 0 .. 95; RA_CUDA_STAIR_EXACT=1, causal kernels; SmemV2's
- * stair fields exist in that build only, so these two compile there only): for each
- * tile in the producer's order, once its Q stage is full (TileInfo published), whether its staircase
- * V holds a non-finite element, one word per warp in stair_votes and an arrive on stair_full. The
- * producer runs a Q stage ahead, so this vote's loads overlap the consumers' previous tile. A stage's
- * words are rewritten only after its next fill, which waits for both consumer warpgroups' release of
- * the stage, which comes after they read the words (consume_v2). */
+ * stair fields exist in that build only, so these two compile there only): for each tile in the
+ * producer's order, once the producer has published it (a tile before its Q stage: produce_v2),
+ * whether its staircase V holds a non-finite element, one word per warp in stair_votes and an arrive
+ * on stair_full. So the vote's loads run while the consumers compute the tile before (smem.h says
+ * why a slot is free when it is rewritten). */
 template <class Mask, class Seq, bool kPack, class P>
 __device__ __forceinline__ void vote_stairs_v2(const FwdParamsV2& p, SmemV2<P>& sm, int t) {
-  constexpr int kQStages = P::kQStages;
   for (int tq = 0;; ++tq) {
-    const int qs = tq % kQStages;
-    mbar_wait(&sm.q_full[qs], (tq / kQStages) & 1);
-    const TileInfo ti = ld_tile_info(sm.tile_info[qs]);
+    const int qs = tq % kStairSlots;
+    mbar_wait(&sm.stair_info_full[qs], (tq / kStairSlots) & 1);
+    const TileInfo ti = ld_tile_info(sm.stair_info[qs]);
     if (ti.nb == 0) return;
     const int lr = Rows<kPack>::log2_rows(p);
     const int lo = tile_first_limit<Mask>(p, ti, lr), hi = tile_last_limit<Mask>(p, ti, lr);
@@ -153,8 +177,8 @@ __device__ __forceinline__ void vote_stairs_v2(const FwdParamsV2& p, SmemV2<P>& 
  * uniform datapath). */
 template <class P>
 __device__ __forceinline__ bool stair_voted(SmemV2<P>& sm, int tq) {
-  const int qs = tq % P::kQStages;
-  mbar_wait(&sm.stair_full[qs], (tq / P::kQStages) & 1);
+  const int qs = tq % kStairSlots;
+  mbar_wait(&sm.stair_full[qs], (tq / kStairSlots) & 1);
   const uint32_t a = smem_u32(sm.stair_votes[qs]);
   uint32_t w0, w1, w2, w3;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(a) : "memory");
@@ -282,7 +306,7 @@ __device__ __forceinline__ void consume_v2(const FwdParamsV2& p, SmemV2<P>& sm, 
       const TileBlocks b{t.nb, false, qs, h.q_addr_of(qs), kv, tq, kBN, qc, lane};
       if constexpr (kStair) {
         /* stair.cuh: the tile's staircase V voted on; a non-finite element takes the safe loop. Read
-         * before this stage's release (vote_stairs_v2 rewrites it after the stage's next fill). */
+         * before this stage's release (smem.h: the slot's rewrite waits for it). */
         const bool stair = stair_voted(sm, tq);
         if (t.nb == 1) warp_release(&sm.q_empty[qs], lane);
         if (stair) {

@@ -95,14 +95,21 @@ struct Smem : OStaging<P::kOStaging> {
 };
 /* The v2 kernels' (mainloop_v2.cuh): the dense layout, then each Q stage's TileInfo (pack_gqa.cuh:
  * 8 ints), which the producer writes before the stage's arrive and the consumers read after its wait.
- * With RA_CUDA_STAIR_EXACT=1, each stage's staircase vote (stair.cuh): one word per vote warp, which
- * it writes before its arrive on stair_full (3 arrivals a phase) and the consumers read after its wait. */
+ * With RA_CUDA_STAIR_EXACT=1, a ring of kStairSlots for the staircase votes (stair.cuh), tile tq in
+ * slot tq % kStairSlots: its TileInfo, which the producer writes a tile ahead of its Q stage and
+ * publishes by an arrive on stair_info_full (1 a phase), and the vote, one word per vote warp, each
+ * written before that warp's arrive on stair_full (3 a phase) and read by the consumers after its
+ * wait. Four slots: a slot is rewritten only after the producer has passed the Q stage release of
+ * the tile three before, which the consumers give after reading that tile's vote. */
+constexpr int kStairSlots = 4;
 template <class P>
 struct SmemV2 : Smem<P> {
   alignas(16) int tile_info[P::kQStages][8];
 #if RA_CUDA_STAIR_EXACT
-  alignas(16) int stair_votes[P::kQStages][4];
-  uint64_t stair_full[P::kQStages];
+  alignas(16) int stair_info[kStairSlots][8];
+  alignas(16) int stair_votes[kStairSlots][4];
+  uint64_t stair_info_full[kStairSlots];
+  uint64_t stair_full[kStairSlots];
 #endif
 };
 template <class P>
