@@ -82,8 +82,11 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
   using R = Rows<kPack>;
   const int num_tiles = Seq::num_tiles(p);
   const uint32_t q_bytes = R::q_bytes(p);
-  /* stair.cuh's vote warps learn each tile a tile before its Q stage: the producer takes its next
-   * tile as it starts this one, so their vote runs while the consumers compute this one */
+  /* stair.cuh's vote warps learn each tile a tile before its Q stage: while more than two rounds of
+   * tiles remain, the producer takes its next tile as it starts this one, so their vote runs while
+   * the consumers compute this one; near the end it takes it when done with this one, as without
+   * the vote, so no CTA holds a tile another could start (the H100: taking every tile early cost a
+   * launch of ~4 tiles a CTA 2-5 %) */
   constexpr bool kStairAhead = RA_CUDA_STAIR_EXACT && Mask::kCausal;
   int kv = 0;
   int tq = 0;
@@ -91,10 +94,12 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
   if constexpr (kStairAhead) publish_stair_tile<Mask, Seq, kPack>(p, sm, 0, tile, num_tiles);
   for (; tile < num_tiles; ++tq) {
     const TileInfo t = Seq::template tile_info<Mask, kPack>(p, tile);
-    int ahead = 0;
+    int ahead = -1;
     if constexpr (kStairAhead) {
-      ahead = next_tile(p, tile);
-      publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
+      if (num_tiles - tile > 2 * (int)gridDim.x) {
+        ahead = next_tile(p, tile);
+        publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
+      }
     }
     const int qs = tq % kQStages;
     mbar_wait(&sm.q_empty[qs], ((tq / kQStages) & 1) ^ 1);
@@ -119,7 +124,15 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
       tma_load_4d(sm.v[s][0], &p.tma_v, &sm.v_full[s], 0, krow, kh, bc);
       tma_load_4d(sm.v[s][1], &p.tma_v, &sm.v_full[s], 64, krow, kh, bc);
     }
-    tile = kStairAhead ? ahead : next_tile(p, tile);
+    if constexpr (kStairAhead) {
+      if (ahead < 0) {
+        ahead = next_tile(p, tile);
+        publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
+      }
+      tile = ahead;
+    } else {
+      tile = next_tile(p, tile);
+    }
   }
   /* no tile left: a Q stage that carries no bytes and a TileInfo of no blocks */
   const int qs = tq % kQStages;
