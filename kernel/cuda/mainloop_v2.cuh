@@ -82,11 +82,12 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
   using R = Rows<kPack>;
   const int num_tiles = Seq::num_tiles(p);
   const uint32_t q_bytes = R::q_bytes(p);
-  /* stair.cuh's vote warps learn each tile a tile before its Q stage: while more than two rounds of
-   * tiles remain, the producer takes its next tile as it starts this one, so their vote runs while
-   * the consumers compute this one; near the end it takes it when done with this one, as without
-   * the vote, so no CTA holds a tile another could start (the H100: taking every tile early cost a
-   * launch of ~4 tiles a CTA 2-5 %) */
+  /* stair.cuh's vote warps learn each tile before its Q stage. In a launch of many short tiles (at
+   * least 8 rounds of the grid) the producer takes its next tile as it starts this one while more
+   * than two rounds remain, so their vote runs while the consumers compute this one (taken when this
+   * one's loads are issued, the vote cost 2k causal 11 %, H200). Otherwise it takes it then, as
+   * without the vote: the dynamic order keeps its balance (taken early, a launch of ~4 tiles a CTA
+   * lost 2-5 %, H100), and a long tile's last blocks leave the vote time. */
   constexpr bool kStairAhead = RA_CUDA_STAIR_EXACT && Mask::kCausal;
   int kv = 0;
   int tq = 0;
@@ -96,7 +97,7 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
     const TileInfo t = Seq::template tile_info<Mask, kPack>(p, tile);
     int ahead = -1;
     if constexpr (kStairAhead) {
-      if (num_tiles - tile > 2 * (int)gridDim.x) {
+      if (num_tiles >= 8 * (int)gridDim.x && num_tiles - tile > 2 * (int)gridDim.x) {
         ahead = next_tile(p, tile);
         publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
       }
