@@ -24,9 +24,9 @@
 #       old and new libraries each against a copy of itself and against each other, the flagged shapes
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh aa", carry=[...as above])  the gate's A/A: this
 #       tree's library against a byte-identical copy through the perf suite's A/B (both listings) and the gate
-#   run(command="bash benchmarks/h200/h200_issue40_close.sh stair", carry=[...as above])  RA_CUDA_STAIR_EXACT=1:
-#       the staircase GPU tests on its build, then the v2 perf cases with the default build in the A/B phase;
-#       STAIR_VALUES="1 2" measures each value in turn (prep with the same STAIR_VALUES builds them)
+#   run(command="bash benchmarks/h200/h200_issue40_close.sh stair", carry=[...as above])  RA_CUDA_STAIR_EXACT=1
+#       (the default since 2026-12-06): the staircase GPU tests on its build, then the v2 perf cases with the
+#       gap build (=0) in the A/B phase; STAIR_VALUES lists the values to measure in turn (prep builds them)
 #   DEVICE=cpu bash benchmarks/h200/h200_issue40_close.sh call1    the dry run on this machine's CPU backend:
 #       the same steps (decode on small shapes, a quick perf A/B against 4cc9352's CPU library, the
 #       gate, the table), so the harness is checked without a GPU; call2 likewise with --quick
@@ -78,6 +78,7 @@ if [ "$step" = prep ]; then
   git archive "$OLD_COMMIT" kernel | tar -x -C "$WORK/old"
   echo "default $(lib_of cuda)" &
   echo "v2 $(lib_of cuda -DRA_CUDA_GQA_ROWS=0)" &
+  echo "gap $(lib_of cuda -DRA_CUDA_STAIR_EXACT=0)" &
   build_old cuda && echo "old $WORK/old/old-libregress_attn_cuda.so"
   old_rc=$?
   wait
@@ -182,13 +183,13 @@ elif [ "$step" = call1 ]; then  # DECODE=rows
   logs=(decode.log ab.log gate.err)
 elif [ "$step" = stair ]; then
   # RA_CUDA_STAIR_EXACT=1 on the device: (iv) the staircase GPU tests (a NaN/Inf in the diagonal's V
-  # against the fp64 reference, the flag-1 build; the default build's gap), then (v) the suites' v2
-  # perf cases of the flag-1 library with the default library in an A/B phase of the same rounds
-  # (h200_v2.py --ab-lib, the suite context's ab_baseline): what the flag costs the causal tiles
+  # against the fp64 reference, the flag-1 build; the gap build's gap), then (v) the suites' v2 perf
+  # cases of the flag-1 library with the gap library (=0) in an A/B phase of the same rounds
+  # (h200_v2.py --ab-lib, the suite context's ab_baseline): what exactness costs the causal tiles
   # STAIR_VALUES (default 1): the RA_CUDA_STAIR_EXACT values to measure, one after the other, each
-  # with its own tests and its own A/B run against the default (its files suffixed -VALUE when
+  # with its own tests and its own A/B run against the gap build (its files suffixed -VALUE when
   # STAIR_VALUES is set; unsuffixed, as before, when it is not)
-  DEF_LIB=$(lib_of "$BACKEND")
+  DEF_LIB=$(lib_of "$BACKEND" -DRA_CUDA_STAIR_EXACT=0)
   logs=()
   for sv in ${STAIR_VALUES:-1}; do
     sfx=""; [ -n "${STAIR_VALUES:-}" ] && sfx="-$sv"
@@ -209,7 +210,7 @@ elif [ "$step" = stair ]; then
     timeout $(($(left) - 30)) python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" \
       --ab-lib "$DEF_LIB" --ab-label stair0 --iterations "${ITERS:-100}" \
       >"$OUT/v2.log" 2>&1
-    echo "(v) v2 perf cases, the RA_CUDA_STAIR_EXACT=$sv library with the default in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
+    echo "(v) v2 perf cases, the RA_CUDA_STAIR_EXACT=$sv library with the gap build (=0) in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
     grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -8
     sed -n '/^| family/,$p' "$OUT/v2.log"
     mv "$OUT/v2.log" "$OUT/stair-v2$sfx.log"

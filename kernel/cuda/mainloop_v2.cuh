@@ -16,7 +16,7 @@
  *   no tile left: TileInfo{nb = 0} -> smem           box would cross the sequence or mix heads)
  *                                                  next tile's S = Q K_0^T, as the dense kernels
  *
- * With -DRA_CUDA_STAIR_EXACT=1 (stair.cuh; 0 by default) the producer warpgroup's warps 1-3 vote on
+ * With RA_CUDA_STAIR_EXACT=1 (stair.cuh; the default) the producer warpgroup's warps 1-3 vote on
  * each causal tile's staircase V rows once its Q stage is full (vote_stairs_v2), and a tile whose
  * staircase holds a non-finite element runs blocks_split_pv with RowMaskStair instead.
  *

@@ -22,10 +22,10 @@
  *             still reach every row's output, and a varlen tile's last block holds the next
  *             sequence's rows (TMA zero-fills only past the whole tensor). Keys some rows of the
  *             tile see and others do not (the diagonal's staircase) cannot be zeroed for some rows
- *             only: with RA_CUDA_STAIR_EXACT=0 (the default) a NaN or Inf in such a key's V row
- *             reaches the rows that do not see it (0 x NaN), the gap docs/numerics.md §1b states
- *   RowMaskStair  stair.cuh, built with RA_CUDA_STAIR_EXACT=1 only (off by default until the
- *             device has run it): RowMask for a causal tile whose staircase V holds a non-finite
+ *             only: built with RA_CUDA_STAIR_EXACT=0 a NaN or Inf in such a key's V row reaches
+ *             the rows that do not see it (0 x NaN), the gap docs/numerics.md §1b states
+ *   RowMaskStair  stair.cuh, built with RA_CUDA_STAIR_EXACT=1 (the default): RowMask for a
+ *             causal tile whose staircase V holds a non-finite
  *             element (a vote of the producer warpgroup's idle warps, read before the tile's key
  *             loop, which then runs as a second instantiation): those elements are zeroed in
  *             shared memory before their P.V and added back, p_ij V[j][d], to the rows that see

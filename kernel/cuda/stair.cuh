@@ -1,7 +1,8 @@
 /*
- * stair.cuh — the causal diagonal's non-finite V kept exact on sm_90a (RA_CUDA_STAIR_EXACT=1; 0, the
- * default until it is measured at the default build's speed, builds none of this: docs/numerics.md
- * §1b). The gfx942 v2 kernels' design (kernel/hip/parts/stair.h), on wgmma.
+ * stair.cuh — the causal diagonal's non-finite V kept exact on sm_90a (RA_CUDA_STAIR_EXACT=1, the
+ * default since the H100 measured it at 0.95-0.99x the build without it, >= 1.02x cuDNN; 0 builds
+ * none of this and has the gap of docs/numerics.md §1b). The gfx942 v2 kernels' design
+ * (kernel/hip/parts/stair.h), on wgmma.
  *
  * A key j that some rows of a tile see and others do not (the "staircase": tile keys [limit(first
  * row), limit(last row)), at most 127) meets P = 0 in the rows that do not see it, and 0 x NaN or
