@@ -24,6 +24,7 @@
 #       old and new libraries each against a copy of itself and against each other, the flagged shapes
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh aa", carry=[...as above])  the gate's A/A: this
 #       tree's library against a byte-identical copy through the perf suite's A/B (both listings) and the gate
+#   bash benchmarks/h200/h200_issue40_close.sh prep-stair   (here: only the three libraries `stair` loads)
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh stair", carry=[...as above])  RA_CUDA_STAIR_EXACT=1
 #       (the default since 2026-12-06): the staircase GPU tests on its build, then the v2 perf cases with the
 #       gap build (=0) in the A/B phase; STAIR_VALUES lists the values to measure in turn (prep builds them)
@@ -33,7 +34,7 @@
 # Knobs: OUT (default /tmp/out), CALL_S (the call's budget, 570), DECODE_ITERS (100), DECODE_S (150),
 # NIGHTLY_DEADLINE (call2's --deadline, 520).
 set -uo pipefail
-step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|call1|call2|control|aa|stair}
+step=${1:?usage: benchmarks/h200/h200_issue40_close.sh prep|prep-stair|call1|call2|control|aa|stair}
 OLD_COMMIT=4cc9352
 WORK=.devwork/i40close
 DEVICE=${DEVICE:-cuda}
@@ -70,6 +71,17 @@ unpack() {  # the carried work folder; its build cache serves build_kernel
   mkdir -p "$WORK/cache" && export REGRESS_CACHE_DIR=$PWD/$WORK/cache
 }
 
+if [ "$step" = prep-stair ]; then  # only what `stair` with STAIR_ONLY=1 loads: the default, =1, =0 (~4 min)
+  command -v nvcc >/dev/null || { echo "prep-stair needs nvcc"; exit 2; }
+  rm -rf "$WORK" && mkdir -p "$WORK/cache"
+  export REGRESS_CACHE_DIR=$PWD/$WORK/cache PYTHONPATH=$PWD
+  for v in "" -DRA_CUDA_STAIR_EXACT=1 -DRA_CUDA_STAIR_EXACT=0; do
+    lib=$(lib_of cuda $v) || exit 1
+    echo "${v:-default} $lib"
+  done
+  tar -czf .devwork/i40close.tgz -C .devwork i40close && ls -la .devwork/i40close.tgz
+  exit 0
+fi
 if [ "$step" = prep ]; then
   command -v nvcc >/dev/null || { echo "prep needs nvcc (the device calls then build on the device)"; exit 2; }
   git rev-parse --verify -q "$OLD_COMMIT^{commit}" >/dev/null || { echo "prep needs commit $OLD_COMMIT"; exit 2; }
