@@ -17,8 +17,9 @@
  *                                                  next tile's S = Q K_0^T, as the dense kernels
  *
  * With RA_CUDA_STAIR_EXACT=1 (stair.cuh; the default) the producer warpgroup's warps 1-3 vote on
- * each causal tile's staircase V rows once its Q stage is full (vote_stairs_v2), and a tile whose
- * staircase holds a non-finite element runs blocks_split_pv with RowMaskStair instead.
+ * each causal tile's staircase V rows before the consumers reach it (vote_stairs_v2: the producer
+ * publishes each tile to them ahead of its Q stage), and a tile whose staircase holds a non-finite
+ * element runs blocks_split_pv with RowMaskStair instead.
  *
  * The tile's description travels from producer to consumers in shared memory beside its Q stage
  * (written before the stage's arrive, read after its wait), so only the producer reads the tile
