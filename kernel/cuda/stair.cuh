@@ -8,9 +8,9 @@
  * row), limit(last row)), at most 127) meets P = 0 in the rows that do not see it, and 0 x NaN or
  * 0 x Inf in the P.V would reach a row whose reference is finite. So the producer warpgroup's three
  * idle warps vote on every tile's staircase V rows ahead of its consumers (stair_nonfinite: they
- * read those rows from global memory once the tile's Q stage is full and publish one word per warp
- * beside its TileInfo, mainloop_v2.cuh's vote_stairs_v2); a consumer reads the words at the tile's
- * start, so the vote's memory latency falls inside the previous tile. All finite (the common case):
+ * read those rows from global memory once the producer has published the tile to them, ahead of its
+ * Q stage, and publish one word per warp, mainloop_v2.cuh's vote_stairs_v2); a consumer reads the
+ * words at the tile's start, so the vote's memory latency falls inside the previous tile. All finite (the common case):
  * the key loop runs as before (RowMask). Otherwise the tile runs the key loop's second instantiation
  * with RowMaskStair:
  *   before_pv  after a block's V has landed in shared memory and before any wgmma reads it, the
