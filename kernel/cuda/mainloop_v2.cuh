@@ -64,14 +64,16 @@ __device__ __forceinline__ int next_tile(const FwdParamsV2& p, int tile) {
 }
 
 /* RA_CUDA_STAIR_EXACT=1: tile `tile` (none past num_tiles) as the vote warps' tile tq (smem.h's ring;
- * SmemV2's stair fields exist in that build only, so this compiles there only). */
+ * SmemV2's stair fields exist in that build only, so this compiles there only). Returns the TileInfo,
+ * which the producer's loop carries to that tile (for varlen, one read of the pre-pass list a tile). */
 template <class Mask, class Seq, bool kPack, class P>
-__device__ __forceinline__ void publish_stair_tile(const FwdParamsV2& p, SmemV2<P>& sm, int tq, int tile,
-                                                   int num_tiles) {
+__device__ __forceinline__ TileInfo publish_stair_tile(const FwdParamsV2& p, SmemV2<P>& sm, int tq, int tile,
+                                                       int num_tiles) {
   TileInfo t{};
   if (tile < num_tiles) t = Seq::template tile_info<Mask, kPack>(p, tile);
   st_tile_info(sm.stair_info[tq % kStairSlots], t);
   mbar_arrive(&sm.stair_info_full[tq % kStairSlots]); /* release: the TileInfo above */
+  return t;
 }
 
 template <class Mask, class Seq, bool kPack, class P>
@@ -93,14 +95,17 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
   int kv = 0;
   int tq = 0;
   int tile = blockIdx.x;
-  if constexpr (kStairAhead) publish_stair_tile<Mask, Seq, kPack>(p, sm, 0, tile, num_tiles);
+  TileInfo t_ahead{}; /* kStairAhead: the TileInfo published for the tile taken next */
+  if constexpr (kStairAhead) t_ahead = publish_stair_tile<Mask, Seq, kPack>(p, sm, 0, tile, num_tiles);
   for (; tile < num_tiles; ++tq) {
-    const TileInfo t = Seq::template tile_info<Mask, kPack>(p, tile);
+    TileInfo t;
+    if constexpr (kStairAhead) t = t_ahead;
+    else t = Seq::template tile_info<Mask, kPack>(p, tile);
     int ahead = -1;
     if constexpr (kStairAhead) {
       if (num_tiles >= 8 * (int)gridDim.x && num_tiles - tile > 2 * (int)gridDim.x) {
         ahead = next_tile(p, tile);
-        publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
+        t_ahead = publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
       }
     }
     const int qs = tq % kQStages;
@@ -129,7 +134,7 @@ __device__ __forceinline__ void produce_v2(const FwdParamsV2& p, SmemV2<P>& sm) 
     if constexpr (kStairAhead) {
       if (ahead < 0) {
         ahead = next_tile(p, tile);
-        publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
+        t_ahead = publish_stair_tile<Mask, Seq, kPack>(p, sm, tq + 1, ahead, num_tiles);
       }
       tile = ahead;
     } else {
