@@ -24,7 +24,9 @@
 #       old and new libraries each against a copy of itself and against each other, the flagged shapes
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh aa", carry=[...as above])  the gate's A/A: this
 #       tree's library against a byte-identical copy through the perf suite's A/B (both listings) and the gate
-#   bash benchmarks/h200/h200_issue40_close.sh prep-stair   (here: only the three libraries `stair` loads)
+#   bash benchmarks/h200/h200_issue40_close.sh prep-stair   (here: only the three libraries `stair` loads;
+#       STAIR_BASE=<commit> also builds that commit's default library, which `stair` then times in its
+#       A/B phase instead of the gap build: a change to the default kernels against its base)
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh stair", carry=[...as above])  RA_CUDA_STAIR_EXACT=1
 #       (the default since 2026-12-06): the staircase GPU tests on its build, then the v2 perf cases with the
 #       gap build (=0) in the A/B phase; STAIR_VALUES lists the values to measure in turn (prep builds them)
@@ -50,21 +52,23 @@ lib_of() {  # $1 a backend, then nvcc flags: that build's library path (built, o
   PYTHONPATH=$PWD python3 -c "import sys; from regress.native.build import build_kernel as b; print(b(sys.argv[1], extra_flags=tuple(sys.argv[2:])).path)" "$@"
 }
 
-build_old() {  # 4cc9352's library from its kernel/ sources, by this tree's build command (sass_diff.sh's way)
-  local backend=$1 src=$WORK/old
-  PYTHONPATH=$PWD python3 - "$backend" "$src" <<'PY'
+build_tree() {  # $1 backend, $2 a folder holding a commit's kernel/, $3 a prefix: that commit's library,
+  # by this tree's build command (sass_diff.sh's way), as $2/$3-<output> with its log $2/$3-<backend>.log
+  local backend=$1 src=$2 prefix=$3
+  PYTHONPATH=$PWD python3 - "$backend" "$src" "$prefix" <<'PY'
 import shlex, subprocess, sys
 from pathlib import Path
 from regress.native.build import COMMANDS, OUT
-backend, src = sys.argv[1], Path(sys.argv[2])
+backend, src, prefix = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 r = COMMANDS[backend]
-out = (src / f"old-{r.output}").resolve()
+out = (src / f"{prefix}-{r.output}").resolve()
 argv = [str(out) if a == OUT else a for a in r.argv]
 p = subprocess.run(argv, cwd=src, capture_output=True, text=True)
-(src / f"old-{backend}.log").write_text(shlex.join(argv) + "\n" + p.stdout + p.stderr)
+(src / f"{prefix}-{backend}.log").write_text(shlex.join(argv) + "\n" + p.stdout + p.stderr)
 sys.exit(p.returncode)
 PY
 }
+build_old() { build_tree "$1" "$WORK/old" old; }  # 4cc9352's library from its kernel/ sources
 
 unpack() {  # the carried work folder; its build cache serves build_kernel
   [ -f .devwork/i40close.tgz ] && [ ! -d "$WORK" ] && tar -xzf .devwork/i40close.tgz -C .devwork
@@ -79,6 +83,12 @@ if [ "$step" = prep-stair ]; then  # only what `stair` with STAIR_ONLY=1 loads: 
     lib=$(lib_of cuda $v) || exit 1
     echo "${v:-default} $lib"
   done
+  if [ -n "${STAIR_BASE:-}" ]; then  # the stair step's A/B arm: that commit's default library
+    mkdir -p "$WORK/base" && git archive "$STAIR_BASE" kernel | tar -x -C "$WORK/base" || exit 1
+    git rev-parse --short "$STAIR_BASE" >"$WORK/base/COMMIT"
+    build_tree cuda "$WORK/base" base || { tail -5 "$WORK/base/base-cuda.log"; exit 1; }
+    echo "base $(cat "$WORK/base/COMMIT") $WORK/base/base-libregress_attn_cuda.so"
+  fi
   tar -czf .devwork/i40close.tgz -C .devwork i40close && ls -la .devwork/i40close.tgz
   exit 0
 fi
@@ -201,7 +211,12 @@ elif [ "$step" = stair ]; then
   # STAIR_VALUES (default 1): the RA_CUDA_STAIR_EXACT values to measure, one after the other, each
   # with its own tests and its own A/B run against the gap build (its files suffixed -VALUE when
   # STAIR_VALUES is set; unsuffixed, as before, when it is not)
-  DEF_LIB=$(lib_of "$BACKEND" -DRA_CUDA_STAIR_EXACT=0)
+  DEF_LIB=$(lib_of "$BACKEND" -DRA_CUDA_STAIR_EXACT=0) AB_LABEL=stair0 AB_WHAT="the gap build (=0)"
+  if [ -f "$WORK/base/COMMIT" ]; then  # prep-stair with STAIR_BASE: that commit's default library instead
+    DEF_LIB=$PWD/$WORK/base/base-libregress_attn_cuda.so AB_LABEL=base
+    AB_WHAT="commit $(cat "$WORK/base/COMMIT")'s default library"
+    [ -f "$DEF_LIB" ] || { echo "no $DEF_LIB: run prep-stair with STAIR_BASE here first"; exit 2; }
+  fi
   logs=()
   for sv in ${STAIR_VALUES:-1}; do
     sfx=""; [ -n "${STAIR_VALUES:-}" ] && sfx="-$sv"
@@ -220,9 +235,9 @@ elif [ "$step" = stair ]; then
     fi
     T0=$(date +%s)
     timeout $(($(left) - 30)) python3 benchmarks/h200/h200_v2.py --out "$OUT" --suites perf --lib "$STAIR_LIB" \
-      --ab-lib "$DEF_LIB" --ab-label stair0 --iterations "${ITERS:-100}" \
+      --ab-lib "$DEF_LIB" --ab-label "$AB_LABEL" --iterations "${ITERS:-100}" \
       >"$OUT/v2.log" 2>&1
-    echo "(v) v2 perf cases, the RA_CUDA_STAIR_EXACT=$sv library with the gap build (=0) in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
+    echo "(v) v2 perf cases, the RA_CUDA_STAIR_EXACT=$sv library with $AB_WHAT in the A/B phase: exit $? after $(($(date +%s) - T0)) s"
     grep -E " (fail|error|skip|timeout) " "$OUT/v2.log" | head -8
     sed -n '/^| family/,$p' "$OUT/v2.log"
     mv "$OUT/v2.log" "$OUT/stair-v2$sfx.log"
