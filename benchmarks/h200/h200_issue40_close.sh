@@ -24,7 +24,7 @@
 #       old and new libraries each against a copy of itself and against each other, the flagged shapes
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh aa", carry=[...as above])  the gate's A/A: this
 #       tree's library against a byte-identical copy through the perf suite's A/B (both listings) and the gate
-#   bash benchmarks/h200/h200_issue40_close.sh prep-stair   (here: only the three libraries `stair` loads;
+#   bash benchmarks/h200/h200_issue40_close.sh prep-stair   (here: only the four libraries `stair` loads;
 #       STAIR_BASE=<commit> also builds that commit's default library, which `stair` then times in its
 #       A/B phase instead of the gap build: a change to the default kernels against its base)
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh stair", carry=[...as above])  RA_CUDA_STAIR_EXACT=1
@@ -47,6 +47,9 @@ T_START=$(date +%s)
 SPLIT_VARIANTS=("-DRA_CUDA_SPLIT=2" "-DRA_CUDA_SPLIT=8 -DRA_CUDA_GRID_BALANCE=0"
   "-DRA_CUDA_SPLIT=16 -DRA_CUDA_GRID_BALANCE=0" "-DRA_CUDA_SPLIT=32 -DRA_CUDA_GRID_BALANCE=0")
 cd "$(dirname "$0")/../.."
+# the GPU test tier (the files marked gpu), which the stair step runs on the device
+GPU_TESTS=(tests/kernel/test_cuda_v2_gpu.py tests/kernel/test_cuda_threads_gpu.py tests/kernel/test_cuda_fallback_gpu.py
+  tests/suites/test_suites_gpu.py)
 
 lib_of() {  # $1 a backend, then nvcc flags: that build's library path (built, or from the build cache)
   PYTHONPATH=$PWD python3 -c "import sys; from regress.native.build import build_kernel as b; print(b(sys.argv[1], extra_flags=tuple(sys.argv[2:])).path)" "$@"
@@ -75,11 +78,11 @@ unpack() {  # the carried work folder; its build cache serves build_kernel
   mkdir -p "$WORK/cache" && export REGRESS_CACHE_DIR=$PWD/$WORK/cache
 }
 
-if [ "$step" = prep-stair ]; then  # only what `stair` with STAIR_ONLY=1 loads: the default, =1, =0 (~4 min)
+if [ "$step" = prep-stair ]; then  # only what `stair` with STAIR_ONLY=1 loads: the default, =1, =0, mma.sync
   command -v nvcc >/dev/null || { echo "prep-stair needs nvcc"; exit 2; }
   rm -rf "$WORK" && mkdir -p "$WORK/cache"
   export REGRESS_CACHE_DIR=$PWD/$WORK/cache PYTHONPATH=$PWD
-  for v in "" -DRA_CUDA_STAIR_EXACT=1 -DRA_CUDA_STAIR_EXACT=0; do
+  for v in "" -DRA_CUDA_STAIR_EXACT=1 -DRA_CUDA_STAIR_EXACT=0 -DRA_CUDA_FORCE_MMA_SYNC=1; do  # the last: the fallback test's
     lib=$(lib_of cuda $v) || exit 1
     echo "${v:-default} $lib"
   done
@@ -204,8 +207,9 @@ elif [ "$step" = call1 ]; then  # DECODE=rows
   fi
   logs=(decode.log ab.log gate.err)
 elif [ "$step" = stair ]; then
-  # RA_CUDA_STAIR_EXACT=1 on the device: (iv) the staircase GPU tests (a NaN/Inf in the diagonal's V
-  # against the fp64 reference, the flag-1 build; the gap build's gap), then (v) the suites' v2 perf
+  # RA_CUDA_STAIR_EXACT=1 on the device: (iv) the GPU test tier (GPU_TESTS; among them the staircase
+  # tests: a NaN/Inf in the diagonal's V against the fp64 reference on the flag-1 build, the gap
+  # build's gap; STAIR_TESTS_S its time limit, 300 s), then (v) the suites' v2 perf
   # cases of the flag-1 library with the gap library (=0) in an A/B phase of the same rounds
   # (h200_v2.py --ab-lib, the suite context's ab_baseline): what exactness costs the causal tiles
   # STAIR_VALUES (default 1): the RA_CUDA_STAIR_EXACT values to measure, one after the other, each
@@ -227,9 +231,11 @@ elif [ "$step" = stair ]; then
     elif [ "${STAIR_TESTS:-1}" = 0 ]; then
       echo "(iv) the staircase GPU tests not run (STAIR_TESTS=0)"
     else
-      REGRESS_STAIR_EXACT=$sv timeout "${STAIR_TESTS_S:-180}" python3 -m pytest -n 0 -q -rs -m "" -p no:cacheprovider \
-        tests/kernel/test_cuda_v2_gpu.py -k staircase >"$OUT/stair-tests$sfx.log" 2>&1
-      echo "(iv) RA_CUDA_STAIR_EXACT=$sv staircase GPU tests exit $? after $(($(date +%s) - T0)) s: $(tail -1 "$OUT/stair-tests$sfx.log")"
+      # the whole GPU tier (the default library is the flag's since 2026-12-06; the staircase tests
+      # alone missed a stale v2 test for a day): STAIR_TESTS_K=staircase narrows it as before
+      REGRESS_STAIR_EXACT=$sv timeout "${STAIR_TESTS_S:-300}" python3 -m pytest -n 0 -q -rs -m "" -p no:cacheprovider \
+        "${GPU_TESTS[@]}" ${STAIR_TESTS_K:+-k "$STAIR_TESTS_K"} >"$OUT/stair-tests$sfx.log" 2>&1
+      echo "(iv) RA_CUDA_STAIR_EXACT=$sv GPU tests ${STAIR_TESTS_K:+(-k $STAIR_TESTS_K) }exit $? after $(($(date +%s) - T0)) s: $(tail -1 "$OUT/stair-tests$sfx.log")"
       grep -E "^(FAILED|ERROR)|SKIPPED" "$OUT/stair-tests$sfx.log" | head -12
       logs+=("stair-tests$sfx.log")
     fi
