@@ -285,3 +285,41 @@ def test_the_issue40_close_figures_are_its_campaign() -> None:
         if r["pair"] in ("old:old2", "new:new2") and r["shape"] == [2, 40, 1024, 77]
     ]
     assert f"{100 * min(aa):.1f}–{100 * max(aa):.1f} % slower" in item
+
+
+def test_the_tileinfo_carry_figures_are_its_campaign() -> None:
+    """README's carry item: the A/B range of the fixed-length causal kernels against a32f366, the
+    top-left families against cuDNN and causal TFLOP/s at S >= 8k over the archive's three timed
+    calls, and the GPU tier's count from call 4's log."""
+    import gzip
+    import io
+    import tarfile
+
+    from committed import read
+
+    from regress.detect.paired import paired_ratio, swap_point
+    from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, AB_SWAP_METRIC
+
+    item = " ".join(_item("The producer carries the TileInfo").split())
+    assert "benchmarks/campaigns/sm90-stair-carry.tar.xz" in item
+    ab, cudnn, tflops = [], [], []
+    for call in ("call1", "call2", "call4"):
+        for r in json.loads(gzip.decompress(read(f"sm90-stair-carry.tar.xz:{call}/v2-results.json.gz"))):
+            m = r["metrics"]
+            if m.get("plan_kind") != "sm90_v2_causal":
+                continue
+            base, cand = r["samples"][AB_BASELINE_SAMPLE], r["samples"][AB_CANDIDATE_SAMPLE]
+            ab.append(1.0 / paired_ratio(base, cand, swap_at=swap_point(m.get(AB_SWAP_METRIC)))[0])
+            if r["params"]["mask"] == "causal_top_left":
+                cudnn.append(m["speedup_vs_sdpa_cudnn"])
+            if r["params"]["sq"] >= 8192:
+                tflops.append(m["tflops"])
+    assert f"run {min(ab):.3f}–{max(ab):.3f}× as fast" in item
+    assert f"read {min(cudnn):.3f}–{max(cudnn):.3f}× cuDNN" in item
+    assert f"S ≥ 8k {min(tflops):.0f}–{max(tflops):.0f} TFLOP/s" in item
+    with tarfile.open(fileobj=io.BytesIO(read("sm90-stair-carry.tar.xz:call4/logs.tgz"))) as logs:
+        f = logs.extractfile("stair-tests.log")
+        assert f is not None
+        last = f.read().decode().strip().splitlines()[-1]
+    m = re.search(r"(\d+) passed", last)
+    assert m and "failed" not in last and f"({m.group(1)} passed)" in item
