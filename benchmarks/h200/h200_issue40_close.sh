@@ -28,8 +28,9 @@
 #       STAIR_BASE=<commit> also builds that commit's default library, which `stair` then times in its
 #       A/B phase instead of the gap build: a change to the default kernels against its base)
 #   run(command="bash benchmarks/h200/h200_issue40_close.sh stair", carry=[...as above])  RA_CUDA_STAIR_EXACT=1
-#       (the default since 2026-12-06): the staircase GPU tests on its build, then the v2 perf cases with the
-#       gap build (=0) in the A/B phase; STAIR_VALUES lists the values to measure in turn (prep builds them)
+#       (the default since 2026-12-06): the GPU test tier on its build, then the v2 perf cases with the
+#       gap build (=0), or STAIR_BASE's library, in the A/B phase; STAIR_VALUES lists the values to measure
+#       in turn (prep builds them)
 #   DEVICE=cpu bash benchmarks/h200/h200_issue40_close.sh call1    the dry run on this machine's CPU backend:
 #       the same steps (decode on small shapes, a quick perf A/B against 4cc9352's CPU library, the
 #       gate, the table), so the harness is checked without a GPU; call2 likewise with --quick
@@ -227,9 +228,9 @@ elif [ "$step" = stair ]; then
     STAIR_LIB=$(lib_of "$BACKEND" "-DRA_CUDA_STAIR_EXACT=$sv")
     T0=$(date +%s)
     if [ "$DEVICE" = cpu ]; then
-      echo "(iv) the staircase GPU tests need the GPU: skipped in the dry run"
+      echo "(iv) the GPU tests need the GPU: skipped in the dry run"
     elif [ "${STAIR_TESTS:-1}" = 0 ]; then
-      echo "(iv) the staircase GPU tests not run (STAIR_TESTS=0)"
+      echo "(iv) the GPU tests not run (STAIR_TESTS=0)"
     else
       # the whole GPU tier (the default library is the flag's since 2026-12-06; the staircase tests
       # alone missed a stale v2 test for a day): STAIR_TESTS_K=staircase narrows it as before
