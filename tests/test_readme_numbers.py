@@ -323,3 +323,43 @@ def test_the_tileinfo_carry_figures_are_its_campaign() -> None:
         last = f.read().decode().strip().splitlines()[-1]
     m = re.search(r"(\d+) passed", last)
     assert m and "failed" not in last and f"({m.group(1)} passed)" in item
+
+
+def test_the_h200_exact_causal_figures_are_its_campaign() -> None:
+    """README's H200 item: call 7's GPU tier count, causal top-left range and geomeans against cuDNN,
+    causal TFLOP/s at S >= 8k, the decode and varlen ranges, and call 8's decode range, all from the
+    archive it names."""
+    import gzip
+    import io
+    import math
+    import tarfile
+
+    from committed import read
+
+    item = " ".join(_item("H200, the exact causal default").split())
+    rows = json.loads(gzip.decompress(read("sm90-stair-carry.tar.xz:call7/v2-results.json.gz")))
+    causal = [r for r in rows if r["metrics"].get("plan_kind") == "sm90_v2_causal"]
+    top_left = [
+        r["metrics"]["speedup_vs_sdpa_cudnn"] for r in causal if r["params"]["mask"] == "causal_top_left"
+    ]
+    assert f"top-left {min(top_left):.3f}–{max(top_left):.3f}× cuDNN" in item
+    geo = []
+    for mode in MODES:
+        fam = [r["metrics"]["speedup_vs_sdpa_cudnn"] for r in causal if r["params"]["mode"] == mode]
+        geo.append(math.exp(sum(math.log(x) for x in fam) / len(fam)))
+    assert f"(geomean {min(geo):.3f}–{max(geo):.3f} per mode)" in item
+    tf = [r["metrics"]["tflops"] for r in causal if r["params"]["sq"] >= 8192]
+    assert f"S ≥ 8k {min(tf):.0f}–{max(tf):.0f} TFLOP/s" in item
+    dec = [r["metrics"]["speedup_vs_sdpa_cudnn"] for r in rows if r["params"]["sq"] == 1]
+    assert f"GQA decode {min(dec):.3f}–{max(dec):.3f}× cuDNN" in item
+    var = [r["metrics"]["speedup_vs_fa2_varlen"] for r in rows if "speedup_vs_fa2_varlen" in r["metrics"]]
+    assert f"varlen {min(var):.3f}–{max(var):.3f}× FlashAttention-2" in item
+    with tarfile.open(fileobj=io.BytesIO(read("sm90-stair-carry.tar.xz:call7/logs.tgz"))) as logs:
+        f = logs.extractfile("stair-tests.log")
+        assert f is not None
+        last = f.read().decode().strip().splitlines()[-1]
+    m = re.search(r"(\d+) passed", last)
+    assert m and "failed" not in last and f"the GPU tier {m.group(1)} passed" in item
+    decode = json.loads(gzip.decompress(read("sm90-stair-carry.tar.xz:call8/decode.json.gz")))["rows"]
+    vs = [r["ours_vs_sdpa_cudnn"] for r in decode]
+    assert f"read {min(vs):.3f}–{max(vs):.3f}× (call 8)" in item
