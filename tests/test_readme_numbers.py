@@ -287,13 +287,28 @@ def test_the_issue40_close_figures_are_its_campaign() -> None:
     assert f"{100 * min(aa):.1f}–{100 * max(aa):.1f} % slower" in item
 
 
+def _gpu_tier_passed(call: str) -> int:
+    """The passed count of a sm90-stair-carry call's GPU tier (its logs.tgz's stair-tests.log), which
+    must have no failure."""
+    import io
+    import tarfile
+
+    from committed import read
+
+    with tarfile.open(fileobj=io.BytesIO(read(f"sm90-stair-carry.tar.xz:{call}/logs.tgz"))) as logs:
+        f = logs.extractfile("stair-tests.log")
+        assert f is not None
+        last = f.read().decode().strip().splitlines()[-1]
+    m = re.search(r"(\d+) passed", last)
+    assert m and "failed" not in last, last
+    return int(m.group(1))
+
+
 def test_the_tileinfo_carry_figures_are_its_campaign() -> None:
     """README's carry item: the A/B range of the fixed-length causal kernels against a32f366, the
     top-left families against cuDNN and causal TFLOP/s at S >= 8k over the archive's three timed
     calls, and the GPU tier's count from call 4's log."""
     import gzip
-    import io
-    import tarfile
 
     from committed import read
 
@@ -317,12 +332,7 @@ def test_the_tileinfo_carry_figures_are_its_campaign() -> None:
     assert f"run {min(ab):.3f}–{max(ab):.3f}× as fast" in item
     assert f"read {min(cudnn):.3f}–{max(cudnn):.3f}× cuDNN" in item
     assert f"S ≥ 8k {min(tflops):.0f}–{max(tflops):.0f} TFLOP/s" in item
-    with tarfile.open(fileobj=io.BytesIO(read("sm90-stair-carry.tar.xz:call4/logs.tgz"))) as logs:
-        f = logs.extractfile("stair-tests.log")
-        assert f is not None
-        last = f.read().decode().strip().splitlines()[-1]
-    m = re.search(r"(\d+) passed", last)
-    assert m and "failed" not in last and f"({m.group(1)} passed)" in item
+    assert f"({_gpu_tier_passed('call4')} passed)" in item
 
 
 def test_the_h200_exact_causal_figures_are_its_campaign() -> None:
@@ -330,9 +340,7 @@ def test_the_h200_exact_causal_figures_are_its_campaign() -> None:
     causal TFLOP/s at S >= 8k, the decode and varlen ranges, and call 8's decode range, all from the
     archive it names."""
     import gzip
-    import io
     import math
-    import tarfile
 
     from committed import read
 
@@ -354,12 +362,7 @@ def test_the_h200_exact_causal_figures_are_its_campaign() -> None:
     assert f"GQA decode {min(dec):.3f}–{max(dec):.3f}× cuDNN" in item
     var = [r["metrics"]["speedup_vs_fa2_varlen"] for r in rows if "speedup_vs_fa2_varlen" in r["metrics"]]
     assert f"varlen {min(var):.3f}–{max(var):.3f}× FlashAttention-2" in item
-    with tarfile.open(fileobj=io.BytesIO(read("sm90-stair-carry.tar.xz:call7/logs.tgz"))) as logs:
-        f = logs.extractfile("stair-tests.log")
-        assert f is not None
-        last = f.read().decode().strip().splitlines()[-1]
-    m = re.search(r"(\d+) passed", last)
-    assert m and "failed" not in last and f"the GPU tier {m.group(1)} passed" in item
+    assert f"the GPU tier {_gpu_tier_passed('call7')} passed" in item
     decode = json.loads(gzip.decompress(read("sm90-stair-carry.tar.xz:call8/decode.json.gz")))["rows"]
     vs = [r["ours_vs_sdpa_cudnn"] for r in decode]
     assert f"read {min(vs):.3f}–{max(vs):.3f}× (call 8)" in item
