@@ -304,63 +304,77 @@ def _gpu_tier_passed(call: str) -> int:
     return int(m.group(1))
 
 
-def test_the_tileinfo_carry_figures_are_its_campaign() -> None:
-    """README's carry item: the A/B range of the fixed-length causal kernels against a32f366, the
-    top-left families against cuDNN and causal TFLOP/s at S >= 8k over the archive's three timed
-    calls, and the GPU tier's count from call 4's log."""
-    import gzip
+def _carry_results(call: str, tmp_path: Path) -> list[Any]:
+    """A sm90-stair-carry call's perf results, read by the harness that wrote them (h200_v2)."""
+    from committed import extract
 
-    from committed import read
+    return [
+        r
+        for r in _h200_v2().load_results(
+            extract(f"sm90-stair-carry.tar.xz:{call}/v2-results.json.gz", tmp_path)
+        )
+        if r.case.suite == "perf"
+    ]
 
-    from regress.detect.paired import paired_ratio, swap_point
-    from regress.facts.results import AB_BASELINE_SAMPLE, AB_CANDIDATE_SAMPLE, AB_SWAP_METRIC
 
+def _h200_v2() -> Any:
+    """benchmarks/h200/h200_v2.py, the harness that wrote the campaign's results (imported on use)."""
+    harness = str(ROOT / "benchmarks" / "h200")
+    if harness not in sys.path:
+        sys.path.insert(0, harness)
+    import h200_v2
+
+    return h200_v2
+
+
+def test_the_tileinfo_carry_figures_are_its_campaign(tmp_path: Path) -> None:
+    """README's carry item: the A/B range of the fixed-length causal kernels against a32f366 (the
+    harness's own ab_speed), the top-left families against cuDNN and causal TFLOP/s at S >= 8k over
+    the archive's three timed calls, and the GPU tier's count from call 4's log."""
     item = " ".join(_item("The producer carries the TileInfo").split())
     assert "benchmarks/campaigns/sm90-stair-carry.tar.xz" in item
-    ab, cudnn, tflops = [], [], []
-    for call in ("call1", "call2", "call4"):
-        for r in json.loads(gzip.decompress(read(f"sm90-stair-carry.tar.xz:{call}/v2-results.json.gz"))):
-            m = r["metrics"]
-            if m.get("plan_kind") != "sm90_v2_causal":
-                continue
-            base, cand = r["samples"][AB_BASELINE_SAMPLE], r["samples"][AB_CANDIDATE_SAMPLE]
-            ab.append(1.0 / paired_ratio(base, cand, swap_at=swap_point(m.get(AB_SWAP_METRIC)))[0])
-            if r["params"]["mask"] == "causal_top_left":
-                cudnn.append(m["speedup_vs_sdpa_cudnn"])
-            if r["params"]["sq"] >= 8192:
-                tflops.append(m["tflops"])
+    causal = [
+        r
+        for call in ("call1", "call2", "call4")
+        for r in _carry_results(call, tmp_path / call)
+        if r.metrics.get("plan_kind") == "sm90_v2_causal"
+    ]
+    ab = [_h200_v2().ab_speed(r) for r in causal]
+    cudnn = [r.metrics["speedup_vs_sdpa_cudnn"] for r in causal if r.case.params["mask"] == "causal_top_left"]
+    tflops = [r.metrics["tflops"] for r in causal if r.case.params["sq"] >= 8192]
     assert f"run {min(ab):.3f}–{max(ab):.3f}× as fast" in item
     assert f"read {min(cudnn):.3f}–{max(cudnn):.3f}× cuDNN" in item
     assert f"S ≥ 8k {min(tflops):.0f}–{max(tflops):.0f} TFLOP/s" in item
     assert f"({_gpu_tier_passed('call4')} passed)" in item
 
 
-def test_the_h200_exact_causal_figures_are_its_campaign() -> None:
-    """README's H200 item: call 7's GPU tier count, causal top-left range and geomeans against cuDNN,
-    causal TFLOP/s at S >= 8k, the decode and varlen ranges, and call 8's decode range, all from the
-    archive it names."""
+def test_the_h200_exact_causal_figures_are_its_campaign(tmp_path: Path) -> None:
+    """README's H200 item: call 7's GPU tier count, causal top-left range and the causal group's
+    geomeans per mode against cuDNN (h200_v2's group, regress.facts.stats' geomean), causal TFLOP/s
+    at S >= 8k, the decode and varlen ranges, and call 8's decode range, all from the archive it names."""
     import gzip
-    import math
 
     from committed import read
 
+    from regress.facts.stats import geomean
+
     item = " ".join(_item("H200, the exact causal default").split())
-    rows = json.loads(gzip.decompress(read("sm90-stair-carry.tar.xz:call7/v2-results.json.gz")))
-    causal = [r for r in rows if r["metrics"].get("plan_kind") == "sm90_v2_causal"]
+    rows = _carry_results("call7", tmp_path)
+    causal = [r for r in rows if _h200_v2().group_of(r) == "causal"]
     top_left = [
-        r["metrics"]["speedup_vs_sdpa_cudnn"] for r in causal if r["params"]["mask"] == "causal_top_left"
+        r.metrics["speedup_vs_sdpa_cudnn"] for r in causal if r.case.params["mask"] == "causal_top_left"
     ]
     assert f"top-left {min(top_left):.3f}–{max(top_left):.3f}× cuDNN" in item
-    geo = []
-    for mode in MODES:
-        fam = [r["metrics"]["speedup_vs_sdpa_cudnn"] for r in causal if r["params"]["mode"] == mode]
-        geo.append(math.exp(sum(math.log(x) for x in fam) / len(fam)))
+    geo = [
+        geomean([r.metrics["speedup_vs_sdpa_cudnn"] for r in causal if r.case.params["mode"] == mode])
+        for mode in MODES
+    ]
     assert f"(geomean {min(geo):.3f}–{max(geo):.3f} per mode)" in item
-    tf = [r["metrics"]["tflops"] for r in causal if r["params"]["sq"] >= 8192]
+    tf = [r.metrics["tflops"] for r in causal if r.case.params["sq"] >= 8192]
     assert f"S ≥ 8k {min(tf):.0f}–{max(tf):.0f} TFLOP/s" in item
-    dec = [r["metrics"]["speedup_vs_sdpa_cudnn"] for r in rows if r["params"]["sq"] == 1]
+    dec = [r.metrics["speedup_vs_sdpa_cudnn"] for r in rows if _h200_v2().group_of(r) == "decode"]
     assert f"GQA decode {min(dec):.3f}–{max(dec):.3f}× cuDNN" in item
-    var = [r["metrics"]["speedup_vs_fa2_varlen"] for r in rows if "speedup_vs_fa2_varlen" in r["metrics"]]
+    var = [r.metrics["speedup_vs_fa2_varlen"] for r in rows if _h200_v2().group_of(r) == "varlen"]
     assert f"varlen {min(var):.3f}–{max(var):.3f}× FlashAttention-2" in item
     assert f"the GPU tier {_gpu_tier_passed('call7')} passed" in item
     decode = json.loads(gzip.decompress(read("sm90-stair-carry.tar.xz:call8/decode.json.gz")))["rows"]
